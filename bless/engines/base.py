@@ -1,0 +1,137 @@
+"""What differs per serving engine: the adapter protocol and the data it returns.
+
+An adapter is pure policy and parsing: it builds argv/env, says where the cache lives
+in the container, which env vars are cache-affecting, ignored, secret or unsafe, which
+files prove a bootstrap wrote its artifacts, and how to read load/save markers from
+logs and writes from an overlay's upper layer. It starts nothing itself.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from bless.profile import Profile
+from bless.verify import TreeListing
+
+
+@dataclass(frozen=True)
+class EnvPolicy:
+    """How profile env vars enter the config hash. Patterns are fnmatch globs on the name."""
+
+    ignored: tuple[str, ...] = ()
+    secret: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*API_KEY*", "*_KEY")
+
+    def is_secret(self, name: str) -> bool:
+        """Secrets are never hashed and never written anywhere (their name only)."""
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.secret)
+
+    def is_ignored(self, name: str) -> bool:
+        """Ignored names are recorded in the manifest but do not change the config hash."""
+        return self.is_secret(name) or any(fnmatch.fnmatchcase(name, pattern) for pattern in self.ignored)
+
+
+@dataclass(frozen=True)
+class UnsafeSetting:
+    """A profile setting that must not reach a blessed start (debug, cache disabled, test knobs)."""
+
+    name: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """How to start the engine: argv, env, and the port it listens on inside its container."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+    workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactSummary:
+    """What the adapter found in a bootstrapped tree: the artifacts and engine-native keys."""
+
+    artifacts: tuple[str, ...]
+    engine_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogSignals:
+    """Cache-reuse evidence read from an engine log."""
+
+    load_markers: tuple[str, ...]
+    compile_markers: tuple[str, ...]
+    fatal_markers: tuple[str, ...]
+    timings: Mapping[str, float] = field(default_factory=dict)
+    engine_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+UpperKind = Literal["new", "rewritten", "deleted"]
+
+
+@dataclass(frozen=True)
+class UpperEntry:
+    """One path written to an overlay's upper layer during a run."""
+
+    path: str
+    kind: UpperKind
+    size: int
+
+
+@dataclass(frozen=True)
+class UpperVerdict:
+    """The adapter's reading of upper-layer writes: allowed rewrites vs new compiled artifacts."""
+
+    expected_rewrites: tuple[str, ...]
+    new_artifacts: tuple[str, ...]
+    unexpected: tuple[str, ...]
+
+    @property
+    def recompiled(self) -> bool:
+        return bool(self.new_artifacts)
+
+
+class EngineAdapter(Protocol):
+    """The per-engine policy. Implementations: ``reference`` and ``vllm``."""
+
+    name: str
+    adapter_version: str
+    cache_mount_path: str
+    home: str
+    readonly_bind_ok: bool
+    env_policy: EnvPolicy
+    environment_packages: tuple[str, ...]
+
+    def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+        """Validate serve arguments and return their canonical form (raises InputInvalidError)."""
+        ...
+
+    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
+        """Settings that disable the cache or make a start undeterministic or a debug start."""
+        ...
+
+    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
+        """argv + env that start the engine with its cache at ``cache_mount_path``."""
+        ...
+
+    def prepare_cache_dir(self, staged: Path) -> None:
+        """Create what the engine expects in a fresh or staged cache dir (e.g. vLLM's dummy_cache/)."""
+        ...
+
+    def summarize_artifacts(self, listing: TreeListing) -> ArtifactSummary:
+        """The artifacts a bootstrap must have produced; raises BootstrapFailedError naming what is missing."""
+        ...
+
+    def read_log(self, log: str) -> LogSignals:
+        """Load / compile / fatal markers, timings and engine-native keys found in a log."""
+        ...
+
+    def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
+        """Split upper-layer writes into expected rewrites, new compiled artifacts and the rest."""
+        ...

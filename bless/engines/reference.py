@@ -1,0 +1,168 @@
+"""Adapter for the reference engine (``bless/engines/reference_engine``), ours, used to test bless for real."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import bless
+from bless.engines.base import (
+    ArtifactSummary,
+    EngineLaunch,
+    EnvPolicy,
+    LogSignals,
+    UnsafeSetting,
+    UpperEntry,
+    UpperVerdict,
+)
+from bless.engines.reference_engine import markers
+from bless.errors import BootstrapFailedError, InputInvalidError
+from bless.profile import Profile
+from bless.verify import TreeListing
+
+ARTIFACT = re.compile(r"^reference/[0-9a-f]{16}/(megacache\.bin|meta\.json)$")
+COMPILE_TIME = re.compile(re.escape(markers.COMPILE_TIME) + r"([0-9.]+) s")
+
+# name -> (type, default, bounds or choices)
+SERVE_ARGS: dict[str, tuple[type, Any, Any]] = {
+    "seed": (int, 0, (0, 2**31 - 1)),
+    "layers": (int, 2, (1, 16)),
+    "d_model": (int, 64, (8, 2048)),
+    "heads": (int, 4, (1, 64)),
+    "max_seq_len": (int, 64, (8, 1024)),
+    "device": (str, "cpu", ("cpu", "cuda")),
+    "compile": (bool, True, None),
+    "served_model_name": (str, "reference-tiny", None),
+}
+
+# Test knobs of the reference engine: each makes a start unfit to bless or serve.
+KNOBS = {
+    "BLESS_REFERENCE_NONDETERMINISTIC": "adds random noise to logits (outputs are not reproducible)",
+    "BLESS_REFERENCE_IGNORE_CACHE": "ignores the compiled artifact and recompiles at every start",
+    "BLESS_REFERENCE_POISON_CANDIDATES": "marks artifacts of some candidates as bad compiles",
+    "BLESS_REFERENCE_CRASH_AT_BOOT": "makes the engine crash at boot",
+    "BLESS_REFERENCE_NEVER_READY": "makes the engine never become ready",
+}
+DEBUG_ENV = {
+    "TORCH_COMPILE_DEBUG": "torch.compile debug output (slow, writes debug trees)",
+    "TORCH_LOGS": "torch trace logging (a debug start)",
+    "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "disables every Inductor cache (forces recompiles)",
+}
+
+
+class ReferenceAdapter:
+    """Policy for the reference engine: one Mega-Cache artifact under ``reference/<key>/``."""
+
+    name = "reference"
+    adapter_version = "1"
+    cache_mount_path = "/var/cache/bless-engine"
+    home = "/root"
+    readonly_bind_ok = True
+    env_policy = EnvPolicy(ignored=("*LOG_LEVEL*", "PYTHONUNBUFFERED"))
+    environment_packages: tuple[str, ...] = ("torch",)
+
+    def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+        unknown = sorted(set(serve) - set(SERVE_ARGS))
+        if unknown:
+            raise InputInvalidError(
+                f"{where}: serve.{unknown[0]}: not an argument of the reference engine",
+                hint=f"known arguments: {', '.join(sorted(SERVE_ARGS))}",
+            )
+        normalized: dict[str, Any] = {}
+        for key, (kind, default, bounds) in SERVE_ARGS.items():
+            value = serve.get(key, default)
+            if type(value) is not kind:
+                raise InputInvalidError(f"{where}: serve.{key}: expected {kind.__name__}, got {value!r}")
+            if kind is int and bounds and not bounds[0] <= value <= bounds[1]:
+                raise InputInvalidError(f"{where}: serve.{key}: {value} is outside {bounds[0]}..{bounds[1]}")
+            if kind is str and bounds and value not in bounds:
+                raise InputInvalidError(f"{where}: serve.{key}: {value!r} is not one of {', '.join(bounds)}")
+            normalized[key] = value
+        if normalized["d_model"] % normalized["heads"]:
+            raise InputInvalidError(f"{where}: serve.d_model must be a multiple of serve.heads")
+        return normalized
+
+    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
+        found = [
+            UnsafeSetting(name, value, reason)
+            for name, value in sorted(profile.env.items())
+            for table in (KNOBS, DEBUG_ENV)
+            if name in table and value not in ("", "0")
+            for reason in [table[name]]
+        ]
+        if profile.serve.get("compile") is False:
+            found.append(
+                UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless")
+            )
+        return found
+
+    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
+        serve = self.normalize_serve(profile.serve, where=profile.label)
+        if profile.runtime_kind == "docker":
+            prefix: tuple[str, ...] = ("python3", "-m", "bless_reference", "--host", "0.0.0.0")
+            env: dict[str, str] = {}
+        else:
+            prefix = (
+                profile.python or "python3",
+                "-m",
+                "bless.engines.reference_engine",
+                "--host",
+                "127.0.0.1",
+            )
+            env = {"PYTHONPATH": str(Path(bless.__file__).resolve().parent.parent)}
+        command = [
+            *prefix,
+            "--port", str(port),
+            "--cache-dir", self.cache_mount_path,
+            "--device", serve["device"],
+            "--seed", str(serve["seed"]),
+            "--layers", str(serve["layers"]),
+            "--d-model", str(serve["d_model"]),
+            "--heads", str(serve["heads"]),
+            "--max-seq-len", str(serve["max_seq_len"]),
+            "--served-model-name", serve["served_model_name"],
+        ]  # fmt: skip
+        if debug or not serve["compile"]:
+            command.append("--no-compile")
+        env.update({"PYTHONUNBUFFERED": "1", **profile.env})
+        return EngineLaunch(command=tuple(command), env=env, port=port)
+
+    def prepare_cache_dir(self, staged: Path) -> None:
+        """The reference engine creates what it needs; nothing to pre-create."""
+
+    def summarize_artifacts(self, listing: TreeListing) -> ArtifactSummary:
+        artifacts = tuple(entry.path for entry in listing.files if ARTIFACT.match(entry.path))
+        if not any(path.endswith("megacache.bin") for path in artifacts):
+            raise BootstrapFailedError(
+                "the bootstrap wrote no compiled artifact: expected reference/<16 hex>/megacache.bin and meta.json "
+                f"in the cache, found {len(listing.files)} file(s)",
+                hint="read the bootstrap log in the rejected evidence; the engine must compile and save",
+            )
+        keys = sorted({path.split("/")[1] for path in artifacts})
+        return ArtifactSummary(artifacts=artifacts, engine_keys={"artifact_keys": keys})
+
+    def read_log(self, log: str) -> LogSignals:
+        load, compile_, fatal = [], [], []
+        timings: dict[str, float] = {}
+        keys: dict[str, Any] = {}
+        for line in log.splitlines():
+            if line.startswith(markers.LOADED):
+                load.append(line)
+            elif line.startswith((markers.COMPILING, markers.SAVED, markers.UNABLE_TO_SAVE)):
+                compile_.append(line)
+            elif line.startswith(markers.FATAL):
+                fatal.append(line)
+            elif line.startswith(markers.USING_CACHE_DIR):
+                keys["cache_dir"] = line[len(markers.USING_CACHE_DIR) :].strip()
+            match = COMPILE_TIME.match(line)
+            if match:
+                timings["torch_compile_s"] = float(match.group(1))
+        return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
+
+    def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
+        """The reference engine never writes while loading: any write is suspect, an artifact a recompile."""
+        new_artifacts = tuple(e.path for e in entries if ARTIFACT.match(e.path) or e.path.endswith(".bin"))
+        unexpected = tuple(e.path for e in entries if e.path not in new_artifacts)
+        return UpperVerdict(expected_rewrites=(), new_artifacts=new_artifacts, unexpected=unexpected)

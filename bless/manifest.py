@@ -1,0 +1,253 @@
+"""The manifest: the published record of a blessing, validated on read and on write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bless import __version__
+from bless.errors import ManifestInvalidError
+from bless.factors import canonical_json, config_hash
+from bless.schemas import schema_errors
+from bless.verify import FileEntry, TreeListing, check_relative_path
+
+SCHEMA_VERSION = 1
+MAX_MANIFEST_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class CacheTree:
+    """The blessed cache directory as recorded: versioned id + every file and directory."""
+
+    dir_id: str
+    mount_path: str
+    files: tuple[FileEntry, ...]
+    dirs: tuple[str, ...]
+    total_size: int
+    tree_sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A blessing. ``trials``, ``golden``, ``artifacts`` and ``provenance`` are JSON objects."""
+
+    config_hash: str
+    factors: Mapping[str, Any]
+    created: str
+    tool_version: str
+    profile_name: str
+    cache: CacheTree
+    artifacts: Mapping[str, Any]
+    trials: Mapping[str, Any]
+    golden: Sequence[Mapping[str, Any]]
+    provenance: Mapping[str, Any]
+
+    @property
+    def engine(self) -> str:
+        return str(self.factors.get("engine", {}).get("name", "?"))
+
+    @property
+    def model_label(self) -> str:
+        model = self.factors.get("model", {})
+        rev = model.get("revision") or model.get("content_sha256") or ""
+        return f"{model.get('id', '?')}@{rev[:12]}" if rev else str(model.get("id", "?"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (schema ``manifest.v1``)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "config_hash": self.config_hash,
+            "factors": json.loads(canonical_json(self.factors)),
+            "created": self.created,
+            "tool": {"name": "bless", "version": self.tool_version},
+            "profile_name": self.profile_name,
+            "cache": {
+                "dir_id": self.cache.dir_id,
+                "mount_path": self.cache.mount_path,
+                "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.cache.files],
+                "dirs": list(self.cache.dirs),
+                "total_size": self.cache.total_size,
+                "tree_sha256": self.cache.tree_sha256,
+            },
+            "artifacts": dict(self.artifacts),
+            "trials": dict(self.trials),
+            "golden": [dict(item) for item in self.golden],
+            "provenance": dict(self.provenance),
+        }
+
+    def to_json_bytes(self) -> bytes:
+        """Serialized, validated manifest (pretty, stable key order, trailing newline)."""
+        document = self.to_dict()
+        validate_document(document, where="manifest being written")
+        return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def tree_sha256(files: Sequence[FileEntry], dirs: Sequence[str]) -> str:
+    """A digest of the whole listing; its prefix names archived blessings."""
+    listing = {"files": [[f.path, f.size, f.sha256] for f in files], "dirs": list(dirs)}
+    return hashlib.sha256(canonical_json(listing)).hexdigest()
+
+
+def new_dir_id(listing: TreeListing, now: datetime | None = None) -> str:
+    """Versioned blessed-dir name: UTC timestamp + 12 hex of the tree digest."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{tree_sha256(listing.files, listing.dirs)[:12]}"
+
+
+def cache_tree_from_listing(listing: TreeListing, *, mount_path: str, dir_id: str | None = None) -> CacheTree:
+    """Record a hashed staged tree as the manifest's cache section."""
+    return CacheTree(
+        dir_id=dir_id or new_dir_id(listing),
+        mount_path=mount_path,
+        files=tuple(listing.files),
+        dirs=tuple(listing.dirs),
+        total_size=listing.total_size,
+        tree_sha256=tree_sha256(listing.files, listing.dirs),
+    )
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp with a Z suffix, as the schema wants."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_provenance(runtime: str, **extra: Any) -> dict[str, Any]:
+    """Host + runtime + whatever the caller adds (image ID, run id, timings)."""
+    return {"host": socket.gethostname(), "runtime": runtime, **extra}
+
+
+def validate_document(document: Any, *, where: str) -> None:
+    """Schema validation plus the checks a schema cannot express; raises ManifestInvalidError."""
+    if not isinstance(document, dict):
+        raise ManifestInvalidError(f"{where}: top level is {type(document).__name__}, not an object")
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ManifestInvalidError(
+            f"{where}: unknown manifest schema_version {version!r}; this bless ({__version__}) reads version "
+            f"{SCHEMA_VERSION}",
+            hint="use the bless version that wrote it, or re-bless with this one",
+        )
+    errors = schema_errors("manifest.v1", document)
+    if errors:
+        raise ManifestInvalidError(
+            f"{where}: " + "; ".join(errors),
+            hint="a manifest must not be edited by hand; restore it from the store or re-bless",
+            details={"errors": errors},
+        )
+    cache = document["cache"]
+    seen: set[str] = set()
+    previous = ""
+    for entry in cache["files"]:
+        path = entry["path"]
+        try:
+            check_relative_path(path)
+        except ValueError as exc:
+            raise ManifestInvalidError(f"{where}: cache.files: bad path {path!r}: {exc}") from None
+        if path in seen:
+            raise ManifestInvalidError(f"{where}: cache.files: duplicate path {path!r}")
+        if path < previous:
+            raise ManifestInvalidError(f"{where}: cache.files: not sorted at {path!r}")
+        seen.add(path)
+        previous = path
+    for path in cache["dirs"]:
+        try:
+            check_relative_path(path)
+        except ValueError as exc:
+            raise ManifestInvalidError(f"{where}: cache.dirs: bad path {path!r}: {exc}") from None
+        if path in seen:
+            raise ManifestInvalidError(f"{where}: {path!r} is listed both as a file and a directory")
+    if len(set(cache["dirs"])) != len(cache["dirs"]):
+        raise ManifestInvalidError(f"{where}: cache.dirs: duplicate entries")
+    total = sum(entry["size"] for entry in cache["files"])
+    if total != cache["total_size"]:
+        raise ManifestInvalidError(
+            f"{where}: cache.total_size is {cache['total_size']}, files add up to {total}"
+        )
+    try:
+        files = [FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"]]
+    except ValueError as exc:  # e.g. a size of 100.0: the schema's "integer" admits integral floats
+        raise ManifestInvalidError(f"{where}: cache.files: {exc}") from None
+    if tree_sha256(files, cache["dirs"]) != cache["tree_sha256"]:
+        raise ManifestInvalidError(f"{where}: cache.tree_sha256 does not match the listed files")
+    try:
+        actual = config_hash(document["factors"])
+    except (ValueError, RecursionError) as exc:  # NaN/inf, lone surrogates, absurd nesting
+        raise ManifestInvalidError(f"{where}: factors cannot be hashed: {exc}") from None
+    if actual != document["config_hash"]:
+        raise ManifestInvalidError(
+            f"{where}: config_hash {document['config_hash'][:16]}... does not match its factors ({actual[:16]}...)",
+            hint="the manifest was edited or corrupted; restore it from the store or re-bless",
+        )
+
+
+def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:
+    """Validate a parsed manifest and build the model."""
+    validate_document(document, where=where)
+    cache = document["cache"]
+    return Manifest(
+        config_hash=document["config_hash"],
+        factors=document["factors"],
+        created=document["created"],
+        tool_version=document["tool"]["version"],
+        profile_name=document["profile_name"],
+        cache=CacheTree(
+            dir_id=cache["dir_id"],
+            mount_path=cache["mount_path"],
+            files=tuple(FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"]),
+            dirs=tuple(cache["dirs"]),
+            total_size=cache["total_size"],
+            tree_sha256=cache["tree_sha256"],
+        ),
+        artifacts=document["artifacts"],
+        trials=document["trials"],
+        golden=document["golden"],
+        provenance=document["provenance"],
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    """``NaN``/``Infinity`` are not JSON (Python's parser accepts them by default)."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate one manifest file; every failure is a ManifestInvalidError naming the file."""
+    try:
+        # O_NONBLOCK: a FIFO named *.json must not hang a reader; O_NOFOLLOW: a manifest is never a link.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ManifestInvalidError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ManifestInvalidError(f"{path}: not a regular file")
+            if info.st_size > MAX_MANIFEST_BYTES:
+                raise ManifestInvalidError(
+                    f"{path}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed"
+                )
+            raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise ManifestInvalidError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise ManifestInvalidError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestInvalidError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+            hint="the file is truncated or corrupted; restore it from the store's archive or re-bless",
+        ) from None
+    except RecursionError:
+        raise ManifestInvalidError(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # from _reject_constant
+        raise ManifestInvalidError(f"{path}: not valid JSON ({exc})") from None
+    return manifest_from_dict(document, where=str(path))

@@ -1,0 +1,583 @@
+"""``bless run``: bootstrap a compile cache, prove it with K trials, publish or reject it.
+
+Phase 1 (bootstrap) starts the engine on an empty staging cache mounted read-write,
+waits for readiness, runs the replay protocol (its outputs become the golden outputs),
+stops gracefully, normalizes ownership, checks the adapter's expected artifacts and
+hashes the tree. Phase 2 runs K trials, each a fresh engine that sees the staged tree
+as a read-only lower layer (overlay) and must reuse it: coherent outputs equal to the
+golden ones, a load marker, no compile marker, no new artifacts in the upper layer, and
+the tree byte-identical afterwards. Accept publishes through the store (manifest last);
+reject keeps the evidence. ``--candidates N`` bootstraps afresh after a rejection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bless import __version__, labels
+from bless.engines.base import EngineAdapter
+from bless.errors import (
+    AlreadyBlessedError,
+    BlessError,
+    BootstrapFailedError,
+    InterruptedByUserError,
+    UnsafeEnvError,
+)
+from bless.factors import ResolvedConfig
+from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.profile import Profile
+from bless.reuse import ReuseReport, classify_reuse
+from bless.runtime.base import Mount, Runtime
+from bless.session import EngineSession, engine_spec, log_tail
+from bless.store import PublishResult, Store, atomic_write_bytes
+from bless.trials import (
+    CoherenceReport,
+    EngineHttpError,
+    NotReadyError,
+    failure_rate_bound,
+    golden_from,
+    golden_token_map,
+    run_protocol,
+    warm_up,
+)
+from bless.verify import TreeListing, hash_tree, verify_tree
+
+ALLOW_UNSAFE_ENV = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress for humans: the CLI renders these; the library never prints."""
+
+    kind: str  # phase | trial-start | trial-end | candidate-end | note
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+EventSink = Callable[[Event], None]
+
+
+def _ignore(_: Event) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    trials: int
+    confidence: float = DEFAULT_CONFIDENCE
+    candidates: int = 1
+    rebless: bool = False
+    wait_lock: bool = False
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    index: int
+    passed: bool
+    reasons: tuple[str, ...]
+    coherence: CoherenceReport | None
+    reuse: ReuseReport | None
+    engine: dict[str, Any]
+    timings: dict[str, float]
+    upper: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "passed": self.passed,
+            "reasons": list(self.reasons),
+            **self.engine,
+            "timings": self.timings,
+            "coherence": self.coherence.to_dict() if self.coherence else None,
+            "reuse": self.reuse.to_dict() if self.reuse else None,
+            "upper": self.upper,
+        }
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    index: int
+    accepted: bool
+    bootstrap: dict[str, Any]
+    trials: tuple[TrialResult, ...]
+    reasons: tuple[str, ...]
+    rejected_dir: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "accepted": self.accepted,
+            "reasons": list(self.reasons),
+            "bootstrap": self.bootstrap,
+            "trials": [trial.to_dict() for trial in self.trials],
+            "rejected_dir": self.rejected_dir,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run did. ``published`` is False when every candidate was rejected."""
+
+    config_hash: str
+    run_id: str
+    published: bool
+    candidates: tuple[CandidateResult, ...]
+    trials_planned: int
+    confidence: float
+    failure_rate_bound: float | None
+    manifest_path: str | None
+    blessed_dir: str | None
+    archived_manifest: str | None
+    wall_seconds: float
+    engine_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config_hash": self.config_hash,
+            "run_id": self.run_id,
+            "published": self.published,
+            "trials_planned": self.trials_planned,
+            "confidence": self.confidence,
+            "failure_rate_bound": self.failure_rate_bound,
+            "manifest_path": self.manifest_path,
+            "blessed_dir": self.blessed_dir,
+            "archived_manifest": self.archived_manifest,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "engine_seconds": round(self.engine_seconds, 3),
+            "orchestration_overhead": round(1 - self.engine_seconds / self.wall_seconds, 4)
+            if self.wall_seconds
+            else None,
+            "candidates": [candidate.to_dict() for candidate in self.candidates],
+        }
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def check_unsafe(profile: Profile, adapter: EngineAdapter) -> list[str]:
+    """Refuse unsafe settings unless the documented test-only override is set; returns what was allowed."""
+    unsafe = adapter.unsafe_settings(profile)
+    if not unsafe:
+        return []
+    described = [f"{u.name}={u.value} ({u.reason})" for u in unsafe]
+    if os.environ.get(ALLOW_UNSAFE_ENV) == "1":
+        return described
+    raise UnsafeEnvError(
+        f"{profile.label} sets: " + "; ".join(described),
+        hint=(
+            "remove them from the profile (they exist to test bless itself; "
+            f"{ALLOW_UNSAFE_ENV}=1 allows them in tests only)"
+        ),
+        details={"unsafe": described},
+    )
+
+
+class Orchestrator:
+    """Runs phases 1 and 2 for one resolved profile against one store and runtime."""
+
+    def __init__(
+        self,
+        resolved: ResolvedConfig,
+        *,
+        store: Store,
+        runtime: Runtime,
+        adapter: EngineAdapter,
+        events: EventSink = _ignore,
+    ):
+        self.resolved = resolved
+        self.profile = resolved.profile
+        self.store = store
+        self.runtime = runtime
+        self.adapter = adapter
+        self.events = events
+        self.run_id = new_run_id()
+        self.image = resolved.factors["runtime"].get("image_id")
+        self.engine_seconds = 0.0
+        self._published: PublishResult | None = None
+
+    # --- top level -------------------------------------------------------------------------------
+
+    def run(self, options: RunOptions) -> RunResult:
+        """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
+        started = time.monotonic()
+        allowed_unsafe = check_unsafe(self.profile, self.adapter)
+        self.runtime.ping()
+        config_hash = self.resolved.config_hash
+        with self.store.lock(config_hash, wait=options.wait_lock):
+            self.store.recover()
+            existing = self.store.find(config_hash)
+            if existing is not None and not options.rebless:
+                raise AlreadyBlessedError(
+                    f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
+                    hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
+                )
+            leftovers = self.runtime.cleanup_ours({labels.CONFIG_HASH: config_hash})
+            if leftovers:
+                self.events(Event("note", f"removed leftover containers of a crashed run: {', '.join(leftovers)}"))
+            run_dir = self.store.new_staging_dir(self.run_id)
+            candidates: list[CandidateResult] = []
+            try:
+                for index in range(1, options.candidates + 1):
+                    result = self._candidate(index, run_dir / f"c{index}", options, allowed_unsafe, started)
+                    candidates.append(result)
+                    if result.accepted:
+                        return self._finish(candidates, options, started, published=True)
+                return self._finish(candidates, options, started, published=False)
+            except KeyboardInterrupt:
+                raise InterruptedByUserError(
+                    f"run {self.run_id} interrupted; engines stopped, nothing published",
+                    hint=f"evidence is under {self.store.root / 'rejected' / config_hash}",
+                ) from None
+            finally:
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _finish(
+        self, candidates: list[CandidateResult], options: RunOptions, started: float, *, published: bool
+    ) -> RunResult:
+        accepted = candidates[-1] if published else None
+        passes = len(accepted.trials) if accepted else 0
+        publish = self._published if published else None
+        return RunResult(
+            config_hash=self.resolved.config_hash,
+            run_id=self.run_id,
+            published=published,
+            candidates=tuple(candidates),
+            trials_planned=options.trials,
+            confidence=options.confidence,
+            failure_rate_bound=failure_rate_bound(passes, options.confidence) if published else None,
+            manifest_path=str(publish.manifest_path) if publish else None,
+            blessed_dir=str(publish.blessed_dir) if publish else None,
+            archived_manifest=str(publish.archived_manifest) if publish and publish.archived_manifest else None,
+            wall_seconds=time.monotonic() - started,
+            engine_seconds=self.engine_seconds,
+        )
+
+    # --- one candidate ---------------------------------------------------------------------------
+
+    def _candidate(
+        self, index: int, work: Path, options: RunOptions, allowed_unsafe: list[str], started: float
+    ) -> CandidateResult:
+        tree = work / "cache"
+        evidence = work / "evidence"
+        tree.mkdir(parents=True)
+        evidence.mkdir(parents=True)
+        self.adapter.prepare_cache_dir(tree)
+        trials: list[TrialResult] = []
+        bootstrap: dict[str, Any] = {}
+        try:
+            self.events(Event("phase", f"candidate {index}: phase 1, bootstrap compile", {"candidate": index}))
+            bootstrap, golden_report, listing, artifacts = self._bootstrap(index, tree, evidence)
+            golden = golden_from(golden_report, self.profile.trials.max_tokens)
+            golden_ids = golden_token_map(golden)
+            for trial in range(1, options.trials + 1):
+                self.events(Event("trial-start", f"candidate {index}: trial {trial}/{options.trials}",
+                                  {"candidate": index, "trial": trial, "of": options.trials}))  # fmt: skip
+                result = self._trial(index, trial, tree, listing, golden_ids, work, evidence)
+                trials.append(result)
+                self.events(Event("trial-end", f"trial {trial}/{options.trials}: {'pass' if result.passed else 'FAIL'}",
+                                  {"candidate": index, "trial": trial, "result": result.to_dict()}))  # fmt: skip
+                if not result.passed:
+                    break
+        except BootstrapFailedError as exc:
+            self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
+            raise
+        except KeyboardInterrupt:
+            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options)
+            raise
+        failed = [t for t in trials if not t.passed]
+        if failed:
+            reasons = tuple(f"trial {t.index}: {r}" for t in failed for r in t.reasons)
+            rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
+            self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
+            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected))
+        manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
+        self._published = self.store.publish(tree, manifest)
+        self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
+        return CandidateResult(index, True, bootstrap, tuple(trials), ())
+
+    def _session(self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path) -> EngineSession:
+        plan = self.profile.trials
+        spec = engine_spec(
+            self.profile,
+            self.adapter,
+            self.runtime,
+            name=name,
+            labels=labels.labels_for(
+                run_id=self.run_id,
+                phase=phase,
+                config_hash=self.resolved.config_hash,
+                profile=self.profile.name,
+            ),
+            cache_mount=mount,
+            image=self.image,
+            extra_env={"BLESS_RUN_ID": self.run_id, "BLESS_PHASE": phase, "BLESS_CANDIDATE": str(candidate)},
+            log_path=log_path,
+        )
+        return EngineSession(
+            self.runtime,
+            spec,
+            ready_timeout_s=plan.ready_timeout_s,
+            request_timeout_s=plan.request_timeout_s,
+            stop_timeout_s=plan.stop_timeout_s,
+        )
+
+    def _name(self, phase: str, candidate: int, trial: int | None = None) -> str:
+        # Deterministic: the per-hash lock makes it unique among our runs, and a foreign
+        # container squatting it is detected (and refused) rather than raced.
+        suffix = f"-t{trial}" if trial is not None else ""
+        return f"bless-{phase}-{self.resolved.config_hash[:12]}-c{candidate}{suffix}"
+
+    def _bootstrap(
+        self, candidate: int, tree: Path, evidence: Path
+    ) -> tuple[dict[str, Any], CoherenceReport, TreeListing, Any]:
+        mount = Mount("rw", tree, self.adapter.cache_mount_path)
+        log_path = evidence / "bootstrap.log"
+        session = self._session(labels.PHASE_BOOTSTRAP, self._name("bootstrap", candidate), mount, candidate, log_path)
+        report: CoherenceReport | None = None
+        failure: str | None = None
+        with session:
+            try:
+                session.wait_ready()
+                report = warm_up(session.client, self.profile.trials)
+            except NotReadyError as exc:
+                failure = session.not_ready_message(exc)
+            except EngineHttpError as exc:
+                failure = f"request failed: {exc.message}; engine log tail:\n{log_tail(session.current_log())}"
+        self._write_log(log_path, session.log)
+        info = session.evidence()
+        self._count_engine_time(session, report)
+        if failure is not None:
+            raise BootstrapFailedError(failure, hint="read the engine log above; fix the profile or the image")
+        assert report is not None and session.stop_result is not None
+        if not session.stop_result.graceful:
+            raise BootstrapFailedError(
+                f"the engine did not stop within {self.profile.trials.stop_timeout_s} s and was killed: "
+                "its artifacts may be incomplete",
+                hint="raise trials.stop_timeout_s or fix the engine's shutdown",
+            )
+        self.runtime.normalize_ownership(tree, image=self.image)
+        listing = hash_tree(tree)
+        artifacts = self.adapter.summarize_artifacts(listing)
+        signals = self.adapter.read_log(session.log)
+        info.update(
+            {
+                "timings": dict(signals.timings),
+                "requests": report.requests,
+                "request_seconds": round(report.request_seconds, 3),
+                "compile_markers": len(signals.compile_markers),
+                "files": len(listing.files),
+                "total_size": listing.total_size,
+            }
+        )
+        return info, report, listing, artifacts
+
+    def _trial(
+        self,
+        candidate: int,
+        index: int,
+        tree: Path,
+        listing: TreeListing,
+        golden: dict[str, tuple[int, ...]],
+        work: Path,
+        evidence: Path,
+    ) -> TrialResult:
+        scratch = work / f"trial-{index}"
+        if self.profile.cache_mount == "ro-bind" and self.adapter.readonly_bind_ok:
+            mount = Mount("ro", tree, self.adapter.cache_mount_path)
+        else:
+            mount = Mount("overlay", tree, self.adapter.cache_mount_path, scratch=scratch)
+        log_path = evidence / f"trial-{index}.log"
+        session = self._session(labels.PHASE_TRIAL, self._name("trial", candidate, index), mount, candidate, log_path)
+        coherence: CoherenceReport | None = None
+        reasons: list[str] = []
+        with session:
+            try:
+                session.wait_ready()
+                coherence = run_protocol(session.client, self.profile.trials, golden=golden)
+            except NotReadyError as exc:
+                reasons.append(session.not_ready_message(exc))
+            except EngineHttpError as exc:
+                reasons.append(f"request failed: {exc.message}")
+        self._write_log(log_path, session.log)
+        self._count_engine_time(session, coherence)
+        if coherence is not None:
+            reasons.extend(coherence.reasons)
+        signals = self.adapter.read_log(session.log)
+        upper = self.adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
+        tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
+        reuse = classify_reuse(signals, upper, tree_check)
+        reasons.extend(reuse.reasons)
+        if session.stop_result is not None and not session.stop_result.graceful:
+            reasons.append(f"the engine did not stop within {self.profile.trials.stop_timeout_s} s")
+        shutil.rmtree(scratch, ignore_errors=True)
+        return TrialResult(
+            index=index,
+            passed=not reasons,
+            reasons=tuple(dict.fromkeys(reasons)),
+            coherence=coherence,
+            reuse=reuse,
+            engine=session.evidence(),
+            timings=dict(signals.timings),
+            upper={
+                "written": len(session.upper),
+                "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
+            },
+        )
+
+    # --- outcomes --------------------------------------------------------------------------------
+
+    def _manifest(
+        self,
+        candidate: int,
+        listing: TreeListing,
+        artifacts: Any,
+        golden: list[dict[str, Any]],
+        bootstrap: dict[str, Any],
+        trials: list[TrialResult],
+        options: RunOptions,
+        allowed_unsafe: list[str],
+    ) -> Manifest:
+        bound = failure_rate_bound(len(trials), options.confidence)
+        return Manifest(
+            config_hash=self.resolved.config_hash,
+            factors=self.resolved.factors,
+            created=utc_now(),
+            tool_version=__version__,
+            profile_name=self.profile.name,
+            cache=cache_tree_from_listing(listing, mount_path=self.adapter.cache_mount_path),
+            artifacts={"items": list(artifacts.artifacts), "engine_keys": dict(artifacts.engine_keys)},
+            trials={
+                "planned": options.trials,
+                "passed": sum(t.passed for t in trials),
+                "failure_rate_bound": {"confidence": options.confidence, "max_failure_rate": round(bound, 6)},
+                "protocol": {
+                    "prompts": len(self.profile.trials.prompts),
+                    "repeats": self.profile.trials.repeats,
+                    "max_tokens": self.profile.trials.max_tokens,
+                    "concurrent": self.profile.trials.concurrent,
+                    "cache_mount": "ro" if self.profile.cache_mount == "ro-bind" else "overlay",
+                },
+                "results": [trial.to_dict() for trial in trials],
+            },
+            golden=golden,
+            provenance=default_provenance(
+                self.runtime.kind,
+                run_id=self.run_id,
+                candidate=candidate,
+                image_id=self.image,
+                bootstrap=bootstrap,
+                recorded_env=dict(self.resolved.recorded_env),
+                allowed_unsafe=allowed_unsafe,
+            ),
+        )
+
+    def _reject(
+        self,
+        candidate: int,
+        tree: Path,
+        evidence: Path,
+        bootstrap: dict[str, Any],
+        trials: list[TrialResult],
+        reasons: tuple[str, ...],
+        options: RunOptions,
+    ) -> Path:
+        summary = render_summary(self.resolved, self.run_id, candidate, bootstrap, trials, reasons, options)
+        record = {
+            "config_hash": self.resolved.config_hash,
+            "run_id": self.run_id,
+            "candidate": candidate,
+            "reasons": list(reasons),
+            "bootstrap": bootstrap,
+            "trials": [trial.to_dict() for trial in trials],
+            "factors": dict(self.resolved.factors),
+        }
+        rejected = self.store.reject(
+            tree,
+            config_hash=self.resolved.config_hash,
+            run_id=self.run_id,
+            candidate=candidate,
+            summary_md=summary,
+            evidence=record,
+        )
+        for log in sorted(evidence.glob("*.log")):
+            shutil.copy2(log, rejected / log.name)
+        return rejected
+
+    def _write_log(self, path: Path, log: str) -> None:
+        atomic_write_bytes(path, log.encode("utf-8", "replace"))
+
+    def _count_engine_time(self, session: EngineSession, report: CoherenceReport | None) -> None:
+        self.engine_seconds += (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
+        if session.stop_result is not None:
+            self.engine_seconds += session.stop_result.seconds
+
+
+def render_summary(
+    resolved: ResolvedConfig,
+    run_id: str,
+    candidate: int,
+    bootstrap: dict[str, Any],
+    trials: list[TrialResult],
+    reasons: tuple[str, ...],
+    options: RunOptions,
+) -> str:
+    """The ``summary.md`` a human reads first in a rejected-evidence dir."""
+    lines = [
+        f"# Rejected: candidate {candidate} of run {run_id}",
+        "",
+        f"- profile: `{resolved.profile.label}`",
+        f"- config hash: `{resolved.config_hash}`",
+        f"- trials run: {len(trials)} of {options.trials} planned (a run stops at the first failing trial)",
+        "",
+        "## Why",
+        "",
+        *[f"- {reason}" for reason in reasons],
+        "",
+        "## Trials",
+        "",
+        "| trial | verdict | start->ready s | reasons |",
+        "|---|---|---|---|",
+        *[
+            f"| {t.index} | {'pass' if t.passed else 'FAIL'} | {t.engine.get('start_to_ready_s')} | "
+            f"{'; '.join(t.reasons)[:300].replace('|', '/')} |"
+            for t in trials
+        ],
+        "",
+        "## Bootstrap",
+        "",
+        "```json",
+        json.dumps(bootstrap, indent=2, sort_keys=True),
+        "```",
+        "",
+        "Files here: `tree/` (the rejected cache), `evidence.json` (everything above, machine-readable),",
+        "`bootstrap.log` and `trial-N.log` (engine logs).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run_bless(
+    resolved: ResolvedConfig,
+    *,
+    store: Store,
+    runtime: Runtime,
+    adapter: EngineAdapter,
+    options: RunOptions,
+    events: EventSink = _ignore,
+) -> RunResult:
+    """Convenience entry point: one orchestrator, one run."""
+    return Orchestrator(resolved, store=store, runtime=runtime, adapter=adapter, events=events).run(options)
+
+
+__all__ = ["BlessError", "Event", "Orchestrator", "RunOptions", "RunResult", "run_bless"]

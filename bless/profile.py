@@ -1,0 +1,183 @@
+"""Profiles: the TOML file a user writes, parsed and validated into a frozen model."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bless.errors import InputInvalidError
+from bless.schemas import schema_errors
+
+MAX_PROFILE_BYTES = 1 << 20
+DEFAULT_PROMPTS = (
+    "The compiled cache is",
+    "Replay coherence means",
+    "A blessed artifact",
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    source: Literal["builtin", "huggingface", "local"]
+    id: str
+    revision: str | None = None
+    path: str | None = None
+    hf_home: str | None = None
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    accelerator: Literal["cpu", "cuda"]
+    gpu_count: int | None = None
+    gpu_name: str | None = None
+    compute_capability: str | None = None
+    min_gpu_memory_gib: float | None = None
+    cpu_isa: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    count: int = 3
+    repeats: int = 3
+    max_tokens: int = 16
+    concurrent: bool = True
+    prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    ready_timeout_s: float = 600.0
+    request_timeout_s: float = 120.0
+    stop_timeout_s: int = 30
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile. ``path`` is where it was read from (None for in-memory profiles)."""
+
+    name: str
+    engine: str
+    runtime_kind: Literal["docker", "local"]
+    model: ModelSpec
+    image: str | None = None
+    python: str | None = None
+    shm_size: str | None = None
+    ipc_host: bool = False
+    serve: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    hardware: HardwareSpec = HardwareSpec(accelerator="cpu")
+    cache_mount: Literal["overlay", "ro-bind"] = "overlay"
+    trials: TrialPlan = TrialPlan()
+    serving_host: str = "127.0.0.1"
+    serving_port: int = 8000
+    description: str = ""
+    path: Path | None = None
+
+    @property
+    def label(self) -> str:
+        """How messages name this profile: its file when known, else its name."""
+        return str(self.path) if self.path else self.name
+
+
+def load_profile(path: Path) -> Profile:
+    """Read, parse and validate a profile file. Errors name the file and the field."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise InputInvalidError(
+                f"{path}: profile is {size} bytes, more than the {MAX_PROFILE_BYTES} allowed"
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputInvalidError(
+            f"{path}: no such profile file", hint="pass an existing file with --profile (see profiles/)"
+        ) from None
+    except OSError as exc:
+        raise InputInvalidError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
+    try:
+        document = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputInvalidError(
+            f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputInvalidError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputInvalidError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+    return profile_from_dict(document, source=path)
+
+
+def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None) -> Profile:
+    """Validate a parsed profile document against ``profile.v1`` and build the model."""
+    where = str(source) if source else "profile"
+    errors = schema_errors("profile.v1", document)
+    if errors:
+        raise InputInvalidError(
+            f"{where}: " + "; ".join(errors),
+            hint="fix the named field(s); the schema is manifests/schema/profile.v1.json",
+            details={"file": where, "errors": errors},
+        )
+    _check_finite(where, document)
+    runtime = document["runtime"]
+    model = document["model"]
+    _check_runtime(where, runtime)
+    _check_model(where, model)
+    hardware = document.get("hardware", {"accelerator": "cpu"})
+    trials = document.get("trials", {})
+    serving = document.get("serving", {})
+    return Profile(
+        name=document["name"],
+        description=document.get("description", ""),
+        engine=document["engine"]["name"],
+        runtime_kind=runtime["kind"],
+        image=runtime.get("image"),
+        python=runtime.get("python"),
+        shm_size=runtime.get("shm_size"),
+        ipc_host=runtime.get("ipc_host", False),
+        model=ModelSpec(**model),
+        serve=dict(document.get("serve", {})),
+        env=dict(document.get("env", {})),
+        hardware=HardwareSpec(**hardware),
+        cache_mount=document.get("cache", {}).get("mount", "overlay"),
+        trials=_trial_plan(trials),
+        serving_host=serving.get("host", "127.0.0.1"),
+        serving_port=serving.get("port", 8000),
+        path=source,
+    )
+
+
+def _check_finite(where: str, document: Mapping[str, Any]) -> None:
+    """Refuse NaN and infinity anywhere: they pass schema bounds and cannot be hashed as factors."""
+    pending: list[tuple[str, Any]] = [(str(key), value) for key, value in document.items()]
+    while pending:
+        name, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputInvalidError(f"{where}: {name}: {value!r} is not a finite number")
+        if isinstance(value, Mapping):
+            pending += [(f"{name}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, list):
+            pending += [(f"{name}.{index}", item) for index, item in enumerate(value)]
+
+
+def _trial_plan(trials: Mapping[str, Any]) -> TrialPlan:
+    fields: dict[str, Any] = dict(trials)
+    if "prompts" in fields:
+        fields["prompts"] = tuple(fields["prompts"])
+    return TrialPlan(**fields)
+
+
+def _check_runtime(where: str, runtime: Mapping[str, Any]) -> None:
+    if runtime["kind"] == "docker" and "image" not in runtime:
+        raise InputInvalidError(f"{where}: runtime.image: required when runtime.kind is 'docker'")
+    if runtime["kind"] == "local" and "image" in runtime:
+        raise InputInvalidError(f"{where}: runtime.image: not used by the local runtime; remove it")
+
+
+def _check_model(where: str, model: Mapping[str, Any]) -> None:
+    source = model["source"]
+    if source == "local" and "path" not in model:
+        raise InputInvalidError(f"{where}: model.path: required when model.source is 'local'")
+    if source != "local" and "path" in model:
+        raise InputInvalidError(f"{where}: model.path: only valid when model.source is 'local'")
+    if source == "builtin" and "revision" in model:
+        raise InputInvalidError(f"{where}: model.revision: a builtin model has no revision")

@@ -1,0 +1,108 @@
+"""From a profile to its config hash, and from a hash to its blessing (or the nearest one, with a diff)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bless.engines import get_adapter
+from bless.engines.base import EngineAdapter
+from bless.errors import NoManifestError
+from bless.factors import (
+    FactorChange,
+    ResolvedConfig,
+    change_to_dict,
+    declared_hardware_factor,
+    diff_factors,
+    hardware_factor,
+    probe_python_environment,
+    resolve,
+)
+from bless.manifest import Manifest
+from bless.profile import Profile
+from bless.runtime.base import Runtime
+from bless.store import Store
+
+
+def resolve_profile(
+    profile: Profile,
+    *,
+    runtime: Runtime | None,
+    adapter: EngineAdapter | None = None,
+    offline: bool = False,
+    declared_hardware: bool = False,
+) -> ResolvedConfig:
+    """Resolve ``profile`` on this machine (or, with ``declared_hardware``, from its declarations only).
+
+    ``runtime`` resolves image tags to IDs; without one, only pinned ``sha256:`` IDs work.
+    """
+    adapter = adapter or get_adapter(profile.engine)
+    return resolve(
+        profile,
+        adapter,
+        image_resolver=runtime.resolve_image if runtime is not None else None,
+        hardware_probe=declared_hardware_factor if declared_hardware else hardware_factor,
+        environment_probe=probe_python_environment,
+        offline=offline,
+    )
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """The blessing closest to a factor set among those of the same engine and model."""
+
+    manifest: Manifest
+    changes: tuple[FactorChange, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config_hash": self.manifest.config_hash,
+            "profile_name": self.manifest.profile_name,
+            "changes": [change_to_dict(change) for change in self.changes],
+        }
+
+
+def nearest_blessing(manifests: Sequence[Manifest], factors: dict[str, Any] | Any) -> Nearest | None:
+    """Fewest differing factor leaves, among manifests of the same engine and model id."""
+    engine = factors.get("engine", {}).get("name")
+    model = factors.get("model", {}).get("id")
+    best: Nearest | None = None
+    for manifest in manifests:
+        if manifest.factors.get("engine", {}).get("name") != engine:
+            continue
+        if manifest.factors.get("model", {}).get("id") != model:
+            continue
+        changes = tuple(diff_factors(manifest.factors, factors))
+        if best is None or len(changes) < len(best.changes):
+            best = Nearest(manifest, changes)
+    return best
+
+
+def find_blessing(store: Store, resolved: ResolvedConfig) -> Manifest:
+    """The live manifest for ``resolved``; NoManifestError with the nearest blessing's diff otherwise."""
+    manifest = store.find(resolved.config_hash)
+    if manifest is not None:
+        return manifest
+    raise no_manifest_error(store, resolved)
+
+
+def no_manifest_error(store: Store, resolved: ResolvedConfig) -> NoManifestError:
+    """The refusal for a hash with no blessing, naming what drifted against the nearest blessing."""
+    manifests = [record.manifest for record in store.records() if record.manifest is not None]
+    nearest = nearest_blessing(manifests, dict(resolved.factors))
+    message = (
+        f"{resolved.profile.label} hashes to {resolved.config_hash}, and no manifest in {store.manifests_dir} has it"
+    )
+    if nearest is not None:
+        lines = "\n".join(f"  {change.describe()}" for change in nearest.changes)
+        blessed = nearest.manifest
+        message += f"\nnearest blessing {blessed.config_hash[:16]} ({blessed.profile_name}) differs in:\n{lines}"
+        hint = "bless this configuration (bless run --profile ...), or revert the drifted factor(s)"
+    else:
+        hint = f"no blessing of this engine and model exists yet: run bless run --profile {resolved.profile.label}"
+    return NoManifestError(
+        message,
+        hint=hint,
+        details={"config_hash": resolved.config_hash, "nearest": nearest.to_dict() if nearest else None},
+    )

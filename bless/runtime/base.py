@@ -1,0 +1,145 @@
+"""The runtime interface: start an engine from a spec, watch it, stop it gracefully.
+
+Two implementations: ``docker`` (Docker Engine through the SDK; the only module that
+imports it) and ``local`` (a subprocess on this host, for GPU hosts without Docker).
+The orchestrator and launcher only see this protocol, which is also what unit tests fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from bless.engines.base import UpperEntry
+
+MountKind = Literal["rw", "ro", "overlay"]
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory presented to the engine at ``target``.
+
+    ``rw``: read-write bind. ``ro``: read-only bind. ``overlay``: ``source`` is the
+    read-only lower layer; writes land in a throw-away upper layer kept under
+    ``scratch`` (the runtime creates ``scratch/upper`` and ``scratch/work``).
+    """
+
+    kind: MountKind
+    source: Path
+    target: str
+    scratch: Path | None = None
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to start one engine process."""
+
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    mounts: tuple[Mount, ...] = ()
+    image: str | None = None
+    port: int | None = None
+    host_ip: str = "127.0.0.1"
+    host_port: int | None = None
+    gpus: int | None = None
+    shm_size: str | None = None
+    ipc_host: bool = False
+    workdir: str | None = None
+    home: str | None = None
+    log_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A running engine. ``host_port`` is where we reach it on ``host_ip``."""
+
+    id: str
+    name: str
+    spec: ContainerSpec
+    host_port: int | None
+    enforced_read_only: bool = True
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How a stop went. ``graceful`` is False when the engine had to be killed after the timeout."""
+
+    exit_code: int | None
+    graceful: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    status: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+NameHolder = Literal["free", "ours", "foreign"]
+
+
+class Runtime(Protocol):
+    """What the orchestrator and launcher need from a place that runs engines."""
+
+    kind: Literal["docker", "local"]
+
+    def ping(self) -> None:
+        """Raise RuntimeUnavailableError unless the runtime can start engines now."""
+        ...
+
+    def resolve_image(self, reference: str) -> str:
+        """Image reference -> image ID (``sha256:...``); ImageMissingError when absent."""
+        ...
+
+    def engine_port(self, preferred: int) -> int:
+        """The port the engine should listen on inside its container (local: a free host port)."""
+        ...
+
+    def start(self, spec: ContainerSpec) -> Started:
+        """Start an engine. A name held by anything (ours or foreign) is a ContainerConflictError."""
+        ...
+
+    def is_running(self, started: Started) -> bool: ...
+
+    def exit_code(self, started: Started) -> int | None:
+        """The exit code once the engine has exited, else None."""
+        ...
+
+    def logs(self, started: Started) -> str:
+        """Everything the engine printed so far (stdout and stderr)."""
+        ...
+
+    def stop(self, started: Started, timeout_s: int) -> StopResult:
+        """SIGTERM, wait up to ``timeout_s``, then kill. Never removes."""
+        ...
+
+    def remove(self, started: Started) -> None:
+        """Remove a stopped engine and its overlay volume; never forced on the happy path."""
+        ...
+
+    def upper_entries(self, started: Started) -> list[UpperEntry]:
+        """Paths written to the overlay's upper layer (new / rewritten / deleted); empty without overlay."""
+        ...
+
+    def name_holder(self, name: str) -> NameHolder:
+        """Whether a container with this name exists, and whether it carries our labels."""
+        ...
+
+    def list_ours(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+        """Our containers (owner label set) matching every label given."""
+        ...
+
+    def cleanup_ours(self, labels: Mapping[str, str]) -> list[str]:
+        """Stop and remove leftovers of ours matching ``labels`` (after a crash); returns their names."""
+        ...
+
+    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
+        """Make a tree written by an engine owned by us and readable (u+rwX, go+rX)."""
+        ...

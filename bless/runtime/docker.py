@@ -1,0 +1,743 @@
+"""The Docker runtime: engines in containers through the Docker SDK.
+
+This is the only module of bless that imports ``docker``; it does so lazily, so
+importing bless (or using the local runtime) never needs a Docker Engine or pays for
+the SDK's import. Every SDK failure becomes a :class:`~bless.errors.BlessError`:
+an unreachable daemon is :class:`RuntimeUnavailableError`, an absent image
+:class:`ImageMissingError`, a taken name :class:`ContainerConflictError`.
+
+Rules this module keeps (DESIGN.md §5):
+
+* every container and overlay volume we create carries our labels; we refuse to
+  create one without the owner label, and we only ever stop or remove labeled ones;
+* the engine port is published on ``spec.host_ip`` (loopback by default) and read
+  back from the daemon; we never talk to a container IP;
+* ``stop`` is ``docker stop`` (SIGTERM, then SIGKILL after the timeout) and ``remove``
+  is never forced;
+* an ``overlay`` mount is a local-driver volume of type overlay: the host directory is
+  the read-only lower layer, writes land in ``scratch/upper`` on the host, where
+  :meth:`DockerRuntime.upper_entries` reads them.
+
+The graceful-stop rule (see :meth:`DockerRuntime.stop`): a stop is graceful when the
+container's final state is not ``OOMKilled`` and its exit code is not 137
+(128 + SIGKILL). ``docker stop`` only sends SIGKILL once the timeout expired, so a
+container that exited on SIGTERM (0, 143, or whatever its handler returned) was
+graceful; a 137 means it was killed, by the timeout or by someone else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+from bless import labels as bless_labels
+from bless.engines.base import UpperEntry
+from bless.errors import (
+    BlessError,
+    ContainerConflictError,
+    EngineFailedError,
+    ImageMissingError,
+    InputInvalidError,
+    RuntimeUnavailableError,
+)
+from bless.runtime import upper as upper_layer
+from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+_HINT_DAEMON = (
+    "start the Docker Engine (scripts/ensure-docker.sh, or `sudo systemctl start docker`), "
+    "check DOCKER_HOST (now: {docker_host}), and that your user may use the Docker socket "
+    "(root or the docker group)"
+)
+_HINT_IMAGE = (
+    "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
+)
+# 128 + SIGKILL: what Docker reports for a container killed by `docker stop` after its timeout.
+_KILLED_EXIT_CODE = 137
+# Characters that would break the overlay mount's comma/colon separated option string.
+_OVERLAY_UNSAFE = frozenset(",:\n")
+# Where normalize_ownership's helper container sees the tree.
+_HELPER_TARGET = "/t"
+_HELPER_WAIT_S = 600
+
+
+def _docker_module() -> ModuleType:
+    """Import the SDK on first use; a missing SDK is an unusable runtime, not a traceback."""
+    try:
+        import docker  # lazy on purpose: only the docker runtime needs it
+    except ImportError as exc:  # pragma: no cover - docker is a declared dependency
+        raise RuntimeUnavailableError(
+            f"the Docker SDK for Python is not importable: {exc}",
+            hint="install bless with its dependencies (pip install 'docker>=7.1,<8')",
+        ) from exc
+    return docker
+
+
+def _unavailable(what: str, exc: BaseException) -> NoReturn:
+    docker_host = os.environ.get("DOCKER_HOST") or "unset (default unix:///var/run/docker.sock)"
+    raise RuntimeUnavailableError(
+        f"Docker Engine: {what} failed: {exc}",
+        hint=_HINT_DAEMON.format(docker_host=docker_host),
+        details={"operation": what, "cause": str(exc)},
+    ) from exc
+
+
+@contextlib.contextmanager
+def _daemon(what: str) -> Iterator[None]:
+    """Turn any SDK or connection failure inside the block into RuntimeUnavailableError.
+
+    Callers catch the specific cases they understand (NotFound, 409 Conflict) inside
+    the block first; whatever reaches here is an engine we cannot use. ``OSError``
+    covers requests' connection errors and timeouts (they subclass IOError).
+    """
+    docker = _docker_module()
+    try:
+        yield
+    except BlessError:
+        raise
+    except (docker.errors.DockerException, OSError) as exc:
+        _unavailable(what, exc)
+
+
+def _status_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _require_owner(mapping: Mapping[str, str], what: str) -> None:
+    """We never create anything we would not later recognize as ours (and be allowed to remove)."""
+    if not bless_labels.is_ours(dict(mapping)):
+        raise BlessError(
+            f"refusing to create {what} without the owner label "
+            f"{bless_labels.OWNER}={bless_labels.OWNER_VALUE}",
+            hint="this is a bug in the caller: build labels with bless.labels.labels_for()",
+        )
+
+
+def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
+    """The daemon answered but could not start the container: say which side is at fault.
+
+    GPU requests the daemon cannot satisfy are the environment's problem; anything else
+    (an executable missing from the image, a bad mount, an overlay the kernel refuses)
+    is this engine failing to start.
+    """
+    explanation = str(getattr(exc, "explanation", None) or exc)
+    if "could not select device driver" in explanation:
+        return RuntimeUnavailableError(
+            f"Docker cannot give container {spec.name!r} GPUs: {explanation}",
+            hint="install and configure the NVIDIA Container Toolkit, or run on a GPU host "
+            "with the local runtime",
+        )
+    return EngineFailedError(
+        f"Docker could not start container {spec.name!r}: {explanation}",
+        hint="check the engine command exists in the image, and the mounts (sources, overlay dirs)",
+        details={"daemon_error": explanation},
+    )
+
+
+def overlay_volume_name(container_name: str, index: int) -> str:
+    """The volume holding a container's ``index``-th overlay mount (first: ``<name>-overlay``)."""
+    return f"{container_name}-overlay" if index == 0 else f"{container_name}-overlay-{index}"
+
+
+def _overlay_mounts(spec: ContainerSpec) -> list[tuple[int, Mount]]:
+    return [(i, m) for i, m in enumerate(m for m in spec.mounts if m.kind == "overlay")]
+
+
+def _overlay_scratch(mount: Mount) -> Path:
+    if mount.scratch is None:
+        raise InputInvalidError(
+            f"overlay mount at {mount.target} has no scratch directory for its upper layer",
+            hint="set Mount.scratch to a host directory (the runtime creates upper/ and work/ in it)",
+        )
+    return mount.scratch
+
+
+def _check_overlay_path(path: Path, role: str) -> None:
+    if not path.is_absolute() or _OVERLAY_UNSAFE & set(str(path)):
+        raise InputInvalidError(
+            f"overlay {role} {str(path)!r} must be an absolute path without ',' ':' or newlines "
+            "(they would break the overlay mount options)",
+            hint="move the directory to a plain path",
+        )
+
+
+class DockerRuntime:
+    """Engines as Docker containers (implements :class:`bless.runtime.base.Runtime`).
+
+    ``base_url`` selects the daemon (``unix:///var/run/docker.sock``, ``tcp://...``);
+    without it the environment decides (``DOCKER_HOST`` and friends, like the CLI).
+    The connection is made on first use, so constructing the runtime never fails.
+
+    ``init`` (default True) runs Docker's init (tini) as PID 1 in front of the engine.
+    Without it the engine *is* PID 1, and PID 1 ignores every signal it installed no
+    handler for: an engine without a SIGTERM handler (plain Python has none) could then
+    only be killed after the timeout. With it, SIGTERM is forwarded, default-action
+    deaths report 143 like on a host, and zombies of compile workers are reaped.
+    """
+
+    # The protocol's attribute type, so DockerRuntime is a Runtime (attributes are invariant).
+    kind: Literal["docker", "local"] = "docker"
+
+    def __init__(self, base_url: str | None = None, *, timeout_s: int = 120, init: bool = True) -> None:
+        self._base_url = base_url
+        self._timeout_s = timeout_s
+        self._init = init
+        self._client_obj: DockerClient | None = None
+
+    # -- connection -----------------------------------------------------------------
+
+    @property
+    def _client(self) -> DockerClient:
+        if self._client_obj is None:
+            docker = _docker_module()
+            # The SDK asks the daemon for its API version while constructing the client,
+            # so this is where an absent daemon shows up.
+            with _daemon("connecting"):
+                if self._base_url is None:
+                    self._client_obj = docker.from_env(timeout=self._timeout_s)
+                else:
+                    self._client_obj = docker.DockerClient(base_url=self._base_url, timeout=self._timeout_s)
+        return self._client_obj
+
+    def ping(self) -> None:
+        """Raise RuntimeUnavailableError unless the daemon answers."""
+        with _daemon("ping"):
+            self._client.ping()
+
+    # -- images and ports -----------------------------------------------------------
+
+    def resolve_image(self, reference: str) -> str:
+        """Image reference -> image ID (``sha256:...``). Never pulls."""
+        docker = _docker_module()
+        client = self._client
+        with _daemon(f"inspecting image {reference}"):
+            try:
+                image = client.images.get(reference)
+            except docker.errors.ImageNotFound as exc:
+                raise ImageMissingError(
+                    f"image {reference!r} is not present in the Docker Engine",
+                    hint=_HINT_IMAGE.format(ref=reference),
+                ) from exc
+            except docker.errors.APIError as exc:
+                if _status_code(exc) == 400:
+                    raise InputInvalidError(
+                        f"{reference!r} is not a valid image reference: {exc.explanation or exc}",
+                        hint="use name:tag or an image ID (sha256:...)",
+                    ) from exc
+                raise
+            image_id = image.id
+        if not image_id:
+            raise ImageMissingError(f"image {reference!r} has no ID", hint=_HINT_IMAGE.format(ref=reference))
+        return str(image_id)
+
+    def engine_port(self, preferred: int) -> int:
+        """The container port is fixed; the host side is published separately."""
+        return preferred
+
+    # -- start ----------------------------------------------------------------------
+
+    def _conflict(self, name: str, holder: NameHolder) -> ContainerConflictError:
+        if holder == "foreign":
+            return ContainerConflictError(
+                f"a container named {name!r} exists WITHOUT our labels ({bless_labels.OWNER}); "
+                "it is not ours, so bless will not stop or remove it",
+                hint=f"rename or remove it yourself (docker rm {name}) if you know it is safe, then retry",
+                details={"name": name, "holder": holder},
+            )
+        return ContainerConflictError(
+            f"a container of ours named {name!r} already exists (running or not yet removed)",
+            hint=f"wait for it to finish, or stop it (docker stop {name}) and clean up "
+            "leftovers of ours, then retry",
+            details={"name": name, "holder": holder},
+        )
+
+    def _prepare_overlay(self, spec: ContainerSpec, index: int, mount: Mount) -> tuple[str, Any]:
+        """Create the overlay volume for one mount; returns (volume name, SDK mount)."""
+        docker = _docker_module()
+        client = self._client
+        scratch = _overlay_scratch(mount)
+        source = mount.source.resolve()
+        scratch = scratch.resolve()
+        _check_overlay_path(source, "lower dir")
+        _check_overlay_path(scratch, "scratch dir")
+        if not source.is_dir():
+            raise InputInvalidError(
+                f"overlay lower dir {source} does not exist or is not a directory",
+                hint="check the mount source",
+            )
+        upper, work = scratch / "upper", scratch / "work"
+        try:
+            upper.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeUnavailableError(
+                f"cannot create the overlay upper/work dirs under {scratch}: {exc}",
+                hint="check that the scratch directory is writable and on a local filesystem",
+            ) from exc
+        volume_name = overlay_volume_name(spec.name, index)
+        with _daemon(f"creating overlay volume {volume_name}"):
+            self._clear_stale_volume(volume_name)
+            client.volumes.create(
+                name=volume_name,
+                driver="local",
+                driver_opts={
+                    "type": "overlay",
+                    "device": "overlay",
+                    "o": f"lowerdir={source},upperdir={upper},workdir={work}",
+                },
+                labels=dict(spec.labels),
+            )
+        sdk_mount = docker.types.Mount(
+            target=mount.target,
+            source=volume_name,
+            type="volume",
+            # Without no_copy Docker would copy the image's files at the target into the
+            # (seemingly empty) volume, i.e. into our upper layer, before the engine runs.
+            no_copy=True,
+        )
+        return volume_name, sdk_mount
+
+    def _clear_stale_volume(self, volume_name: str) -> None:
+        """A volume of ours left by a crash is removed; anything else with the name is a conflict.
+
+        Reusing it is not an option: the daemon would keep its old lower/upper dirs.
+        """
+        docker = _docker_module()
+        try:
+            volume = self._client.volumes.get(volume_name)
+        except docker.errors.NotFound:
+            return
+        if not bless_labels.is_ours(volume.attrs.get("Labels") or {}):
+            raise ContainerConflictError(
+                f"a Docker volume named {volume_name!r} exists WITHOUT our labels; bless will not touch it",
+                hint=f"remove it yourself (docker volume rm {volume_name}) if it is safe, then retry",
+            )
+        try:
+            volume.remove()
+        except docker.errors.APIError as exc:
+            if _status_code(exc) == 409:
+                raise ContainerConflictError(
+                    f"overlay volume {volume_name!r} of ours is still used by a container",
+                    hint="stop and remove that container first (leftovers of ours can be cleaned up)",
+                ) from exc
+            raise
+
+    def _remove_volumes(self, names: list[str]) -> None:
+        """Remove overlay volumes we created; never one without our labels. Best effort."""
+        docker = _docker_module()
+        client = self._client
+        for name in names:
+            with _daemon(f"removing overlay volume {name}"):
+                try:
+                    volume = client.volumes.get(name)
+                except docker.errors.NotFound:
+                    continue
+                if bless_labels.is_ours(volume.attrs.get("Labels") or {}):
+                    volume.remove()
+
+    def start(self, spec: ContainerSpec) -> Started:
+        """Create and start a container for ``spec``; see the module docstring for the rules.
+
+        ``spec.command`` is the full argv: its first item replaces the image's entrypoint,
+        so a command means the same under both runtimes whatever ENTRYPOINT the image has.
+        """
+        docker = _docker_module()
+        if spec.image is None:
+            raise InputInvalidError(
+                f"container {spec.name!r}: the docker runtime needs an image", hint="set the profile's image"
+            )
+        if not spec.command:
+            raise InputInvalidError(
+                f"container {spec.name!r}: empty command", hint="this is a bug in the caller"
+            )
+        _require_owner(spec.labels, f"container {spec.name!r}")
+        holder = self.name_holder(spec.name)
+        if holder != "free":
+            raise self._conflict(spec.name, holder)
+        client = self._client
+
+        sdk_mounts: list[Any] = []
+        volumes: list[str] = []
+        container: Container | None = None
+        try:
+            for mount in spec.mounts:
+                if mount.kind == "overlay":
+                    continue
+                source = mount.source.resolve()
+                if not source.exists():
+                    raise InputInvalidError(
+                        f"mount source {source} does not exist", hint="check the mount source"
+                    )
+                sdk_mounts.append(
+                    docker.types.Mount(
+                        target=mount.target,
+                        source=str(source),
+                        type="bind",
+                        read_only=mount.kind == "ro",
+                    )
+                )
+            for index, mount in _overlay_mounts(spec):
+                volume_name, sdk_mount = self._prepare_overlay(spec, index, mount)
+                volumes.append(volume_name)
+                sdk_mounts.append(sdk_mount)
+
+            env = dict(spec.env)
+            if spec.home is not None:
+                # Same HOME in bootstrap, trials and serving (vLLM hashes HOME-derived paths).
+                env["HOME"] = spec.home
+            kwargs: dict[str, Any] = {
+                "name": spec.name,
+                "entrypoint": [spec.command[0]],
+                "command": list(spec.command[1:]),
+                "environment": env,
+                "labels": dict(spec.labels),
+                "mounts": sdk_mounts,
+                "detach": True,
+                "init": self._init,
+            }
+            if spec.port is not None:
+                kwargs["ports"] = {f"{spec.port}/tcp": (spec.host_ip, spec.host_port)}
+            if spec.gpus:
+                kwargs["device_requests"] = [
+                    docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])
+                ]
+            if spec.shm_size is not None:
+                kwargs["shm_size"] = spec.shm_size
+            if spec.ipc_host:
+                kwargs["ipc_mode"] = "host"
+            if spec.workdir is not None:
+                kwargs["working_dir"] = spec.workdir
+
+            with _daemon(f"creating container {spec.name}"):
+                try:
+                    container = client.containers.create(spec.image, **kwargs)
+                except docker.errors.ImageNotFound as exc:
+                    raise ImageMissingError(
+                        f"image {spec.image!r} is not present in the Docker Engine",
+                        hint=_HINT_IMAGE.format(ref=spec.image),
+                    ) from exc
+                except docker.errors.APIError as exc:
+                    if _status_code(exc) == 409:
+                        # Someone took the name between our check and the create.
+                        raise self._conflict(spec.name, self.name_holder(spec.name)) from exc
+                    raise
+            with _daemon(f"starting container {spec.name}"):
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    raise _start_failed(spec, exc) from exc
+                container.reload()
+        except BaseException:
+            self._undo_start(container, volumes)
+            raise
+
+        host_port = self._published_port(container.attrs, spec)
+        notes: tuple[str, ...] = ()
+        if spec.port is not None and host_port is None:
+            notes = ("the engine exited before its published port could be read",)
+        return Started(
+            id=str(container.id),
+            name=spec.name,
+            spec=spec,
+            host_port=host_port,
+            enforced_read_only=True,
+            notes=notes,
+        )
+
+    def _undo_start(self, container: Container | None, volumes: list[str]) -> None:
+        """A failed start leaves nothing behind: the container we created, then its volumes.
+
+        The container was never (successfully) started, so plain remove is enough; we do
+        not mask the original error if the cleanup itself fails.
+        """
+        with contextlib.suppress(BlessError):
+            if container is not None:
+                with _daemon("removing a container that failed to start"):
+                    container.reload()
+                    if container.attrs.get("State", {}).get("Running"):
+                        container.stop(timeout=10)
+                    container.remove()
+        with contextlib.suppress(BlessError):
+            self._remove_volumes(volumes)
+
+    @staticmethod
+    def _published_port(attrs: Mapping[str, Any], spec: ContainerSpec) -> int | None:
+        """The host port the daemon bound for ``spec.port`` on ``spec.host_ip``."""
+        if spec.port is None:
+            return None
+        ports = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
+        for binding in ports.get(f"{spec.port}/tcp") or []:
+            if binding.get("HostIp") in (spec.host_ip, "") and binding.get("HostPort"):
+                return int(binding["HostPort"])
+        return spec.host_port
+
+    # -- watching -------------------------------------------------------------------
+
+    def _container(self, started: Started) -> Container | None:
+        docker = _docker_module()
+        client = self._client
+        with _daemon(f"inspecting container {started.name}"):
+            try:
+                return client.containers.get(started.id)
+            except docker.errors.NotFound:
+                return None
+
+    @staticmethod
+    def _state(container: Container) -> dict[str, Any]:
+        state = container.attrs.get("State")
+        return state if isinstance(state, dict) else {}
+
+    def is_running(self, started: Started) -> bool:
+        container = self._container(started)
+        return container is not None and bool(self._state(container).get("Running"))
+
+    def exit_code(self, started: Started) -> int | None:
+        """The exit code once the container has exited; None while created or running, or if gone."""
+        container = self._container(started)
+        if container is None:
+            return None
+        state = self._state(container)
+        if state.get("Status") in ("exited", "dead"):
+            code = state.get("ExitCode")
+            return int(code) if isinstance(code, int) else None
+        return None
+
+    def logs(self, started: Started) -> str:
+        """stdout and stderr, interleaved as the daemon recorded them; empty if the container is gone."""
+        container = self._container(started)
+        if container is None:
+            return ""
+        with _daemon(f"reading logs of {started.name}"):
+            raw = container.logs(stdout=True, stderr=True)
+        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+    # -- stopping -------------------------------------------------------------------
+
+    def stop(self, started: Started, timeout_s: int) -> StopResult:
+        """``docker stop -t timeout_s``: SIGTERM, then SIGKILL once the timeout expired. Never removes.
+
+        ``graceful`` is True when the final state is not OOMKilled and the exit code is
+        not 137 (128 + SIGKILL): the engine exited by itself or on SIGTERM rather than
+        being killed. A container that had already exited is reported as it exited
+        (seconds 0). A container that vanished reports ``exit_code=None, graceful=False``
+        (fail closed: we cannot say it stopped cleanly).
+
+        A SIGTERM that reaches PID 1 (init, or the engine with ``init=False``) before it
+        installed its handlers is ignored by the kernel, so a stop issued within moments
+        of the start can end in a kill; stop after readiness.
+        """
+        container = self._container(started)
+        if container is None:
+            return StopResult(exit_code=None, graceful=False, seconds=0.0)
+        began = time.monotonic()
+        with _daemon(f"stopping container {started.name}"):
+            if self._state(container).get("Running"):
+                container.stop(timeout=timeout_s)
+            seconds = time.monotonic() - began
+            container.reload()
+        state = self._state(container)
+        code = state.get("ExitCode")
+        # A container that never ran ("created") has ExitCode 0 too: that is no clean exit.
+        exited = state.get("Status") in ("exited", "dead")
+        exit_code = int(code) if exited and isinstance(code, int) else None
+        graceful = not state.get("OOMKilled") and exit_code is not None and exit_code != _KILLED_EXIT_CODE
+        return StopResult(exit_code=exit_code, graceful=graceful, seconds=seconds)
+
+    def remove(self, started: Started) -> None:
+        """Remove the stopped container (never forced), then its overlay volumes of ours.
+
+        The upper layers on the host stay: the caller keeps them as evidence or deletes them.
+        A running container is a ContainerConflictError: stop it first.
+        """
+        docker = _docker_module()
+        container = self._container(started)
+        if container is not None:
+            with _daemon(f"removing container {started.name}"):
+                try:
+                    container.remove()
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    if _status_code(exc) == 409:
+                        raise ContainerConflictError(
+                            f"container {started.name!r} is still running; it must be stopped before removal",
+                            hint="stop it first (bless never force-removes)",
+                        ) from exc
+                    raise
+        self._remove_volumes(
+            [overlay_volume_name(started.spec.name, index) for index, _ in _overlay_mounts(started.spec)]
+        )
+
+    # -- evidence -------------------------------------------------------------------
+
+    def upper_entries(self, started: Started) -> list[UpperEntry]:
+        """Writes recorded in each overlay mount's upper layer on the host (see upper.scan_upper)."""
+        per_mount = [
+            (
+                mount.target,
+                upper_layer.scan_upper(_overlay_scratch(mount).resolve() / "upper", mount.source.resolve()),
+            )
+            for _, mount in _overlay_mounts(started.spec)
+        ]
+        return upper_layer.combine(per_mount) if per_mount else []
+
+    # -- ownership of names ---------------------------------------------------------
+
+    def name_holder(self, name: str) -> NameHolder:
+        """``free``, ``ours`` (owner label set) or ``foreign``, by exact container name."""
+        client = self._client
+        # The name filter is a regular expression over "/<name>"; container names may
+        # contain '.', so escape it, and compare exactly afterwards anyway.
+        pattern = "^/" + name.replace(".", r"\.") + "$"
+        with _daemon(f"looking up container name {name}"):
+            found = client.containers.list(all=True, filters={"name": pattern}, ignore_removed=True)
+        for container in found:
+            if container.name == name:
+                return "ours" if bless_labels.is_ours(container.labels) else "foreign"
+        return "free"
+
+    def _ours(self, labels: Mapping[str, str]) -> list[Container]:
+        client = self._client
+        filters = [f"{bless_labels.OWNER}={bless_labels.OWNER_VALUE}"]
+        filters += [f"{key}={value}" for key, value in labels.items()]
+        with _daemon("listing containers of ours"):
+            found = client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
+        # The daemon filtered already; checking again costs nothing and guards the one rule
+        # that must never break: only labeled containers are ever touched.
+        return [
+            c
+            for c in found
+            if bless_labels.is_ours(c.labels) and all(c.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def list_ours(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+        return [
+            ContainerInfo(id=str(c.id), name=str(c.name), status=str(c.status), labels=dict(c.labels))
+            for c in self._ours(labels)
+        ]
+
+    def cleanup_ours(self, labels: Mapping[str, str]) -> list[str]:
+        """Stop (timeout 10 s) and remove our containers matching ``labels``, then our unused volumes.
+
+        Returns the names of the containers removed. Unlabeled containers and volumes are
+        never touched, whatever their names.
+        """
+        docker = _docker_module()
+        removed: list[str] = []
+        for container in self._ours(labels):
+            with _daemon(f"cleaning up container {container.name}"):
+                try:
+                    container.reload()
+                    if container.attrs.get("State", {}).get("Running"):
+                        container.stop(timeout=10)
+                    container.remove()
+                except docker.errors.NotFound:
+                    continue
+            removed.append(str(container.name))
+        client = self._client
+        filters: dict[str, Any] = {
+            "label": [f"{bless_labels.OWNER}={bless_labels.OWNER_VALUE}"]
+            + [f"{key}={value}" for key, value in labels.items()],
+            "dangling": True,
+        }
+        with _daemon("listing volumes of ours"):
+            volumes = client.volumes.list(filters=filters)
+        for volume in volumes:
+            volume_labels = volume.attrs.get("Labels") or {}
+            if not bless_labels.is_ours(volume_labels) or any(
+                volume_labels.get(k) != v for k, v in labels.items()
+            ):
+                continue
+            with _daemon(f"removing volume {volume.name}"):
+                try:
+                    volume.remove()
+                except docker.errors.NotFound:
+                    continue
+                except docker.errors.APIError as exc:
+                    if _status_code(exc) == 409:
+                        continue  # in use after all (a racing start): not a leftover
+                    raise
+        return removed
+
+    # -- permissions ----------------------------------------------------------------
+
+    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
+        """Make a tree written by a container owned by us and readable (u+rwX, go+rX).
+
+        As root the files are already ours, so a chmod in Python is enough. Otherwise the
+        files belong to the container's (root) user and we may not change them, so a
+        short-lived helper container of ours (phase ``helper``) chowns and chmods them.
+        """
+        path = path.resolve()
+        if os.geteuid() == 0:
+            try:
+                upper_layer.normalize_modes(path)
+            except OSError as exc:
+                raise RuntimeUnavailableError(
+                    f"cannot normalize permissions under {path}: {exc}", hint="check the filesystem"
+                ) from exc
+            return
+        if image is None:
+            raise InputInvalidError(
+                "normalizing ownership as a non-root user needs an image for the helper container",
+                hint="this is a bug in the caller: pass the engine image",
+            )
+        self._run_helper(path, image)
+
+    def _run_helper(self, path: Path, image: str) -> None:
+        docker = _docker_module()
+        client = self._client
+        uid, gid = os.getuid(), os.getgid()
+        name = f"bless-helper-{uuid.uuid4().hex[:12]}"
+        helper_labels = {
+            bless_labels.OWNER: bless_labels.OWNER_VALUE,
+            bless_labels.PHASE: bless_labels.PHASE_HELPER,
+        }
+        script = f"chown -R {uid}:{gid} {_HELPER_TARGET} && chmod -R u+rwX,go+rX {_HELPER_TARGET}"
+        container: Container | None = None
+        try:
+            with _daemon("running the ownership helper container"):
+                try:
+                    container = client.containers.create(
+                        image,
+                        name=name,
+                        entrypoint=["sh", "-c"],
+                        command=[script],
+                        user="0:0",
+                        labels=helper_labels,
+                        mounts=[docker.types.Mount(target=_HELPER_TARGET, source=str(path), type="bind")],
+                        network_disabled=True,
+                    )
+                except docker.errors.ImageNotFound as exc:
+                    raise ImageMissingError(
+                        f"image {image!r} for the ownership helper is not present",
+                        hint=_HINT_IMAGE.format(ref=image),
+                    ) from exc
+                container.start()
+                result = container.wait(timeout=_HELPER_WAIT_S)
+                code = int(result.get("StatusCode", -1))
+                if code != 0:
+                    log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+                    raise RuntimeUnavailableError(
+                        f"the ownership helper container exited with {code} on {path}: {log.strip()}",
+                        hint="check that the image has sh, chown and chmod, and the path is on the host",
+                        details={"log": log},
+                    )
+        finally:
+            if container is not None:
+                with contextlib.suppress(BlessError), _daemon("removing the ownership helper"):
+                    container.reload()
+                    if container.attrs.get("State", {}).get("Running"):
+                        container.stop(timeout=10)
+                    container.remove()

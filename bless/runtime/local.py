@@ -1,0 +1,590 @@
+"""The local runtime: the engine as a subprocess on this host (GPU hosts without Docker).
+
+Two modes, chosen at construction:
+
+* **mount namespace** (root on Linux, the default there): the engine runs under
+  ``unshare --mount --propagation private``; a short ``sh`` prologue mounts every
+  :class:`~bless.runtime.base.Mount` at its target (bind, read-only bind, or
+  ``mount -t overlay`` with the upper layer in ``scratch/upper``) and then ``exec``s the
+  engine, so the engine keeps the child's pid and receives our signals. The mounts
+  vanish with the namespace; read-only is enforced by the kernel.
+* **copy** (not root, or ``use_mount_namespace=False``): nothing can be mounted. A
+  read-write mount must already be at its own path (target == source). A read-only or
+  overlay mount is materialized by copying the lower tree to the target, which the
+  engine may then write: read-only is *not* enforced, :attr:`Started.notes` says so,
+  :meth:`LocalRuntime.upper_entries` reports what changed by comparing the copy with
+  the original, and the post-trial hash check is what protects the blessing.
+
+Processes run in their own session (process group), with a small allow-listed
+environment plus the spec's, and HOME pinned to ``spec.home`` when given, so the engine
+sees the same HOME in bootstrap, trials and serving. Output goes to ``spec.log_path``.
+
+The graceful-stop rule mirrors Docker's (see :meth:`LocalRuntime.stop`): SIGTERM to the
+process group, wait up to the timeout, then SIGKILL; graceful when we did not have to
+send SIGKILL and the exit code is not 137. Exit codes follow Docker's convention:
+death by signal N is reported as 128 + N (SIGTERM 143, SIGKILL 137).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from bless import labels as bless_labels
+from bless.engines.base import UpperEntry
+from bless.errors import (
+    BlessError,
+    ContainerConflictError,
+    InputInvalidError,
+    RuntimeUnavailableError,
+)
+from bless.runtime import upper as upper_layer
+from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+
+# What the engine inherits from our environment: enough to find binaries, libraries and
+# GPUs, nothing that could carry our own configuration (or secrets) into a blessed run.
+_ENV_NAMES = ("PATH", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH")
+_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_")
+# 128 + SIGKILL, as Docker reports a killed container.
+_KILLED_EXIT_CODE = 128 + signal.SIGKILL
+# Exit code of the mount prologue when a mount fails (its message is in the log).
+MOUNT_SETUP_FAILED = 121
+_MOUNT_FAILED_PREFIX = "bless-local: mount setup failed:"
+# Exit code when the engine binary is missing inside the namespace (as sh reports it).
+COMMAND_NOT_FOUND = 127
+# Characters that would break the overlay mount's comma/colon separated option string.
+_OVERLAY_UNSAFE = frozenset(",:\n")
+_POLL_S = 0.05
+
+
+def _normalized_exit(returncode: int) -> int:
+    """Popen says -N for death by signal N; report 128 + N like Docker and shells do."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _mount_namespace_possible() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and os.geteuid() == 0
+        and shutil.which("unshare") is not None
+        and shutil.which("mount") is not None
+    )
+
+
+def _missing_dirs(target: Path) -> list[Path]:
+    """The directories ``mkdir -p target`` would create, outermost first."""
+    missing: list[Path] = []
+    current = target
+    while not os.path.lexists(current) and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    return list(reversed(missing))
+
+
+@dataclass
+class _Proc:
+    """One engine we started: its process and what we must undo on remove."""
+
+    started: Started
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    # Materialized copies (copy mode): (target, we created the target dir itself).
+    copies: list[tuple[Path, bool]] = field(default_factory=list)
+    # Mount-point directories that did not exist before (namespace mode), outermost first.
+    created_dirs: list[Path] = field(default_factory=list)
+    # Set once the process was reaped (its pid may then belong to someone else).
+    reaped: bool = False
+
+
+class LocalRuntime:
+    """Engines as local subprocesses (implements :class:`bless.runtime.base.Runtime`).
+
+    ``use_mount_namespace``: ``None`` (default) uses a private mount namespace when
+    possible (root on Linux with ``unshare`` and ``mount``), else the copy mode; ``True``
+    requires it (RuntimeUnavailableError when impossible); ``False`` forces copy mode.
+    The registry of engines is per instance: ``name_holder``, ``list_ours`` and
+    ``cleanup_ours`` see only what this instance started.
+    """
+
+    # The protocol's attribute type, so LocalRuntime is a Runtime (attributes are invariant).
+    kind: Literal["docker", "local"] = "local"
+
+    def __init__(self, *, use_mount_namespace: bool | None = None) -> None:
+        self._required_namespace = use_mount_namespace is True
+        possible = _mount_namespace_possible()
+        self.uses_mount_namespace = possible if use_mount_namespace is None else use_mount_namespace
+        self._procs: dict[str, _Proc] = {}
+
+    # -- about this runtime ---------------------------------------------------------
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What this runtime can and cannot guarantee here (for preflight reports)."""
+        if self.uses_mount_namespace:
+            return ("local runtime: private mount namespace; read-only and overlay mounts are enforced",)
+        return (
+            "local runtime without a mount namespace (not root, or disabled): read-only and overlay "
+            "mounts are writable copies at their targets, read-only is NOT enforced; the post-trial "
+            "hash check is what protects a blessing",
+        )
+
+    def ping(self) -> None:
+        """Always usable, unless a mount namespace was required and cannot be had."""
+        if self.uses_mount_namespace and not _mount_namespace_possible():
+            raise RuntimeUnavailableError(
+                "the local runtime was asked for a private mount namespace, which needs root on Linux "
+                "with unshare(1) and mount(8)",
+                hint="run as root, or let the local runtime fall back to copies (read-only not enforced)",
+            )
+
+    def resolve_image(self, reference: str) -> str:
+        """The local runtime runs no images."""
+        raise InputInvalidError(
+            f"the local runtime takes no image (got {reference!r}): the engine runs on this host",
+            hint="use the docker runtime for image-based profiles, or drop the image for runtime 'local'",
+        )
+
+    def engine_port(self, preferred: int) -> int:
+        """A free TCP port on 127.0.0.1 for the engine to listen on directly.
+
+        ``preferred`` is ignored: engines of several runs may share this host. The port
+        is free when chosen; another process could take it before the engine binds,
+        which then shows up as an engine that fails to start.
+        """
+        del preferred
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        return port
+
+    # -- start ----------------------------------------------------------------------
+
+    def _environment(self, spec: ContainerSpec) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key in _ENV_NAMES or key.startswith(_ENV_PREFIXES)
+        }
+        env.setdefault("PATH", os.defpath)
+        # Without a pinned HOME the engine gets ours, which is at least the same every run.
+        home = spec.home if spec.home is not None else os.environ.get("HOME")
+        env.update(spec.env)
+        if home is not None:
+            env["HOME"] = home
+        if spec.gpus and spec.gpus > 0 and "CUDA_VISIBLE_DEVICES" not in env:
+            # Docker's count=N gives the first N GPUs; do the same on a bare host.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.gpus))
+        return env
+
+    def _check_spec(self, spec: ContainerSpec) -> Path:
+        if not spec.command:
+            raise BlessError(f"engine {spec.name!r}: empty command", hint="this is a bug in the caller")
+        if not bless_labels.is_ours(dict(spec.labels)):
+            raise BlessError(
+                f"refusing to start engine {spec.name!r} without the owner label {bless_labels.OWNER}",
+                hint="this is a bug in the caller: build labels with bless.labels.labels_for()",
+            )
+        if spec.log_path is None:
+            raise BlessError(
+                f"engine {spec.name!r}: the local runtime needs spec.log_path for the engine's output",
+                hint="this is a bug in the caller",
+            )
+        if spec.port is not None and spec.host_port is not None and spec.host_port != spec.port:
+            raise InputInvalidError(
+                f"engine {spec.name!r}: the local runtime cannot publish port {spec.port} "
+                f"as {spec.host_port}; the engine listens on the host directly",
+                hint="use engine_port() for both, or the docker runtime",
+            )
+        for mount in spec.mounts:
+            if not Path(mount.target).is_absolute():
+                raise InputInvalidError(
+                    f"mount target {mount.target!r} must be an absolute path", hint="fix the mount target"
+                )
+            if not mount.source.exists():
+                raise InputInvalidError(
+                    f"mount source {mount.source} does not exist", hint="check the source"
+                )
+        existing = self._procs.get(spec.name)
+        if existing is not None:
+            alive = self._peek(existing) is None
+            raise ContainerConflictError(
+                f"an engine of ours named {spec.name!r} "
+                + ("is still running" if alive else "has exited but was not removed yet"),
+                hint="stop and remove it first, or wait for it to finish",
+                details={"name": spec.name, "holder": "ours"},
+            )
+        return spec.log_path
+
+    def _namespace_argv(self, spec: ContainerSpec, proc_dirs: list[Path]) -> list[str]:
+        """``unshare ... sh -c '<mount prologue>; exec "$@"' sh <command...>``."""
+        steps: list[str] = []
+
+        def step(command: str, what: str) -> None:
+            message = shlex.quote(f"{_MOUNT_FAILED_PREFIX} {what}")
+            steps.append(f"{command} || {{ echo {message} >&2; exit {MOUNT_SETUP_FAILED}; }}")
+
+        # Parents before children, so a mount inside another mount's target lands on top.
+        for mount in sorted(spec.mounts, key=lambda m: len(Path(m.target).parts)):
+            source = mount.source.resolve()
+            target = mount.target
+            proc_dirs.extend(d for d in _missing_dirs(Path(target)) if d not in proc_dirs)
+            q_source, q_target = shlex.quote(str(source)), shlex.quote(target)
+            step(f"mkdir -p {q_target}", f"mkdir {target}")
+            if mount.kind == "rw":
+                step(f"mount --bind {q_source} {q_target}", f"bind {source} at {target}")
+            elif mount.kind == "ro":
+                step(f"mount --bind {q_source} {q_target}", f"bind {source} at {target}")
+                step(f"mount -o remount,bind,ro {q_target}", f"remount {target} read-only")
+            else:
+                upper, work = self._overlay_dirs(mount, source)
+                options = f"lowerdir={source},upperdir={upper},workdir={work}"
+                step(
+                    f"mount -t overlay overlay -o {shlex.quote(options)} {q_target}",
+                    f"overlay of {source} at {target}",
+                )
+        if spec.workdir is not None:
+            step(f"cd {shlex.quote(spec.workdir)}", f"cd {spec.workdir}")
+        # exec of a missing binary would only say "not found" with sh's wording; say ours.
+        steps.append(
+            'command -v "$1" >/dev/null 2>&1 || '
+            f'{{ echo "bless-local: engine command not found: $1" >&2; exit {COMMAND_NOT_FOUND}; }}'
+        )
+        script = "\n".join([*steps, 'exec "$@"'])
+        # unshare(1) without --fork execs sh, which execs the engine: one pid throughout.
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *spec.command]
+
+    @staticmethod
+    def _overlay_dirs(mount: Mount, source: Path) -> tuple[Path, Path]:
+        if mount.scratch is None:
+            raise InputInvalidError(
+                f"overlay mount at {mount.target} has no scratch directory for its upper layer",
+                hint="set Mount.scratch to a host directory (the runtime creates upper/ and work/ in it)",
+            )
+        scratch = mount.scratch.resolve()
+        for path, role in ((source, "lower dir"), (scratch, "scratch dir")):
+            if _OVERLAY_UNSAFE & set(str(path)):
+                raise InputInvalidError(
+                    f"overlay {role} {str(path)!r} contains ',' ':' or a newline (breaks the mount options)",
+                    hint="move the directory to a plain path",
+                )
+        upper, work = scratch / "upper", scratch / "work"
+        try:
+            upper.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeUnavailableError(
+                f"cannot create the overlay upper/work dirs under {scratch}: {exc}",
+                hint="check that the scratch directory is writable and on a local filesystem",
+            ) from exc
+        return upper, work
+
+    def _materialize(self, spec: ContainerSpec, copies: list[tuple[Path, bool]]) -> tuple[str, ...]:
+        """Copy mode: present each mount at its target without mounting; returns notes.
+
+        Every copy made is appended to ``copies`` at once, so a failure midway can be undone.
+        """
+        notes: list[str] = []
+        for mount in spec.mounts:
+            source = mount.source.resolve()
+            target = Path(mount.target)
+            if mount.kind == "rw":
+                if target.resolve() != source:
+                    raise RuntimeUnavailableError(
+                        f"without a mount namespace the local runtime cannot present {source} read-write "
+                        f"at {target}",
+                        hint="run as root (private mount namespace), or use the directory at its own path",
+                    )
+                continue
+            if target.resolve() == source:
+                raise RuntimeUnavailableError(
+                    f"without a mount namespace a {mount.kind} mount needs a target other than its source "
+                    f"({source}): the engine would write into the original",
+                    hint="run as root (private mount namespace), or choose another target",
+                )
+            pre_existing = os.path.lexists(target)
+            if pre_existing and (not target.is_dir() or target.is_symlink() or any(target.iterdir())):
+                raise RuntimeUnavailableError(
+                    f"cannot materialize {source} at {target}: "
+                    "the target exists and is not an empty directory",
+                    hint="remove it or choose another target",
+                )
+            try:
+                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    if not pre_existing:
+                        shutil.rmtree(target)
+                raise RuntimeUnavailableError(
+                    f"cannot copy {source} to {target}: {exc}",
+                    hint="the target must be creatable by this user; or run as root",
+                ) from exc
+            copies.append((target, not pre_existing))
+            notes.append(
+                f"read-only layer NOT enforced: {target} is a writable copy of {source} "
+                "(no mount namespace); writes are reported by comparing the copy with the original, "
+                "and the post-trial hash check is what protects the blessing"
+            )
+        return tuple(notes)
+
+    def start(self, spec: ContainerSpec) -> Started:
+        """Spawn the engine in its own session with its output in ``spec.log_path``."""
+        log_path = self._check_spec(spec)
+        if self._required_namespace:
+            self.ping()
+        env = self._environment(spec)
+        created_dirs: list[Path] = []
+        copies: list[tuple[Path, bool]] = []
+        notes: tuple[str, ...] = ()
+        cwd: str | None = None
+        try:
+            if self.uses_mount_namespace:
+                argv = self._namespace_argv(spec, created_dirs)
+            else:
+                notes = self._materialize(spec, copies)
+                argv = list(spec.command)
+                cwd = spec.workdir
+            try:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                with log_path.open("wb") as log:
+                    popen = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=cwd,
+                        start_new_session=True,
+                    )
+            except OSError as exc:
+                raise RuntimeUnavailableError(
+                    f"cannot start engine {spec.name!r} ({argv[0]}): {exc}",
+                    hint="check the engine command, its working directory and the log path",
+                ) from exc
+        except BaseException:
+            self._undo_copies(copies)
+            raise
+        started = Started(
+            id=str(popen.pid),
+            name=spec.name,
+            spec=spec,
+            host_port=spec.port,
+            enforced_read_only=self.uses_mount_namespace
+            or not any(m.kind in ("ro", "overlay") for m in spec.mounts),
+            notes=notes,
+        )
+        self._procs[spec.name] = _Proc(
+            started=started,
+            popen=popen,
+            log_path=log_path,
+            copies=copies,
+            created_dirs=created_dirs,
+        )
+        return started
+
+    # -- watching -------------------------------------------------------------------
+
+    def _proc(self, started: Started) -> _Proc | None:
+        proc = self._procs.get(started.name)
+        if proc is None or proc.started.id != started.id:
+            return None
+        return proc
+
+    @staticmethod
+    def _peek(proc: _Proc) -> int | None:
+        """The exit code if the engine has exited, without reaping it.
+
+        Not reaping keeps the pid (and so the process group id) reserved until stop or
+        remove, so killing leftovers of the group can never hit an unrelated process.
+        """
+        if proc.popen.returncode is not None:
+            return _normalized_exit(proc.popen.returncode)
+        if not hasattr(os, "waitid"):  # pragma: no cover - e.g. macOS builds without waitid
+            code = proc.popen.poll()
+            return None if code is None else _normalized_exit(code)
+        try:
+            info = os.waitid(os.P_PID, proc.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            # Reaped elsewhere (should not happen): let Popen fetch what it can.
+            code = proc.popen.poll()
+            return None if code is None else _normalized_exit(code)
+        if info is None:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            return info.si_status
+        return 128 + info.si_status
+
+    @staticmethod
+    def _reap(proc: _Proc) -> int:
+        """Kill what is left of the group (as a container dies with its PID 1), then reap."""
+        if not proc.reaped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait()
+            proc.reaped = True
+        return _normalized_exit(proc.popen.returncode)
+
+    def is_running(self, started: Started) -> bool:
+        proc = self._proc(started)
+        return proc is not None and self._peek(proc) is None
+
+    def exit_code(self, started: Started) -> int | None:
+        """The exit code (128 + N for signal N) once exited; None while running or unknown."""
+        proc = self._proc(started)
+        return None if proc is None else self._peek(proc)
+
+    def logs(self, started: Started) -> str:
+        """The log file so far (stdout and stderr interleaved)."""
+        log_path = started.spec.log_path
+        if log_path is None:
+            return ""
+        try:
+            return log_path.read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- stopping -------------------------------------------------------------------
+
+    def stop(self, started: Started, timeout_s: int) -> StopResult:
+        """SIGTERM to the process group, wait ``timeout_s``, then SIGKILL the group. Never removes.
+
+        ``graceful`` is True when the engine exited before the timeout (we never sent
+        SIGKILL) and its exit code is not 137 (killed by someone else). An engine that had
+        already exited is reported as it exited (seconds 0). Processes left in the group
+        after the engine exits are killed, as Docker does when a container's PID 1 exits.
+        An engine this instance does not know reports ``exit_code=None, graceful=False``.
+        """
+        proc = self._proc(started)
+        if proc is None:
+            return StopResult(exit_code=None, graceful=False, seconds=0.0)
+        began = time.monotonic()
+        killed = False
+        seconds = 0.0
+        if self._peek(proc) is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            deadline = began + timeout_s
+            while self._peek(proc) is None and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+            if self._peek(proc) is None:
+                killed = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                while self._peek(proc) is None:
+                    time.sleep(_POLL_S)
+            seconds = time.monotonic() - began
+        code = self._reap(proc)
+        return StopResult(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
+
+    def remove(self, started: Started) -> None:
+        """Forget a stopped engine; undo copies and mount-point dirs we created.
+
+        A running engine is a ContainerConflictError (stop it first). The overlay upper
+        layer stays: the caller keeps it as evidence or deletes it.
+        """
+        proc = self._proc(started)
+        if proc is None:
+            return
+        if self._peek(proc) is None:
+            raise ContainerConflictError(
+                f"engine {started.name!r} is still running; it must be stopped before removal",
+                hint="stop it first",
+            )
+        self._reap(proc)
+        self._undo_copies(proc.copies)
+        for directory in reversed(proc.created_dirs):
+            # Only empty ones: after the namespace is gone a mount point is empty again.
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        del self._procs[started.name]
+
+    @staticmethod
+    def _undo_copies(copies: list[tuple[Path, bool]]) -> None:
+        """Delete materialized copies: the dir itself if we created it, else its contents."""
+        for target, created in reversed(copies):
+            with contextlib.suppress(OSError):
+                if created:
+                    shutil.rmtree(target)
+                else:
+                    for child in target.iterdir():
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child)
+                        else:
+                            child.unlink()
+        copies.clear()
+
+    # -- evidence -------------------------------------------------------------------
+
+    def upper_entries(self, started: Started) -> list[UpperEntry]:
+        """Writes over the read-only layers; call it before :meth:`remove`.
+
+        Namespace mode: each overlay's ``scratch/upper`` (see upper.scan_upper). Copy mode:
+        each read-only or overlay copy compared with its original by content (see
+        upper.diff_trees): in that mode a "read-only" mount was writable, so its writes
+        are reported too.
+        """
+        per_mount: list[tuple[str, list[UpperEntry]]] = []
+        for mount in started.spec.mounts:
+            if self.uses_mount_namespace and mount.kind == "overlay" and mount.scratch is not None:
+                scanned = upper_layer.scan_upper(mount.scratch.resolve() / "upper", mount.source.resolve())
+                per_mount.append((mount.target, scanned))
+            elif not self.uses_mount_namespace and mount.kind in ("ro", "overlay"):
+                diffed = upper_layer.diff_trees(Path(mount.target), mount.source.resolve())
+                per_mount.append((mount.target, diffed))
+        return upper_layer.combine(per_mount) if per_mount else []
+
+    # -- ownership of names ---------------------------------------------------------
+
+    def name_holder(self, name: str) -> NameHolder:
+        """``ours`` while this instance holds the name (until remove); never ``foreign``."""
+        return "ours" if name in self._procs else "free"
+
+    def _ours(self, labels: Mapping[str, str]) -> list[_Proc]:
+        return [
+            proc
+            for proc in self._procs.values()
+            if bless_labels.is_ours(dict(proc.started.spec.labels))
+            and all(proc.started.spec.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def list_ours(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+        return [
+            ContainerInfo(
+                id=proc.started.id,
+                name=proc.started.name,
+                status="running" if self._peek(proc) is None else "exited",
+                labels=dict(proc.started.spec.labels),
+            )
+            for proc in self._ours(labels)
+        ]
+
+    def cleanup_ours(self, labels: Mapping[str, str]) -> list[str]:
+        """Stop (timeout 10 s) and remove the engines of this instance matching ``labels``."""
+        removed: list[str] = []
+        for proc in self._ours(labels):
+            self.stop(proc.started, 10)
+            self.remove(proc.started)
+            removed.append(proc.started.name)
+        return removed
+
+    # -- permissions ----------------------------------------------------------------
+
+    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
+        """The engine ran as us, so its files are ours: ``chmod -R u+rwX,go+rX`` is enough."""
+        del image
+        try:
+            upper_layer.normalize_modes(path)
+        except OSError as exc:
+            raise RuntimeUnavailableError(
+                f"cannot normalize permissions under {path}: {exc}", hint="check the filesystem"
+            ) from exc

@@ -1,0 +1,36 @@
+"""Loading and applying the JSON Schemas shipped in ``manifests/schema/``."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "manifests" / "schema"
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The validator for ``manifests/schema/<name>.json`` (e.g. ``profile.v1``)."""
+    schema = json.loads((SCHEMA_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def schema_errors(name: str, document: Any, *, limit: int = 10) -> list[str]:
+    """Every schema violation of ``document`` as ``field: reason`` lines (empty when valid)."""
+    errors = sorted(validator(name).iter_errors(document), key=lambda e: list(e.absolute_path))
+    return [describe(error) for error in errors[:limit]]
+
+
+def describe(error: jsonschema.ValidationError) -> str:
+    """One readable line for a schema error, naming the field by its dotted path."""
+    field = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    message = error.message
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"{field}: {message}"

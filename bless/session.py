@@ -1,0 +1,151 @@
+"""One engine start as a context manager: spec building, start, readiness, graceful stop, removal.
+
+Shared by the orchestrator (bootstrap and trials) and the launcher (serving), so every
+start carries our labels, pins the cache path and HOME, and is stopped the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bless.engines.base import EngineAdapter, UpperEntry
+from bless.profile import Profile
+from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
+from bless.trials import EngineClient, NotReadyError, wait_ready
+
+DEFAULT_ENGINE_PORT = 8000
+LOG_TAIL_LINES = 40
+
+
+def engine_spec(
+    profile: Profile,
+    adapter: EngineAdapter,
+    runtime: Runtime,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    cache_mount: Mount | None,
+    image: str | None,
+    extra_env: Mapping[str, str] | None = None,
+    debug: bool = False,
+    host_ip: str = "127.0.0.1",
+    host_port: int | None = None,
+    log_path: Path | None = None,
+) -> ContainerSpec:
+    """The container spec for one engine start of ``profile``."""
+    port = runtime.engine_port(DEFAULT_ENGINE_PORT)
+    launch = adapter.launch(profile, port=port, debug=debug)
+    env = {**launch.env, **(extra_env or {}), "HOME": adapter.home}
+    gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
+    return ContainerSpec(
+        name=name,
+        command=launch.command,
+        env=env,
+        labels=dict(labels),
+        mounts=(cache_mount,) if cache_mount else (),
+        image=image,
+        port=port,
+        host_ip=host_ip,
+        host_port=host_port,
+        gpus=gpus,
+        shm_size=profile.shm_size,
+        ipc_host=profile.ipc_host,
+        workdir=launch.workdir,
+        home=adapter.home,
+        log_path=log_path,
+    )
+
+
+def log_tail(log: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log, for error messages."""
+    return "\n".join(log.rstrip().splitlines()[-lines:])
+
+
+@dataclass
+class EngineSession:
+    """Start on enter; on exit stop gracefully, capture logs and upper-layer writes, remove."""
+
+    runtime: Runtime
+    spec: ContainerSpec
+    ready_timeout_s: float
+    request_timeout_s: float
+    stop_timeout_s: int
+    remove_on_exit: bool = True
+    started: Started | None = None
+    start_to_ready_s: float | None = None
+    stop_result: StopResult | None = None
+    log: str = ""
+    upper: list[UpperEntry] = field(default_factory=list)
+    _t0: float = 0.0
+
+    def __enter__(self) -> EngineSession:
+        self._t0 = time.monotonic()
+        self.started = self.runtime.start(self.spec)
+        return self
+
+    @property
+    def client(self) -> EngineClient:
+        assert self.started is not None and self.started.host_port is not None
+        return EngineClient("127.0.0.1", self.started.host_port, timeout_s=self.request_timeout_s)
+
+    def is_alive(self) -> bool:
+        assert self.started is not None
+        return self.runtime.is_running(self.started)
+
+    def wait_ready(self) -> float:
+        """Wait for readiness; returns start->ready seconds (from the start call)."""
+        wait_ready(self.client, timeout_s=self.ready_timeout_s, is_alive=self.is_alive)
+        self.start_to_ready_s = time.monotonic() - self._t0
+        return self.start_to_ready_s
+
+    def stop(self) -> StopResult | None:
+        """Graceful stop (idempotent); captures the full log and the upper-layer writes."""
+        if self.started is None or self.stop_result is not None:
+            return self.stop_result
+        self.stop_result = self.runtime.stop(self.started, self.stop_timeout_s)
+        self.log = self.runtime.logs(self.started)
+        self.upper = self.runtime.upper_entries(self.started)
+        return self.stop_result
+
+    def current_log(self) -> str:
+        """The log so far (the full log once stopped)."""
+        if self.started is None:
+            return self.log
+        return self.log if self.stop_result is not None else self.runtime.logs(self.started)
+
+    def not_ready_message(self, exc: NotReadyError) -> str:
+        """A readiness failure with the engine's exit code and log tail."""
+        code = self.runtime.exit_code(self.started) if self.started else None
+        exit_text = f" (exit code {code})" if code is not None else ""
+        return f"{exc.message}{exit_text}; engine log tail:\n{log_tail(self.current_log())}"
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.started is None:
+            return
+        try:
+            self.stop()
+        finally:
+            if self.remove_on_exit:
+                self.runtime.remove(self.started)
+
+    def evidence(self) -> dict[str, Any]:
+        """Timings and stop facts for trial records."""
+        return {
+            "container": self.spec.name,
+            "start_to_ready_s": round(self.start_to_ready_s, 3)
+            if self.start_to_ready_s is not None
+            else None,
+            "stop_seconds": round(self.stop_result.seconds, 3) if self.stop_result else None,
+            "stopped_gracefully": self.stop_result.graceful if self.stop_result else None,
+            "exit_code": self.stop_result.exit_code if self.stop_result else None,
+        }

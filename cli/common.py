@@ -1,0 +1,92 @@
+"""Plumbing shared by the bless commands: the global options, the store, lookups by hash.
+
+Everything here is a thin call into ``bless``; nothing prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from bless.errors import NoManifestError
+from bless.factors import IMAGE_ID, ResolvedConfig, parse_config_hash
+from bless.manifest import Manifest
+from bless.profile import Profile, load_profile
+from bless.resolve import resolve_profile
+from bless.runtime import get_runtime
+from bless.runtime.base import Runtime
+from bless.store import Store, default_root
+
+_FULL_HASH = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class AppState:
+    """The global options of ``bless`` (set by the app callback, read by every command).
+
+    ``root`` None means :func:`bless.store.default_root` (``$BLESS_ROOT`` or ``~/.cache/bless``);
+    ``manifests_dir`` None means ``<root>/manifests``.
+    """
+
+    root: Path | None = None
+    manifests_dir: Path | None = None
+    verbose: bool = False
+
+    def store(self) -> Store:
+        """The store these options name. Creating it touches nothing on disk."""
+        return Store(self.root if self.root is not None else default_root(), self.manifests_dir)
+
+
+def app_state(ctx: typer.Context) -> AppState:
+    """The :class:`AppState` of this invocation (defaults when the callback did not run)."""
+    obj = ctx.obj
+    return obj if isinstance(obj, AppState) else AppState()
+
+
+def profile_runtime(profile: Profile) -> Runtime | None:
+    """A runtime only when one is needed: a Docker image given by tag must be resolved to its ID.
+
+    A pinned ``sha256:`` image ID, or the local runtime, resolves without one (and without Docker).
+    """
+    if profile.runtime_kind == "docker" and not IMAGE_ID.match(profile.image or ""):
+        return get_runtime(profile.runtime_kind)
+    return None
+
+
+def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ResolvedConfig:
+    """Load, validate and resolve a profile file to its factors and config hash."""
+    profile = load_profile(path)
+    return resolve_profile(
+        profile,
+        runtime=profile_runtime(profile),
+        offline=offline,
+        declared_hardware=declared_hardware,
+    )
+
+
+def lookup_manifest(store: Store, text: str) -> Manifest:
+    """The live manifest named by a full config hash or a unique prefix of at least 8 hex digits.
+
+    Raises:
+        NoManifestError: nothing in the manifests dir has that hash (or prefix).
+        InputInvalidError: a malformed or ambiguous prefix.
+        ManifestInvalidError, ManifestDuplicateError: the store's fail-closed lookup errors.
+    """
+    if not _FULL_HASH.match(text.strip()):
+        return store.find_prefix(text)
+    config_hash = parse_config_hash(text)
+    manifest = store.find(config_hash)
+    if manifest is None:
+        raise NoManifestError(
+            f"no manifest in {store.manifests_dir} has config hash {config_hash}",
+            hint=(
+                "bless list shows the blessings of this store; check --root / --manifests-dir "
+                "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration with "
+                "bless run --profile ..."
+            ),
+            details={"config_hash": config_hash, "manifests_dir": str(store.manifests_dir)},
+        )
+    return manifest

@@ -1,0 +1,379 @@
+"""``bless``: bless, verify and inspect compiled caches (the typer app and its commands).
+
+Each command parses its options, calls ``bless``, and returns a :class:`cli.render.Report`; the
+error boundary in :mod:`cli.render` writes it (JSON on stdout with ``--json``, rich on stderr
+otherwise) and turns failures into the exit codes of ``bless exit-codes``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageError, VerifyFailedError
+from bless.factors import ResolvedConfig, change_to_dict, diff_factors
+from bless.manifest import Manifest
+from bless.verify import verify_tree
+from cli import render
+from cli.common import AppState, app_state, lookup_manifest, resolve_profile_file
+from cli.render import Report, command
+from cli.run import run_command
+
+app = typer.Typer(
+    name="bless",
+    help=(
+        "Bless and verify compiled torch.compile caches for LLM serving, fail closed. "
+        "Humans read stderr; with --json, stdout carries exactly one JSON document. "
+        "Exit codes: bless exit-codes."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+]
+ProfileOption = Annotated[
+    Path,
+    typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False),
+]
+OfflineOption = Annotated[
+    bool,
+    typer.Option(
+        "--offline", help="No network lookups: a Hugging Face revision must already be a 40-hex commit."
+    ),
+]
+DeclaredHardwareOption = Annotated[
+    bool,
+    typer.Option(
+        "--declared-hardware",
+        help="Use the profile's [hardware] declaration instead of probing this machine (for CI gating).",
+    ),
+]
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root",
+            envvar="BLESS_ROOT",
+            help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).",
+            file_okay=False,
+        ),
+    ] = None,
+    manifests_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests-dir",
+            envvar="BLESS_MANIFESTS_DIR",
+            help="Directory of live manifests (default: <root>/manifests), e.g. a git checkout.",
+            file_okay=False,
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
+    ] = False,
+) -> None:
+    """Bless and verify compiled torch.compile caches for LLM serving, fail closed."""
+    ctx.obj = AppState(root=root, manifests_dir=manifests_dir, verbose=verbose)
+
+
+# --------------------------------------------------------------------------------------------
+# hash
+
+
+@app.command("hash")
+@command
+def hash_command(
+    ctx: typer.Context,
+    profile: ProfileOption,
+    offline: OfflineOption = False,
+    declared_hardware: DeclaredHardwareOption = False,
+    json_output: JsonOption = False,
+) -> Report:
+    """Resolve a profile on this machine and print its config hash and canonical factors.
+
+    Only an image given by tag needs the container runtime (to read its ID); a pinned
+    sha256: image ID resolves without Docker.
+    """
+    resolved = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
+    return Report(resolved.to_dict(), render.render_resolved)
+
+
+# --------------------------------------------------------------------------------------------
+# diff
+
+
+def _manifest_side(manifest: Manifest) -> dict[str, Any]:
+    return {
+        "kind": "manifest",
+        "config_hash": manifest.config_hash,
+        "profile_name": manifest.profile_name,
+        "created": manifest.created,
+    }
+
+
+def _profile_side(resolved: ResolvedConfig) -> dict[str, Any]:
+    return {"kind": "profile", "profile": resolved.profile.label, "config_hash": resolved.config_hash}
+
+
+@app.command("diff")
+@command
+def diff_command(
+    ctx: typer.Context,
+    hash_a: Annotated[str, typer.Argument(help="Config hash (or unique prefix, >= 8 hex) of a blessing.")],
+    hash_b: Annotated[
+        str | None, typer.Argument(help="A second blessing's hash or prefix (when --profile is not given).")
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile", "-p", help="Compare this profile (as resolved here) with HASH_A.", dir_okay=False
+        ),
+    ] = None,
+    offline: OfflineOption = False,
+    declared_hardware: DeclaredHardwareOption = False,
+    json_output: JsonOption = False,
+) -> Report:
+    """Show which factors differ: a profile against a blessing, or two blessings.
+
+    bless diff --profile P HASH compares the blessing HASH (blessed) with what P resolves to
+    here (current); bless diff HASH_A HASH_B compares two blessings. Exit 0 whether or not
+    they differ: diff reports, it does not judge.
+    """
+    if profile is not None and hash_b is not None:
+        raise UsageError(
+            "give either --profile P and one hash, or two hashes, not both",
+            hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
+        )
+    if profile is None and hash_b is None:
+        raise UsageError(
+            "nothing to compare HASH_A with",
+            hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
+        )
+    store = app_state(ctx).store()
+    blessed = lookup_manifest(store, hash_a)
+    a_side = _manifest_side(blessed)
+    if profile is not None:
+        resolved = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
+        b_side, b_factors = _profile_side(resolved), resolved.factors
+    else:
+        assert hash_b is not None
+        other = lookup_manifest(store, hash_b)
+        b_side, b_factors = _manifest_side(other), other.factors
+    changes = [change_to_dict(change) for change in diff_factors(blessed.factors, b_factors)]
+    data = {"a": a_side, "b": b_side, "identical": not changes, "changes": changes}
+    return Report(data, render.render_diff)
+
+
+# --------------------------------------------------------------------------------------------
+# list
+
+
+@app.command("list")
+@command
+def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
+    """List the blessings of the store.
+
+    Invalid manifest files are listed too, in a separate section with their error, and make the
+    exit code MANIFEST_INVALID (22) after every valid blessing has been shown: lookups fail closed
+    while an invalid manifest is present. Two files claiming one config hash exit
+    MANIFEST_DUPLICATE (23).
+    """
+    store = app_state(ctx).store()
+    records = store.records()
+    manifests: list[dict[str, Any]] = []
+    invalid: list[dict[str, Any]] = []
+    claims: defaultdict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.manifest is None:
+            error = record.error or ManifestInvalidError(f"{record.path}: unreadable")
+            invalid.append({"path": str(record.path), "error": error.to_dict()})
+            continue
+        manifest = record.manifest
+        claims[manifest.config_hash].append(str(record.path))
+        manifests.append(
+            {
+                "config_hash": manifest.config_hash,
+                "path": str(record.path),
+                "engine": manifest.engine,
+                "model": manifest.model_label,
+                "profile_name": manifest.profile_name,
+                "created": manifest.created,
+                "trials_passed": manifest.trials.get("passed"),
+                "trials_planned": manifest.trials.get("planned"),
+                "total_size": manifest.cache.total_size,
+                "files": len(manifest.cache.files),
+            }
+        )
+    duplicates = {config_hash: paths for config_hash, paths in claims.items() if len(paths) > 1}
+    data = {
+        "root": str(store.root),
+        "manifests_dir": str(store.manifests_dir),
+        "manifests": manifests,
+        "invalid": invalid,
+        "duplicates": duplicates,
+    }
+    failure: ManifestInvalidError | ManifestDuplicateError | None = None
+    if invalid:
+        failure = ManifestInvalidError(
+            f"{len(invalid)} manifest file(s) in {store.manifests_dir} are invalid: "
+            + ", ".join(item["path"] for item in invalid),
+            hint="restore them from the store's archive or version control, or move them out of the "
+            "manifests dir; until then every lookup (verify, serve-full) refuses",
+            details={"invalid": [item["path"] for item in invalid]},
+        )
+    elif duplicates:
+        failure = ManifestDuplicateError(
+            f"{len(duplicates)} config hash(es) are claimed by more than one manifest file",
+            hint="keep the right file of each and move the other(s) out of the manifests dir",
+            details={"duplicates": duplicates},
+        )
+    return Report(data, render.render_list, failure)
+
+
+# --------------------------------------------------------------------------------------------
+# show
+
+
+@app.command("show")
+@command
+def show_command(
+    ctx: typer.Context,
+    config_hash: Annotated[
+        str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")
+    ],
+    json_output: JsonOption = False,
+) -> Report:
+    """Show one blessing: summary, trials, golden outputs and provenance (--json: the whole manifest)."""
+    store = app_state(ctx).store()
+    manifest = lookup_manifest(store, config_hash)
+    path = store.manifest_path(manifest.config_hash)
+    data = {
+        **manifest.to_dict(),
+        "manifest_path": str(path) if path is not None else None,
+        "blessed_dir": str(store.blessed_dir(manifest)),
+    }
+    return Report(data, render.render_manifest)
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+
+
+@app.command("verify")
+@command
+def verify_command(
+    ctx: typer.Context,
+    config_hash: Annotated[
+        str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")
+    ],
+    json_output: JsonOption = False,
+) -> Report:
+    """Verify a blessed cache against its manifest: every file's size and sha256, nothing extra.
+
+    Exit 0 when it matches (writable files are warnings), VERIFY_FAILED (21) with every problem
+    listed otherwise; NO_MANIFEST (20) for an unknown hash.
+    """
+    store = app_state(ctx).store()
+    manifest = lookup_manifest(store, config_hash)
+    blessed_dir = store.blessed_dir(manifest)
+    console = render.err_console()
+    with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:
+        result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)
+    data = {
+        "ok": result.ok,
+        "config_hash": manifest.config_hash,
+        "blessed_dir": str(blessed_dir),
+        "result": result.to_dict(),
+    }
+    failure = None
+    if not result.ok:
+        shown = ", ".join(f"{problem.path} ({problem.kind})" for problem in result.problems[:5])
+        more = f" and {len(result.problems) - 5} more" if len(result.problems) > 5 else ""
+        failure = VerifyFailedError(
+            f"{len(result.problems)} problem(s) in {blessed_dir}: {shown}{more}",
+            hint="do not serve this cache; re-bless the configuration (bless run --profile ... --rebless), "
+            "and find out what changed the read-only blessed files",
+            details={
+                "config_hash": manifest.config_hash,
+                "blessed_dir": str(blessed_dir),
+                "problems": [problem.to_dict() for problem in result.problems],
+            },
+        )
+    return Report(data, render.render_verify, failure)
+
+
+# --------------------------------------------------------------------------------------------
+# gc
+
+
+@app.command("gc")
+@command
+def gc_command(
+    ctx: typer.Context,
+    keep: Annotated[
+        int,
+        typer.Option(
+            "--keep", min=0, help="Also keep the N newest unreferenced versions / evidence dirs per hash."
+        ),
+    ] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    json_output: JsonOption = False,
+) -> Report:
+    """Remove what no live blessing needs: superseded blessed versions, old rejected evidence, dead staging.
+
+    Never touches what a live manifest references; refuses (22) while any manifest is invalid.
+    """
+    report = app_state(ctx).store().gc(keep=keep, dry_run=dry_run)
+    data = {
+        "dry_run": report.dry_run,
+        "actions": [
+            {"path": str(action.path), "reason": action.reason, "bytes": action.bytes}
+            for action in report.actions
+        ],
+        "total_bytes": report.total_bytes,
+        "notes": list(report.notes),
+    }
+    return Report(data, render.render_gc)
+
+
+# --------------------------------------------------------------------------------------------
+# exit-codes
+
+
+@app.command("exit-codes")
+@command
+def exit_codes_command(
+    ctx: typer.Context,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the README's Markdown table to stdout instead.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> Report:
+    """Print the table of exit codes (stable: scripts may rely on them)."""
+    if markdown and json_output:
+        raise UsageError("--markdown and --json are exclusive")
+    data = {"exit_codes": render.exit_code_rows()}
+    if markdown:
+        return Report(data, lambda _console, _data: typer.echo(render.exit_codes_markdown(), nl=False))
+    return Report(data, render.render_exit_codes)
+
+
+app.command("run")(command(run_command))
+
+
+def main() -> None:
+    """Entry point of the ``bless`` console script."""
+    app(prog_name="bless")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,501 @@
+"""Output of the bless CLI: the one error boundary, the JSON document, the rich views.
+
+Every command body returns a :class:`Report`: the JSON-ready document and a renderer that draws the
+same document for humans. :func:`command` runs the body and is the only place that turns outcomes
+into output and exit codes:
+
+* stdout carries exactly one JSON document with ``--json`` (``{"ok": true, ...}`` on success,
+  ``{"ok": false, ..., "error": {...}}`` on failure) and nothing at all without it;
+* stderr carries everything for humans: tables, progress bars, warnings, and a failure's
+  ``diagnostics()`` (red title, then what to do);
+* a :class:`~bless.errors.BlessError` exits with its ``exit_code``; Ctrl-C exits 130; any other
+  exception is a bug: exit 1 with one line (the traceback only with ``--verbose``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ParamSpec
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from bless.errors import EXIT_CODES, BlessError, ExitCode, InterruptedByUserError
+from cli.common import AppState
+
+P = ParamSpec("P")
+
+#: Verification shows a progress bar when the blessed cache is larger than this (bytes).
+PROGRESS_THRESHOLD_BYTES = 100_000_000
+#: At most this many writable-file warnings are printed one by one (all are in ``--json``).
+MAX_NOTICES_SHOWN = 20
+
+INTERNAL_HINT = "rerun with --verbose for the traceback"
+
+
+def err_console() -> Console:
+    """A rich console on the current stderr (made per call: tests swap ``sys.stderr``)."""
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The error boundary
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a command produced: its JSON document, how to draw it for humans, and an optional failure.
+
+    ``failure`` is reported after the document (which still goes out, marked ``"ok": false``):
+    that is how ``verify`` shows every problem and ``list`` every valid blessing before failing.
+    """
+
+    data: Mapping[str, Any]
+    human: Callable[[Console, Mapping[str, Any]], None]
+    failure: BlessError | None = None
+
+
+def command(body: Callable[P, Report]) -> Callable[P, None]:
+    """Wrap a typer command body in the error boundary (see the module docstring).
+
+    The body's ``json_output`` and ``ctx`` keyword arguments (typer passes parameters by keyword)
+    say whether ``--json`` was given and where the global ``--verbose`` is.
+    """
+
+    @functools.wraps(body)
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        json_output = bool(kwargs.get("json_output", False))
+        # Duck-typed: typer may hand over a plain click Context rather than typer.Context.
+        state = getattr(kwargs.get("ctx"), "obj", None)
+        verbose = isinstance(state, AppState) and state.verbose
+        code = execute(functools.partial(body, *args, **kwargs), json_output=json_output, verbose=verbose)
+        if code != ExitCode.OK:
+            raise typer.Exit(code)
+
+    return run
+
+
+def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> int:
+    """Run ``body``, write its output, and return the process exit code."""
+    console = err_console()
+    report: Report | None = None
+    try:
+        report = body()
+        if json_output:
+            emit_json(document(report.data, report.failure), lenient=report.failure is not None)
+        else:
+            report.human(console, report.data)
+    except (typer.Exit, typer.Abort):
+        raise
+    except KeyboardInterrupt:
+        err: BlessError = InterruptedByUserError(
+            "stopped by Ctrl-C", hint="run the command again to finish; the store never shows a half blessing"
+        )
+        return _fail(console, err, json_output=json_output, verbose=False)
+    except BlessError as exc:
+        return _fail(console, exc, json_output=json_output, verbose=verbose)
+    except Exception as exc:
+        return _internal(console, exc, json_output=json_output, verbose=verbose)
+    if report.failure is not None:
+        print_diagnostics(console, report.failure, verbose=verbose)
+        return int(report.failure.exit_code)
+    return int(ExitCode.OK)
+
+
+def document(data: Mapping[str, Any], failure: BlessError | None = None) -> dict[str, Any]:
+    """The ``--json`` document: ``ok`` first, the data, and the error when there is one."""
+    doc: dict[str, Any] = {"ok": failure is None}
+    doc.update((key, value) for key, value in data.items() if key != "ok")
+    if failure is not None:
+        doc["error"] = failure.to_dict()
+    return doc
+
+
+def emit_json(doc: Mapping[str, Any], *, lenient: bool = False) -> None:
+    """Write one JSON document (and a newline) to stdout. Serialization happens before any write.
+
+    ``lenient`` (error documents) writes values JSON cannot hold (a Path in some error's details)
+    as strings: a failure must always be reported, never turned into a second one.
+    """
+    text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False, default=str if lenient else None)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> None:
+    """A failure's ``diagnostics()`` for humans: the title in red, the hint highlighted."""
+    lines = err.diagnostics().splitlines() or [err.title]
+    for index, line in enumerate(lines):
+        text = Text()
+        if index == 0 and line.startswith(f"{err.title}:"):
+            text.append(err.title, style="bold red")
+            text.append(line[len(err.title) :])
+        elif line.startswith("What to do:"):
+            text.append("What to do:", style="bold yellow")
+            text.append(line[len("What to do:") :])
+        else:
+            text.append(line)
+        console.print(text)
+    if verbose and err.details:
+        console.print(
+            Text("details: " + json.dumps(err.details, ensure_ascii=False, default=str), style="dim")
+        )
+
+
+def _fail(console: Console, err: BlessError, *, json_output: bool, verbose: bool) -> int:
+    if verbose and err.__traceback__ is not None:
+        console.print(Text("".join(traceback.format_exception(err)), style="dim"))
+    print_diagnostics(console, err, verbose=verbose)  # last: the reason is what the eye lands on
+    if json_output:
+        emit_json(document({}, err), lenient=True)
+    return int(err.exit_code)
+
+
+def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: bool) -> int:
+    summary = f"{type(exc).__name__}: {exc}"
+    if verbose:
+        console.print(Text("".join(traceback.format_exception(exc)), style="dim"))
+        console.print(Text.assemble(("internal error", "bold red"), f": {summary}"))
+    else:
+        console.print(Text.assemble(("internal error", "bold red"), f": {summary} ({INTERNAL_HINT})"))
+    if json_output:
+        error = {
+            "error": type(exc).__name__,
+            "title": "internal error",
+            "exit_code": int(ExitCode.INTERNAL),
+            "message": str(exc),
+            "hint": INTERNAL_HINT,
+            "details": {},
+        }
+        emit_json({"ok": False, "error": error}, lenient=True)
+    return int(ExitCode.INTERNAL)
+
+
+# --------------------------------------------------------------------------------------------
+# Small formatting helpers
+
+
+def human_bytes(size: int) -> str:
+    """``1536`` -> ``1.5 KiB`` (binary units; bytes below 1 KiB exact)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _table(title: str | None, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", expand=False)
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table
+
+
+def _kv_table(rows: Sequence[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, Text(value))
+    return table
+
+
+def _warn(console: Console, message: str) -> None:
+    console.print(Text.assemble(("warning", "bold yellow"), ": ", message))
+
+
+# --------------------------------------------------------------------------------------------
+# hash
+
+
+def _factor_tree(tree: Tree, value: Mapping[str, Any]) -> None:
+    for key in sorted(value):
+        item = value[key]
+        if isinstance(item, Mapping) and item:
+            _factor_tree(tree.add(Text(key, style="bold")), item)
+        else:
+            tree.add(Text.assemble((key, "cyan"), " = ", _json_text(item)))
+
+
+def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless hash``: the config hash, the hashed factors, and the recorded (not hashed) env."""
+    console.print(Text.assemble("config hash ", (str(data["config_hash"]), "bold")))
+    console.print(Text(f"profile     {data['profile']}", style="dim"))
+    tree = Tree(Text("factors (canonical, hashed)", style="bold"))
+    _factor_tree(tree, data["factors"])
+    console.print(tree)
+    ignored: Mapping[str, str] = data["ignored_env"]
+    if ignored:
+        table = _table("env recorded but not hashed (ignored or secret)", "name", "value")
+        for name in sorted(ignored):
+            table.add_row(Text(name), Text(ignored[name]))
+        console.print(table)
+    else:
+        console.print(Text("no env is left out of the hash", style="dim"))
+
+
+# --------------------------------------------------------------------------------------------
+# diff
+
+
+def _side(change: Mapping[str, Any], side: str) -> Text:
+    if change[f"{side}_absent"]:
+        return Text("(absent)", style="dim")
+    return Text(_json_text(change[side]))
+
+
+def render_diff(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless diff``: field / a / b, or ``identical``."""
+    a, b = data["a"], data["b"]
+    current = b["kind"] == "profile"
+    head_a, head_b = ("blessed", "current") if current else ("a", "b")
+    console.print(Text.assemble((f"{head_a}: ", "bold"), _describe_side(a)))
+    console.print(Text.assemble((f"{head_b}: ", "bold"), _describe_side(b)))
+    changes: Sequence[Mapping[str, Any]] = data["changes"]
+    if not changes:
+        console.print(Text("identical", style="bold green"))
+        return
+    table = _table(f"{len(changes)} factor(s) differ", "field", head_a, head_b)
+    for change in changes:
+        table.add_row(
+            Text(str(change["field"]), style="cyan"), _side(change, "before"), _side(change, "after")
+        )
+    console.print(table)
+
+
+def _describe_side(side: Mapping[str, Any]) -> str:
+    if side["kind"] == "profile":
+        return f"profile {side['profile']} (hashes to {side['config_hash']})"
+    return f"manifest {side['config_hash']} ({side['profile_name']}, created {side['created']})"
+
+
+# --------------------------------------------------------------------------------------------
+# list
+
+
+def render_list(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless list``: the valid blessings, then invalid files and duplicate hashes as warnings."""
+    manifests: Sequence[Mapping[str, Any]] = data["manifests"]
+    if manifests:
+        table = _table(
+            f"blessings in {data['manifests_dir']}",
+            "hash", "engine", "model", "profile", "created", "trials", "size",
+        )  # fmt: skip
+        for item in manifests:
+            duplicate = item["config_hash"] in data["duplicates"]
+            table.add_row(
+                Text(item["config_hash"][:16], style="bold red" if duplicate else "bold"),
+                Text(item["engine"]),
+                Text(item["model"]),
+                Text(item["profile_name"]),
+                Text(item["created"]),
+                Text(f"{item['trials_passed']}/{item['trials_planned']}"),
+                Text(human_bytes(item["total_size"])),
+            )
+        console.print(table)
+    else:
+        console.print(Text(f"no valid blessings in {data['manifests_dir']}", style="dim"))
+    invalid: Sequence[Mapping[str, Any]] = data["invalid"]
+    if invalid:
+        table = _table("invalid manifest files (ignored by lookups, which fail closed)", "file", "error")
+        for item in invalid:
+            table.add_row(Text(item["path"], style="yellow"), Text(item["error"]["message"]))
+        console.print(table)
+    for config_hash, paths in sorted(data["duplicates"].items()):
+        _warn(console, f"config hash {config_hash} is claimed by {len(paths)} files: {', '.join(paths)}")
+
+
+# --------------------------------------------------------------------------------------------
+# show
+
+
+def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless show``: summary, trials, golden outputs, provenance."""
+    cache = data["cache"]
+    factors = data["factors"]
+    model = factors.get("model", {})
+    revision = model.get("revision") or model.get("content_sha256")
+    rows = [
+        ("config hash", str(data["config_hash"])),
+        ("profile", str(data["profile_name"])),
+        ("engine", str(factors.get("engine", {}).get("name", "?"))),
+        ("model", f"{model.get('id', '?')}" + (f"@{revision}" if revision else "")),
+        ("created", str(data["created"])),
+        ("tool version", str(data["tool"]["version"])),
+        ("size", f"{human_bytes(cache['total_size'])} ({cache['total_size']} bytes)"),
+        ("files", f"{len(cache['files'])} files, {len(cache['dirs'])} directories"),
+        ("tree sha256", str(cache["tree_sha256"])),
+        ("mount path", str(cache["mount_path"])),
+        ("artifacts", ", ".join(data["artifacts"].get("items", [])) or "(none)"),
+        ("manifest", str(data["manifest_path"])),
+        ("blessed dir", str(data["blessed_dir"])),
+    ]
+    console.print(_kv_table(rows))
+    trials = data["trials"]
+    table = _table(
+        f"trials: {trials['passed']}/{trials['planned']} passed", "#", "verdict", "start->ready", "reasons"
+    )
+    for result in trials.get("results", []):
+        ready = result.get("start_to_ready_s")
+        table.add_row(
+            Text(str(result.get("index", "?"))),
+            Text("pass", style="green") if result.get("passed") else Text("FAIL", style="bold red"),
+            Text(f"{ready:.1f} s" if isinstance(ready, int | float) else "-"),
+            Text("; ".join(str(reason) for reason in result.get("reasons", [])) or "-"),
+        )
+    console.print(table)
+    bound = trials.get("failure_rate_bound")
+    if isinstance(bound, Mapping):
+        console.print(
+            Text(
+                f"failure rate <= {bound.get('max_failure_rate')} at confidence {bound.get('confidence')}",
+                style="dim",
+            )
+        )
+    golden = _table("golden outputs", "prompt", "max tokens", "text")
+    for item in data["golden"]:
+        golden.add_row(
+            Text(_json_text(item["prompt"])), Text(str(item["max_tokens"])), Text(_json_text(item["text"]))
+        )
+    console.print(golden)
+    provenance = data["provenance"]
+    console.print(Text("provenance", style="bold"))
+    console.print(_kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else _json_text(value)
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+
+
+@contextmanager
+def hashing_progress(
+    console: Console, total_bytes: int, *, enabled: bool
+) -> Iterator[Callable[[int], None] | None]:
+    """A thread-safe ``progress(nbytes)`` callback drawing a bar on stderr, or None when not shown.
+
+    ``verify_tree`` calls it from its hashing threads; a lock guards the running total.
+    """
+    if not enabled or total_bytes <= PROGRESS_THRESHOLD_BYTES:
+        yield None
+        return
+    lock = threading.Lock()
+    done = 0
+    with Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("verify", total=total_bytes)
+
+        def advance(nbytes: int) -> None:
+            nonlocal done
+            with lock:
+                done += nbytes
+                progress.update(task, completed=done)
+
+        yield advance
+
+
+def render_verify(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless verify``: every problem in a table, writable files as warnings, or a one-line pass."""
+    result = data["result"]
+    problems: Sequence[Mapping[str, str]] = result["problems"]
+    notices: Sequence[Mapping[str, str]] = result["notices"]
+    if problems:
+        table = _table(f"{len(problems)} problem(s) in {data['blessed_dir']}", "kind", "path", "detail")
+        for problem in problems:
+            table.add_row(Text(problem["kind"], style="red"), Text(problem["path"]), Text(problem["detail"]))
+        console.print(table)
+    for notice in notices[:MAX_NOTICES_SHOWN]:
+        _warn(console, f"{notice['path']}: {notice['detail']}")
+    if len(notices) > MAX_NOTICES_SHOWN:
+        _warn(
+            console, f"... and {len(notices) - MAX_NOTICES_SHOWN} more writable entries (all are in --json)"
+        )
+    if not problems:
+        console.print(
+            Text.assemble(
+                ("verified", "bold green"),
+                f" {data['config_hash']}: {result['files_checked']} files, "
+                f"{human_bytes(result['bytes_hashed'])} hashed in {result['elapsed_s']:.2f} s "
+                f"({data['blessed_dir']})",
+            )
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# gc
+
+
+def render_gc(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless gc``: what was (or would be) removed, and the total."""
+    actions: Sequence[Mapping[str, Any]] = data["actions"]
+    verb = "would reclaim" if data["dry_run"] else "reclaimed"
+    if actions:
+        title = "gc (dry run: nothing removed)" if data["dry_run"] else "gc"
+        table = _table(title, "path", "reason", "size")
+        for action in actions:
+            table.add_row(Text(action["path"]), Text(action["reason"]), Text(human_bytes(action["bytes"])))
+        console.print(table)
+        console.print(
+            Text.assemble((verb, "bold"), f" {human_bytes(data['total_bytes'])} in {len(actions)} item(s)")
+        )
+    else:
+        console.print(Text("nothing to collect", style="bold green"))
+    for note in data["notes"]:
+        _warn(console, note)
+
+
+# --------------------------------------------------------------------------------------------
+# exit codes
+
+
+def exit_code_rows() -> list[dict[str, Any]]:
+    """``bless.errors.EXIT_CODES`` as JSON rows: code, name, meaning."""
+    return [{"code": int(code), "name": code.name, "meaning": meaning} for code, meaning in EXIT_CODES]
+
+
+def exit_codes_markdown() -> str:
+    """The README's exit-code table, generated from ``bless.errors.EXIT_CODES``."""
+    lines = ["| code | name | meaning |", "| ---: | --- | --- |"]
+    lines += [f"| {row['code']} | `{row['name']}` | {row['meaning']} |" for row in exit_code_rows()]
+    return "\n".join(lines) + "\n"
+
+
+def render_exit_codes(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless exit-codes``: the table."""
+    table = _table("bless exit codes", "code", "name", "meaning")
+    for row in data["exit_codes"]:
+        table.add_row(Text(str(row["code"]), style="bold"), Text(row["name"]), Text(row["meaning"]))
+    console.print(table)

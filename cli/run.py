@@ -1,0 +1,208 @@
+"""``bless run``: bless a profile (phase 1 bootstrap, phase 2 trials, publish or reject)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from bless.engines import get_adapter
+from bless.errors import TrialsFailedError, UsageError
+from bless.orchestrator import Event, RunOptions, run_bless
+from bless.profile import load_profile
+from bless.resolve import resolve_profile
+from bless.runtime import get_runtime
+from bless.trials import trials_for
+from cli import render
+from cli.common import app_state
+from cli.render import Report
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so a run stops its engines and keeps evidence either way."""
+
+    def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class RunProgress:
+    """Renders orchestrator events on stderr: the current phase as a spinner, one line per verdict."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.started = time.monotonic()
+        self.status = console.status("resolving")
+
+    def elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        return f"[{seconds // 60:02d}:{seconds % 60:02d}]"
+
+    def __call__(self, event: Event) -> None:
+        if event.kind in ("phase", "trial-start"):
+            self.status.update(f"{event.message} {self.elapsed()}")
+            self.console.print(Text(f"{self.elapsed()} {event.message}", style="cyan"))
+        elif event.kind == "trial-end":
+            result = event.data.get("result", {})
+            passed = bool(result.get("passed"))
+            line = Text(f"{self.elapsed()} {event.message}", style="green" if passed else "bold red")
+            ready = result.get("start_to_ready_s")
+            if ready is not None:
+                line.append(f"  start->ready {ready:.1f} s", style="dim")
+            self.console.print(line)
+            for reason in result.get("reasons", [])[:5]:
+                self.console.print(Text(f"    {reason}", style="red"))
+        else:
+            self.console.print(Text(f"{self.elapsed()} {event.message}"))
+
+
+def run_command(
+    ctx: typer.Context,
+    profile: Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)],
+    trials: Annotated[
+        int | None, typer.Option("--trials", "-k", min=1, max=1000, help="K trials (default: the profile's).")
+    ] = None,
+    max_failure_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--max-failure-rate", help="Derive K so that K/K passes bound the per-start failure rate."
+        ),
+    ] = None,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Confidence of the failure-rate bound.")
+    ] = 0.95,
+    candidates: Annotated[
+        int,
+        typer.Option(
+            "--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."
+        ),
+    ] = 1,
+    rebless: Annotated[
+        bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for another run of this config to finish.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Write the full result as JSON to stdout.")
+    ] = False,
+) -> Report:
+    """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
+
+    Exit 0 when published; TRIALS_FAILED (41) when every candidate was rejected (evidence kept
+    under <root>/rejected/); see bless exit-codes for every refusal.
+    """
+    if not 0 < confidence < 1:
+        raise UsageError(f"--confidence must lie strictly between 0 and 1, not {confidence}")
+    if trials is not None and max_failure_rate is not None:
+        raise UsageError("give either --trials or --max-failure-rate, not both")
+    loaded = load_profile(profile)
+    if max_failure_rate is not None:
+        try:
+            k = trials_for(max_failure_rate, confidence)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        k = trials or loaded.trials.count
+    store = app_state(ctx).store()
+    runtime = get_runtime(loaded.runtime_kind)
+    adapter = get_adapter(loaded.engine)
+    console = render.err_console()
+    progress = RunProgress(console)
+    with sigterm_as_interrupt(), progress.status:
+        resolved = resolve_profile(loaded, runtime=runtime, adapter=adapter)
+        console.print(
+            Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}")
+        )
+        result = run_bless(
+            resolved,
+            store=store,
+            runtime=runtime,
+            adapter=adapter,
+            options=RunOptions(
+                trials=k, confidence=confidence, candidates=candidates, rebless=rebless, wait_lock=wait
+            ),
+            events=progress,
+        )
+    data = result.to_dict()
+    failure = None
+    if not result.published:
+        last = result.candidates[-1]
+        failure = TrialsFailedError(
+            f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: "
+            + "; ".join(last.reasons[:3]),
+            hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
+            "and --candidates N tries fresh compiles",
+            details={"rejected_dirs": [c.rejected_dir for c in result.candidates]},
+        )
+    return Report(data, render_run, failure)
+
+
+def render_run(console: Console, data: Mapping[str, Any]) -> None:
+    """Trials table, then the published hash (or the rejection)."""
+    table = Table(title="trials", title_justify="left")
+    for column in (
+        "candidate",
+        "trial",
+        "verdict",
+        "start->ready s",
+        "torch.compile s",
+        "requests",
+        "reasons",
+    ):
+        table.add_column(column)
+    for candidate in data["candidates"]:
+        boot = candidate["bootstrap"]
+        table.add_row(
+            str(candidate["index"]),
+            "bootstrap",
+            "-",
+            _num(boot.get("start_to_ready_s")),
+            _num(boot.get("timings", {}).get("torch_compile_s")),
+            str(boot.get("requests", "")),
+            "",
+        )
+        for trial in candidate["trials"]:
+            table.add_row(
+                str(candidate["index"]),
+                str(trial["index"]),
+                Text("pass", style="green") if trial["passed"] else Text("FAIL", style="bold red"),
+                _num(trial.get("start_to_ready_s")),
+                _num(trial.get("timings", {}).get("torch_compile_s")),
+                str((trial.get("coherence") or {}).get("requests", "")),
+                "; ".join(trial["reasons"])[:200],
+            )
+    console.print(table)
+    overhead = data.get("orchestration_overhead")
+    console.print(
+        f"wall {data['wall_seconds']:.1f} s, engine {data['engine_seconds']:.1f} s"
+        + (f", orchestration overhead {overhead:.1%}" if overhead is not None else "")
+    )
+    if data["published"]:
+        console.print(Text.assemble(("published ", "bold green"), (data["config_hash"], "bold")))
+        console.print(f"manifest: {data['manifest_path']}")
+        console.print(
+            f"failure-rate bound: <= {data['failure_rate_bound']:.1%} per start at {data['confidence']:.0%} "
+            f"confidence ({data['trials_planned']}/{data['trials_planned']} trials passed)"
+        )
+        if data.get("archived_manifest"):
+            console.print(f"prior blessing archived: {data['archived_manifest']}")
+
+
+def _num(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, int | float) else "-"

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# ensure-docker.sh - make a Docker Engine reachable, idempotently.
+#
+#   1. `docker info` already works            -> nothing to do, exit 0.
+#   2. a dockerd process exists but is not up  -> wait for it.
+#   3. `dockerd` is not installed              -> apt-get install docker.io (root only).
+#   4. start `dockerd` detached (setsid nohup), log to $BLESS_DOCKERD_LOG,
+#      and wait up to $BLESS_DOCKERD_TIMEOUT seconds for `docker info`.
+#
+# Everything this script says goes to stderr, prefixed "ensure-docker:".
+#
+# Environment:
+#   BLESS_DOCKERD_LOG      daemon log file      (default /var/log/bless-dockerd.log)
+#   BLESS_DOCKERD_TIMEOUT  seconds to wait      (default 60)
+#   BLESS_DOCKERD_ARGS     extra dockerd flags  (default none; word-split)
+set -euo pipefail
+
+PROG="ensure-docker"
+LOG="${BLESS_DOCKERD_LOG:-/var/log/bless-dockerd.log}"
+TIMEOUT="${BLESS_DOCKERD_TIMEOUT:-60}"
+
+say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+usage() {
+    cat >&2 <<EOF
+usage: scripts/ensure-docker.sh [--help]
+
+Make a Docker Engine reachable. If 'docker info' works, do nothing. Otherwise
+install Debian's docker.io when dockerd is missing (needs root), start dockerd
+in the background (log: \$BLESS_DOCKERD_LOG, default /var/log/bless-dockerd.log)
+and wait up to \$BLESS_DOCKERD_TIMEOUT (default 60) seconds for it.
+Extra daemon flags can be given in \$BLESS_DOCKERD_ARGS.
+EOF
+}
+
+case "${1:-}" in
+    -h|--help) usage; exit 0 ;;
+    "") ;;
+    *) usage; exit 2 ;;
+esac
+
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "BLESS_DOCKERD_TIMEOUT must be a number of seconds, got '$TIMEOUT'"
+
+docker_ok() {
+    command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
+}
+
+server_version() {
+    docker version --format '{{.Server.Version}}' 2>/dev/null || echo unknown
+}
+
+dockerd_pids() {
+    # Processes named exactly "dockerd" (no procps needed: read /proc/*/comm).
+    local f comm
+    for f in /proc/[0-9]*/comm; do
+        comm="$(cat "$f" 2>/dev/null)" || continue
+        if [[ "$comm" == dockerd ]]; then
+            f="${f#/proc/}"
+            printf '%s\n' "${f%/comm}"
+        fi
+    done
+}
+
+is_root() { [[ "$(id -u)" -eq 0 ]]; }
+
+# Wait until `docker info` works, the given daemon pid dies, or the timeout.
+# $1: pid to watch ("" = don't watch a pid).
+wait_for_docker() {
+    local pid="$1" waited=0
+    while (( waited < TIMEOUT )); do
+        if docker_ok; then
+            return 0
+        fi
+        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+            say "dockerd (pid $pid) exited during start-up"
+            return 1
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    docker_ok
+}
+
+show_log_tail() {
+    if [[ -r "$LOG" ]]; then
+        say "last lines of $LOG:"
+        tail -n 15 "$LOG" | sed "s/^/$PROG:   /" >&2
+    else
+        say "(no daemon log at $LOG)"
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# 1. Already reachable?
+if docker_ok; then
+    say "Docker Engine is reachable (server $(server_version)); nothing to do"
+    exit 0
+fi
+
+if [[ -n "${DOCKER_HOST:-}" && "${DOCKER_HOST}" != "unix:///var/run/docker.sock" ]]; then
+    die "DOCKER_HOST=$DOCKER_HOST is set but not reachable; this script can only start a local daemon (unset DOCKER_HOST to use it)"
+fi
+
+# A daemon that runs but refuses us is a permission problem, not a missing engine.
+if command -v docker >/dev/null 2>&1 && [[ -S /var/run/docker.sock ]] && ! is_root; then
+    if docker info 2>&1 | grep -qi 'permission denied'; then
+        die "a Docker daemon runs but $(id -un) may not use /var/run/docker.sock; add yourself to the 'docker' group (sudo usermod -aG docker $(id -un), then log in again) or run as root"
+    fi
+fi
+
+# 2. A daemon is starting (or hung): wait for it instead of starting a second one.
+existing="$(dockerd_pids | head -n 1)"
+if [[ -n "$existing" ]]; then
+    say "dockerd already runs (pid $existing) but does not answer yet; waiting up to ${TIMEOUT}s"
+    if wait_for_docker "$existing"; then
+        say "Docker Engine is reachable (server $(server_version))"
+        exit 0
+    fi
+    show_log_tail
+    die "dockerd (pid $existing) did not become reachable within ${TIMEOUT}s; stop it (kill $existing) and re-run this script"
+fi
+
+# 3. Install the engine if missing.
+if ! command -v dockerd >/dev/null 2>&1; then
+    if ! is_root; then
+        die "dockerd is not installed; as root run: apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io  (or: sudo $0)"
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "dockerd is not installed and apt-get is not available; install a Docker Engine by hand"
+    say "dockerd not found; installing Debian's docker.io (apt-get update, apt-get install -y docker.io)"
+    apt-get update >&2 || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io >&2 \
+        || die "apt-get install docker.io failed"
+    command -v dockerd >/dev/null 2>&1 || die "docker.io installed but dockerd is still not on PATH"
+    say "installed docker.io ($(dockerd --version 2>/dev/null || echo 'version unknown'))"
+    # The package's maintainer scripts may have started the daemon themselves.
+    if docker_ok; then
+        say "Docker Engine is reachable (server $(server_version)), started by the package"
+        exit 0
+    fi
+    existing="$(dockerd_pids | head -n 1)"
+    if [[ -n "$existing" ]]; then
+        say "the package started dockerd (pid $existing); waiting up to ${TIMEOUT}s"
+        if wait_for_docker "$existing"; then
+            say "Docker Engine is reachable (server $(server_version))"
+            exit 0
+        fi
+        show_log_tail
+        die "dockerd (pid $existing) did not become reachable within ${TIMEOUT}s"
+    fi
+fi
+
+command -v docker >/dev/null 2>&1 || die "dockerd is installed but the docker CLI is not; install docker.io (or docker-ce-cli)"
+
+# 4. Start the daemon, detached so it outlives this script.
+if ! is_root; then
+    die "dockerd is installed but not running, and starting it needs root; run: sudo $0"
+fi
+
+mkdir -p "$(dirname "$LOG")"
+extra_args=()
+if [[ -n "${BLESS_DOCKERD_ARGS:-}" ]]; then
+    read -r -a extra_args <<<"$BLESS_DOCKERD_ARGS"
+fi
+say "starting dockerd${extra_args[*]:+ ${extra_args[*]}} (log: $LOG)"
+{
+    printf '\n===== %s: started by scripts/ensure-docker.sh =====\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} >>"$LOG"
+# setsid: own session, so the daemon is not killed with our process group or
+# terminal; nohup: ignore SIGHUP; stdin from /dev/null; output to the log.
+setsid nohup dockerd "${extra_args[@]}" </dev/null >>"$LOG" 2>&1 &
+pid=$!
+disown "$pid" 2>/dev/null || true
+say "dockerd started (pid $pid); waiting up to ${TIMEOUT}s for 'docker info'"
+
+start=$SECONDS
+if wait_for_docker "$pid"; then
+    say "Docker Engine is reachable after $((SECONDS - start))s (server $(server_version))"
+    exit 0
+fi
+show_log_tail
+die "Docker Engine not reachable within ${TIMEOUT}s; see $LOG (dockerd pid $pid is left as is)"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test command: set up (venv, Docker Engine, reference image), then lint, type-check and
+# run every test for real (unit + integration against a real Docker Engine and real compiles).
+# pytest's exit code 5 ("no tests collected") is a failure here: a run that tests nothing is not green.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "test: ruff" >&2
+.venv/bin/ruff check .
+echo "test: mypy" >&2
+.venv/bin/mypy
+echo "test: pytest" >&2
+set +e
+.venv/bin/python -m pytest "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "test: pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$code"

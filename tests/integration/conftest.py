@@ -1,0 +1,110 @@
+"""Fixtures for tests that need a real Docker Engine.
+
+``busybox_image``: a tiny image (``bless-test-busybox:1``) made from the host's static
+busybox, with no registry and no network: a rootfs tar with ``/bin/busybox`` and a
+symlink per applet, ``docker import``-ed once and reused afterwards.
+
+Docker unreachable -> these tests are skipped with the reason (start it with
+scripts/ensure-docker.sh); set BLESS_REQUIRE_DOCKER=1 (CI) to make that a failure.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BUSYBOX_IMAGE = "bless-test-busybox:1"
+BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
+
+
+def _docker_client() -> Any:
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:
+        message = f"Docker Engine not reachable ({exc}); start it with scripts/ensure-docker.sh"
+        if os.environ.get("BLESS_REQUIRE_DOCKER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return client
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """The plain SDK client, for what tests do behind bless's back (foreign containers, inspect)."""
+    client = _docker_client()
+    yield client
+    client.close()
+
+
+def _static_busybox() -> Path:
+    for path in BUSYBOX_PATHS:
+        if path.is_file():
+            return path
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "busybox-static"],
+            check=False,
+            capture_output=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    for path in BUSYBOX_PATHS:
+        if path.is_file():
+            return path
+    pytest.skip("no static busybox on this host (apt-get install busybox-static)")
+    raise AssertionError("unreachable")
+
+
+def _rootfs_tar(busybox: Path) -> bytes:
+    """A rootfs with /bin/busybox, one symlink per applet, and the usual empty dirs."""
+    applets = subprocess.run(
+        [str(busybox), "--list"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, mode in (("bin", 0o755), ("tmp", 0o1777), ("etc", 0o755), ("www", 0o755), ("root", 0o700)):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+            tar.addfile(info)
+        tar.add(str(busybox), arcname="bin/busybox")
+        for applet in applets:
+            if applet == "busybox":
+                continue
+            info = tarfile.TarInfo(f"bin/{applet}")
+            info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, "busybox", 0o777, now
+            tar.addfile(info)
+        for name, text in (("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"), ("etc/group", "root:x:0:\n")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_client: Any) -> str:
+    """``bless-test-busybox:1``, built from the host's static busybox unless already present."""
+    docker = pytest.importorskip("docker")
+    try:
+        docker_client.images.get(BUSYBOX_IMAGE)
+        return BUSYBOX_IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    data = _rootfs_tar(_static_busybox())
+    repository, tag = BUSYBOX_IMAGE.split(":")
+    docker_client.api.import_image_from_data(
+        data, repository=repository, tag=tag, changes=["ENV PATH=/bin", 'CMD ["sh"]']
+    )
+    docker_client.images.get(BUSYBOX_IMAGE)
+    return BUSYBOX_IMAGE

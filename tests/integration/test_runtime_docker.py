@@ -1,0 +1,408 @@
+"""DockerRuntime against a real Docker Engine, with a busybox image built on the spot.
+
+Each test uses its own run id and must leave no container of ours behind: the
+``rt`` fixture asserts ``list_ours`` is empty at the end (and cleans up if not).
+Foreign (unlabeled) containers are made with the plain SDK and removed in ``finally``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bless import labels
+from bless.engines.base import UpperEntry
+from bless.errors import ContainerConflictError, EngineFailedError, ImageMissingError, RuntimeUnavailableError
+from bless.runtime.base import ContainerSpec, Mount, Started
+from bless.runtime.docker import DockerRuntime, overlay_volume_name
+
+pytestmark = pytest.mark.integration
+
+# A shell that exits 0 on SIGTERM.
+GRACEFUL = 'trap "exit 0" TERM; echo ready; sleep 600 & wait'
+# A shell (and its sleep, which inherits the disposition) that ignores SIGTERM.
+STUBBORN = 'trap "" TERM; echo ready; sleep 600'
+
+
+class Ctx:
+    def __init__(self, rt: DockerRuntime, run_id: str, image: str) -> None:
+        self.rt = rt
+        self.run_id = run_id
+        self.image = image
+        self.labels = labels.labels_for(
+            run_id=run_id, phase=labels.PHASE_TRIAL, config_hash="f" * 64, profile="docker-it"
+        )
+
+    def name(self) -> str:
+        return f"bless-it-{uuid.uuid4().hex[:10]}"
+
+    def spec(self, *command: str, **kw: Any) -> ContainerSpec:
+        kw.setdefault("name", self.name())
+        kw.setdefault("env", {})
+        kw.setdefault("labels", self.labels)
+        kw.setdefault("image", self.image)
+        return ContainerSpec(command=command, **kw)
+
+
+@pytest.fixture
+def ctx(busybox_image: str) -> Iterator[Ctx]:
+    run_id = f"it-{uuid.uuid4().hex[:12]}"
+    rt = DockerRuntime()
+    context = Ctx(rt, run_id, busybox_image)
+    yield context
+    leftovers = rt.list_ours({labels.RUN_ID: run_id})
+    if leftovers:
+        rt.cleanup_ours({labels.RUN_ID: run_id})
+    assert leftovers == [], f"test left containers of ours behind: {[c.name for c in leftovers]}"
+
+
+def wait_exit(rt: DockerRuntime, started: Started, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = rt.exit_code(started)
+        if code is not None:
+            return code
+        time.sleep(0.1)
+    raise AssertionError(f"{started.name} did not exit in {timeout}s; logs:\n{rt.logs(started)}")
+
+
+def wait_ready(rt: DockerRuntime, started: Started, timeout: float = 30.0) -> None:
+    """Until the script printed "ready": its trap is installed, a SIGTERM can no longer be lost."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "ready" in rt.logs(started):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{started.name} never got ready; logs:\n{rt.logs(started)}")
+
+
+def wait_process(docker_client: Any, started: Started, name: str, timeout: float = 30.0) -> None:
+    """Until ``name`` runs in the container (so init has set up signal forwarding)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        top = docker_client.containers.get(started.id).top()
+        if any(name in " ".join(row) for row in top.get("Processes") or []):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never ran in {started.name}")
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def finish(rt: DockerRuntime, started: Started, timeout_s: int = 5) -> None:
+    rt.stop(started, timeout_s)
+    rt.remove(started)
+
+
+def test_labels_and_port_on_loopback_only(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:
+    ctx.rt.ping()
+    assert ctx.rt.resolve_image(ctx.image).startswith("sha256:")
+    assert ctx.rt.engine_port(8080) == 8080
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("hello from bless\n")
+    spec = ctx.spec(
+        "sh", "-c", 'trap "exit 0" TERM; httpd -f -p 8080 -h /www & wait',
+        port=8080,
+        mounts=(Mount("ro", www, "/www"),),
+    )  # fmt: skip
+    started = ctx.rt.start(spec)
+    try:
+        assert started.host_port is not None and started.host_port != 0
+        attrs = docker_client.containers.get(started.id).attrs
+        for key, value in ctx.labels.items():
+            assert attrs["Config"]["Labels"][key] == value
+        assert attrs["HostConfig"]["PortBindings"]["8080/tcp"] == [{"HostIp": "127.0.0.1", "HostPort": ""}]
+        published = attrs["NetworkSettings"]["Ports"]["8080/tcp"]
+        assert published and all(b["HostIp"] == "127.0.0.1" for b in published)
+        assert {int(b["HostPort"]) for b in published} == {started.host_port}
+        body = ""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{started.host_port}/index.html", timeout=2
+                ) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert body == "hello from bless\n"
+        assert [c.name for c in ctx.rt.list_ours({labels.RUN_ID: ctx.run_id})] == [spec.name]
+        assert ctx.rt.name_holder(spec.name) == "ours"
+    finally:
+        result = ctx.rt.stop(started, 5)
+        ctx.rt.remove(started)
+    assert result.graceful and result.exit_code == 0
+    assert ctx.rt.name_holder(spec.name) == "free"
+
+
+def make_lower(root: Path) -> Path:
+    lower = root / "lower"
+    (lower / "sub").mkdir(parents=True)
+    (lower / "gone").mkdir()
+    (lower / "a.txt").write_text("original a")
+    (lower / "b.txt").write_text("original b")
+    (lower / "sub" / "c.txt").write_text("untouched c")
+    (lower / "gone" / "x.bin").write_bytes(b"\x00" * 10)
+    return lower
+
+
+MOUNTS_SCRIPT = """
+echo from-container > /rw/written
+if echo x > /ro/a.txt 2>/dev/null; then echo RO_WRITABLE; else echo RO_REFUSED; fi
+if touch /ro/new 2>/dev/null; then echo RO_WRITABLE; else echo RO_REFUSED; fi
+echo "c=$(cat /ov/sub/c.txt)"
+printf 'rewritten a!' > /ov/a.txt
+rm /ov/b.txt
+rm -r /ov/gone
+printf 'brand new' > /ov/new.txt
+printf dd > /ov/sub/d.txt
+echo DONE
+"""
+
+
+def test_rw_ro_and_overlay_mounts(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:
+    rw = tmp_path / "rw"
+    rw.mkdir()
+    ro = make_lower(tmp_path / "ro-src")
+    lower = make_lower(tmp_path / "ov-src")
+    scratch = tmp_path / "scratch"
+    ro_before, lower_before = tree_digest(ro), tree_digest(lower)
+    spec = ctx.spec(
+        "sh",
+        "-c",
+        MOUNTS_SCRIPT,
+        mounts=(
+            Mount("rw", rw, "/rw"),
+            Mount("ro", ro, "/ro"),
+            Mount("overlay", lower, "/ov", scratch=scratch),
+        ),
+    )
+    started = ctx.rt.start(spec)
+    volume_name = overlay_volume_name(spec.name, 0)
+    try:
+        assert wait_exit(ctx.rt, started) == 0, ctx.rt.logs(started)
+        logs = ctx.rt.logs(started)
+        assert "DONE" in logs and logs.count("RO_REFUSED") == 2 and "RO_WRITABLE" not in logs
+        assert "c=untouched c" in logs
+        assert (rw / "written").read_text() == "from-container\n"
+        assert tree_digest(ro) == ro_before
+        assert tree_digest(lower) == lower_before
+        assert (scratch / "upper" / "a.txt").read_text() == "rewritten a!"
+        assert ctx.rt.upper_entries(started) == [
+            UpperEntry("a.txt", "rewritten", len("rewritten a!")),
+            UpperEntry("b.txt", "deleted", 0),
+            UpperEntry("gone/x.bin", "deleted", 0),
+            UpperEntry("new.txt", "new", len("brand new")),
+            UpperEntry("sub/d.txt", "new", 2),
+        ]
+        volume = docker_client.volumes.get(volume_name)
+        assert labels.is_ours(volume.attrs["Labels"])
+        assert volume.attrs["Labels"][labels.RUN_ID] == ctx.run_id
+    finally:
+        finish(ctx.rt, started)
+    names = [v.name for v in docker_client.volumes.list()]
+    assert volume_name not in names
+    assert (scratch / "upper" / "a.txt").exists()  # the evidence stays on the host
+    assert tree_digest(lower) == lower_before
+
+
+def test_foreign_container_with_our_name_is_refused_and_left_alone(
+    ctx: Ctx, docker_client: Any, tmp_path: Path
+) -> None:
+    name = ctx.name()
+    foreign = docker_client.containers.create(ctx.image, ["sleep", "600"], name=name)
+    foreign_volume = docker_client.volumes.create(name=overlay_volume_name(ctx.name(), 0))
+    try:
+        assert ctx.rt.name_holder(name) == "foreign"
+        with pytest.raises(ContainerConflictError, match="WITHOUT our labels") as info:
+            ctx.rt.start(ctx.spec("sh", "-c", GRACEFUL, name=name))
+        assert info.value.exit_code == 12
+        assert "rename or remove it yourself" in (info.value.hint or "")
+        assert docker_client.containers.get(name).id == foreign.id  # still there, untouched
+        assert ctx.rt.cleanup_ours({labels.RUN_ID: ctx.run_id}) == []
+        # A foreign volume squatting our overlay volume's name is refused the same way.
+        squatted = foreign_volume.name.removesuffix("-overlay")
+        lower = make_lower(tmp_path)
+        with pytest.raises(ContainerConflictError, match="volume"):
+            ctx.rt.start(
+                ctx.spec(
+                    "true", name=squatted, mounts=(Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),)
+                )
+            )
+        assert ctx.rt.name_holder(squatted) == "free"
+        docker_client.volumes.get(foreign_volume.name)  # still there
+    finally:
+        foreign.remove(force=True)
+        foreign_volume.remove()
+
+
+def test_our_existing_container_is_a_conflict(ctx: Ctx) -> None:
+    spec = ctx.spec("sh", "-c", GRACEFUL)
+    started = ctx.rt.start(spec)
+    try:
+        assert ctx.rt.name_holder(spec.name) == "ours"
+        with pytest.raises(ContainerConflictError, match="of ours"):
+            ctx.rt.start(spec)
+        with pytest.raises(ContainerConflictError, match="still running"):
+            ctx.rt.remove(started)  # never forced
+        assert ctx.rt.is_running(started)
+    finally:
+        finish(ctx.rt, started)
+
+
+def test_graceful_stop_vs_killed_after_timeout(ctx: Ctx) -> None:
+    graceful = ctx.rt.start(ctx.spec("sh", "-c", GRACEFUL))
+    stubborn = ctx.rt.start(ctx.spec("sh", "-c", STUBBORN))
+    try:
+        wait_ready(ctx.rt, graceful)
+        wait_ready(ctx.rt, stubborn)
+        assert ctx.rt.is_running(graceful) and ctx.rt.exit_code(graceful) is None
+        first = ctx.rt.stop(graceful, 5)
+        assert first.graceful and first.exit_code == 0 and first.seconds < 5
+        second = ctx.rt.stop(stubborn, 1)
+        assert not second.graceful and second.exit_code == 137 and second.seconds >= 1
+        assert not ctx.rt.is_running(stubborn) and ctx.rt.exit_code(stubborn) == 137
+        again = ctx.rt.stop(graceful, 5)  # already stopped: same verdict, no wait
+        assert again.graceful and again.exit_code == 0 and again.seconds < 1
+    finally:
+        ctx.rt.remove(graceful)
+        ctx.rt.remove(stubborn)
+
+
+def test_init_forwards_sigterm_to_an_engine_without_handler(ctx: Ctx, docker_client: Any) -> None:
+    # `sleep` installs no handler. As PID 1 it would ignore SIGTERM and need the kill;
+    # behind Docker's init it dies of SIGTERM at once, like on a host (128 + 15).
+    started = ctx.rt.start(ctx.spec("sleep", "600"))
+    try:
+        assert docker_client.containers.get(started.id).attrs["HostConfig"]["Init"] is True
+        # A SIGTERM sent before init installed its handlers would be lost (init is PID 1 too).
+        wait_process(docker_client, started, "sleep")
+        result = ctx.rt.stop(started, 10)
+        assert result.graceful and result.exit_code == 143
+    finally:
+        ctx.rt.remove(started)
+    no_init = DockerRuntime(init=False)
+    started = no_init.start(ctx.spec("sleep", "600"))
+    try:
+        result = no_init.stop(started, 1)
+        assert not result.graceful and result.exit_code == 137
+    finally:
+        no_init.remove(started)
+
+
+def test_cleanup_ours_removes_only_labeled(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    ours_a = ctx.rt.start(ctx.spec("sh", "-c", GRACEFUL))
+    ours_b = ctx.rt.start(
+        ctx.spec("sh", "-c", GRACEFUL, mounts=(Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),))
+    )
+    foreign = docker_client.containers.run(ctx.image, ["sleep", "600"], name=ctx.name(), detach=True)
+    try:
+        removed = ctx.rt.cleanup_ours({labels.RUN_ID: ctx.run_id})
+        assert sorted(removed) == sorted([ours_a.name, ours_b.name])
+        assert ctx.rt.list_ours({labels.RUN_ID: ctx.run_id}) == []
+        foreign.reload()
+        assert foreign.status == "running"
+        leftover_volumes = docker_client.volumes.list(filters={"label": f"{labels.RUN_ID}={ctx.run_id}"})
+        assert leftover_volumes == []
+    finally:
+        foreign.remove(force=True)
+
+
+def test_unreachable_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    rt = DockerRuntime()  # constructing never connects
+    with pytest.raises(RuntimeUnavailableError) as info:
+        rt.ping()
+    assert info.value.exit_code == 50
+    assert "ensure-docker.sh" in (info.value.hint or "")
+    assert "nonexistent.sock" in (info.value.hint or "")
+    with pytest.raises(RuntimeUnavailableError):
+        DockerRuntime(base_url="unix:///nonexistent.sock").list_ours({})
+
+
+def test_missing_image(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:
+    with pytest.raises(ImageMissingError) as info:
+        ctx.rt.resolve_image("bless-test-missing:0")
+    assert info.value.exit_code == 51
+    spec = ctx.spec(
+        "true",
+        image="bless-test-missing:0",
+        mounts=(Mount("overlay", make_lower(tmp_path), "/ov", scratch=tmp_path / "s"),),
+    )
+    with pytest.raises(ImageMissingError):
+        ctx.rt.start(spec)
+    assert ctx.rt.name_holder(spec.name) == "free"
+    # The overlay volume made before the create failed is gone too.
+    assert overlay_volume_name(spec.name, 0) not in [v.name for v in docker_client.volumes.list()]
+
+
+def test_failed_start_leaves_nothing_behind(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    mounts = (Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),)
+    # Behind Docker's init the container starts, and the engine "exits" 127 (as on a host).
+    started = ctx.rt.start(ctx.spec("/no/such/engine", mounts=mounts))
+    assert wait_exit(ctx.rt, started) == 127
+    assert "no such file" in ctx.rt.logs(started).lower()
+    finish(ctx.rt, started)
+    # Without init the daemon itself refuses to start it: nothing may be left behind.
+    no_init = DockerRuntime(init=False)
+    spec = ctx.spec("/no/such/engine", mounts=mounts)
+    with pytest.raises(EngineFailedError, match="no such file"):
+        no_init.start(spec)
+    assert ctx.rt.name_holder(spec.name) == "free"
+    assert overlay_volume_name(spec.name, 0) not in [v.name for v in docker_client.volumes.list()]
+
+
+def test_refuses_unlabeled_container(ctx: Ctx) -> None:
+    from bless.errors import BlessError
+
+    spec = ctx.spec("true", labels={"purpose": "test"})
+    with pytest.raises(BlessError, match="owner label"):
+        ctx.rt.start(spec)
+    assert ctx.rt.name_holder(spec.name) == "free"
+
+
+def test_normalize_ownership_with_helper_container(
+    ctx: Ctx, docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    script = "mkdir -p /out/d && echo secret > /out/d/f && chmod 600 /out/d/f && chmod 700 /out/d"
+    started = ctx.rt.start(ctx.spec("sh", "-c", script, mounts=(Mount("rw", out, "/out"),)))
+    assert wait_exit(ctx.rt, started) == 0, ctx.rt.logs(started)
+    finish(ctx.rt, started)
+    assert stat.S_IMODE((out / "d" / "f").stat().st_mode) == 0o600
+    helpers_before = {
+        c.id for c in docker_client.containers.list(all=True, filters={"label": "org.bless.phase=helper"})
+    }
+    # Pretend to be an unprivileged user so the helper-container path runs for real.
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    monkeypatch.setattr(os, "getgid", lambda: 4343)
+    ctx.rt.normalize_ownership(out, image=ctx.image)
+    monkeypatch.undo()
+    st_file, st_dir = (out / "d" / "f").stat(), (out / "d").stat()
+    assert (st_file.st_uid, st_file.st_gid) == (4242, 4343)
+    assert stat.S_IMODE(st_file.st_mode) == 0o644
+    assert stat.S_IMODE(st_dir.st_mode) == 0o755
+    helpers_after = {
+        c.id for c in docker_client.containers.list(all=True, filters={"label": "org.bless.phase=helper"})
+    }
+    assert helpers_after <= helpers_before  # the helper removed itself

@@ -1,0 +1,656 @@
+"""The bless CLI end to end through typer's CliRunner, on a real store with real published blessings.
+
+Profiles pin their image by ID (no Docker), run on CPU, and use the reference engine's builtin model,
+so ``hash`` and ``diff --profile`` resolve on any machine.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import make_manifest, write_tree
+from typer.testing import CliRunner, Result
+
+import cli.common
+import cli.main
+import cli.render
+from bless.errors import EXIT_CODES, ExitCode
+from bless.factors import config_hash
+from bless.manifest import Manifest
+from bless.profile import load_profile
+from bless.resolve import resolve_profile
+from bless.store import Store
+from cli.main import app
+
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def profile_text(*, layers: int = 2, image: str = IMAGE_ID, accelerator: str = "cpu", extra: str = "") -> str:
+    return f"""
+profile_version = 1
+name = "cli-test"
+
+[engine]
+name = "reference"
+
+[runtime]
+kind = "docker"
+image = "{image}"
+
+[model]
+source = "builtin"
+id = "reference-tiny"
+
+[serve]
+layers = {layers}
+
+[env]
+BLESS_LOG_LEVEL = "debug"
+SOME_FLAG = "1"
+
+[hardware]
+accelerator = "{accelerator}"
+{extra}
+"""
+
+
+def write_profile(directory: Path, name: str = "profile.toml", **kwargs: Any) -> Path:
+    path = directory / name
+    path.write_text(profile_text(**kwargs), encoding="utf-8")
+    return path
+
+
+def bless_profile(store: Store, profile: Path, work: Path, variant: str = "a") -> Manifest:
+    """Publish a real blessing whose factors are what ``profile`` resolves to here."""
+    resolved = resolve_profile(load_profile(profile), runtime=None)
+    tree = write_tree(work / f"tree-{variant}-{resolved.config_hash[:8]}", variant)
+    manifest = make_manifest(tree, resolved.factors)
+    store.publish(tree, manifest)
+    return manifest
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    # Wide, so rich never folds a path or a hash across lines in assertions.
+    env: dict[str, str | None] = {"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_MANIFESTS_DIR": None}
+    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
+        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
+    return CliRunner(env=env)  # click >= 8.2 (and typer's own runner) keep stderr apart
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def store(root: Path) -> Store:
+    return Store(root)
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    return write_profile(tmp_path)
+
+
+@pytest.fixture
+def blessed(store: Store, profile: Path, tmp_path: Path) -> Manifest:
+    return bless_profile(store, profile, tmp_path)
+
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def bless(runner: CliRunner, root: Path) -> Invoke:
+    def invoke(*args: str, **kwargs: Any) -> Result:
+        return runner.invoke(app, ["--root", str(root), *args], **kwargs)
+
+    return invoke
+
+
+def parse(result: Result) -> dict[str, Any]:
+    """stdout must be exactly one JSON document."""
+    document = json.loads(result.stdout)
+    assert isinstance(document, dict)
+    return document
+
+
+def blessed_file(store: Store, manifest: Manifest, path: str) -> Path:
+    return store.blessed_dir(manifest) / path
+
+
+# --------------------------------------------------------------------------------------------- hash
+
+
+def test_hash_human(bless: Invoke, profile: Path) -> None:
+    expected = resolve_profile(load_profile(profile), runtime=None).config_hash
+    result = bless("hash", "--profile", str(profile))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""  # humans read stderr; stdout is only for --json
+    assert expected in result.stderr
+    assert "layers" in result.stderr
+    assert "image_id" in result.stderr
+    # BLESS_LOG_LEVEL matches the reference adapter's ignore list: recorded, not hashed.
+    assert "not hashed" in result.stderr
+    assert "BLESS_LOG_LEVEL" in result.stderr
+
+
+def test_hash_json(bless: Invoke, profile: Path) -> None:
+    result = bless("hash", "--profile", str(profile), "--json")
+    assert result.exit_code == 0, result.stderr
+    document = parse(result)
+    assert document["ok"] is True
+    assert re.fullmatch(r"[0-9a-f]{64}", document["config_hash"])
+    assert document["config_hash"] == config_hash(document["factors"])
+    assert document["factors"]["serve"]["layers"] == 2
+    assert document["factors"]["runtime"] == {"kind": "docker", "image_id": IMAGE_ID}
+    assert document["factors"]["env"] == {"SOME_FLAG": "1"}
+    assert document["ignored_env"] == {"BLESS_LOG_LEVEL": "debug"}
+    assert document["profile"] == str(profile)
+
+
+def test_hash_pinned_image_needs_no_runtime(
+    bless: Invoke, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_runtime(kind: str) -> Any:
+        raise AssertionError(f"a runtime ({kind}) was constructed for a pinned image ID")
+
+    monkeypatch.setattr(cli.common, "get_runtime", no_runtime)
+    result = bless("hash", "--profile", str(profile), "--json")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_hash_image_tag_is_resolved_through_the_runtime(
+    bless: Invoke, tmp_path: Path, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kinds: list[str] = []
+
+    class FakeRuntime:
+        def resolve_image(self, reference: str) -> str:
+            assert reference == "bless-reference:cpu"
+            return IMAGE_ID
+
+    def fake_get_runtime(kind: str) -> Any:
+        kinds.append(kind)
+        return FakeRuntime()
+
+    monkeypatch.setattr(cli.common, "get_runtime", fake_get_runtime)
+    tagged = write_profile(tmp_path, "tagged.toml", image="bless-reference:cpu")
+    result = bless("hash", "--profile", str(tagged), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert kinds == ["docker"]
+    # Same image ID, same factors: the tag and the pinned ID hash alike.
+    pinned = parse(bless("hash", "--profile", str(profile), "--json"))
+    assert parse(result)["config_hash"] == pinned["config_hash"]
+
+
+def test_hash_declared_hardware(bless: Invoke, tmp_path: Path) -> None:
+    declared = write_profile(tmp_path, "declared.toml", extra='cpu_isa = "x86-64-v1"')
+    result = bless("hash", "--profile", str(declared), "--declared-hardware", "--offline", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert parse(result)["factors"]["hardware"] == {"accelerator": "cpu", "isa": "x86-64-v1"}
+
+
+def test_hash_invalid_profile_names_the_field(bless: Invoke, tmp_path: Path) -> None:
+    bad = write_profile(tmp_path, "bad.toml", accelerator="tpu")
+    result = bless("hash", "--profile", str(bad))
+    assert result.exit_code == 3  # INPUT_INVALID (a stable number: scripts rely on it)
+    assert "hardware" in result.stderr and "accelerator" in result.stderr
+    assert "invalid input" in result.stderr
+    assert "What to do:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_hash_invalid_serve_arg_json(bless: Invoke, tmp_path: Path) -> None:
+    bad = write_profile(tmp_path, "bad.toml", layers=99)
+    result = bless("hash", "--profile", str(bad), "--json")
+    assert result.exit_code == 3
+    document = parse(result)
+    assert document["ok"] is False
+    assert document["error"]["exit_code"] == 3
+    assert document["error"]["error"] == "InputInvalidError"
+    assert "serve.layers" in document["error"]["message"]
+    assert "serve.layers" in result.stderr
+
+
+def test_hash_missing_profile_file(bless: Invoke, tmp_path: Path) -> None:
+    result = bless("hash", "--profile", str(tmp_path / "nope.toml"))
+    assert result.exit_code == 3
+    assert "no such profile file" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------- diff
+
+
+def test_diff_profile_against_blessing(bless: Invoke, tmp_path: Path, blessed: Manifest) -> None:
+    changed = write_profile(tmp_path, "changed.toml", layers=3)
+    result = bless("diff", "--profile", str(changed), blessed.config_hash[:12])
+    assert result.exit_code == 0, result.stderr
+    assert re.search(r"serve\.layers\s*│\s*2\s*│\s*3", result.stderr), result.stderr
+    assert "blessed" in result.stderr and "current" in result.stderr
+
+    document = parse(bless("diff", "--profile", str(changed), blessed.config_hash, "--json"))
+    assert document["a"]["config_hash"] == blessed.config_hash
+    assert document["b"]["kind"] == "profile"
+    assert document["identical"] is False
+    assert document["changes"] == [
+        {"field": "serve.layers", "before": 2, "after": 3, "before_absent": False, "after_absent": False}
+    ]
+
+
+def test_diff_identical(bless: Invoke, profile: Path, blessed: Manifest) -> None:
+    result = bless("diff", "--profile", str(profile), blessed.config_hash)
+    assert result.exit_code == 0, result.stderr
+    assert "identical" in result.stderr
+    document = parse(bless("diff", "--profile", str(profile), blessed.config_hash, "--json"))
+    assert document["changes"] == [] and document["identical"] is True
+    assert document["b"]["config_hash"] == blessed.config_hash
+
+
+def test_diff_two_hashes(bless: Invoke, store: Store, tmp_path: Path, blessed: Manifest) -> None:
+    other = bless_profile(store, write_profile(tmp_path, "three.toml", layers=3), tmp_path, "b")
+    result = bless("diff", blessed.config_hash[:8], other.config_hash[:10])
+    assert result.exit_code == 0, result.stderr
+    assert re.search(r"serve\.layers\s*│\s*2\s*│\s*3", result.stderr), result.stderr
+    document = parse(bless("diff", blessed.config_hash, other.config_hash, "--json"))
+    assert document["a"]["kind"] == document["b"]["kind"] == "manifest"
+    assert [change["field"] for change in document["changes"]] == ["serve.layers"]
+
+
+def test_diff_usage_errors(bless: Invoke, profile: Path, blessed: Manifest) -> None:
+    both = bless("diff", "--profile", str(profile), blessed.config_hash, blessed.config_hash)
+    assert both.exit_code == ExitCode.USAGE
+    alone = bless("diff", blessed.config_hash)
+    assert alone.exit_code == ExitCode.USAGE
+    short = bless("diff", "--profile", str(profile), "abc")
+    assert short.exit_code == ExitCode.INPUT_INVALID
+    assert "8 to 64 hex" in short.stderr
+
+
+def test_diff_unknown_prefix(bless: Invoke, profile: Path, blessed: Manifest) -> None:
+    unknown = "0" * 8 if not blessed.config_hash.startswith("0" * 8) else "f" * 8
+    result = bless("diff", "--profile", str(profile), unknown)
+    assert result.exit_code == ExitCode.NO_MANIFEST
+
+
+# --------------------------------------------------------------------------------------------- list
+
+
+def test_list(bless: Invoke, blessed: Manifest) -> None:
+    result = bless("list")
+    assert result.exit_code == 0, result.stderr
+    assert blessed.config_hash[:16] in result.stderr
+    assert "reference" in result.stderr
+    assert "1/1" in result.stderr
+    document = parse(bless("list", "--json"))
+    assert document["ok"] is True
+    assert [item["config_hash"] for item in document["manifests"]] == [blessed.config_hash]
+    assert document["manifests"][0]["total_size"] == blessed.cache.total_size
+    assert document["invalid"] == []
+
+
+def test_list_empty_store(bless: Invoke) -> None:
+    result = bless("list")
+    assert result.exit_code == 0
+    assert "no valid blessings" in result.stderr
+    assert parse(bless("list", "--json"))["manifests"] == []
+
+
+def test_list_with_corrupted_manifest(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    bad = store.manifests_dir / "corrupt.json"
+    bad.write_text('{"schema_version": 1, "config_hash": ', encoding="utf-8")
+    result = bless("list")
+    assert result.exit_code == 22  # MANIFEST_INVALID (a stable number: scripts rely on it)
+    assert blessed.config_hash[:16] in result.stderr  # the good one is still shown
+    assert "corrupt.json" in result.stderr
+    assert "not valid JSON" in result.stderr
+
+    json_result = bless("list", "--json")
+    assert json_result.exit_code == 22
+    document = parse(json_result)
+    assert document["ok"] is False
+    assert [item["config_hash"] for item in document["manifests"]] == [blessed.config_hash]
+    assert [Path(item["path"]).name for item in document["invalid"]] == ["corrupt.json"]
+    assert document["error"]["exit_code"] == 22
+
+
+def test_list_duplicate(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    source = store.manifest_path(blessed.config_hash)
+    assert source is not None
+    shutil.copyfile(source, store.manifests_dir / "copy.json")
+    result = bless("list", "--json")
+    assert result.exit_code == ExitCode.MANIFEST_DUPLICATE
+    assert list(parse(result)["duplicates"]) == [blessed.config_hash]
+
+
+def test_manifests_dir_option_and_env(
+    runner: CliRunner, root: Path, store: Store, blessed: Manifest, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "checkout"
+    shutil.copytree(store.manifests_dir, elsewhere)
+    by_option = runner.invoke(app, ["--root", str(root), "--manifests-dir", str(elsewhere), "list", "--json"])
+    assert parse(by_option)["manifests_dir"] == str(elsewhere)
+    by_env = runner.invoke(app, ["list", "--json"], env={"BLESS_ROOT": str(root)})
+    assert parse(by_env)["manifests"][0]["config_hash"] == blessed.config_hash
+    empty = runner.invoke(
+        app, ["--manifests-dir", str(tmp_path / "none"), "list", "--json"], env={"BLESS_ROOT": str(root)}
+    )
+    assert parse(empty)["manifests"] == []
+
+
+# --------------------------------------------------------------------------------------------- show
+
+
+def test_show_json(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    result = bless("show", blessed.config_hash[:16], "--json")
+    assert result.exit_code == 0, result.stderr
+    document = parse(result)
+    assert document["config_hash"] == blessed.config_hash
+    assert document["manifest_path"] == str(store.manifest_path(blessed.config_hash))
+    assert document["blessed_dir"] == str(store.blessed_dir(blessed))
+    expected = blessed.to_dict()
+    assert {key: document[key] for key in expected} == expected
+
+
+def test_show_human(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    result = bless("show", blessed.config_hash)
+    assert result.exit_code == 0, result.stderr
+    for text in (blessed.config_hash, "tiny-test", "golden", "abcd", "pass", "provenance", "1/1 passed"):
+        assert text in result.stderr
+    assert str(store.blessed_dir(blessed)) in result.stderr
+
+
+# ------------------------------------------------------------------------------------------- verify
+
+
+def test_verify_clean(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    result = bless("verify", blessed.config_hash)
+    assert result.exit_code == 0, result.stderr
+    assert "verified" in result.stderr
+    assert "warning" not in result.stderr  # published trees are read-only
+    document = parse(bless("verify", blessed.config_hash[:8], "--json"))
+    assert document["ok"] is True
+    assert document["blessed_dir"] == str(store.blessed_dir(blessed))
+    assert document["result"]["problems"] == []
+    assert document["result"]["files_checked"] == len(blessed.cache.files)
+
+
+def test_verify_flipped_byte(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    target = blessed_file(store, blessed, "nested/deep/kernel.so")
+    target.chmod(0o644)
+    data = bytearray(target.read_bytes())
+    data[10] ^= 0xFF
+    target.write_bytes(bytes(data))
+
+    result = bless("verify", blessed.config_hash)
+    assert result.exit_code == 21  # VERIFY_FAILED (a stable number: scripts rely on it)
+    assert "nested/deep/kernel.so" in result.stderr
+    assert "sha256" in result.stderr
+    assert "verification failed" in result.stderr
+    assert "write bit" in result.stderr  # the chmod is reported as a warning too
+    assert result.stdout == ""
+
+    json_result = bless("verify", blessed.config_hash, "--json")
+    assert json_result.exit_code == 21
+    document = parse(json_result)
+    assert document["ok"] is False
+    assert document["result"]["problems"] == [
+        {
+            "kind": "sha256",
+            "path": "nested/deep/kernel.so",
+            "detail": document["result"]["problems"][0]["detail"],
+        }
+    ]
+    assert document["error"]["exit_code"] == 21
+    assert document["error"]["details"]["problems"] == document["result"]["problems"]
+
+
+def test_verify_lists_every_problem(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    directory = store.blessed_dir(blessed)
+    (directory / "nested").chmod(0o755)
+    (directory / "nested" / "index.json").unlink()
+    (directory / "nested" / "intruder.py").write_text("print('hi')\n")
+    result = bless("verify", blessed.config_hash)
+    assert result.exit_code == 21
+    assert "nested/index.json" in result.stderr and "missing" in result.stderr
+    assert "nested/intruder.py" in result.stderr and "extra" in result.stderr
+
+
+def test_verify_unknown_hash(bless: Invoke, blessed: Manifest) -> None:
+    unknown = "0" * 64 if blessed.config_hash != "0" * 64 else "1" * 64
+    result = bless("verify", unknown)
+    assert result.exit_code == 20  # NO_MANIFEST (a stable number: scripts rely on it)
+    assert "no blessed manifest" in result.stderr
+    assert "bless list" in result.stderr
+    document = parse(bless("verify", unknown, "--json"))
+    assert document["ok"] is False and document["error"]["exit_code"] == 20
+
+
+def test_verify_unknown_hash_empty_store(bless: Invoke) -> None:
+    assert bless("verify", "a" * 64).exit_code == 20
+    assert bless("verify", "a" * 8).exit_code == 20
+
+
+def test_verify_duplicate_manifest(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    source = store.manifest_path(blessed.config_hash)
+    assert source is not None
+    shutil.copyfile(source, store.manifests_dir / "copy.json")
+    result = bless("verify", blessed.config_hash)
+    assert result.exit_code == 23  # MANIFEST_DUPLICATE (a stable number: scripts rely on it)
+    assert "copy.json" in result.stderr
+    assert bless("verify", blessed.config_hash[:8]).exit_code == 23
+
+
+def test_verify_invalid_manifest_fails_closed(bless: Invoke, store: Store, blessed: Manifest) -> None:
+    (store.manifests_dir / "corrupt.json").write_text("[]", encoding="utf-8")
+    assert bless("verify", blessed.config_hash).exit_code == ExitCode.MANIFEST_INVALID
+
+
+def test_verify_progress_bar_path(bless: Invoke, blessed: Manifest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli.render, "PROGRESS_THRESHOLD_BYTES", 0)
+    seen: list[int] = []
+    original = cli.render.hashing_progress
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cli.render, "hashing_progress", recording)
+    result = bless("verify", blessed.config_hash, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert seen == [blessed.cache.total_size]
+    parse(result)  # the bar went to stderr: stdout is still one document
+
+
+def test_hashing_progress_is_thread_safe() -> None:
+    import threading
+
+    from rich.console import Console
+
+    console = Console(file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
+    with cli.render.hashing_progress(console, 1000, enabled=True) as none:
+        assert none is None  # below the threshold: no bar
+    total = cli.render.PROGRESS_THRESHOLD_BYTES + 8 * 10_000
+    with cli.render.hashing_progress(console, total, enabled=True) as advance:
+        assert advance is not None
+        threads = [threading.Thread(target=lambda: [advance(1) for _ in range(10_000)]) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    console.file.close()
+
+
+# ----------------------------------------------------------------------------------------------- gc
+
+
+def test_gc_empty(bless: Invoke) -> None:
+    result = bless("gc")
+    assert result.exit_code == 0, result.stderr
+    assert "nothing to collect" in result.stderr
+    document = parse(bless("gc", "--json"))
+    assert document["actions"] == [] and document["total_bytes"] == 0
+
+
+def test_gc_dry_run(bless: Invoke, store: Store, profile: Path, tmp_path: Path, blessed: Manifest) -> None:
+    old_dir = store.blessed_dir(blessed)
+    newer = bless_profile(store, profile, tmp_path, "b")  # re-bless: the old version is superseded
+    assert newer.config_hash == blessed.config_hash and newer.cache.dir_id != blessed.cache.dir_id
+
+    result = bless("gc", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert str(old_dir) in result.stderr
+    assert "would reclaim" in result.stderr
+    document = parse(bless("gc", "--dry-run", "--json"))
+    assert document["dry_run"] is True
+    assert [action["path"] for action in document["actions"]] == [str(old_dir)]
+    assert document["total_bytes"] == blessed.cache.total_size
+    assert old_dir.exists()
+
+    assert bless("gc", "--keep", "1", "--json").exit_code == 0
+    assert old_dir.exists()
+    done = bless("gc")
+    assert done.exit_code == 0 and "reclaimed" in done.stderr
+    assert not old_dir.exists()
+    assert bless("verify", newer.config_hash).exit_code == 0
+
+
+def test_gc_negative_keep_is_usage(bless: Invoke) -> None:
+    assert bless("gc", "--keep", "-1").exit_code == ExitCode.USAGE
+
+
+# ---------------------------------------------------------------------------------- error boundary
+
+
+def test_internal_error_without_traceback(
+    bless: Invoke, blessed: Manifest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(cli.main, "verify_tree", boom)
+    result = bless("verify", blessed.config_hash)
+    assert result.exit_code == 1  # INTERNAL (a stable number: scripts rely on it)
+    assert "internal error: RuntimeError: disk on fire" in result.stderr
+    assert "--verbose" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+    verbose = bless("--verbose", "verify", blessed.config_hash)
+    assert verbose.exit_code == 1
+    assert "Traceback" in verbose.stderr and "disk on fire" in verbose.stderr
+
+    as_json = bless("verify", blessed.config_hash, "--json")
+    assert as_json.exit_code == 1
+    document = parse(as_json)
+    assert document["ok"] is False
+    assert document["error"]["exit_code"] == 1
+    assert document["error"]["error"] == "RuntimeError"
+
+
+def test_keyboard_interrupt_exits_130(bless: Invoke, profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.main, "resolve_profile_file", interrupted)
+    result = bless("hash", "--profile", str(profile))
+    assert result.exit_code == 130  # INTERRUPTED (a stable number: scripts rely on it)
+    assert "interrupted" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bless_error_verbose_shows_details(bless: Invoke) -> None:
+    result = bless("--verbose", "verify", "a" * 64)
+    assert result.exit_code == 20
+    assert "details:" in result.stderr
+
+
+def test_bad_usage_is_exit_2(bless: Invoke) -> None:
+    assert bless("verify").exit_code == 2
+    assert bless("hash").exit_code == 2  # --profile is required
+    assert bless("list", "--no-such-option").exit_code == 2
+    assert bless("no-such-command").exit_code == 2
+
+
+# ------------------------------------------------------------------------------------- exit-codes
+
+
+def test_exit_codes_json(bless: Invoke) -> None:
+    result = bless("exit-codes", "--json")
+    assert result.exit_code == 0
+    rows = parse(result)["exit_codes"]
+    assert [(row["code"], row["name"], row["meaning"]) for row in rows] == [
+        (int(code), code.name, meaning) for code, meaning in EXIT_CODES
+    ]
+    human = bless("exit-codes")
+    for code, _ in EXIT_CODES:
+        assert code.name in human.stderr
+
+
+def test_exit_codes_markdown(bless: Invoke) -> None:
+    result = bless("exit-codes", "--markdown")
+    assert result.exit_code == 0
+    assert result.stdout == cli.render.exit_codes_markdown()
+    for code, meaning in EXIT_CODES:
+        assert f"| {int(code)} | `{code.name}` | {meaning} |" in result.stdout
+    assert bless("exit-codes", "--markdown", "--json").exit_code == 2
+
+
+def test_help_mentions_commands(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for name in ("hash", "diff", "list", "show", "verify", "gc", "exit-codes"):
+        assert name in result.stdout
+
+
+def test_real_process_streams(root: Path, blessed: Manifest) -> None:
+    """As a real process: one JSON document on stdout, the diagnostics on stderr, the exit code."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    completed = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--root", str(root), "verify", "f" * 64, "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 20, completed.stderr
+    document = json.loads(completed.stdout)
+    assert document["ok"] is False and document["error"]["error"] == "NoManifestError"
+    assert "no blessed manifest" in completed.stderr
+    ok = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--root", str(root), "verify", blessed.config_hash],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == ""
+
+
+def test_error_details_that_json_cannot_hold_are_still_reported(
+    bless: Invoke, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bless.errors import ResolutionError
+
+    def unresolvable(*args: Any, **kwargs: Any) -> Any:
+        raise ResolutionError("no image", details={"where": Path("/somewhere")})
+
+    monkeypatch.setattr(cli.main, "resolve_profile_file", unresolvable)
+    result = bless("hash", "--profile", str(profile), "--json")
+    assert result.exit_code == 31  # RESOLUTION_FAILED
+    assert parse(result)["error"]["details"] == {"where": "/somewhere"}

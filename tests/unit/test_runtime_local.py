@@ -1,0 +1,602 @@
+"""LocalRuntime for real: Python one-liners play the engine.
+
+Runs everywhere without Docker. The mount-namespace tests need root (they mount for
+real, in a private namespace that vanishes with the engine); the copy mode is forced
+with ``LocalRuntime(use_mount_namespace=False)`` so it is tested as root too.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bless import labels
+from bless.engines.base import UpperEntry
+from bless.errors import BlessError, ContainerConflictError, InputInvalidError, RuntimeUnavailableError
+from bless.runtime.base import ContainerSpec, Mount, Started
+from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime
+from bless.runtime.upper import diff_trees, normalize_modes, scan_upper
+
+IS_ROOT = sys.platform.startswith("linux") and os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="mount namespaces need root on Linux")
+
+RUN_ID = f"unit-{uuid.uuid4().hex[:8]}"
+LABELS = labels.labels_for(run_id=RUN_ID, phase=labels.PHASE_TRIAL, config_hash="0" * 64, profile="unit")
+
+
+def make_spec(tmp_path: Path, code: str, *, name: str | None = None, **kw: Any) -> ContainerSpec:
+    name = name or f"bless-unit-{uuid.uuid4().hex[:8]}"
+    kw.setdefault("labels", LABELS)
+    kw.setdefault("env", {})
+    kw.setdefault("log_path", tmp_path / f"{name}.log")
+    return ContainerSpec(name=name, command=(sys.executable, "-c", code), **kw)
+
+
+def wait_exit(rt: LocalRuntime, started: Started, timeout: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = rt.exit_code(started)
+        if code is not None:
+            return code
+        time.sleep(0.02)
+    raise AssertionError(f"engine did not exit in {timeout}s; log:\n{rt.logs(started)}")
+
+
+def wait_log(rt: LocalRuntime, started: Started, text: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in rt.logs(started):
+            return
+        if rt.exit_code(started) is not None and text not in rt.logs(started):
+            raise AssertionError(f"engine exited before printing {text!r}; log:\n{rt.logs(started)}")
+        time.sleep(0.02)
+    raise AssertionError(f"{text!r} not in log after {timeout}s:\n{rt.logs(started)}")
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path -> sha256 (or 'dir'), to prove a tree is byte-identical afterwards."""
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def rt() -> Iterator[LocalRuntime]:
+    runtime = LocalRuntime()
+    yield runtime
+    leftovers = runtime.list_ours({labels.RUN_ID: RUN_ID})
+    runtime.cleanup_ours({labels.RUN_ID: RUN_ID})
+    assert leftovers == [], f"test left engines behind: {leftovers}"
+
+
+@pytest.fixture
+def copy_rt() -> Iterator[LocalRuntime]:
+    runtime = LocalRuntime(use_mount_namespace=False)
+    yield runtime
+    leftovers = runtime.list_ours({labels.RUN_ID: RUN_ID})
+    runtime.cleanup_ours({labels.RUN_ID: RUN_ID})
+    assert leftovers == [], f"test left engines behind: {leftovers}"
+
+
+def finish(rt: LocalRuntime, started: Started) -> None:
+    rt.stop(started, 2)
+    rt.remove(started)
+
+
+# -- process basics ----------------------------------------------------------------
+
+
+def test_logs_and_exit_code(rt: LocalRuntime, tmp_path: Path) -> None:
+    code = "import sys; print('to-stdout', flush=True); print('to-stderr', file=sys.stderr); sys.exit(3)"
+    started = rt.start(make_spec(tmp_path, code))
+    assert started.id.isdigit()
+    assert wait_exit(rt, started) == 3
+    assert not rt.is_running(started)
+    logs = rt.logs(started)
+    assert "to-stdout" in logs and "to-stderr" in logs
+    result = rt.stop(started, 2)  # already exited: reported as it exited
+    assert result.exit_code == 3 and result.graceful and result.seconds == 0.0
+    rt.remove(started)
+    assert rt.name_holder(started.name) == "free"
+
+
+def test_graceful_stop_of_sigterm_handler(rt: LocalRuntime, tmp_path: Path) -> None:
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    print('bye', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    started = rt.start(make_spec(tmp_path, code))
+    wait_log(rt, started, "ready")
+    assert rt.is_running(started)
+    assert rt.exit_code(started) is None
+    result = rt.stop(started, 2)
+    assert result.graceful
+    assert result.exit_code == 0
+    assert result.seconds < 2
+    assert "bye" in rt.logs(started)
+    rt.remove(started)
+
+
+def test_default_sigterm_death_is_graceful_143(rt: LocalRuntime, tmp_path: Path) -> None:
+    started = rt.start(make_spec(tmp_path, "import time; print('ready', flush=True); time.sleep(60)"))
+    wait_log(rt, started, "ready")
+    result = rt.stop(started, 2)
+    assert result.exit_code == 128 + signal.SIGTERM
+    assert result.graceful
+    rt.remove(started)
+
+
+def test_killed_after_timeout_when_sigterm_ignored(rt: LocalRuntime, tmp_path: Path) -> None:
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    started = rt.start(make_spec(tmp_path, code))
+    wait_log(rt, started, "ready")
+    result = rt.stop(started, 1)
+    assert not result.graceful
+    assert result.exit_code == 137
+    assert 1.0 <= result.seconds < 5
+    rt.remove(started)
+
+
+def test_group_leftovers_die_with_the_engine(rt: LocalRuntime, tmp_path: Path) -> None:
+    # The child ignores SIGTERM and outlives its parent; a container would take it down
+    # with PID 1, and so must we.
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    started = rt.start(make_spec(tmp_path, code))
+    wait_log(rt, started, "child")
+    child_pid = int(rt.logs(started).split("child", 1)[1].split()[0])
+    result = rt.stop(started, 2)
+    assert result.graceful  # the engine itself died of SIGTERM
+    rt.remove(started)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            break
+        # Reparented to init (or a subreaper) as a zombie until reaped: check its state.
+        try:
+            state = Path(f"/proc/{child_pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"child {child_pid} of the engine survived stop()")
+
+
+def test_env_is_filtered_and_home_pinned(
+    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BLESS_TEST_SECRET_TOKEN", "do-not-leak")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
+    monkeypatch.setenv("HOME", "/root-of-the-caller")
+    code = "import json, os; print('ENV=' + json.dumps(dict(os.environ)), flush=True)"
+    started = rt.start(
+        make_spec(tmp_path, code, env={"VLLM_FOO": "bar", "HOME": "/ignored"}, home=str(tmp_path / "home"))
+    )
+    assert wait_exit(rt, started) == 0
+    env = json.loads(rt.logs(started).split("ENV=", 1)[1].splitlines()[0])
+    assert env["HOME"] == str(tmp_path / "home")  # spec.home wins over env and the caller
+    assert env["VLLM_FOO"] == "bar"
+    assert env["LC_ALL"] == "C.UTF-8"
+    assert env["CUDA_CACHE_DISABLE"] == "1"
+    assert "PATH" in env
+    assert "BLESS_TEST_SECRET_TOKEN" not in env
+    finish(rt, started)
+
+
+def test_home_defaults_to_callers_home(
+    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    started = rt.start(make_spec(tmp_path, "import os; print('HOME=' + os.environ['HOME'])"))
+    assert wait_exit(rt, started) == 0
+    assert f"HOME={tmp_path}" in rt.logs(started)
+    finish(rt, started)
+
+
+def test_workdir(rt: LocalRuntime, tmp_path: Path) -> None:
+    started = rt.start(make_spec(tmp_path, "import os; print('CWD=' + os.getcwd())", workdir=str(tmp_path)))
+    assert wait_exit(rt, started) == 0
+    assert f"CWD={tmp_path}" in rt.logs(started)
+    finish(rt, started)
+
+
+def test_name_conflict_and_registry(rt: LocalRuntime, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "import time; time.sleep(60)")
+    started = rt.start(spec)
+    assert rt.name_holder(spec.name) == "ours"
+    assert rt.name_holder("bless-unit-nobody") == "free"
+    with pytest.raises(ContainerConflictError) as info:
+        rt.start(spec)
+    assert info.value.exit_code == 12
+    assert "still running" in info.value.message
+    with pytest.raises(ContainerConflictError):
+        rt.remove(started)  # never while running
+    ours = rt.list_ours({labels.RUN_ID: RUN_ID})
+    assert [(c.name, c.status) for c in ours] == [(spec.name, "running")]
+    assert rt.list_ours({labels.RUN_ID: "another-run"}) == []
+    assert rt.cleanup_ours({labels.RUN_ID: RUN_ID}) == [spec.name]
+    assert rt.name_holder(spec.name) == "free"
+    assert not rt.is_running(started)
+
+
+def test_exited_but_not_removed_still_holds_the_name(rt: LocalRuntime, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "pass")
+    started = rt.start(spec)
+    wait_exit(rt, started)
+    with pytest.raises(ContainerConflictError, match="not removed"):
+        rt.start(spec)
+    finish(rt, started)
+    rt.remove(started)  # idempotent
+    again = rt.start(spec)
+    wait_exit(rt, again)
+    finish(rt, again)
+
+
+def test_refusals(rt: LocalRuntime, tmp_path: Path) -> None:
+    with pytest.raises(BlessError, match="owner label"):
+        rt.start(make_spec(tmp_path, "pass", labels={"some": "label"}))
+    with pytest.raises(BlessError, match="log_path"):
+        rt.start(make_spec(tmp_path, "pass", log_path=None))
+    with pytest.raises(InputInvalidError, match="takes no image"):
+        rt.resolve_image("bless-reference:1")
+    with pytest.raises(InputInvalidError, match="absolute"):
+        rt.start(make_spec(tmp_path, "pass", mounts=(Mount("rw", tmp_path, "relative/path"),)))
+    rt.ping()
+
+
+def test_missing_engine_binary(rt: LocalRuntime, copy_rt: LocalRuntime, tmp_path: Path) -> None:
+    spec = ContainerSpec(
+        name="bless-unit-nocmd",
+        command=(str(tmp_path / "no-such-binary"),),
+        env={},
+        labels=LABELS,
+        log_path=tmp_path / "x.log",
+    )
+    # Without a namespace the spawn itself fails, and nothing is registered.
+    with pytest.raises(RuntimeUnavailableError, match="cannot start"):
+        copy_rt.start(spec)
+    assert copy_rt.name_holder(spec.name) == "free"
+    if rt.uses_mount_namespace:
+        # In a namespace the exec happens after the mounts: the engine exits 127 and says why.
+        started = rt.start(spec)
+        assert wait_exit(rt, started) == COMMAND_NOT_FOUND
+        assert "engine command not found" in rt.logs(started)
+        finish(rt, started)
+
+
+def test_engine_port_is_free_on_loopback(rt: LocalRuntime) -> None:
+    port = rt.engine_port(8000)
+    assert 0 < port < 65536
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_started_reports_port(rt: LocalRuntime, tmp_path: Path) -> None:
+    port = rt.engine_port(8000)
+    started = rt.start(make_spec(tmp_path, "pass", port=port))
+    assert started.host_port == port
+    wait_exit(rt, started)
+    finish(rt, started)
+    with pytest.raises(InputInvalidError, match="cannot publish"):
+        rt.start(make_spec(tmp_path, "pass", port=port, host_port=port + 1))
+
+
+def test_normalize_ownership(rt: LocalRuntime, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "data").write_text("x")
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "link").symlink_to("sub/data")
+    (tree / "sub" / "data").chmod(0o600)
+    (tree / "run.sh").chmod(0o700)
+    (tree / "sub").chmod(0o700)
+    rt.normalize_ownership(tree, image=None)
+    assert stat.S_IMODE((tree / "sub" / "data").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tree / "sub").stat().st_mode) == 0o755
+
+
+# -- upper-layer helpers (pure) -------------------------------------------------------
+
+
+def test_diff_trees_by_content(tmp_path: Path) -> None:
+    lower, copy = tmp_path / "lower", tmp_path / "copy"
+    for root in (lower, copy):
+        (root / "d").mkdir(parents=True)
+        (root / "same").write_text("same")
+        (root / "d" / "changed").write_text("old")
+        (root / "gone").write_text("bye")
+    (copy / "d" / "changed").write_text("new!")
+    (copy / "gone").unlink()
+    (copy / "d" / "added").write_text("abc")
+    assert diff_trees(copy, lower) == [
+        UpperEntry("d/added", "new", 3),
+        UpperEntry("d/changed", "rewritten", 4),
+        UpperEntry("gone", "deleted", 0),
+    ]
+
+
+def test_scan_upper_missing_dir_is_empty(tmp_path: Path) -> None:
+    assert scan_upper(tmp_path / "nope", tmp_path) == []
+
+
+@needs_root
+def test_scan_upper_whiteouts(tmp_path: Path) -> None:
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "olddir").mkdir(parents=True)
+    (lower / "olddir" / "f1").write_text("1")
+    (lower / "kept").write_text("k")
+    (lower / "rm").write_text("r")
+    upper.mkdir()
+    os.mknod(upper / "rm", stat.S_IFCHR | 0o000, os.makedev(0, 0))
+    os.mknod(upper / "olddir", stat.S_IFCHR | 0o000, os.makedev(0, 0))
+    (upper / "kept").write_text("kk")
+    (upper / "fresh").mkdir()
+    (upper / "fresh" / "n").write_text("nnn")
+    assert scan_upper(upper, lower) == [
+        UpperEntry("fresh/n", "new", 3),
+        UpperEntry("kept", "rewritten", 2),
+        UpperEntry("olddir/f1", "deleted", 0),
+        UpperEntry("rm", "deleted", 0),
+    ]
+
+
+def test_normalize_modes_skips_symlinks(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_text("o")
+    outside.chmod(0o600)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "link").symlink_to(outside)
+    normalize_modes(tree)
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+
+
+# -- mount namespace (root) -------------------------------------------------------------
+
+
+def make_lower(root: Path) -> Path:
+    lower = root / "lower"
+    (lower / "sub").mkdir(parents=True)
+    (lower / "gone").mkdir()
+    (lower / "a.txt").write_text("original a")
+    (lower / "b.txt").write_text("original b")
+    (lower / "sub" / "c.txt").write_text("untouched c")
+    (lower / "gone" / "x.bin").write_bytes(b"\x00" * 10)
+    return lower
+
+
+# Rewrites a.txt, deletes b.txt and the gone/ tree, adds new.txt and sub/d.txt.
+OVERLAY_WRITER = (
+    "import pathlib, shutil, sys\n"
+    "t = pathlib.Path(sys.argv[1])\n"
+    "(t / 'a.txt').write_text('rewritten a!')\n"
+    "(t / 'b.txt').unlink()\n"
+    "shutil.rmtree(t / 'gone')\n"
+    "(t / 'new.txt').write_text('brand new')\n"
+    "(t / 'sub' / 'd.txt').write_text('dd')\n"
+    "print('sub/c.txt=' + (t / 'sub' / 'c.txt').read_text(), flush=True)\n"
+)
+EXPECTED_UPPER = [
+    UpperEntry("a.txt", "rewritten", len("rewritten a!")),
+    UpperEntry("b.txt", "deleted", 0),
+    UpperEntry("gone/x.bin", "deleted", 0),
+    UpperEntry("new.txt", "new", len("brand new")),
+    UpperEntry("sub/d.txt", "new", 2),
+]
+
+
+def argv_spec(tmp_path: Path, code: str, *args: str, **kw: Any) -> ContainerSpec:
+    base = make_spec(tmp_path, code, **kw)
+    return ContainerSpec(
+        name=base.name,
+        command=(*base.command, *args),
+        env=base.env,
+        labels=base.labels,
+        mounts=base.mounts,
+        log_path=base.log_path,
+    )
+
+
+@needs_root
+def test_ns_rw_bind(rt: LocalRuntime, tmp_path: Path) -> None:
+    assert rt.uses_mount_namespace
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "existing").write_text("hello")
+    target = tmp_path / "mnt" / "rw"
+    code = (
+        "import pathlib, sys\n"
+        "t = pathlib.Path(sys.argv[1])\n"
+        "print('read=' + (t / 'existing').read_text(), flush=True)\n"
+        "(t / 'written').write_text('from engine')\n"
+    )
+    started = rt.start(argv_spec(tmp_path, code, str(target), mounts=(Mount("rw", source, str(target)),)))
+    assert started.enforced_read_only
+    assert wait_exit(rt, started) == 0, rt.logs(started)
+    assert "read=hello" in rt.logs(started)
+    assert (source / "written").read_text() == "from engine"
+    assert not (target / "written").exists()  # the bind lived only in the engine's namespace
+    finish(rt, started)
+    assert not (tmp_path / "mnt").exists()  # mount points we created are tidied up
+
+
+@needs_root
+def test_ns_ro_bind_refuses_writes(rt: LocalRuntime, tmp_path: Path) -> None:
+    source = make_lower(tmp_path)
+    before = tree_digest(source)
+    target = tmp_path / "mnt" / "ro"
+    code = (
+        "import pathlib, sys\n"
+        "t = pathlib.Path(sys.argv[1])\n"
+        "print('read=' + (t / 'a.txt').read_text(), flush=True)\n"
+        "for attempt in (lambda: (t / 'a.txt').write_text('x'), lambda: (t / 'new').write_text('x')):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        print('WROTE', flush=True)\n"
+        "    except OSError as exc:\n"
+        "        print('errno', exc.errno, flush=True)\n"
+    )
+    started = rt.start(argv_spec(tmp_path, code, str(target), mounts=(Mount("ro", source, str(target)),)))
+    assert wait_exit(rt, started) == 0, rt.logs(started)
+    logs = rt.logs(started)
+    assert "read=original a" in logs
+    assert "WROTE" not in logs
+    assert logs.count(f"errno {errno.EROFS}") == 2
+    assert tree_digest(source) == before
+    assert rt.upper_entries(started) == []
+    finish(rt, started)
+
+
+@needs_root
+def test_ns_overlay_keeps_lower_and_classifies_upper(rt: LocalRuntime, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    before = tree_digest(lower)
+    scratch = tmp_path / "scratch"
+    target = tmp_path / "mnt" / "cache"
+    started = rt.start(
+        argv_spec(
+            tmp_path,
+            OVERLAY_WRITER,
+            str(target),
+            mounts=(Mount("overlay", lower, str(target), scratch=scratch),),
+        )
+    )
+    assert started.enforced_read_only and started.notes == ()
+    assert wait_exit(rt, started) == 0, rt.logs(started)
+    assert "sub/c.txt=untouched c" in rt.logs(started)
+    assert tree_digest(lower) == before
+    assert (scratch / "upper" / "a.txt").read_text() == "rewritten a!"
+    assert (scratch / "upper" / "new.txt").exists()
+    assert rt.upper_entries(started) == EXPECTED_UPPER
+    finish(rt, started)
+    assert (scratch / "upper" / "a.txt").exists()  # evidence stays for the caller
+
+
+@needs_root
+def test_ns_mount_failure_is_reported(rt: LocalRuntime, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    target = tmp_path / "mnt" / "bad"
+    started = rt.start(
+        make_spec(tmp_path, "print('engine ran')", mounts=(Mount("ro", not_a_dir, str(target)),))
+    )
+    assert wait_exit(rt, started) == MOUNT_SETUP_FAILED
+    logs = rt.logs(started)
+    assert "mount setup failed" in logs and "engine ran" not in logs
+    finish(rt, started)
+
+
+@needs_root
+def test_ns_forced_is_available_as_root(tmp_path: Path) -> None:
+    runtime = LocalRuntime(use_mount_namespace=True)
+    runtime.ping()
+    assert "enforced" in runtime.notes[0]
+
+
+# -- copy mode (no mount namespace) -------------------------------------------------------
+
+
+def test_copy_mode_overlay(copy_rt: LocalRuntime, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    before = tree_digest(lower)
+    target = tmp_path / "materialized" / "cache"
+    started = copy_rt.start(
+        argv_spec(
+            tmp_path,
+            OVERLAY_WRITER,
+            str(target),
+            mounts=(Mount("overlay", lower, str(target), scratch=tmp_path / "scratch"),),
+        )
+    )
+    assert not started.enforced_read_only
+    assert any("NOT enforced" in note for note in started.notes)
+    assert wait_exit(copy_rt, started) == 0, copy_rt.logs(started)
+    assert tree_digest(lower) == before
+    assert copy_rt.upper_entries(started) == EXPECTED_UPPER
+    finish(copy_rt, started)
+    assert not target.exists()  # the materialized copy goes with remove()
+
+
+def test_copy_mode_ro_writes_are_reported(copy_rt: LocalRuntime, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    target = tmp_path / "ro-copy"
+    target.mkdir()  # an empty pre-existing target is fine, and is kept (emptied) on remove
+    code = "import pathlib, sys; (pathlib.Path(sys.argv[1]) / 'a.txt').write_text('oops')"
+    started = copy_rt.start(argv_spec(tmp_path, code, str(target), mounts=(Mount("ro", lower, str(target)),)))
+    assert wait_exit(copy_rt, started) == 0
+    assert (lower / "a.txt").read_text() == "original a"
+    assert copy_rt.upper_entries(started) == [UpperEntry("a.txt", "rewritten", 4)]
+    finish(copy_rt, started)
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+def test_copy_mode_refusals(copy_rt: LocalRuntime, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    with pytest.raises(RuntimeUnavailableError, match="read-write"):
+        copy_rt.start(make_spec(tmp_path, "pass", mounts=(Mount("rw", lower, str(tmp_path / "elsewhere")),)))
+    with pytest.raises(RuntimeUnavailableError, match="target other than its source"):
+        copy_rt.start(make_spec(tmp_path, "pass", mounts=(Mount("ro", lower, str(lower)),)))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep").write_text("mine")
+    with pytest.raises(RuntimeUnavailableError, match="not an empty directory"):
+        copy_rt.start(make_spec(tmp_path, "pass", mounts=(Mount("overlay", lower, str(busy)),)))
+    assert (busy / "keep").read_text() == "mine"
+    # rw at its own path works without mounting
+    code = "import pathlib, sys; (pathlib.Path(sys.argv[1]) / 'w').write_text('ok')"
+    started = copy_rt.start(argv_spec(tmp_path, code, str(lower), mounts=(Mount("rw", lower, str(lower)),)))
+    assert wait_exit(copy_rt, started) == 0
+    assert (lower / "w").read_text() == "ok"
+    assert started.enforced_read_only  # nothing read-only was asked for
+    finish(copy_rt, started)
+
+
+def test_copy_mode_failed_start_undoes_copy(copy_rt: LocalRuntime, tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    target = tmp_path / "copy-then-fail"
+    spec = ContainerSpec(
+        name="bless-unit-fail",
+        command=(str(tmp_path / "no-such-binary"),),
+        env={},
+        labels=LABELS,
+        mounts=(Mount("ro", lower, str(target)),),
+        log_path=tmp_path / "fail.log",
+    )
+    with pytest.raises(RuntimeUnavailableError):
+        copy_rt.start(spec)
+    assert not target.exists()
