@@ -85,10 +85,15 @@ def _show(value: Any) -> str:
 _ABSENT: Any = object()
 
 
+def _segment(key: str) -> str:
+    """A dotted-path segment; keys that would make the path ambiguous ("a.b", "", '"x') are JSON-quoted."""
+    return json.dumps(key, ensure_ascii=False) if not key or "." in key or key.startswith('"') else key
+
+
 def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping) and value:
         for key in sorted(value):
-            yield from _leaves(value[key], f"{prefix}.{key}" if prefix else key)
+            yield from _leaves(value[key], f"{prefix}.{_segment(key)}" if prefix else _segment(key))
     else:
         yield prefix, value
 

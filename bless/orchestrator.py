@@ -222,7 +222,12 @@ class Orchestrator:
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
                     hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
                 )
-            leftovers = self.runtime.cleanup_ours({labels.CONFIG_HASH: config_hash})
+            # Only bless-run phases: a serving container of the same config must survive a rebless.
+            leftovers = [
+                name
+                for phase in (labels.PHASE_BOOTSTRAP, labels.PHASE_TRIAL, labels.PHASE_HELPER)
+                for name in self.runtime.cleanup_ours({labels.CONFIG_HASH: config_hash, labels.PHASE: phase})
+            ]
             if leftovers:
                 self.events(Event("note", f"removed leftover containers of a crashed run: {', '.join(leftovers)}"))
             run_dir = self.store.new_staging_dir(self.run_id)

@@ -300,13 +300,16 @@ ensure_base_image() {
     fi
     is_root || die "building the base image $tag needs root (debootstrap); run: sudo $0 ${version}"
     command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+    # Non-Debian hosts (e.g. Ubuntu) need Debian's archive keys to verify bookworm.
+    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    [[ -f "$keyring" ]] || apt_install debian-archive-keyring
     mirror="$(find_mirror)"
     rootfs="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
     SCRATCH+=("$rootfs")
     log="$CACHE_DIR/debootstrap.log"
     say "debootstrap --variant=$DEBOOTSTRAP_VARIANT --include=$DEBOOTSTRAP_INCLUDE $DEBIAN_SUITE $rootfs $mirror (log: $log; about a minute)"
     t0=$SECONDS
-    if ! debootstrap --variant="$DEBOOTSTRAP_VARIANT" --include="$DEBOOTSTRAP_INCLUDE" \
+    if ! debootstrap --keyring="$keyring" --variant="$DEBOOTSTRAP_VARIANT" --include="$DEBOOTSTRAP_INCLUDE" \
             "$DEBIAN_SUITE" "$rootfs" "$mirror" >"$log" 2>&1; then
         say "last lines of $log:"
         tail -n 20 "$log" | sed "s/^/$PROG:   /" >&2

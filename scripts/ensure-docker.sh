@@ -72,7 +72,7 @@ wait_for_docker() {
         if docker_ok; then
             return 0
         fi
-        if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+        if [[ -n "$pid" && ! -d "/proc/$pid" ]]; then
             say "dockerd (pid $pid) exited during start-up"
             return 1
         fi
@@ -104,7 +104,8 @@ fi
 
 # A daemon that runs but refuses us is a permission problem, not a missing engine.
 if command -v docker >/dev/null 2>&1 && [[ -S /var/run/docker.sock ]] && ! is_root; then
-    if docker info 2>&1 | grep -qi 'permission denied'; then
+    info_out="$(docker info 2>&1 || true)"
+    if [[ "${info_out,,}" == *"permission denied"* ]]; then
         die "a Docker daemon runs but $(id -un) may not use /var/run/docker.sock; add yourself to the 'docker' group (sudo usermod -aG docker $(id -un), then log in again) or run as root"
     fi
 fi
@@ -179,4 +180,7 @@ if wait_for_docker "$pid"; then
     exit 0
 fi
 show_log_tail
-die "Docker Engine not reachable within ${TIMEOUT}s; see $LOG (dockerd pid $pid is left as is)"
+if [[ ! -d "/proc/$pid" ]]; then
+    die "dockerd failed to start; see $LOG (extra flags from BLESS_DOCKERD_ARGS: '${BLESS_DOCKERD_ARGS:-}')"
+fi
+die "Docker Engine not reachable within ${TIMEOUT}s; see $LOG (dockerd pid $pid is left running)"

@@ -23,7 +23,8 @@ class EnvPolicy:
     """How profile env vars enter the config hash. Patterns are fnmatch globs on the name."""
 
     ignored: tuple[str, ...] = ()
-    secret: tuple[str, ...] = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*API_KEY*", "*_KEY")
+    # Suffix match on TOKEN: *TOKEN* would also swallow cache-affecting names like *_MAX_TOKENS_*.
+    secret: tuple[str, ...] = ("*TOKEN", "*SECRET*", "*PASSWORD*", "*API_KEY*", "*_KEY", "*CREDENTIALS*")
 
     def is_secret(self, name: str) -> bool:
         """Secrets are never hashed and never written anywhere (their name only)."""

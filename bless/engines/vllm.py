@@ -95,10 +95,12 @@ _AOT_IN_PATH = re.compile(r"torch_compile_cache/torch_aot_compile/(?P<key>[0-9a-
 # components (e.g. a drafter) logs one line per component.
 _TIMINGS: tuple[tuple[str, re.Pattern[str], Literal["sum", "last"]], ...] = (
     ("torch_compile_s", re.compile(r"torch\.compile took (?P<s>[0-9.]+) s in total"), "sum"),
-    ("init_engine_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]+) s"), "last"),
+    ("init_engine_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]+) s"),
+     "last"),
     ("dynamo_transform_s", re.compile(r"Dynamo bytecode transform time: (?P<s>[0-9.]+) s"), "sum"),
     ("graph_compile_s", re.compile(r"Compiling a graph for compile range .* takes (?P<s>[0-9.]+) s"), "sum"),
-    ("graph_load_s", re.compile(r"Directly load the compiled graph\(s\) for compile range .* took (?P<s>[0-9.]+) s"), "sum"),
+    ("graph_load_s", re.compile(r"Directly load the compiled graph\(s\) for compile range .* took (?P<s>[0-9.]+) s"),
+     "sum"),
 )  # fmt: skip
 
 # --- artifact layout -------------------------------------------------------------------------------
@@ -111,9 +113,7 @@ _COMPONENT_ARTIFACT = re.compile(
 _KEY_FACTORS = re.compile(
     r"^torch_compile_cache/(?P<key>[0-9a-f]{10})/(?P<rank>rank_\d+_\d+)/(?P<component>[^/]+)/cache_key_factors\.json$"
 )
-_COMPILE_INDEX = re.compile(
-    r"^torch_compile_cache/[0-9a-f]{10}/rank_\d+_\d+/[^/]+/vllm_compile_cache\.py$"
-)
+_COMPILE_INDEX = re.compile(r"^torch_compile_cache/[0-9a-f]{10}/rank_\d+_\d+/[^/]+/vllm_compile_cache\.py$")
 _INDUCTOR_CACHE = r"^torch_compile_cache/torch_aot_compile/[0-9a-f]{64}/inductor_cache/"
 _INDUCTOR_ANY = re.compile(_INDUCTOR_CACHE)
 _TORCH_COMPILE_CACHE = re.compile(r"^torch_compile_cache/")
@@ -245,16 +245,28 @@ _QUIET_LOG_LEVELS = ("ERROR", "CRITICAL")
 
 #: Names vLLM 0.20 itself hashes into its compile key that match one of our ignore patterns. vLLM's
 #: key is the floor: they stay hashed (recorded in the cold run's cache_key_factors.json).
-VLLM_HASHED_DESPITE_PATTERN = frozenset(
-    {"VLLM_MOONCAKE_BOOTSTRAP_PORT", "VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_NIXL_SIDE_CHANNEL_HOST"}
-)
+VLLM_HASHED_DESPITE_PATTERN = frozenset({"VLLM_MOONCAKE_BOOTSTRAP_PORT", "VLLM_NIXL_SIDE_CHANNEL_PORT"})
+
+
+#: Names vLLM 0.20 hashes that the default secret patterns (``*TOKEN*``) would redact: they are
+#: tuning knobs, not secrets, and redacting them would let two configs vLLM tells apart hash alike.
+VLLM_NOT_SECRETS = frozenset({"VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE", "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD"})
 
 
 @dataclass(frozen=True)
 class VllmEnvPolicy(EnvPolicy):
-    """:class:`EnvPolicy` with exceptions: names in ``always_hashed`` are hashed even if a pattern ignores them."""
+    """:class:`EnvPolicy` with exceptions for names vLLM itself hashes.
+
+    ``not_secrets`` are never treated as secrets although a secret pattern matches them;
+    ``always_hashed`` are hashed although an ignore pattern matches them.
+    """
 
     always_hashed: frozenset[str] = frozenset()
+    not_secrets: frozenset[str] = frozenset()
+
+    def is_secret(self, name: str) -> bool:
+        """The default patterns, minus the known non-secret names."""
+        return name not in self.not_secrets and super().is_secret(name)
 
     def is_ignored(self, name: str) -> bool:
         """Secrets first (never hashed, never written), then the exceptions, then the ignore patterns."""
@@ -292,6 +304,7 @@ _ENV_POLICY = VllmEnvPolicy(
         "PYTHONUNBUFFERED",
     ),
     always_hashed=VLLM_HASHED_DESPITE_PATTERN,
+    not_secrets=VLLM_NOT_SECRETS,
 )
 
 # Env the adapter pins on every start. Not hashed as env: they are adapter constants (a change
@@ -333,7 +346,7 @@ class VllmAdapter:
     # vLLM 0.20 rewrites inductor_cache entries while loading: a read-only bind dies with EROFS.
     readonly_bind_ok = False
     env_policy: EnvPolicy = _ENV_POLICY
-    environment_packages = ("vllm", "torch", "triton", "transformers")
+    environment_packages: tuple[str, ...] = ("vllm", "torch", "triton", "transformers")
 
     def __init__(self, vllm_version: str | None = None) -> None:
         self.vllm_version = vllm_version
@@ -427,7 +440,9 @@ class VllmAdapter:
             level = _optimization_level_zero(extra)
             if level is not None:
                 found.append(
-                    UnsafeSetting(f"serve.{EXTRA_ARGS}", level, "optimization level 0 compiles nothing: nothing to bless")
+                    UnsafeSetting(
+                        f"serve.{EXTRA_ARGS}", level, "optimization level 0 compiles nothing: nothing to bless"
+                    )
                 )
         return found
 
@@ -561,7 +576,8 @@ class VllmAdapter:
             )
         if models and backbone and set(models) != set(backbone):
             missing.append(
-                f"the same ranks in both trees (AOT models for {sorted(models)}, backbone artifacts for {sorted(backbone)})"
+                f"the same ranks in both trees (AOT models for {sorted(models)}, "
+                f"backbone artifacts for {sorted(backbone)})"
             )
         if missing:
             raise BootstrapFailedError(
@@ -571,12 +587,12 @@ class VllmAdapter:
                 "compilation mode VLLM_COMPILE and VLLM_USE_AOT_COMPILE on (the default with torch >= 2.10)",
                 details={"missing": missing},
             )
-        keys = {
-            "backbone_keys": sorted({key for keys in backbone.values() for key in keys}),
-            "aot_keys": sorted({key for keys in models.values() for key in keys}),
+        engine_keys = {
+            "backbone_keys": sorted(set().union(*backbone.values())),
+            "aot_keys": sorted(set().union(*models.values())),
             "ranks": sorted(set(models) | set(backbone)),
         }
-        return ArtifactSummary(artifacts=tuple(sorted(artifacts)), engine_keys=keys)
+        return ArtifactSummary(artifacts=tuple(sorted(artifacts)), engine_keys=engine_keys)
 
     def read_log(self, log: str) -> LogSignals:
         """Markers (whole lines), timings (seconds) and vLLM's keys from a vLLM server log.
@@ -830,7 +846,9 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
         )
     if "compile_sizes" in config:
         sizes = _int_list(f"{where}.compile_sizes", config["compile_sizes"], allow=("cudagraph_capture_sizes",))
-        config["compile_sizes"] = sorted(sizes, key=lambda item: (isinstance(item, str), item if isinstance(item, int) else 0))
+        config["compile_sizes"] = sorted(
+            sizes, key=lambda item: (isinstance(item, str), item if isinstance(item, int) else 0)
+        )
     if "compile_ranges_split_points" in config:
         config["compile_ranges_split_points"] = _int_list(
             f"{where}.compile_ranges_split_points", config["compile_ranges_split_points"]
@@ -907,7 +925,11 @@ def _describe_found(listing: TreeListing) -> str:
     """A short account of what a failed bootstrap left: file count and top-level entries."""
     tops = sorted({entry.path.split("/", 1)[0] for entry in listing.files})
     compile_dirs = sorted(
-        {"/".join(entry.path.split("/")[:3]) for entry in listing.files if entry.path.startswith("torch_compile_cache/")}
+        {
+            "/".join(entry.path.split("/")[:3])
+            for entry in listing.files
+            if entry.path.startswith("torch_compile_cache/")
+        }
     )
     text = f"{len(listing.files)} file(s)"
     if tops:

@@ -59,9 +59,7 @@ _HINT_DAEMON = (
     "check DOCKER_HOST (now: {docker_host}), and that your user may use the Docker socket "
     "(root or the docker group)"
 )
-_HINT_IMAGE = (
-    "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
-)
+_HINT_IMAGE = "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
 # 128 + SIGKILL: what Docker reports for a container killed by `docker stop` after its timeout.
 _KILLED_EXIT_CODE = 137
 # Characters that would break the overlay mount's comma/colon separated option string.
@@ -118,8 +116,7 @@ def _require_owner(mapping: Mapping[str, str], what: str) -> None:
     """We never create anything we would not later recognize as ours (and be allowed to remove)."""
     if not bless_labels.is_ours(dict(mapping)):
         raise BlessError(
-            f"refusing to create {what} without the owner label "
-            f"{bless_labels.OWNER}={bless_labels.OWNER_VALUE}",
+            f"refusing to create {what} without the owner label {bless_labels.OWNER}={bless_labels.OWNER_VALUE}",
             hint="this is a bug in the caller: build labels with bless.labels.labels_for()",
         )
 
@@ -135,8 +132,7 @@ def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
     if "could not select device driver" in explanation:
         return RuntimeUnavailableError(
             f"Docker cannot give container {spec.name!r} GPUs: {explanation}",
-            hint="install and configure the NVIDIA Container Toolkit, or run on a GPU host "
-            "with the local runtime",
+            hint="install and configure the NVIDIA Container Toolkit, or run on a GPU host with the local runtime",
         )
     return EngineFailedError(
         f"Docker could not start container {spec.name!r}: {explanation}",
@@ -257,8 +253,7 @@ class DockerRuntime:
             )
         return ContainerConflictError(
             f"a container of ours named {name!r} already exists (running or not yet removed)",
-            hint=f"wait for it to finish, or stop it (docker stop {name}) and clean up "
-            "leftovers of ours, then retry",
+            hint=f"wait for it to finish, or stop it (docker stop {name}) and clean up leftovers of ours, then retry",
             details={"name": name, "holder": holder},
         )
 
@@ -358,9 +353,7 @@ class DockerRuntime:
                 f"container {spec.name!r}: the docker runtime needs an image", hint="set the profile's image"
             )
         if not spec.command:
-            raise InputInvalidError(
-                f"container {spec.name!r}: empty command", hint="this is a bug in the caller"
-            )
+            raise InputInvalidError(f"container {spec.name!r}: empty command", hint="this is a bug in the caller")
         _require_owner(spec.labels, f"container {spec.name!r}")
         holder = self.name_holder(spec.name)
         if holder != "free":
@@ -376,9 +369,7 @@ class DockerRuntime:
                     continue
                 source = mount.source.resolve()
                 if not source.exists():
-                    raise InputInvalidError(
-                        f"mount source {source} does not exist", hint="check the mount source"
-                    )
+                    raise InputInvalidError(f"mount source {source} does not exist", hint="check the mount source")
                 sdk_mounts.append(
                     docker.types.Mount(
                         target=mount.target,
@@ -409,9 +400,7 @@ class DockerRuntime:
             if spec.port is not None:
                 kwargs["ports"] = {f"{spec.port}/tcp": (spec.host_ip, spec.host_port)}
             if spec.gpus:
-                kwargs["device_requests"] = [
-                    docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])
-                ]
+                kwargs["device_requests"] = [docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
             if spec.shm_size is not None:
                 kwargs["shm_size"] = spec.shm_size
             if spec.ipc_host:
@@ -616,9 +605,7 @@ class DockerRuntime:
         # The daemon filtered already; checking again costs nothing and guards the one rule
         # that must never break: only labeled containers are ever touched.
         return [
-            c
-            for c in found
-            if bless_labels.is_ours(c.labels) and all(c.labels.get(k) == v for k, v in labels.items())
+            c for c in found if bless_labels.is_ours(c.labels) and all(c.labels.get(k) == v for k, v in labels.items())
         ]
 
     def list_ours(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
@@ -655,9 +642,7 @@ class DockerRuntime:
             volumes = client.volumes.list(filters=filters)
         for volume in volumes:
             volume_labels = volume.attrs.get("Labels") or {}
-            if not bless_labels.is_ours(volume_labels) or any(
-                volume_labels.get(k) != v for k, v in labels.items()
-            ):
+            if not bless_labels.is_ours(volume_labels) or any(volume_labels.get(k) != v for k, v in labels.items()):
                 continue
             with _daemon(f"removing volume {volume.name}"):
                 try:

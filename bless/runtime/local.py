@@ -171,11 +171,7 @@ class LocalRuntime:
     # -- start ----------------------------------------------------------------------
 
     def _environment(self, spec: ContainerSpec) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key in _ENV_NAMES or key.startswith(_ENV_PREFIXES)
-        }
+        env = {key: value for key, value in os.environ.items() if key in _ENV_NAMES or key.startswith(_ENV_PREFIXES)}
         env.setdefault("PATH", os.defpath)
         # Without a pinned HOME the engine gets ours, which is at least the same every run.
         home = spec.home if spec.home is not None else os.environ.get("HOME")
@@ -212,9 +208,7 @@ class LocalRuntime:
                     f"mount target {mount.target!r} must be an absolute path", hint="fix the mount target"
                 )
             if not mount.source.exists():
-                raise InputInvalidError(
-                    f"mount source {mount.source} does not exist", hint="check the source"
-                )
+                raise InputInvalidError(f"mount source {mount.source} does not exist", hint="check the source")
         existing = self._procs.get(spec.name)
         if existing is not None:
             alive = self._peek(existing) is None
@@ -301,8 +295,7 @@ class LocalRuntime:
             if mount.kind == "rw":
                 if target.resolve() != source:
                     raise RuntimeUnavailableError(
-                        f"without a mount namespace the local runtime cannot present {source} read-write "
-                        f"at {target}",
+                        f"without a mount namespace the local runtime cannot present {source} read-write at {target}",
                         hint="run as root (private mount namespace), or use the directory at its own path",
                     )
                 continue
@@ -315,8 +308,7 @@ class LocalRuntime:
             pre_existing = os.path.lexists(target)
             if pre_existing and (not target.is_dir() or target.is_symlink() or any(target.iterdir())):
                 raise RuntimeUnavailableError(
-                    f"cannot materialize {source} at {target}: "
-                    "the target exists and is not an empty directory",
+                    f"cannot materialize {source} at {target}: the target exists and is not an empty directory",
                     hint="remove it or choose another target",
                 )
             try:
@@ -379,8 +371,7 @@ class LocalRuntime:
             name=spec.name,
             spec=spec,
             host_port=spec.port,
-            enforced_read_only=self.uses_mount_namespace
-            or not any(m.kind in ("ro", "overlay") for m in spec.mounts),
+            enforced_read_only=self.uses_mount_namespace or not any(m.kind in ("ro", "overlay") for m in spec.mounts),
             notes=notes,
         )
         self._procs[spec.name] = _Proc(

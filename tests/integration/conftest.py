@@ -17,10 +17,12 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO, our_containers, run_cli, write_profile
 
 BUSYBOX_IMAGE = "bless-test-busybox:1"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
@@ -67,9 +69,7 @@ def _static_busybox() -> Path:
 
 def _rootfs_tar(busybox: Path) -> bytes:
     """A rootfs with /bin/busybox, one symlink per applet, and the usual empty dirs."""
-    applets = subprocess.run(
-        [str(busybox), "--list"], check=True, capture_output=True, text=True
-    ).stdout.split()
+    applets = subprocess.run([str(busybox), "--list"], check=True, capture_output=True, text=True).stdout.split()
     buf = io.BytesIO()
     now = int(time.time())
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -108,3 +108,44 @@ def busybox_image(docker_client: Any) -> str:
     )
     docker_client.images.get(BUSYBOX_IMAGE)
     return BUSYBOX_IMAGE
+
+
+# --- bless end to end: the reference image, a CLI runner, one session-scoped real blessing ---------
+
+
+@pytest.fixture(scope="session")
+def reference_image(docker_client: Any) -> str:
+    """bless-reference:0.1.0, built (or found up to date) by the real build script; its image ID."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-reference-image.sh")], capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@dataclass(frozen=True)
+class Blessed:
+    root: Path
+    profile: Path
+    config_hash: str
+    result: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def blessed(reference_image: str, tmp_path_factory: pytest.TempPathFactory) -> Blessed:
+    """One real blessing (K=3) of the reference profile, shared by the integration tests that only read it."""
+    base = tmp_path_factory.mktemp("blessed")
+    profile = write_profile(base / "reference.toml")
+    root = base / "root"
+    result = run_cli("--root", str(root), "run", "--profile", str(profile), "--trials", "3", "--json")
+    assert result.code == 0, result.stderr[-5000:]
+    data = result.json()
+    assert our_containers() == [], "a bless run left containers behind"
+    return Blessed(root=root, profile=profile, config_hash=data["config_hash"], result=data)
+
+
+@pytest.fixture
+def no_leftovers() -> Iterator[None]:
+    """Asserts the test leaves no container of ours behind."""
+    yield
+    assert our_containers() == [], "containers of ours left behind"

@@ -134,9 +134,7 @@ def test_labels_and_port_on_loopback_only(ctx: Ctx, docker_client: Any, tmp_path
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{started.host_port}/index.html", timeout=2
-                ) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{started.host_port}/index.html", timeout=2) as r:
                     body = r.read().decode()
                 break
             except OSError:
@@ -241,9 +239,7 @@ def test_foreign_container_with_our_name_is_refused_and_left_alone(
         lower = make_lower(tmp_path)
         with pytest.raises(ContainerConflictError, match="volume"):
             ctx.rt.start(
-                ctx.spec(
-                    "true", name=squatted, mounts=(Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),)
-                )
+                ctx.spec("true", name=squatted, mounts=(Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),))
             )
         assert ctx.rt.name_holder(squatted) == "free"
         docker_client.volumes.get(foreign_volume.name)  # still there
@@ -402,7 +398,5 @@ def test_normalize_ownership_with_helper_container(
     assert (st_file.st_uid, st_file.st_gid) == (4242, 4343)
     assert stat.S_IMODE(st_file.st_mode) == 0o644
     assert stat.S_IMODE(st_dir.st_mode) == 0o755
-    helpers_after = {
-        c.id for c in docker_client.containers.list(all=True, filters={"label": "org.bless.phase=helper"})
-    }
+    helpers_after = {c.id for c in docker_client.containers.list(all=True, filters={"label": "org.bless.phase=helper"})}
     assert helpers_after <= helpers_before  # the helper removed itself

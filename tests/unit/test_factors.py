@@ -297,6 +297,28 @@ def test_diff_sorted_by_field_and_floats_canonicalized():
     assert [c.describe() for c in diff_factors(before, after)] == ['a.x: "0.5" -> "0.25"', "z: 1 -> 2"]
 
 
+def test_diff_paths_are_unambiguous():
+    # A dotted key and a nested key must not look alike in a diff (the hashes differ, so must the diff).
+    changes = diff_factors({"serve": {"a.b": 1}}, {"serve": {"a": {"b": 1}}})
+    assert [c.describe() for c in changes] == ['serve."a.b": 1 -> (absent)', "serve.a.b: (absent) -> 1"]
+    assert [c.describe() for c in diff_factors({"": None}, {"": {"": None}})] == [
+        '"": null -> (absent)',
+        '""."": (absent) -> null',
+    ]
+
+
+tricky_keys = st.sampled_from(["", "a", "b", "a.b", '"a"', '""', "."])
+tricky = st.recursive(
+    st.none() | st.integers(0, 2), lambda c: st.dictionaries(tricky_keys, c, max_size=3), max_leaves=6
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=st.dictionaries(tricky_keys, tricky, max_size=3), after=st.dictionaries(tricky_keys, tricky, max_size=3))
+def test_diff_is_empty_exactly_when_hashes_match(before, after):
+    assert (diff_factors(before, after) == []) == (config_hash(before) == config_hash(after))
+
+
 @settings(max_examples=40, deadline=None)
 @given(document=any_factor_dicts, seed=st.integers(0, 2**32 - 1))
 def test_diff_of_identical_sets_is_empty(document, seed):

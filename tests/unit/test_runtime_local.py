@@ -195,9 +195,7 @@ def test_group_leftovers_die_with_the_engine(rt: LocalRuntime, tmp_path: Path) -
         raise AssertionError(f"child {child_pid} of the engine survived stop()")
 
 
-def test_env_is_filtered_and_home_pinned(
-    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BLESS_TEST_SECRET_TOKEN", "do-not-leak")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
@@ -217,9 +215,7 @@ def test_env_is_filtered_and_home_pinned(
     finish(rt, started)
 
 
-def test_home_defaults_to_callers_home(
-    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_home_defaults_to_callers_home(rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     started = rt.start(make_spec(tmp_path, "import os; print('HOME=' + os.environ['HOME'])"))
     assert wait_exit(rt, started) == 0
@@ -512,9 +508,7 @@ def test_ns_mount_failure_is_reported(rt: LocalRuntime, tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     target = tmp_path / "mnt" / "bad"
-    started = rt.start(
-        make_spec(tmp_path, "print('engine ran')", mounts=(Mount("ro", not_a_dir, str(target)),))
-    )
+    started = rt.start(make_spec(tmp_path, "print('engine ran')", mounts=(Mount("ro", not_a_dir, str(target)),)))
     assert wait_exit(rt, started) == MOUNT_SETUP_FAILED
     logs = rt.logs(started)
     assert "mount setup failed" in logs and "engine ran" not in logs

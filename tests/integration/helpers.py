@@ -1,0 +1,77 @@
+"""Helpers for integration tests: run the real CLI as a process, write profile variants, list our containers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE_PROFILE = REPO / "profiles" / "reference-cpu.toml"
+OWNER_LABEL = "org.bless.owner=bless"
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 900, program: str = "cli.main"
+) -> CliResult:
+    """Run ``bless`` (or ``serve-full`` with program="cli.serve") as a real process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", program, *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def write_profile(
+    path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    trials: dict[str, Any] | None = None,
+    serving_port: int | None = None,
+    name: str | None = None,
+) -> Path:
+    """A copy of the shipped reference profile with some tables replaced (plain text edit of TOML)."""
+    text = REFERENCE_PROFILE.read_text()
+    if name:
+        text = text.replace('name = "reference-cpu"', f'name = "{name}"', 1)
+    if env:
+        lines = "\n".join(f'{key} = "{value}"' for key, value in env.items())
+        text = text.replace("[env]\n", f"[env]\n{lines}\n", 1)
+    for key, value in (trials or {}).items():
+        rendered = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        text, count = re.subn(rf"(?m)^{key} = .*$", f"{key} = {rendered}", text, count=1)
+        assert count == 1, key
+    if serving_port is not None:
+        text = re.sub(r"(?m)^port = .*$", f"port = {serving_port}", text, count=1)
+    path.write_text(text)
+    return path
+
+
+def our_containers() -> list[str]:
+    """Names of every container (any state) carrying our owner label."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={OWNER_LABEL}", "--format", "{{.Names}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return sorted(out.split())
