@@ -351,15 +351,18 @@ class Orchestrator:
         session = self._session(labels.PHASE_BOOTSTRAP, self._name("bootstrap", candidate), mount, candidate, log_path)
         report: CoherenceReport | None = None
         failure: str | None = None
-        with session:
-            try:
-                session.wait_ready()
-                report = warm_up(session.client, self.profile.trials)
-            except NotReadyError as exc:
-                failure = session.not_ready_message(exc)
-            except EngineHttpError as exc:
-                failure = f"request failed: {exc.message}; engine log tail:\n{log_tail(session.current_log())}"
-        self._write_log(log_path, session.log)
+        try:
+            with session:
+                try:
+                    session.wait_ready()
+                    report = warm_up(session.client, self.profile.trials)
+                except NotReadyError as exc:
+                    failure = session.not_ready_message(exc)
+                except EngineHttpError as exc:
+                    failure = f"request failed: {exc.message}; engine log tail:\n{log_tail(session.current_log())}"
+        finally:
+            # Also when interrupted (Ctrl-C/SIGTERM): the engine log is evidence the rejection keeps.
+            self._write_log(log_path, session.log)
         info = session.evidence()
         self._count_engine_time(session, report)
         if failure is not None:
@@ -406,15 +409,17 @@ class Orchestrator:
         session = self._session(labels.PHASE_TRIAL, self._name("trial", candidate, index), mount, candidate, log_path)
         coherence: CoherenceReport | None = None
         reasons: list[str] = []
-        with session:
-            try:
-                session.wait_ready()
-                coherence = run_protocol(session.client, self.profile.trials, golden=golden)
-            except NotReadyError as exc:
-                reasons.append(session.not_ready_message(exc))
-            except EngineHttpError as exc:
-                reasons.append(f"request failed: {exc.message}")
-        self._write_log(log_path, session.log)
+        try:
+            with session:
+                try:
+                    session.wait_ready()
+                    coherence = run_protocol(session.client, self.profile.trials, golden=golden)
+                except NotReadyError as exc:
+                    reasons.append(session.not_ready_message(exc))
+                except EngineHttpError as exc:
+                    reasons.append(f"request failed: {exc.message}")
+        finally:
+            self._write_log(log_path, session.log)  # kept as evidence when interrupted too
         self._count_engine_time(session, coherence)
         if coherence is not None:
             reasons.extend(coherence.reasons)

@@ -99,6 +99,11 @@ class EngineSession:
 
     def wait_ready(self) -> float:
         """Wait for readiness; returns start->ready seconds (from the start call)."""
+        assert self.started is not None
+        if self.started.host_port is None and not self.is_alive():
+            # Docker reads no published port from a container that exited right after its start
+            # (Started.notes says so): that is an engine dying at boot, not a readiness poll.
+            raise NotReadyError("the engine exited before it became ready")
         wait_ready(self.client, timeout_s=self.ready_timeout_s, is_alive=self.is_alive)
         self.start_to_ready_s = time.monotonic() - self._t0
         return self.start_to_ready_s

@@ -53,7 +53,9 @@ INTERNAL_HINT = "rerun with --verbose for the traceback"
 
 def err_console() -> Console:
     """A rich console on the current stderr (made per call: tests swap ``sys.stderr``)."""
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    # Not a terminal (CI logs, captured output): a wide fixed width so hashes and paths stay on one line.
+    width = None if sys.stderr.isatty() else 200
+    return Console(stderr=True, highlight=False, soft_wrap=False, width=width)
 
 
 # --------------------------------------------------------------------------------------------

@@ -81,7 +81,8 @@ def main() -> int:
     for phase, ready, requests, stop in rows:
         print(f"{phase:<12} {ready or 0:>15.2f} {requests or 0:>11.2f} {stop or 0:>8.2f}")
     print(
-        f"bless run wall {summary['run_wall_s']:.2f} s (process {process_wall:.2f} s), engine {summary['engine_s']:.2f} s"
+        f"bless run wall {summary['run_wall_s']:.2f} s (process {process_wall:.2f} s), "
+        f"engine {summary['engine_s']:.2f} s"
     )
     print(f"orchestration overhead: {summary['orchestration_overhead']:.1%} of wall (goal <= 10%)")
     return 0

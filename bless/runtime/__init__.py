@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+from bless.errors import InputInvalidError
 from bless.runtime.base import Runtime
+
+#: Local runtime only: "namespace" requires mounts in a private mount namespace (root), "copy"
+#: forces copying the cache (nothing enforced; the post-run hash check protects the blessing),
+#: unset picks the namespace when possible.
+LOCAL_MOUNTS_ENV = "BLESS_LOCAL_MOUNTS"
 
 
 def get_runtime(kind: str) -> Runtime:
@@ -13,4 +21,7 @@ def get_runtime(kind: str) -> Runtime:
         return DockerRuntime()
     from bless.runtime.local import LocalRuntime
 
-    return LocalRuntime()
+    mode = os.environ.get(LOCAL_MOUNTS_ENV, "")
+    if mode not in ("", "namespace", "copy"):
+        raise InputInvalidError(f"{LOCAL_MOUNTS_ENV}={mode!r}: expected 'namespace' or 'copy'")
+    return LocalRuntime(use_mount_namespace={"": None, "namespace": True, "copy": False}[mode])

@@ -8,6 +8,7 @@ port is opened only after the compile and warm-up are done, so "connection refus
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import shutil
 import signal
@@ -29,6 +30,8 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_CRASH_KNOB = 3
+# How long a graceful stop waits for completions already accepted.
+DRAIN_TIMEOUT_S = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,9 +75,7 @@ def setup_inductor_dir(cache_dir: Path | None, env: MutableMapping[str, str]) ->
         if created:
             shutil.rmtree(path, ignore_errors=True)
         source = "the temp dir chosen for it (check TMPDIR)" if created else f"{INDUCTOR_ENV}={current}"
-        raise ValueError(
-            f"Inductor's scratch dir must be outside --cache-dir {cache_dir}, but {source} is inside"
-        )
+        raise ValueError(f"Inductor's scratch dir must be outside --cache-dir {cache_dir}, but {source} is inside")
     env[INDUCTOR_ENV] = str(path)
     return path, created
 
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if knobs.crash_at_boot:
         markers.emit(markers.fatal(f"simulated crash at boot ({CRASH_AT_BOOT}=1, test knob)"))
         sys.stderr.write(
-            "Traceback (most recent call last):\n"
-            f"RuntimeError: simulated engine crash at boot ({CRASH_AT_BOOT}=1)\n"
+            f"Traceback (most recent call last):\nRuntimeError: simulated engine crash at boot ({CRASH_AT_BOOT}=1)\n"
         )
         sys.stderr.flush()
         return EXIT_CRASH_KNOB
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         markers.emit(f"{markers.INDUCTOR_DIR}{inductor_dir}")
 
     stop = _Stop()
+    # Diagnostics for a stuck engine: `kill -USR1 <pid>` dumps every thread's stack to stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, stop.handler)
     signal.signal(signal.SIGINT, stop.handler)
     try:
@@ -154,13 +156,13 @@ def _shutting_down_now(cleanup: Path | None = None) -> None:
     os._exit(EXIT_OK)
 
 
-def _run(
-    args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _Stop, scratch: Path | None
-) -> int:
+def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _Stop, scratch: Path | None) -> int:
     """Build, compile (or not), serve; ``scratch`` is the Inductor dir to delete on an early exit."""
     # torch is imported only now, after TORCHINDUCTOR_CACHE_DIR is settled. The NumPy warning is noise:
     # images without numpy are fine for this engine.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    # fp32 stays fp32 on purpose (no TF32): fewer numeric surprises in golden outputs.
+    warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
     import torch
 
     from .artifact import boot_compiled
@@ -232,9 +234,18 @@ def _run(
         server.serve_forever(poll_interval=0.2)
     markers.emit(markers.SHUTTING_DOWN)
     server.server_close()
+    # The listener is closed; let requests already accepted finish their answer (bounded).
+    if not app.drain(DRAIN_TIMEOUT_S):
+        markers.emit(f"{markers.MARKER_PREFIX}requests still in flight after {DRAIN_TIMEOUT_S:.0f} s; exiting")
     worker.close()
     return EXIT_OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalization: torch's atexit handlers (compile worker pools, CUDA teardown) were
+    # seen to hang a CUDA run for minutes after "shutting down", which would turn a graceful stop into
+    # a stop timeout. Nothing of ours needs finalizing: artifacts are fsynced, the scratch dir is removed.
+    os._exit(exit_code)

@@ -46,9 +46,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def artifact_key(
-    args: ModelArgs, device: str, torch_version: str, engine_version: str = ENGINE_VERSION
-) -> str:
+def artifact_key(args: ModelArgs, device: str, torch_version: str, engine_version: str = ENGINE_VERSION) -> str:
     """First 16 hex chars of sha256 over the canonical JSON of everything the compiled graph depends on."""
     factors = {
         "device": device,
@@ -283,11 +281,7 @@ def boot_compiled(
     snapshot = counters_snapshot()
     loaded = found is not None and load_hit(snapshot)
     if found is not None and not loaded:
-        emit(
-            markers.compiling(
-                f"artifact at {paths.megacache} did not hit the cache: {_brief_counters(snapshot)}"
-            )
-        )
+        emit(markers.compiling(f"artifact at {paths.megacache} did not hit the cache: {_brief_counters(snapshot)}"))
     elif loaded:
         emit(markers.loaded(str(paths.megacache)))
     emit(markers.counters(canonical_json(snapshot)))

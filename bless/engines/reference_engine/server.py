@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar, cast
 
@@ -101,9 +101,7 @@ def parse_completion_request(raw: bytes, served_model_name: str, max_seq_len: in
         if not isinstance(model, str):
             raise RequestError(f"'model' must be a string, got {type(model).__name__}")
         if model != served_model_name:
-            raise RequestError(
-                f"The model `{model}` does not exist.", status=404, error_type="not_found_error"
-            )
+            raise RequestError(f"The model `{model}` does not exist.", status=404, error_type="not_found_error")
 
     if "prompt" not in body:
         raise RequestError("'prompt' is required")
@@ -202,12 +200,34 @@ class InferenceWorker:
 
 @dataclass
 class App:
-    """What the handlers need: names, limits and the serialized decode."""
+    """What the handlers need: names, limits and the serialized decode; counts requests in flight."""
 
     served_model_name: str
     max_seq_len: int
     worker: InferenceWorker
     decode: DecodeFn
+    _inflight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self) -> None:
+        """A completion request starts."""
+        with self._lock:
+            self._inflight += 1
+
+    def leave(self) -> None:
+        """A completion request has been answered (or failed)."""
+        with self._lock:
+            self._inflight -= 1
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no completion is in flight (after the listener stopped); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._inflight == 0:
+                    return True
+            time.sleep(0.05)
+        return False
 
 
 def _log(line: str) -> None:
@@ -270,6 +290,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """``/v1/completions``."""
         started = time.monotonic()
+        self.app.enter()
         try:
             status = self._post()
         except (BrokenPipeError, ConnectionResetError):
@@ -278,9 +299,9 @@ class Handler(BaseHTTPRequestHandler):
             import traceback
 
             traceback.print_exc(file=sys.stderr)
-            status = self._error(
-                RequestError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")
-            )
+            status = self._error(RequestError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error"))
+        finally:
+            self.app.leave()
         self._finish(started, status)
 
     def _post(self) -> int:

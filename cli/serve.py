@@ -1,0 +1,369 @@
+"""``serve-full``: serve a profile on its blessed cache, fail closed (the typer app; ``main()``).
+
+Humans read stderr (the plan, banners, progress, then the engine's log in the foreground);
+with ``--json`` stdout carries exactly one JSON document when the command ends. Exit codes
+are bless's (``bless exit-codes``): every refusal happens before a container exists.
+
+Foreground (the default): after the canary passed, the engine's log streams to stderr until
+the engine exits or serve-full gets SIGINT (Ctrl-C) or SIGTERM; then the engine is stopped
+gracefully and its container removed. Ending on a signal with a graceful stop exits 0; the
+engine exiting by itself is ENGINE_FAILED (44). A signal *before* the engine is ready and
+canary-checked stops what was started and exits INTERRUPTED (130).
+
+``--detach`` returns once the canary passed and leaves the container running. Stop it with
+``docker stop bless-serve-<profile name> && docker rm bless-serve-<profile name>``, then delete
+the serve dir it reports (its upper layer).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from bless import launcher
+from bless.engines import get_adapter
+from bless.errors import EngineFailedError, InterruptedByUserError
+from bless.orchestrator import Event
+from bless.profile import load_profile
+from bless.runtime import get_runtime
+from bless.store import Store, default_root
+from cli import render
+from cli.render import Report
+
+app = typer.Typer(
+    name="serve-full",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Serve a profile on its blessed compile cache, fail closed.",
+)
+
+
+class SignalGate:
+    """SIGINT / SIGTERM handling for one serve.
+
+    While starting (``raising``), the first signal raises KeyboardInterrupt so the start unwinds
+    and stops what it started. While following the log, a signal only sets ``event``, so it never
+    interrupts a runtime call halfway. Later signals are ignored either way: a second Ctrl-C must
+    not cut the graceful stop of the first one short (the stop has its own timeout).
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.received: str | None = None
+        self.raising = True
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        first = self.received is None
+        if first:
+            self.received = signal.Signals(signum).name
+        self.event.set()
+        if first and self.raising:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self) -> Iterator[SignalGate]:
+        """Install the handlers for the ``with`` body; restore the previous ones after."""
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering (stderr)
+
+
+def _kv(rows: Sequence[tuple[str, str]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, Text(value))
+    return table
+
+
+def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool) -> None:
+    """The loud part: a red panel for --debug, a yellow one for --no-canary, then warnings."""
+    if plan["debug"]:
+        console.print(Panel(Text(launcher.DEBUG_BANNER, style="bold"), title="NOT BLESSED", style="bold red"))
+    elif no_canary:
+        console.print(Panel(Text(launcher.NO_CANARY_BANNER, style="bold"), title="NO CANARY", style="bold yellow"))
+    for warning in plan.get("warnings", []):
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", warning))
+
+
+def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
+    """The plan as a table: what will run, from which blessing, mounted how, published where."""
+    container = plan["container"]
+    mount = plan["mount"]
+    verification = plan["verification"]
+    timings = plan["timings"]
+    rows: list[tuple[str, str]] = [
+        ("profile", f"{plan['profile']} ({plan['profile_name']})"),
+        ("config hash", plan["config_hash"]),
+        ("blessed", "yes" if plan["blessed"] else "NO (debug start)"),
+    ]
+    if plan["blessed"]:
+        rows += [
+            ("manifest", str(plan["manifest_path"])),
+            ("blessed dir", str(plan["blessed_dir"])),
+            (
+                "verified",
+                f"{verification['files_checked']} files, {render.human_bytes(verification['bytes_hashed'])} "
+                f"hashed in {verification['elapsed_s']:.3f} s",
+            ),
+            ("canary", f"{plan['golden_prompts']} golden prompt(s)"),
+        ]
+    if mount is not None:
+        rows.append(("mount", f"{mount['kind']}: {mount['source']} -> {mount['target']} (read-only lower)"))
+        if mount.get("upper_dir"):
+            rows.append(("upper layer", str(mount["upper_dir"])))
+    else:
+        rows.append(("mount", "none (no cache)"))
+    rows += [
+        ("container", str(container["name"])),
+        ("image", str(container["image"])),
+        ("command", " ".join(container["command"])),
+        ("env", " ".join(f"{key}={value}" for key, value in container["env"].items()) or "-"),
+        ("publish", f"{container['host_ip']}:{container['host_port']} -> {container['port']}"),
+        ("preflight", " ".join(f"{key} {value:.3f}" for key, value in timings.items())),
+    ]
+    console.print(Text("serve-full plan", style="bold"))
+    console.print(_kv(rows))
+
+
+def render_dry_run(console: Console, data: Mapping[str, Any]) -> None:
+    """``--dry-run``: the plan and banners; nothing was started."""
+    plan = data["plan"]
+    render_plan(console, plan)
+    render_banners(console, plan, no_canary=bool(data.get("no_canary")))
+    console.print(Text("dry run: nothing was started", style="bold green"))
+
+
+def _render_canary(console: Console, result: Mapping[str, Any]) -> None:
+    canary = result["canary"]
+    if canary["status"] == "passed":
+        console.print(Text(f"canary passed: {len(canary['checks'])} golden prompt(s) reproduced", style="green"))
+    else:
+        console.print(Text(f"canary {canary['status']}: {canary['reason']}", style="bold yellow"))
+
+
+def render_detached(console: Console, data: Mapping[str, Any]) -> None:
+    """``--detach``: where it serves and how to stop it."""
+    result = data["result"]
+    _render_canary(console, result)
+    name = result["container"]["name"]
+    console.print(Text.assemble(("serving (detached) ", "bold green"), f"{result['url']}  container {name}"))
+    console.print(
+        f"stop it with: docker stop {name} && docker rm {name}; then remove {result['serve_dir']} (its upper layer)"
+    )
+
+
+def render_finished(console: Console, data: Mapping[str, Any]) -> None:
+    """Foreground end: how the engine stopped and what became of the upper layer."""
+    finish = data["finish"]
+    graceful = finish["stopped_gracefully"]
+    how = "stopped gracefully" if graceful else "was killed after the stop timeout"
+    console.print(
+        Text.assemble(
+            ("serving ended ", "bold"),
+            f"({data['ended_by']}): engine {how}, exit code {finish['exit_code']}, container removed",
+        )
+    )
+    if finish["upper_kept"]:
+        console.print(f"upper layer kept: {finish['upper_dir']} ({finish['upper_written']} path(s) written)")
+        for entry in finish["upper_entries"][:20]:
+            console.print(Text(f"  {entry['kind']:<9} {entry['path']} ({entry['size']} B)", style="dim"))
+    else:
+        console.print(Text("upper layer discarded", style="dim"))
+    for note in finish["notes"]:
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", note))
+
+
+class Progress:
+    """Launcher events on stderr, one line each."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __call__(self, event: Event) -> None:
+        style = {"warning": "bold yellow", "ready": "green"}.get(event.kind, "cyan")
+        self.console.print(Text(event.message, style=style))
+
+
+def _write_log(text: str) -> None:
+    # Raw text, not rich: engine logs may contain brackets that rich would read as markup.
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+def _serve(
+    profile: Path,
+    root: Path | None,
+    manifests_dir: Path | None,
+    *,
+    detach: bool,
+    dry_run: bool,
+    debug: bool,
+    no_canary: bool,
+    keep_upper: bool,
+) -> Report:
+    loaded = load_profile(profile)
+    store = Store(root if root is not None else default_root(), manifests_dir)
+    runtime = get_runtime(loaded.runtime_kind)
+    adapter = get_adapter(loaded.engine)
+    console = render.err_console()
+    gate = SignalGate()
+    with gate.installed():
+        the_plan = launcher.plan(loaded, store=store, runtime=runtime, adapter=adapter, debug=debug)
+        plan_dict = the_plan.to_dict()
+        if dry_run:
+            return Report({"dry_run": True, "no_canary": no_canary, "plan": plan_dict}, render_dry_run)
+        render_plan(console, plan_dict)
+        render_banners(console, plan_dict, no_canary=no_canary)
+        try:
+            result = launcher.start(
+                the_plan,
+                runtime=runtime,
+                no_canary=no_canary,
+                detach=detach,
+                keep_upper_on_interrupt=keep_upper,
+                events=Progress(console),
+            )
+        except KeyboardInterrupt:
+            raise InterruptedByUserError(
+                f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
+                f"container {the_plan.container_name} was stopped and removed",
+                hint="run serve-full again to serve",
+            ) from None
+        data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
+        if detach:
+            return Report(data, render_detached)
+
+        # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
+        gate.raising = False
+        _render_canary(console, data["result"])
+        console.print(
+            Text.assemble(
+                ("serving on ", "bold green"),
+                f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
+            )
+        )
+        exit_code = launcher.follow(runtime, result.started, _write_log, stop=gate.event)
+        engine_exited = exit_code is not None
+        if not engine_exited:
+            console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
+        finished = launcher.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
+    data["ended_by"] = "engine-exit" if engine_exited else (gate.received or "signal")
+    data["finish"] = finished.to_dict()
+    failure = None
+    if engine_exited:
+        failure = EngineFailedError(
+            f"the engine exited by itself with code {exit_code} while serving; the serve dir is kept: "
+            f"{the_plan.serve_dir}",
+            hint=f"read its log above (also in {the_plan.serve_dir / launcher.ENGINE_LOG})",
+            details={"exit_code": exit_code, "serve_dir": str(the_plan.serve_dir)},
+        )
+    elif finished.stop is not None and not finished.stop.graceful:
+        failure = EngineFailedError(
+            f"the engine did not stop within {loaded.trials.stop_timeout_s} s and was killed",
+            hint="raise trials.stop_timeout_s, or fix the engine's SIGTERM handling",
+        )
+    return Report(data, render_finished, failure)
+
+
+@app.command()
+def serve_full(
+    profile: Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)],
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root",
+            envvar="BLESS_ROOT",
+            help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).",
+            file_okay=False,
+        ),
+    ] = None,
+    manifests_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests-dir",
+            envvar="BLESS_MANIFESTS_DIR",
+            help="Directory of live manifests (default: <root>/manifests).",
+            file_okay=False,
+        ),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check everything and print the plan; start nothing.")
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Start WITHOUT the cache (eager, compile off): not a blessed start; no manifest needed."
+        ),
+    ] = False,
+    no_canary: Annotated[
+        bool, typer.Option("--no-canary", help="Skip the golden-output canary (reported loudly).")
+    ] = False,
+    keep_upper: Annotated[
+        bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
+    ] = False,
+) -> None:
+    """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
+
+    Every refusal happens before a container exists, with its own exit code (bless exit-codes).
+    Then: the blessed tree as a read-only overlay lower layer, ready check, re-check of the blessed
+    files, canary against the golden outputs, and the engine's log in the foreground until Ctrl-C
+    / SIGTERM (graceful stop, exit 0). --detach returns after the canary; stop the container with
+    docker stop bless-serve-NAME && docker rm bless-serve-NAME.
+    """
+    body = partial(
+        _serve,
+        profile,
+        root,
+        manifests_dir,
+        detach=detach,
+        dry_run=dry_run,
+        debug=debug,
+        no_canary=no_canary,
+        keep_upper=keep_upper,
+    )
+    code = render.execute(body, json_output=json_output, verbose=verbose)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Entry point of the ``serve-full`` console script."""
+    app(prog_name="serve-full")
+
+
+if __name__ == "__main__":
+    main()

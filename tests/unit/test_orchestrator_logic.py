@@ -1,0 +1,696 @@
+"""The orchestrator's logic against fakes of OUR interfaces only (no Docker, no torch).
+
+``FakeRuntime`` implements :class:`bless.runtime.base.Runtime`. Its "containers" are tiny
+in-process engines: a stdlib ``ThreadingHTTPServer`` on 127.0.0.1 serving ``/v1/models`` and
+``/v1/completions`` with token ids each test controls per phase / candidate / trial, writing
+artifact files into the read-write staging tree on bootstrap, printing the reference engine's
+real markers, and reporting the upper-layer entries a test chooses. The adapter is the real
+``ReferenceAdapter``, the store the real ``Store``, the trial protocol the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from bless import labels
+from bless.engines.base import UpperEntry
+from bless.engines.reference import ReferenceAdapter
+from bless.engines.reference_engine import markers
+from bless.errors import (
+    AlreadyBlessedError,
+    BootstrapFailedError,
+    ExitCode,
+    InterruptedByUserError,
+    LockHeldError,
+    UnsafeEnvError,
+)
+from bless.factors import ResolvedConfig, resolve
+from bless.orchestrator import ALLOW_UNSAFE_ENV, Event, Orchestrator, RunOptions, RunResult
+from bless.profile import Profile, load_profile
+from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
+from bless.store import Store
+from bless.trials import failure_rate_bound
+from bless.verify import verify_tree
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_ID = "sha256:" + "ab" * 32
+ARTIFACT_KEY = "0123456789abcdef"
+ARTIFACT = f"reference/{ARTIFACT_KEY}/megacache.bin"
+META = f"reference/{ARTIFACT_KEY}/meta.json"
+
+
+# --- the fake engine ---------------------------------------------------------------------------------
+
+
+def tokens_for(prompt: str, max_tokens: int, salt: int = 0) -> list[int]:
+    """A deterministic completion: what a coherent engine answers."""
+    return [(ord(ch) + salt) % 256 for ch in (prompt * max_tokens)][:max_tokens]
+
+
+@dataclass
+class Behavior:
+    """What one fake engine start does. Defaults: a coherent engine that loads (trial) or saves (bootstrap)."""
+
+    # (prompt, max_tokens, n-th request for this prompt in this start) -> token ids
+    answer: Callable[[str, int, int], list[int]] = lambda p, m, n: tokens_for(p, m)
+    write_artifact: bool = True  # bootstrap only: write megacache.bin + meta.json into the rw tree
+    log: list[str] | None = None  # None: the markers the reference engine prints for this phase
+    upper: list[UpperEntry] = field(default_factory=list)
+    touch_tree: bool = False  # write into the (read-only lower) tree: a leak the hash check must catch
+    exit_at_boot: bool = False  # the engine dies before listening (prints FATAL)
+    interrupt_on_request: int | None = None  # SIGINT the main thread when the n-th completion arrives
+
+
+@dataclass
+class Engine:
+    """One started fake engine (a "container")."""
+
+    spec: ContainerSpec
+    phase: str
+    candidate: int
+    trial: int | None
+    behavior: Behavior
+    server: ThreadingHTTPServer | None = None
+    thread: threading.Thread | None = None
+    log: str = ""
+    stopped: bool = False
+    removed: bool = False
+    requests: int = 0
+    per_prompt: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    main_ident = threading.main_thread().ident
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def _reply(self, code: int, body: Mapping[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (an interrupted run): nothing to answer
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self._reply(200, {"object": "list", "data": [{"id": "reference-tiny"}]})
+            else:
+                self._reply(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            if self.path != "/v1/completions":
+                self._reply(404, {"error": "not found"})
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt, max_tokens = body["prompt"], body["max_tokens"]
+            with engine.lock:
+                engine.requests += 1
+                count = engine.requests
+                nth = engine.per_prompt.get(prompt, 0) + 1
+                engine.per_prompt[prompt] = nth
+            if engine.behavior.interrupt_on_request == count and main_ident is not None:
+                # A real SIGINT to the main thread, which is blocked reading this very reply: the
+                # orchestrator sees KeyboardInterrupt in the middle of the trial protocol.
+                signal.pthread_kill(main_ident, signal.SIGINT)
+                time.sleep(0.2)
+            ids = engine.behavior.answer(prompt, max_tokens, nth)
+            self._reply(200, {"choices": [{"text": "".join(chr(i) for i in ids), "token_ids": ids}]})
+
+    return Handler
+
+
+Scenario = Callable[[str, int, int | None], Behavior]
+
+
+def default_scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+    return Behavior()
+
+
+class FakeRuntime:
+    """A :class:`Runtime` whose engines are in-process HTTP servers (see the module docstring)."""
+
+    kind: Literal["docker", "local"] = "docker"
+
+    def __init__(self, scenario: Scenario = default_scenario) -> None:
+        self.scenario = scenario
+        self.engines: list[Engine] = []
+        self.pinged = 0
+        self.cleanups: list[Mapping[str, str]] = []
+        self.normalized: list[Path] = []
+
+    # -- Runtime protocol ---------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        self.pinged += 1
+
+    def resolve_image(self, reference: str) -> str:
+        return IMAGE_ID
+
+    def engine_port(self, preferred: int) -> int:
+        return preferred
+
+    def start(self, spec: ContainerSpec) -> Started:
+        assert labels.is_ours(dict(spec.labels)), "every container must carry our labels"
+        assert self.name_holder(spec.name) == "free", f"name {spec.name} taken"
+        phase = spec.labels[labels.PHASE]
+        candidate = int(spec.env["BLESS_CANDIDATE"])
+        trial = int(spec.name.rsplit("-t", 1)[1]) if phase == labels.PHASE_TRIAL else None
+        behavior = self.scenario(phase, candidate, trial)
+        engine = Engine(spec=spec, phase=phase, candidate=candidate, trial=trial, behavior=behavior)
+        self.engines.append(engine)
+        (mount,) = spec.mounts
+        cache = mount.source
+        if behavior.log is not None:
+            lines = list(behavior.log)
+        elif phase == labels.PHASE_BOOTSTRAP:
+            lines = [
+                markers.using_cache_dir(mount.target),
+                markers.compiling(f"no compiled artifact at {mount.target}/{ARTIFACT}"),
+                markers.compile_time(1.5),
+            ]
+        else:
+            lines = [
+                markers.using_cache_dir(mount.target),
+                markers.loaded(f"{mount.target}/{ARTIFACT}"),
+                markers.compile_time(0.25),
+            ]
+        if behavior.exit_at_boot:
+            engine.log = "\n".join([*lines, markers.fatal("simulated crash (fake engine)")]) + "\n"
+            return Started(id=spec.name, name=spec.name, spec=spec, host_port=None)
+        if phase == labels.PHASE_BOOTSTRAP and behavior.write_artifact:
+            assert mount.kind == "rw"
+            (cache / ARTIFACT).parent.mkdir(parents=True, exist_ok=True)
+            # Inductor is not deterministic across compiles: every bootstrap writes other bytes.
+            run_id = spec.labels[labels.RUN_ID]
+            (cache / ARTIFACT).write_bytes(f"compiled artifact of candidate {candidate} of run {run_id}".encode())
+            (cache / META).write_text(json.dumps({"key": ARTIFACT_KEY, "candidate": candidate}))
+            lines.append(markers.saved(f"{mount.target}/{ARTIFACT}"))
+        if behavior.touch_tree:
+            (cache / ARTIFACT).write_bytes(b"rewritten through a leaky mount")
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(engine))
+        server.daemon_threads = True
+        engine.server = server
+        engine.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        engine.thread.start()
+        lines.append(markers.ready(server.server_address[1]))
+        engine.log = "\n".join(lines) + "\n"
+        return Started(id=spec.name, name=spec.name, spec=spec, host_port=server.server_address[1])
+
+    def _engine(self, started: Started) -> Engine:
+        return next(e for e in self.engines if e.spec.name == started.name and not e.removed)
+
+    def is_running(self, started: Started) -> bool:
+        engine = self._engine(started)
+        return engine.server is not None and not engine.stopped
+
+    def exit_code(self, started: Started) -> int | None:
+        engine = self._engine(started)
+        if engine.server is None:
+            return 1
+        return 0 if engine.stopped else None
+
+    def logs(self, started: Started) -> str:
+        return self._engine(started).log
+
+    def stop(self, started: Started, timeout_s: int) -> StopResult:
+        engine = self._engine(started)
+        if engine.server is not None and not engine.stopped:
+            engine.server.shutdown()
+            engine.server.server_close()
+            engine.log += markers.SHUTTING_DOWN + "\n"
+        engine.stopped = True
+        return StopResult(exit_code=0 if engine.server is not None else 1, graceful=True, seconds=0.01)
+
+    def remove(self, started: Started) -> None:
+        engine = self._engine(started)
+        assert engine.stopped, "removed before it was stopped"
+        engine.removed = True
+
+    def upper_entries(self, started: Started) -> list[UpperEntry]:
+        return list(self._engine(started).behavior.upper)
+
+    def name_holder(self, name: str) -> NameHolder:
+        return "ours" if any(e.spec.name == name and not e.removed for e in self.engines) else "free"
+
+    def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
+        return [
+            ContainerInfo(id=e.spec.name, name=e.spec.name, status="running", labels=dict(e.spec.labels))
+            for e in self.engines
+            if not e.removed and all(e.spec.labels.get(k) == v for k, v in labels_.items())
+        ]
+
+    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
+        self.cleanups.append(dict(labels_))
+        return []
+
+    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
+        self.normalized.append(path)
+
+    # -- for assertions -----------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return [e.spec.name for e in self.engines]
+
+    def all_stopped_and_removed(self) -> bool:
+        return all(e.stopped and e.removed for e in self.engines)
+
+
+# --- fixtures ----------------------------------------------------------------------------------------
+
+
+def make_profile(**env: str) -> Profile:
+    profile = load_profile(REPO / "profiles" / "reference-cpu.toml")
+    return dataclasses.replace(profile, env={**profile.env, **env}) if env else profile
+
+
+def make_resolved(profile: Profile, runtime: FakeRuntime) -> ResolvedConfig:
+    return resolve(
+        profile,
+        ReferenceAdapter(),
+        image_resolver=runtime.resolve_image,
+        hardware_probe=lambda spec: {"accelerator": "cpu", "isa": "x86-64-v2"},
+    )
+
+
+@dataclass
+class Harness:
+    store: Store
+    runtime: FakeRuntime
+    resolved: ResolvedConfig
+    events: list[Event]
+
+    @property
+    def config_hash(self) -> str:
+        return self.resolved.config_hash
+
+    def run(self, trials: int = 3, **options: Any) -> RunResult:
+        orchestrator = Orchestrator(
+            self.resolved,
+            store=self.store,
+            runtime=self.runtime,
+            adapter=ReferenceAdapter(),
+            events=self.events.append,
+        )
+        return orchestrator.run(RunOptions(trials=trials, **options))
+
+    def rejected_dirs(self) -> list[Path]:
+        parent = self.store.root / "rejected" / self.config_hash
+        return sorted(p for p in parent.iterdir() if not p.name.startswith(".")) if parent.is_dir() else []
+
+    def staging_left(self) -> list[Path]:
+        staging = self.store.root / "staging"
+        return sorted(staging.iterdir()) if staging.is_dir() else []
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    made: list[Harness] = []
+
+    def factory(scenario: Scenario = default_scenario, profile: Profile | None = None) -> Harness:
+        runtime = FakeRuntime(scenario)
+        harness = Harness(Store(tmp_path / "root"), runtime, make_resolved(profile or make_profile(), runtime), [])
+        made.append(harness)
+        return harness
+
+    yield factory
+    for harness in made:  # never leak a server thread, whatever the test did
+        for engine in harness.runtime.engines:
+            if engine.server is not None and not engine.stopped:
+                engine.server.shutdown()
+                engine.server.server_close()
+
+
+def h12(harness: Harness) -> str:
+    return harness.config_hash[:12]
+
+
+# --- accept --------------------------------------------------------------------------------------------
+
+
+def test_clean_run_publishes_manifest_with_k_trials_and_golden(make: Callable[..., Harness]) -> None:
+    harness = make()
+    result = harness.run(trials=3)
+
+    assert result.published and len(result.candidates) == 1 and result.candidates[0].accepted
+    assert [t.passed for t in result.candidates[0].trials] == [True, True, True]
+    assert result.failure_rate_bound == pytest.approx(failure_rate_bound(3, 0.95))
+    assert result.failure_rate_bound == pytest.approx(0.6316, abs=1e-4)
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None
+    assert manifest.trials["planned"] == 3 and manifest.trials["passed"] == 3
+    assert [r["index"] for r in manifest.trials["results"]] == [1, 2, 3]
+    assert manifest.trials["failure_rate_bound"] == {"confidence": 0.95, "max_failure_rate": pytest.approx(0.631597)}
+    plan = harness.resolved.profile.trials
+    assert [g["prompt"] for g in manifest.golden] == list(plan.prompts)
+    for golden in manifest.golden:
+        assert golden["token_ids"] == tokens_for(golden["prompt"], plan.max_tokens)
+        assert golden["max_tokens"] == plan.max_tokens
+    assert sorted(f.path for f in manifest.cache.files) == sorted([ARTIFACT, META])
+    assert list(manifest.artifacts["items"]) == [ARTIFACT, META] or set(manifest.artifacts["items"]) == {ARTIFACT, META}
+    # The published tree verifies and is exactly what the bootstrap wrote.
+    assert result.blessed_dir is not None
+    blessed = Path(result.blessed_dir)
+    assert verify_tree(blessed, manifest.cache.files, manifest.cache.dirs).ok
+    assert (blessed / ARTIFACT).read_bytes() == f"compiled artifact of candidate 1 of run {result.run_id}".encode()
+    # Containers: deterministic names, our labels, one rw bootstrap then K overlay trials at the same path.
+    runtime = harness.runtime
+    assert runtime.names() == [
+        f"bless-bootstrap-{h12(harness)}-c1",
+        *(f"bless-trial-{h12(harness)}-c1-t{k}" for k in (1, 2, 3)),
+    ]
+    assert runtime.all_stopped_and_removed()
+    boot, *trials = runtime.engines
+    assert boot.spec.mounts[0].kind == "rw"
+    assert {t.spec.mounts[0].kind for t in trials} == {"overlay"}
+    assert {e.spec.mounts[0].target for e in runtime.engines} == {ReferenceAdapter.cache_mount_path}
+    assert {e.spec.env["HOME"] for e in runtime.engines} == {ReferenceAdapter.home}
+    assert {e.spec.env["BLESS_CANDIDATE"] for e in runtime.engines} == {"1"}
+    assert {e.spec.labels[labels.CONFIG_HASH] for e in runtime.engines} == {harness.config_hash}
+    assert {e.spec.labels[labels.RUN_ID] for e in runtime.engines} == {result.run_id}
+    assert runtime.pinged == 1 and runtime.normalized, "ownership is normalized after the bootstrap"
+    # Leftovers of a crashed run are cleaned for bless-run phases only, never serving containers.
+    assert {c[labels.PHASE] for c in runtime.cleanups} == {"bootstrap", "trial", "helper"}
+    assert all(c[labels.CONFIG_HASH] == harness.config_hash for c in runtime.cleanups)
+    # Nothing left over in the store; the lock is free again.
+    assert harness.staging_left() == [] and harness.rejected_dirs() == []
+    with harness.store.lock(harness.config_hash):
+        pass
+    data = result.to_dict()
+    assert data["published"] and data["orchestration_overhead"] is not None
+    assert [e.kind for e in harness.events].count("trial-end") == 3
+
+
+# --- reject --------------------------------------------------------------------------------------------
+
+
+def _assert_rejected_one(harness: Harness, result: RunResult, needle: str) -> dict[str, Any]:
+    assert not result.published and result.manifest_path is None
+    assert harness.store.find(harness.config_hash) is None
+    assert not (harness.store.root / "manifests").exists() or not list((harness.store.root / "manifests").iterdir())
+    (candidate,) = result.candidates
+    assert not candidate.accepted
+    assert any(needle in reason for reason in candidate.reasons), candidate.reasons
+    (rejected,) = harness.rejected_dirs()
+    assert candidate.rejected_dir == str(rejected)
+    assert rejected.name == f"{result.run_id}-c1"
+    summary = (rejected / "summary.md").read_text()
+    assert needle in summary
+    evidence = json.loads((rejected / "evidence.json").read_text())
+    assert evidence["config_hash"] == harness.config_hash and evidence["candidate"] == 1
+    assert (rejected / "tree" / ARTIFACT).is_file()
+    assert (rejected / "bootstrap.log").is_file() and (rejected / "trial-1.log").is_file()
+    assert harness.runtime.all_stopped_and_removed()
+    assert harness.staging_left() == []
+    return evidence
+
+
+def test_trial_with_a_differing_repeat_is_rejected(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial":
+            # The second request of each prompt answers differently: the repeat mode diverges.
+            return Behavior(answer=lambda p, m, n: tokens_for(p, m, salt=1 if n == 2 else 0))
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    evidence = _assert_rejected_one(harness, result, "2 distinct outputs")
+    assert any("modes differing from 'alone': repeat" in r for r in result.candidates[0].reasons)
+    # A run stops at the first failing trial.
+    assert len(result.candidates[0].trials) == 1 and len(harness.runtime.engines) == 2
+    (trial,) = evidence["trials"]
+    assert trial["passed"] is False and trial["coherence"]["passed"] is False
+    assert trial["reuse"]["passed"] is True
+
+
+def test_trial_output_differing_from_golden_is_rejected(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial":  # coherent within the trial, but not what the bootstrap answered
+            return Behavior(answer=lambda p, m, n: tokens_for(p, m, salt=7))
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=2)
+    _assert_rejected_one(harness, result, "output differs from the golden output")
+
+
+def test_new_artifact_in_the_upper_layer_is_rejected(make: Callable[..., Harness]) -> None:
+    recompiled = [UpperEntry(path=f"reference/{'f' * 16}/megacache.bin", kind="new", size=4096)]
+
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial":  # outputs match, markers even claim a load: only the upper layer tells
+            return Behavior(upper=recompiled)
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    evidence = _assert_rejected_one(harness, result, "new compiled artifact(s) in the upper layer")
+    (trial,) = evidence["trials"]
+    assert trial["coherence"]["passed"] is True
+    assert trial["reuse"]["upper_new_artifacts"] == [recompiled[0].path]
+    assert trial["upper"]["written"] == 1
+
+
+def test_compile_marker_in_a_trial_is_rejected(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial":
+            return Behavior(log=[markers.compiling("BLESS_REFERENCE_IGNORE_CACHE is set; artifact not loaded")])
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=1)
+    reasons = result.candidates[0].reasons
+    _assert_rejected_one(harness, result, "compile/save marker(s) in the log")
+    assert any("no load marker" in r for r in reasons)
+
+
+def test_tree_modified_during_a_trial_is_rejected(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        return Behavior(touch_tree=phase == "trial")
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    evidence = _assert_rejected_one(harness, result, "the blessed tree changed during the run")
+    assert evidence["trials"][0]["reuse"]["tree_unchanged"] is False
+    assert ARTIFACT in " ".join(result.candidates[0].reasons)
+
+
+# --- candidates ----------------------------------------------------------------------------------------
+
+
+def test_candidates_two_first_rejected_second_published(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial" and candidate == 1:  # a "bad compile": unstable outputs when loaded
+            return Behavior(answer=lambda p, m, n: tokens_for(p, m, salt=n % 2))
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=2, candidates=2)
+
+    assert result.published
+    first, second = result.candidates
+    assert not first.accepted and first.rejected_dir is not None
+    assert Path(first.rejected_dir, "summary.md").is_file()
+    assert Path(first.rejected_dir).name == f"{result.run_id}-c1"
+    assert second.accepted and second.rejected_dir is None and len(second.trials) == 2
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None
+    assert manifest.provenance["candidate"] == 2
+    assert Path(result.blessed_dir or "", ARTIFACT).read_bytes() == (
+        f"compiled artifact of candidate 2 of run {result.run_id}".encode()
+    )
+    h = h12(harness)
+    assert harness.runtime.names() == [
+        f"bless-bootstrap-{h}-c1",
+        f"bless-trial-{h}-c1-t1",
+        f"bless-bootstrap-{h}-c2",
+        f"bless-trial-{h}-c2-t1",
+        f"bless-trial-{h}-c2-t2",
+    ]
+    assert [e.spec.env["BLESS_CANDIDATE"] for e in harness.runtime.engines] == ["1", "1", "2", "2", "2"]
+    assert harness.runtime.all_stopped_and_removed()
+    assert harness.staging_left() == []
+    assert result.to_dict()["candidates"][0]["accepted"] is False
+
+
+def test_candidates_all_rejected_publishes_nothing(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        return Behavior(upper=[UpperEntry("reference/x/megacache.bin", "new", 1)] if phase == "trial" else [])
+
+    harness = make(scenario)
+    result = harness.run(trials=1, candidates=2)
+    assert not result.published and [c.accepted for c in result.candidates] == [False, False]
+    assert [p.name for p in harness.rejected_dirs()] == [f"{result.run_id}-c1", f"{result.run_id}-c2"]
+    assert harness.store.find(harness.config_hash) is None
+
+
+# --- bootstrap failures --------------------------------------------------------------------------------
+
+
+def test_bootstrap_writing_no_artifact_fails_and_keeps_evidence(make: Callable[..., Harness]) -> None:
+    harness = make(lambda phase, candidate, trial: Behavior(write_artifact=False))
+    with pytest.raises(BootstrapFailedError) as caught:
+        harness.run(trials=3)
+    assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED == 40
+    assert "wrote no compiled artifact" in caught.value.message
+    assert harness.runtime.names() == [f"bless-bootstrap-{h12(harness)}-c1"], "no trial after a failed bootstrap"
+    assert harness.runtime.all_stopped_and_removed()
+    assert harness.store.find(harness.config_hash) is None
+    (rejected,) = harness.rejected_dirs()
+    assert "wrote no compiled artifact" in (rejected / "summary.md").read_text()
+    assert (rejected / "bootstrap.log").read_text().startswith(markers.USING_CACHE_DIR)
+    assert json.loads((rejected / "evidence.json").read_text())["trials"] == []
+    assert harness.staging_left() == []
+    with harness.store.lock(harness.config_hash):
+        pass
+
+
+def test_engine_dying_at_boot_is_a_bootstrap_failure_with_the_log_tail(make: Callable[..., Harness]) -> None:
+    harness = make(lambda phase, candidate, trial: Behavior(exit_at_boot=True))
+    with pytest.raises(BootstrapFailedError) as caught:
+        harness.run(trials=1)
+    message = caught.value.message
+    assert "exited before it became ready" in message and "(exit code 1)" in message
+    assert "FATAL simulated crash (fake engine)" in message
+    assert harness.runtime.all_stopped_and_removed()
+    (rejected,) = harness.rejected_dirs()
+    assert "FATAL simulated crash" in (rejected / "bootstrap.log").read_text()
+
+
+# --- refusals ------------------------------------------------------------------------------------------
+
+
+def test_existing_blessing_is_refused_without_rebless_and_archived_with_it(make: Callable[..., Harness]) -> None:
+    first = make()
+    published = first.run(trials=1)
+    assert published.published
+    before = first.store.find(first.config_hash)
+    assert before is not None
+
+    again = make()
+    with pytest.raises(AlreadyBlessedError) as caught:
+        again.run(trials=1)
+    assert caught.value.exit_code == ExitCode.ALREADY_BLESSED == 10
+    assert again.runtime.engines == [], "refused before any engine started"
+    assert again.runtime.cleanups == [], "refused before touching any container"
+    assert again.staging_left() == []
+
+    rebless = make()
+    result = rebless.run(trials=1, rebless=True)
+    assert result.published and result.archived_manifest is not None
+    archived = json.loads(Path(result.archived_manifest).read_text())
+    assert archived["cache"]["dir_id"] == before.cache.dir_id
+    after = rebless.store.find(rebless.config_hash)
+    assert after is not None and after.provenance["run_id"] == result.run_id != published.run_id
+    # The prior version stays on disk until gc.
+    assert Path(published.blessed_dir or "").is_dir()
+
+
+def test_unsafe_settings_refused_unless_the_test_override_is_set(
+    make: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_UNSAFE_ENV, raising=False)
+    profile = make_profile(BLESS_REFERENCE_NONDETERMINISTIC="1")
+    refused = make(profile=profile)
+    with pytest.raises(UnsafeEnvError) as caught:
+        refused.run(trials=1)
+    assert caught.value.exit_code == ExitCode.UNSAFE_ENV == 30
+    assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in caught.value.message
+    assert refused.runtime.engines == [] and refused.runtime.pinged == 0, "refused before touching the runtime"
+    assert not (refused.store.root / "locks").exists(), "refused before taking the lock"
+
+    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "0")  # only exactly "1" allows
+    with pytest.raises(UnsafeEnvError):
+        make(profile=profile).run(trials=1)
+
+    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "1")
+    allowed = make(profile=profile)  # the fake engine ignores the knob: the run blesses
+    result = allowed.run(trials=1)
+    assert result.published
+    manifest = allowed.store.find(allowed.config_hash)
+    assert manifest is not None
+    recorded = json.dumps(manifest.provenance)
+    assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in recorded, "what was allowed is recorded"
+    assert {e.spec.env["BLESS_REFERENCE_NONDETERMINISTIC"] for e in allowed.runtime.engines} == {"1"}
+
+
+def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) -> None:
+    harness = make()
+    with harness.store.lock(harness.config_hash):
+        # The lock is re-entrant per thread: contend from another thread (its own flock).
+        errors: list[BaseException] = []
+
+        def contender() -> None:
+            try:
+                harness.run(trials=1)
+            except BaseException as exc:
+                errors.append(exc)
+
+        holder = threading.Thread(target=contender)
+        holder.start()
+        holder.join(10)
+    (error,) = errors
+    assert isinstance(error, LockHeldError) and error.exit_code == 11
+    assert f"pid {os.getpid()}" in error.message
+    assert harness.runtime.engines == []
+
+
+# --- interruption ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_sigint() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread to receive SIGINT")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
+    make: Callable[..., Harness], real_sigint: None
+) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial" and trial == 2:
+            return Behavior(interrupt_on_request=5)  # in the middle of trial 2's protocol
+        return Behavior()
+
+    harness = make(scenario)
+    with pytest.raises(InterruptedByUserError) as caught:
+        harness.run(trials=3)
+    assert caught.value.exit_code == ExitCode.INTERRUPTED == 130
+    assert "nothing published" in caught.value.message
+    runtime = harness.runtime
+    assert runtime.names()[-1] == f"bless-trial-{h12(harness)}-c1-t2"
+    assert runtime.all_stopped_and_removed(), "every engine stopped (gracefully) and removed"
+    assert harness.store.find(harness.config_hash) is None
+    (rejected,) = harness.rejected_dirs()
+    assert "interrupted" in (rejected / "summary.md").read_text()
+    evidence = json.loads((rejected / "evidence.json").read_text())
+    assert evidence["reasons"] == ["interrupted"]
+    assert [t["passed"] for t in evidence["trials"]] == [True], "trial 1's verdict is kept"
+    assert (rejected / "tree" / ARTIFACT).is_file() and (rejected / "trial-2.log").is_file()
+    assert harness.staging_left() == []
+    # The lock is free: a second run takes it and blesses.
+    second = make()
+    assert second.run(trials=1).published
