@@ -830,7 +830,9 @@ def _canary(
 ) -> CanaryResult:
     """Run the canary (or say loudly why not); failures stop the engine and raise 42 or 44."""
     if plan_.manifest is None:
-        return CanaryResult("skipped", reason="debug start: no golden outputs (not a blessed start)")
+        reason = "debug start: no golden outputs (not a blessed start)"
+        events(Event("warning", f"canary skipped: {reason}"))
+        return CanaryResult("skipped", reason=reason)
     if no_canary:
         events(Event("warning", NO_CANARY_BANNER))
         return CanaryResult("skipped", reason="--no-canary")

@@ -45,6 +45,7 @@ from bless.trials import (
     NotReadyError,
     failure_rate_bound,
     golden_from,
+    golden_text_map,
     golden_token_map,
     run_protocol,
     warm_up,
@@ -284,11 +285,10 @@ class Orchestrator:
             self.events(Event("phase", f"candidate {index}: phase 1, bootstrap compile", {"candidate": index}))
             bootstrap, golden_report, listing, artifacts = self._bootstrap(index, tree, evidence)
             golden = golden_from(golden_report, self.profile.trials.max_tokens)
-            golden_ids = golden_token_map(golden)
             for trial in range(1, options.trials + 1):
                 self.events(Event("trial-start", f"candidate {index}: trial {trial}/{options.trials}",
                                   {"candidate": index, "trial": trial, "of": options.trials}))  # fmt: skip
-                result = self._trial(index, trial, tree, listing, golden_ids, work, evidence)
+                result = self._trial(index, trial, tree, listing, golden, work, evidence)
                 trials.append(result)
                 self.events(Event("trial-end", f"trial {trial}/{options.trials}: {'pass' if result.passed else 'FAIL'}",
                                   {"candidate": index, "trial": trial, "result": result.to_dict()}))  # fmt: skip
@@ -396,7 +396,7 @@ class Orchestrator:
         index: int,
         tree: Path,
         listing: TreeListing,
-        golden: dict[str, tuple[int, ...]],
+        golden: list[dict[str, Any]],
         work: Path,
         evidence: Path,
     ) -> TrialResult:
@@ -413,7 +413,12 @@ class Orchestrator:
             with session:
                 try:
                     session.wait_ready()
-                    coherence = run_protocol(session.client, self.profile.trials, golden=golden)
+                    coherence = run_protocol(
+                        session.client,
+                        self.profile.trials,
+                        golden=golden_token_map(golden),
+                        golden_text=golden_text_map(golden),
+                    )
                 except NotReadyError as exc:
                     reasons.append(session.not_ready_message(exc))
                 except EngineHttpError as exc:

@@ -204,8 +204,13 @@ def analyze(
     observations: Sequence[Observation],
     prompts: Sequence[str],
     golden: Mapping[str, Sequence[int]] | None = None,
+    golden_text: Mapping[str, str] | None = None,
 ) -> tuple[bool, list[str], dict[str, int]]:
-    """Pure verdict: one distinct output per prompt across all modes, equal to golden when given."""
+    """Pure verdict: one distinct output per prompt across all modes, equal to golden when given.
+
+    An output is its text AND its token ids: engines that return no token ids (vLLM does not
+    by default) are still compared on text, so an empty id list never makes outputs look alike.
+    """
     reasons: list[str] = []
     unique: dict[str, int] = {}
     for prompt in prompts:
@@ -214,11 +219,12 @@ def analyze(
             reasons.append(f"{prompt!r}: no output observed")
             unique[prompt] = 0
             continue
-        distinct = {o.token_ids for o in seen}
+        distinct = {(o.text, o.token_ids) for o in seen}
         unique[prompt] = len(distinct)
         if len(distinct) > 1:
-            alone = next((o.token_ids for o in seen if o.mode == "alone"), seen[0].token_ids)
-            differing = sorted({o.mode for o in seen if o.token_ids != alone})
+            first = next((o for o in seen if o.mode == "alone"), seen[0])
+            alone = (first.text, first.token_ids)
+            differing = sorted({o.mode for o in seen if (o.text, o.token_ids) != alone})
             reasons.append(
                 f"{prompt!r}: {len(distinct)} distinct outputs over {len(seen)} requests "
                 f"(modes differing from 'alone': {', '.join(differing)})"
@@ -229,6 +235,8 @@ def analyze(
                 reasons.append(f"{prompt!r}: no golden output recorded")
             elif any(o.token_ids != expected for o in seen):
                 reasons.append(f"{prompt!r}: output differs from the golden output")
+            elif golden_text is not None and any(o.text != golden_text.get(prompt) for o in seen):
+                reasons.append(f"{prompt!r}: output text differs from the golden text")
     return not reasons, reasons, unique
 
 
@@ -237,6 +245,7 @@ def run_protocol(
     plan: TrialPlan,
     *,
     golden: Mapping[str, Sequence[int]] | None = None,
+    golden_text: Mapping[str, str] | None = None,
 ) -> CoherenceReport:
     """Run the replay-coherence protocol against a ready engine and analyze it."""
     prompts = list(plan.prompts)
@@ -257,11 +266,9 @@ def run_protocol(
         with ThreadPoolExecutor(max_workers=min(16, len(prompts) * 2)) as pool:
             observations.extend(pool.map(lambda p: ask("concurrent", p), prompts * 2))
     elapsed = time.monotonic() - started
-    passed, reasons, unique = analyze(observations, prompts, golden)
+    passed, reasons, unique = analyze(observations, prompts, golden, golden_text)
     outputs = {
-        o.prompt: Completion(o.prompt, o.text, o.token_ids, o.latency_s)
-        for o in observations
-        if o.mode == "alone"
+        o.prompt: Completion(o.prompt, o.text, o.token_ids, o.latency_s) for o in observations if o.mode == "alone"
     }
     return CoherenceReport(
         passed=passed,
@@ -289,6 +296,11 @@ def warm_up(client: EngineClient, plan: TrialPlan) -> CoherenceReport:
         requests=len(outputs),
         request_seconds=time.monotonic() - started,
     )
+
+
+def golden_text_map(golden: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """prompt -> golden text, from a manifest's golden list."""
+    return {str(item["prompt"]): str(item["text"]) for item in golden}
 
 
 def golden_token_map(golden: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:

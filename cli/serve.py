@@ -155,22 +155,14 @@ def render_dry_run(console: Console, data: Mapping[str, Any]) -> None:
     console.print(Text("dry run: nothing was started", style="bold green"))
 
 
-def _render_canary(console: Console, result: Mapping[str, Any]) -> None:
-    canary = result["canary"]
-    if canary["status"] == "passed":
-        console.print(Text(f"canary passed: {len(canary['checks'])} golden prompt(s) reproduced", style="green"))
-    else:
-        console.print(Text(f"canary {canary['status']}: {canary['reason']}", style="bold yellow"))
-
-
 def render_detached(console: Console, data: Mapping[str, Any]) -> None:
     """``--detach``: where it serves and how to stop it."""
     result = data["result"]
-    _render_canary(console, result)
     name = result["container"]["name"]
     console.print(Text.assemble(("serving (detached) ", "bold green"), f"{result['url']}  container {name}"))
     console.print(
-        f"stop it with: docker stop {name} && docker rm {name}; then remove {result['serve_dir']} (its upper layer)"
+        f"stop it with: docker stop {name} && docker rm {name} && docker volume rm {name}-overlay; "
+        f"then remove {result['serve_dir']} (its upper layer)"
     )
 
 
@@ -261,7 +253,6 @@ def _serve(
 
         # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
         gate.raising = False
-        _render_canary(console, data["result"])
         console.print(
             Text.assemble(
                 ("serving on ", "bold green"),

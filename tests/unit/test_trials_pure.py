@@ -541,3 +541,26 @@ def test_every_failure_is_reported_at_once():
     upper = UpperVerdict((), ("n.bin",), ("u",))
     report = classify_reuse(signals, upper, tree_changed())
     assert len(report.reasons) == 6
+
+
+# --- outputs without token ids (vLLM's default reply) are compared on text --------------------------
+
+
+def text_only(mode: str, prompt: str, text: str) -> Observation:
+    return Observation(mode, prompt, text, (), 0.01)
+
+
+def test_differing_text_with_empty_token_ids_is_incoherent() -> None:
+    observations = [text_only("alone", "alpha", "one"), text_only("repeat", "alpha", "two")]
+    passed, reasons, unique = analyze(observations, ("alpha",))
+    assert passed is False
+    assert unique == {"alpha": 2}
+    assert "repeat" in reasons[0]
+
+
+def test_golden_text_mismatch_fails_even_when_token_ids_are_empty() -> None:
+    observations = [text_only("alone", "alpha", "served"), text_only("repeat", "alpha", "served")]
+    passed, reasons, _ = analyze(observations, ("alpha",), golden={"alpha": ()}, golden_text={"alpha": "blessed"})
+    assert passed is False
+    assert "golden text" in reasons[0]
+    assert analyze(observations, ("alpha",), golden={"alpha": ()}, golden_text={"alpha": "served"})[0] is True
