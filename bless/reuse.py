@@ -7,6 +7,7 @@ Every signal must say "reused"; any doubt fails the trial.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ class ReuseReport:
     upper_new_artifacts: tuple[str, ...]
     upper_unexpected: tuple[str, ...]
     tree_unchanged: bool | None
+    drift: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class ReuseReport:
             "upper_new_artifacts": list(self.upper_new_artifacts),
             "upper_unexpected": list(self.upper_unexpected),
             "tree_unchanged": self.tree_unchanged,
+            "drift": list(self.drift),
         }
 
 
@@ -44,8 +47,9 @@ def classify_reuse(
     signals: LogSignals,
     upper: UpperVerdict | None,
     tree_check: VerifyResult | None,
+    drift: Sequence[str] = (),
 ) -> ReuseReport:
-    """Combine log markers, upper-layer writes and the post-run tree check into one verdict."""
+    """Combine log markers, upper-layer writes, the post-run tree check and engine-key drift into one verdict."""
     reasons: list[str] = []
     if not signals.load_markers:
         reasons.append("no load marker in the engine log: the blessed artifact was not loaded")
@@ -60,6 +64,7 @@ def classify_reuse(
         if upper.unexpected:
             shown = ", ".join(upper.unexpected[:5])
             reasons.append(f"{len(upper.unexpected)} unexpected write(s) in the upper layer: {shown}")
+    reasons.extend(drift)
     tree_unchanged = None
     if tree_check is not None:
         tree_unchanged = tree_check.ok
@@ -79,4 +84,5 @@ def classify_reuse(
         upper_new_artifacts=upper.new_artifacts if upper else (),
         upper_unexpected=upper.unexpected if upper else (),
         tree_unchanged=tree_unchanged,
+        drift=tuple(drift),
     )

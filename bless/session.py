@@ -41,13 +41,14 @@ def engine_spec(
     port = runtime.engine_port(DEFAULT_ENGINE_PORT)
     launch = adapter.launch(profile, port=port, debug=debug)
     env = {**launch.env, **(extra_env or {}), "HOME": adapter.home}
+    weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
     return ContainerSpec(
         name=name,
         command=launch.command,
         env=env,
         labels=dict(labels),
-        mounts=(cache_mount,) if cache_mount else (),
+        mounts=((cache_mount,) if cache_mount else ()) + weights,
         image=image,
         port=port,
         host_ip=host_ip,
@@ -147,9 +148,7 @@ class EngineSession:
         """Timings and stop facts for trial records."""
         return {
             "container": self.spec.name,
-            "start_to_ready_s": round(self.start_to_ready_s, 3)
-            if self.start_to_ready_s is not None
-            else None,
+            "start_to_ready_s": round(self.start_to_ready_s, 3) if self.start_to_ready_s is not None else None,
             "stop_seconds": round(self.stop_result.seconds, 3) if self.stop_result else None,
             "stopped_gracefully": self.stop_result.graceful if self.stop_result else None,
             "exit_code": self.stop_result.exit_code if self.stop_result else None,

@@ -467,8 +467,7 @@ def _check_hash(config_hash: str, error: type[BlessError] = InputInvalidError) -
 def _check_run_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
         raise InputInvalidError(
-            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', not starting with "
-            "'.' or '-'"
+            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
         )
 
 
@@ -490,9 +489,7 @@ def _listing_difference(expected: Manifest, listing: TreeListing) -> list[str]:
     for path in sorted(want.keys() & got.keys()):
         if want[path] != got[path]:
             w, g = want[path], got[path]
-            lines.append(
-                f"changed file {path} (manifest {w.size} B {w.sha256[:12]}, tree {g.size} B {g.sha256[:12]})"
-            )
+            lines.append(f"changed file {path} (manifest {w.size} B {w.sha256[:12]}, tree {g.size} B {g.sha256[:12]})")
     lines += [f"missing directory {d}" for d in sorted(set(expected.cache.dirs) - set(listing.dirs))]
     lines += [f"extra directory {d}" for d in sorted(set(listing.dirs) - set(expected.cache.dirs))]
     if not lines and listing.total_size != expected.cache.total_size:
@@ -513,9 +510,7 @@ class Store:
     def __init__(self, root: Path, manifests_dir: Path | None = None) -> None:
         # Absolute once, so that a later chdir cannot move the store under us.
         self._root = Path(root).absolute()
-        self._manifests_dir = (
-            Path(manifests_dir).absolute() if manifests_dir is not None else self._root / "manifests"
-        )
+        self._manifests_dir = Path(manifests_dir).absolute() if manifests_dir is not None else self._root / "manifests"
 
     @property
     def root(self) -> Path:
@@ -716,9 +711,7 @@ class Store:
         try:
             entries = _listdir(self._manifests_dir)
         except OSError as exc:
-            raise ManifestInvalidError(
-                f"{self._manifests_dir}: cannot list manifests: {exc.strerror or exc}"
-            ) from None
+            raise ManifestInvalidError(f"{self._manifests_dir}: cannot list manifests: {exc.strerror or exc}") from None
         records: list[ManifestRecord] = []
         for entry in entries:
             if entry.name.startswith(".") or not entry.name.endswith(".json"):
@@ -931,8 +924,7 @@ class Store:
                 _fsync_dir(self._manifests_dir)
             except OSError as exc:
                 raise BlessError(
-                    f"published {config_hash[:16]}... but could not fsync {self._manifests_dir}: "
-                    f"{exc.strerror or exc}",
+                    f"published {config_hash[:16]}... but could not fsync {self._manifests_dir}: {exc.strerror or exc}",
                     hint="the blessing is visible but may not survive a power loss; run bless verify",
                 ) from exc
 
@@ -951,9 +943,7 @@ class Store:
         except OSError as exc:
             raise InputInvalidError(f"staged tree {staged_dir}: {exc.strerror or exc}") from None
         if not stat.S_ISDIR(st.st_mode):
-            raise InputInvalidError(
-                f"staged tree {staged_dir} is not a directory (symlinks are not followed)"
-            )
+            raise InputInvalidError(f"staged tree {staged_dir} is not a directory (symlinks are not followed)")
         try:
             listing = hash_tree(staged_dir)
         except TreeError as exc:
@@ -1281,9 +1271,7 @@ class Store:
                 versions = [
                     Path(e.path)
                     for e in _listdir(self._blessed / config_hash)
-                    if e.is_dir(follow_symlinks=False)
-                    and not e.name.startswith(".")
-                    and e.name not in referenced
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in referenced
                 ]
                 versions.sort(key=lambda p: p.name, reverse=True)
                 for path in versions[keep:]:

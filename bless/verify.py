@@ -106,11 +106,7 @@ class FileEntry:
     def __post_init__(self) -> None:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
             raise ValueError(f"{self.path!r}: size must be a non-negative integer, got {self.size!r}")
-        if (
-            not isinstance(self.sha256, str)
-            or len(self.sha256) != 64
-            or not _HEX_DIGITS.issuperset(self.sha256)
-        ):
+        if not isinstance(self.sha256, str) or len(self.sha256) != 64 or not _HEX_DIGITS.issuperset(self.sha256):
             raise ValueError(f"{self.path!r}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
 
 
@@ -356,9 +352,7 @@ def _open_root(root: Path) -> int:
                     "symlink", f"cache root {str(root)!r} is a symbolic link (resolve it first)"
                 ) from None
             raise _OpenFailure("root_missing", f"cache root {str(root)!r} is not a directory") from None
-        raise _OpenFailure(
-            "unreadable", f"cannot open cache root {str(root)!r}: {exc.strerror or exc}"
-        ) from None
+        raise _OpenFailure("unreadable", f"cannot open cache root {str(root)!r}: {exc.strerror or exc}") from None
 
 
 def _describe_special(mode: int) -> str:
@@ -509,9 +503,7 @@ def _hash_file(root_fd: int, rel: str, expected_size: int, progress: ProgressFn 
             if progress is not None:
                 progress(n)
         if hashed != expected_size:
-            return failed(
-                "size", f"expected {expected_size} bytes, read only {hashed} (it shrank while being read)"
-            )
+            return failed("size", f"expected {expected_size} bytes, read only {hashed} (it shrank while being read)")
         return _HashOutcome(rel, digest.hexdigest(), hashed, hashed, None)
     except OSError as exc:
         return failed("unreadable", f"read error: {exc.strerror or exc}")
@@ -605,9 +597,7 @@ def hash_tree(
             except ValueError as exc:
                 problems.append(Problem("bad_path", rel, f"name cannot be recorded: {exc}"))
         if not problems:
-            outcomes = _hash_many(
-                root_fd, [(p, st.st_size) for p, st in scan.files.items()], workers, progress
-            )
+            outcomes = _hash_many(root_fd, [(p, st.st_size) for p, st in scan.files.items()], workers, progress)
             problems += [o.problem for o in outcomes if o.problem is not None]
     finally:
         os.close(root_fd)

@@ -53,8 +53,8 @@ INTERNAL_HINT = "rerun with --verbose for the traceback"
 
 def err_console() -> Console:
     """A rich console on the current stderr (made per call: tests swap ``sys.stderr``)."""
-    # Not a terminal (CI logs, captured output): a wide fixed width so hashes and paths stay on one line.
-    width = None if sys.stderr.isatty() else 200
+    # Not a terminal (CI logs, captured output): wide enough that no hash, path or table cell wraps.
+    width = None if sys.stderr.isatty() else 1000
     return Console(stderr=True, highlight=False, soft_wrap=False, width=width)
 
 

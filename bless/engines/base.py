@@ -55,6 +55,15 @@ class EngineLaunch:
 
 
 @dataclass(frozen=True)
+class ModelMount:
+    """A host path (weights, HF cache) the runtime presents read-only at ``target``."""
+
+    source: str
+    target: str
+    why: str
+
+
+@dataclass(frozen=True)
 class ArtifactSummary:
     """What the adapter found in a bootstrapped tree: the artifacts and engine-native keys."""
 
@@ -119,6 +128,14 @@ class EngineAdapter(Protocol):
 
     def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
         """argv + env that start the engine with its cache at ``cache_mount_path``."""
+        ...
+
+    def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
+        """Read-only mounts the engine needs besides its cache (weights); none on the local runtime."""
+        ...
+
+    def drift_reasons(self, blessed_keys: Mapping[str, Any], log_keys: Mapping[str, Any]) -> list[str]:
+        """Why a start's log shows the engine keying its cache differently than the blessing (empty: none)."""
         ...
 
     def prepare_cache_dir(self, staged: Path) -> None:

@@ -13,6 +13,7 @@ from bless.engines.base import (
     EngineLaunch,
     EnvPolicy,
     LogSignals,
+    ModelMount,
     UnsafeSetting,
     UpperEntry,
     UpperVerdict,
@@ -93,9 +94,7 @@ class ReferenceAdapter:
             for reason in [table[name]]
         ]
         if profile.serve.get("compile") is False:
-            found.append(
-                UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless")
-            )
+            found.append(UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless"))
         return found
 
     def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
@@ -129,6 +128,20 @@ class ReferenceAdapter:
         env.update({"PYTHONUNBUFFERED": "1", **profile.env})
         return EngineLaunch(command=tuple(command), env=env, port=port)
 
+    def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
+        """The reference model is built from its seed: no weights to mount."""
+        return ()
+
+    def drift_reasons(self, blessed_keys: Mapping[str, Any], log_keys: Mapping[str, Any]) -> list[str]:
+        """The engine logs its artifact key; one the blessing does not hold means another artifact was keyed."""
+        logged = log_keys.get("artifact_key")
+        blessed = blessed_keys.get("artifact_keys") or []
+        if logged is None:
+            return ["the engine log has no artifact key line: cannot confirm it used the blessed artifact"]
+        if logged not in blessed:
+            return [f"the engine keyed its artifact {logged}, the blessing holds {', '.join(blessed) or 'none'}"]
+        return []
+
     def prepare_cache_dir(self, staged: Path) -> None:
         """The reference engine creates what it needs; nothing to pre-create."""
 
@@ -156,6 +169,8 @@ class ReferenceAdapter:
                 fatal.append(line)
             elif line.startswith(markers.USING_CACHE_DIR):
                 keys["cache_dir"] = line[len(markers.USING_CACHE_DIR) :].strip()
+            elif line.startswith(markers.ARTIFACT_KEY):
+                keys["artifact_key"] = line[len(markers.ARTIFACT_KEY) :].split()[0]
             match = COMPILE_TIME.match(line)
             if match:
                 timings["torch_compile_s"] = float(match.group(1))

@@ -32,6 +32,7 @@ from bless.engines.base import (
     EngineLaunch,
     EnvPolicy,
     LogSignals,
+    ModelMount,
     UnsafeSetting,
     UpperEntry,
     UpperVerdict,
@@ -319,15 +320,6 @@ _PINNED_ENV = {
     "DO_NOT_TRACK": "1",
 }
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
-
-
-@dataclass(frozen=True)
-class ModelMount:
-    """A host path the runtime must present read-only at ``target`` (Docker only)."""
-
-    source: str
-    target: str
-    why: str
 
 
 class VllmAdapter:

@@ -684,3 +684,32 @@ def test_profile_dataclass_defaults_resolve():
     with pytest.raises(ResolutionError) as info:
         resolve(profile, ReferenceAdapter(), image_resolver=None, hardware_probe=lambda s: dict(HW))
     assert info.value.message.startswith("mem:")
+
+
+def test_local_model_path_is_a_factor_on_the_local_runtime(tmp_path: Path) -> None:
+    """Engines hash the model path they see (vLLM's ModelConfig does); on the local runtime that is the host path."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+
+    def resolved_for(path: Path) -> Any:
+        profile = Profile(
+            name="local-model",
+            engine="reference",
+            runtime_kind="local",
+            python="python3",
+            model=ModelSpec(source="local", id="tiny", path=str(path)),
+        )
+        return resolve(
+            profile,
+            ReferenceAdapter(),
+            image_resolver=None,
+            hardware_probe=lambda spec: {"accelerator": "cpu", "isa": "x86-64-v3"},
+            environment_probe=lambda python, packages: {"python_version": "3.12.3", "packages": {"torch": "2.11.0"}},
+        )
+
+    a, b = resolved_for(tmp_path / "a"), resolved_for(tmp_path / "b")
+    assert a.factors["model"]["content_sha256"] == b.factors["model"]["content_sha256"]
+    assert a.factors["model"]["path"] == str((tmp_path / "a").resolve())
+    assert a.config_hash != b.config_hash
+    assert [change.field for change in diff_factors(a.factors, b.factors)] == ["model.path"]

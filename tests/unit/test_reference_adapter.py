@@ -250,7 +250,11 @@ def test_read_log_warm_load(adapter):
     assert signals.compile_markers == ()
     assert signals.fatal_markers == ()
     assert signals.timings == {"torch_compile_s": 1.23}
-    assert signals.engine_keys == {"cache_dir": "/var/cache/bless-engine"}
+    assert signals.engine_keys == {"cache_dir": "/var/cache/bless-engine", "artifact_key": KEY}
+    # The key the log shows is the one the blessing holds: no drift; another key, or none, is drift.
+    assert adapter.drift_reasons({"artifact_keys": [KEY]}, signals.engine_keys) == []
+    assert "keyed its artifact" in adapter.drift_reasons({"artifact_keys": ["f" * 16]}, signals.engine_keys)[0]
+    assert "no artifact key" in adapter.drift_reasons({"artifact_keys": [KEY]}, {})[0]
 
 
 def test_read_log_cold_compile(adapter):
