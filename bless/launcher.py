@@ -347,6 +347,7 @@ class LaunchPlan:
     verification: VerifyResult | None
     snapshot: Snapshot | None
     secret_env: frozenset[str]
+    adapter: EngineAdapter
     allowed_unsafe: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
@@ -566,6 +567,7 @@ def plan(
         verification=verification,
         snapshot=snapshot,
         secret_env=secret,
+        adapter=adapter,
         allowed_unsafe=tuple(allowed),
         warnings=tuple(warnings),
         timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},
@@ -655,6 +657,7 @@ class LaunchResult:
     recheck: str
     timings: Mapping[str, float]
     detached: bool
+    warnings: tuple[str, ...] = ()
 
     @property
     def container_name(self) -> str:
@@ -675,7 +678,7 @@ class LaunchResult:
         return mount.scratch / "upper" if mount is not None and mount.scratch is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        warnings = list(self.plan.warnings)
+        warnings = list(self.plan.warnings) + list(self.warnings)
         if self.canary.status == "skipped" and self.plan.blessed:
             warnings.append(NO_CANARY_BANNER)
         return {
@@ -831,8 +834,14 @@ def start(
 
 def _reuse_warnings(plan_: LaunchPlan, session: EngineSession) -> list[str]:
     """What the boot log says about using the blessed artifact (a warning: the canary is the verdict)."""
-    signals = session.adapter_signals() if hasattr(session, "adapter_signals") else None
-    del signals
+    signals = plan_.adapter.read_log(session.current_log())
+    if signals.compile_markers:
+        return [
+            f"the engine log shows {len(signals.compile_markers)} compile/save marker(s) on a blessed start: it did "
+            f"not use the blessed artifact as is ({signals.compile_markers[0].strip()[:200]})"
+        ]
+    if not signals.load_markers:
+        return ["the engine log shows no load marker: it may not have used the blessed artifact"]
     return []
 
 

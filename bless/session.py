@@ -83,6 +83,7 @@ class EngineSession:
     log: str = ""
     upper: list[UpperEntry] = field(default_factory=list)
     _t0: float = 0.0
+    _client: EngineClient | None = None
 
     def __enter__(self) -> EngineSession:
         self._t0 = time.monotonic()
@@ -91,8 +92,11 @@ class EngineSession:
 
     @property
     def client(self) -> EngineClient:
+        """One client per start; it names the served model once readiness has told us which."""
         assert self.started is not None and self.started.host_port is not None
-        return EngineClient("127.0.0.1", self.started.host_port, timeout_s=self.request_timeout_s)
+        if self._client is None:
+            self._client = EngineClient("127.0.0.1", self.started.host_port, timeout_s=self.request_timeout_s)
+        return self._client
 
     def is_alive(self) -> bool:
         assert self.started is not None
@@ -107,6 +111,10 @@ class EngineSession:
             raise NotReadyError("the engine exited before it became ready")
         wait_ready(self.client, timeout_s=self.ready_timeout_s, is_alive=self.is_alive)
         self.start_to_ready_s = time.monotonic() - self._t0
+        # OpenAI-style servers (vLLM) want the model named in every request: the one it serves.
+        served = self.client.models()
+        if served and self.client.model is None:
+            self.client.model = served[0]
         return self.start_to_ready_s
 
     def stop(self) -> StopResult | None:

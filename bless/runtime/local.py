@@ -54,8 +54,24 @@ from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, 
 
 # What the engine inherits from our environment: enough to find binaries, libraries and
 # GPUs, nothing that could carry our own configuration (or secrets) into a blessed run.
-_ENV_NAMES = ("PATH", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH")
-_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_")
+# Named CUDA variables only: a prefix would let debug switches such as CUDA_LAUNCH_BLOCKING reach the
+# engine without the profile (so neither the factors nor the unsafe-env check) ever seeing them. The
+# NVLink-multicast switches are host safety settings an operator sets; they change no compiled artifact.
+_ENV_NAMES = (
+    "PATH",
+    "LANG",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+)
+_ENV_PREFIXES = ("LC_",)
 # 128 + SIGKILL, as Docker reports a killed container.
 _KILLED_EXIT_CODE = 128 + signal.SIGKILL
 # Exit code of the mount prologue when a mount fails (its message is in the log).

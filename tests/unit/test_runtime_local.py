@@ -198,7 +198,8 @@ def test_group_leftovers_die_with_the_engine(rt: LocalRuntime, tmp_path: Path) -
 def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BLESS_TEST_SECRET_TOKEN", "do-not-leak")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
-    monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     monkeypatch.setenv("HOME", "/root-of-the-caller")
     code = "import json, os; print('ENV=' + json.dumps(dict(os.environ)), flush=True)"
     started = rt.start(
@@ -209,7 +210,8 @@ def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monke
     assert env["HOME"] == str(tmp_path / "home")  # spec.home wins over env and the caller
     assert env["VLLM_FOO"] == "bar"
     assert env["LC_ALL"] == "C.UTF-8"
-    assert env["CUDA_CACHE_DISABLE"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_LAUNCH_BLOCKING" not in env  # a debug switch must come through the profile, where it is checked
     assert "PATH" in env
     assert "BLESS_TEST_SECRET_TOKEN" not in env
     finish(rt, started)

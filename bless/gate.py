@@ -1,0 +1,400 @@
+"""``bless gate``: for CI, every profile must hash to a valid, unique blessed manifest.
+
+For each profile the factors are resolved without network lookups (``offline``): the image must
+be a pinned ``sha256:`` ID, unless a Docker Engine is reachable to read a tag's ID (if resolving
+needs Docker and it is unreachable, that profile fails and says so); the hardware factor comes
+from the profile's declaration when it is complete, else from probing this machine (the row says
+which). A profile passes when exactly one valid manifest in the manifests directory carries its
+config hash; otherwise the row names the factors that drifted against the nearest blessing. With
+``verify`` the blessed files are verified too, when the store root holds them.
+
+Library code: nothing here prints. :func:`junit_xml` and :func:`github_annotations` turn a
+:class:`GateReport` into what CI tools read.
+"""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bless.engines import get_adapter
+from bless.errors import BlessError, ManifestInvalidError, ResolutionError
+from bless.factors import (
+    IMAGE_ID,
+    ResolvedConfig,
+    change_to_dict,
+    declared_hardware_factor,
+    hardware_factor,
+    probe_python_environment,
+    resolve,
+)
+from bless.manifest import Manifest
+from bless.profile import HardwareSpec, Profile, load_profile
+from bless.resolve import nearest_blessing
+from bless.runtime.base import Runtime
+from bless.store import ManifestRecord, Store
+from bless.verify import verify_tree
+
+Status = Literal["blessed", "failed"]
+RuntimeFactory = Callable[[str], Runtime]
+
+_MAX_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """The verdict for one profile. ``reason`` is one human sentence (or a few lines for drift)."""
+
+    profile: str
+    status: Status
+    reason: str
+    config_hash: str | None = None
+    name: str | None = None
+    hardware: str | None = None
+    manifest: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    drift: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+    verified: bool | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "blessed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "config_hash": self.config_hash,
+            "hardware": self.hardware,
+            "manifest": self.manifest,
+            "error": self.error,
+            "exit_code": self.exit_code,
+            "drift": list(self.drift),
+            "notes": list(self.notes),
+            "verified": self.verified,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Every row, and where the manifests came from."""
+
+    rows: tuple[GateRow, ...]
+    manifests_dir: str
+    root: str
+    verify: bool
+    invalid_manifests: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True only when there is at least one profile and every one is blessed."""
+        return bool(self.rows) and all(row.ok for row in self.rows)
+
+    @property
+    def failed(self) -> tuple[GateRow, ...]:
+        return tuple(row for row in self.rows if not row.ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.ok,
+            "manifests_dir": self.manifests_dir,
+            "root": self.root,
+            "verify": self.verify,
+            "profiles": len(self.rows),
+            "failed": len(self.failed),
+            "invalid_manifests": list(self.invalid_manifests),
+            "seconds": round(self.seconds, 4),
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+
+@dataclass
+class _Runtimes:
+    """One runtime per kind, pinged once; an unreachable one is remembered with its error."""
+
+    factory: RuntimeFactory
+    ready: dict[str, Runtime] = field(default_factory=dict)
+    failed: dict[str, BlessError] = field(default_factory=dict)
+
+    def get(self, kind: str) -> Runtime:
+        if kind in self.failed:
+            raise self.failed[kind]
+        if kind not in self.ready:
+            runtime = self.factory(kind)
+            try:
+                runtime.ping()
+            except BlessError as exc:
+                self.failed[kind] = exc
+                raise
+            self.ready[kind] = runtime
+        return self.ready[kind]
+
+
+def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSpec], dict[str, Any]]:
+    """The declared hardware factor when complete, else this machine's (noted in the row)."""
+
+    def probe(spec: HardwareSpec) -> dict[str, Any]:
+        try:
+            factor = declared_hardware_factor(spec)
+        except ResolutionError as exc:
+            labels.append("probed")
+            notes.append(f"hardware probed on this machine: {exc.message}")
+            return hardware_factor(spec)
+        labels.append("declared")
+        return factor
+
+    return probe
+
+
+def _resolve(profile: Profile, runtimes: _Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
+    adapter = get_adapter(profile.engine)
+    image = profile.image or ""
+    image_resolver: Callable[[str], str] | None = None
+    if profile.runtime_kind == "docker" and not IMAGE_ID.match(image):
+        try:
+            runtime = runtimes.get("docker")
+        except BlessError as exc:
+            raise ResolutionError(
+                f"image {image!r} is a tag; resolving it to its ID needs a Docker Engine, which is unreachable "
+                f"({exc.message.splitlines()[0]})",
+                hint="pin runtime.image to its sha256 ID (docker image inspect --format '{{.Id}}' IMAGE) so the "
+                "gate runs offline, or run the gate where Docker is available",
+            ) from None
+        image_resolver = runtime.resolve_image
+    return resolve(
+        profile,
+        adapter,
+        image_resolver=image_resolver,
+        hardware_probe=_hardware_probe(notes, labels),
+        environment_probe=probe_python_environment,
+        offline=True,
+    )
+
+
+def _drift_reason(resolved: ResolvedConfig, manifests: Sequence[Manifest]) -> tuple[str, tuple[dict[str, Any], ...]]:
+    nearest = nearest_blessing(manifests, dict(resolved.factors))
+    if nearest is None:
+        return (
+            f"no blessing for {resolved.config_hash[:16]}, and none of engine "
+            f"{resolved.factors['engine']['name']!r} and model {resolved.factors['model']['id']!r} to compare with",
+            (),
+        )
+    changes = ", ".join(change.describe() for change in nearest.changes)
+    return (
+        f"no blessing for {resolved.config_hash[:16]}; nearest {nearest.manifest.config_hash[:16]} "
+        f"({nearest.manifest.profile_name}) differs in: {changes}",
+        tuple(change_to_dict(change) for change in nearest.changes),
+    )
+
+
+def gate_profile(
+    path: Path,
+    *,
+    store: Store,
+    records: Sequence[ManifestRecord],
+    runtimes: _Runtimes,
+    verify: bool,
+) -> GateRow:
+    """Judge one profile file against the manifests in ``records`` (already read)."""
+    started = time.perf_counter()
+    label = str(path)
+    notes: list[str] = []
+    hardware: list[str] = []
+    name: str | None = None
+    config_hash: str | None = None
+
+    def failed(reason: str, error: BlessError | None = None, **extra: Any) -> GateRow:
+        return GateRow(
+            profile=label,
+            status="failed",
+            reason=reason,
+            config_hash=config_hash,
+            name=name,
+            hardware=hardware[0] if hardware else None,
+            error=type(error).__name__ if error else None,
+            exit_code=int(error.exit_code) if error else None,
+            notes=tuple(notes),
+            seconds=time.perf_counter() - started,
+            **extra,
+        )
+
+    try:
+        profile = load_profile(path)
+        name = profile.name
+        resolved = _resolve(profile, runtimes, notes, hardware)
+    except BlessError as exc:
+        return failed(exc.message, exc)
+    config_hash = resolved.config_hash
+
+    invalid = [record for record in records if record.manifest is None]
+    if invalid:
+        # Fail closed, as every lookup does: an unreadable manifest might be the one for this hash.
+        files = ", ".join(str(record.path) for record in invalid)
+        error = ManifestInvalidError(f"invalid manifest file(s) in {store.manifests_dir}: {files}")
+        first = invalid[0].error
+        detail = f" ({first.message.splitlines()[0]})" if first is not None else ""
+        return failed(f"invalid manifest file(s), so no lookup can be trusted: {files}{detail}", error)
+    matches = [record for record in records if record.manifest and record.manifest.config_hash == config_hash]
+    if len(matches) > 1:
+        from bless.errors import ManifestDuplicateError
+
+        paths = ", ".join(str(record.path) for record in matches)
+        return failed(
+            f"{len(matches)} manifests claim {config_hash[:16]} (store corruption): {paths}",
+            ManifestDuplicateError(paths),
+        )
+    if not matches:
+        from bless.errors import NoManifestError
+
+        manifests = [record.manifest for record in records if record.manifest is not None]
+        reason, drift = _drift_reason(resolved, manifests)
+        return failed(reason, NoManifestError(reason), drift=drift)
+    record = matches[0]
+    manifest = record.manifest
+    assert manifest is not None
+    verified: bool | None = None
+    if verify:
+        blessed_dir = store.blessed_dir(manifest)
+        if blessed_dir.is_dir():
+            result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
+            verified = result.ok
+            if not result.ok:
+                from bless.errors import VerifyFailedError
+
+                shown = "; ".join(f"{p.path} ({p.kind})" for p in result.problems[:_MAX_PROBLEMS])
+                return failed(
+                    f"blessed cache in {blessed_dir} fails verification: {shown}",
+                    VerifyFailedError(shown),
+                    manifest=str(record.path),
+                    verified=False,
+                )
+        else:
+            notes.append(f"cache files not in {store.root}: not verified")
+    return GateRow(
+        profile=label,
+        status="blessed",
+        reason="blessed" + (" and verified" if verified else ""),
+        config_hash=config_hash,
+        name=name,
+        hardware=hardware[0] if hardware else None,
+        manifest=str(record.path),
+        notes=tuple(notes),
+        verified=verified,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def run_gate(
+    profiles: Sequence[Path],
+    *,
+    store: Store,
+    verify: bool = False,
+    runtime_factory: RuntimeFactory | None = None,
+) -> GateReport:
+    """Gate every profile; the manifests directory is read once for all of them."""
+    started = time.perf_counter()
+    if runtime_factory is None:
+        from bless.runtime import get_runtime
+
+        runtime_factory = get_runtime
+    records = store.records()
+    runtimes = _Runtimes(runtime_factory)
+    rows = tuple(
+        gate_profile(path, store=store, records=records, runtimes=runtimes, verify=verify) for path in profiles
+    )
+    return GateReport(
+        rows=rows,
+        manifests_dir=str(store.manifests_dir),
+        root=str(store.root),
+        verify=verify,
+        invalid_manifests=tuple(str(record.path) for record in records if record.manifest is None),
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CI formats
+
+
+def junit_xml(report: GateReport) -> bytes:
+    """A JUnit XML document: one testcase per profile, a ``<failure>`` for each unblessed one."""
+    suites = ET.Element("testsuites", name="bless gate")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="bless gate",
+        tests=str(len(report.rows)),
+        failures=str(len(report.failed)),
+        errors="0",
+        skipped="0",
+        time=f"{report.seconds:.3f}",
+    )
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="manifests_dir", value=report.manifests_dir)
+    for row in report.rows:
+        case = ET.SubElement(
+            suite, "testcase", classname="bless.gate", name=row.profile, file=row.profile, time=f"{row.seconds:.3f}"
+        )
+        if not row.ok:
+            failure = ET.SubElement(case, "failure", message=row.reason, type=row.error or "GateFailed")
+            lines = [row.reason]
+            if row.config_hash:
+                lines.append(f"config hash: {row.config_hash}")
+            lines += [f"drift: {change['field']}: {change['before']!r} -> {change['after']!r}" for change in row.drift]
+            lines += [f"note: {note}" for note in row.notes]
+            failure.text = "\n".join(lines)
+        elif row.notes:
+            ET.SubElement(case, "system-out").text = "\n".join(row.notes)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def _escape_data(text: str) -> str:
+    """GitHub workflow-command escaping of a message."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """GitHub workflow-command escaping of a property value (``file=...``)."""
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: GateReport) -> list[str]:
+    """``::error file=<profile>::<message>`` per failed profile, ``::warning`` for notes of passing ones."""
+    lines: list[str] = []
+    for row in report.rows:
+        file = _escape_property(row.profile)
+        if not row.ok:
+            message = f"bless gate: {row.reason}"
+            lines.append(f"::error file={file},title={_escape_property('not blessed')}::{_escape_data(message)}")
+        for note in row.notes:
+            lines.append(f"::warning file={file}::{_escape_data('bless gate: ' + note)}")
+    return lines
+
+
+def default_profiles(directory: Path) -> list[Path]:
+    """``profiles/*.toml`` under ``directory`` (relative paths, so CI annotations point at the files)."""
+    base = directory / "profiles"
+    return sorted(base.glob("*.toml")) if base.is_dir() else []
+
+
+__all__ = [
+    "GateReport",
+    "GateRow",
+    "default_profiles",
+    "gate_profile",
+    "github_annotations",
+    "junit_xml",
+    "run_gate",
+]

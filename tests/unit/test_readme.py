@@ -1,0 +1,23 @@
+"""The README's exit-code table is generated from bless.errors.EXIT_CODES and must stay in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bless.errors import EXIT_CODES, ExitCode
+from cli.render import exit_codes_markdown
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_exit_code_table_matches_the_code() -> None:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("<!-- exit-codes:begin -->\n") + len("<!-- exit-codes:begin -->\n")
+    end = text.index("<!-- exit-codes:end -->")
+    assert text[start:end] == exit_codes_markdown(), "regenerate: bless exit-codes --markdown"
+
+
+def test_every_exit_code_is_documented_once() -> None:
+    documented = [code for code, _ in EXIT_CODES]
+    assert sorted(documented) == sorted(ExitCode)
+    assert len(set(documented)) == len(documented)
