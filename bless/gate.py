@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bless.engines import get_adapter
-from bless.errors import BlessError, ManifestInvalidError, ResolutionError
+from bless.errors import (
+    BlessError,
+    ManifestDuplicateError,
+    ManifestInvalidError,
+    NoManifestError,
+    ResolutionError,
+    VerifyFailedError,
+)
 from bless.factors import (
     IMAGE_ID,
     ResolvedConfig,
@@ -120,8 +127,8 @@ class GateReport:
 
 
 @dataclass
-class _Runtimes:
-    """One runtime per kind, pinged once; an unreachable one is remembered with its error."""
+class Runtimes:
+    """Runtimes by kind, made on first need and pinged once; an unreachable one is remembered with its error."""
 
     factory: RuntimeFactory
     ready: dict[str, Runtime] = field(default_factory=dict)
@@ -157,7 +164,7 @@ def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSp
     return probe
 
 
-def _resolve(profile: Profile, runtimes: _Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
+def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
     adapter = get_adapter(profile.engine)
     image = profile.image or ""
     image_resolver: Callable[[str], str] | None = None
@@ -203,7 +210,7 @@ def gate_profile(
     *,
     store: Store,
     records: Sequence[ManifestRecord],
-    runtimes: _Runtimes,
+    runtimes: Runtimes,
     verify: bool,
 ) -> GateRow:
     """Judge one profile file against the manifests in ``records`` (already read)."""
@@ -247,16 +254,12 @@ def gate_profile(
         return failed(f"invalid manifest file(s), so no lookup can be trusted: {files}{detail}", error)
     matches = [record for record in records if record.manifest and record.manifest.config_hash == config_hash]
     if len(matches) > 1:
-        from bless.errors import ManifestDuplicateError
-
         paths = ", ".join(str(record.path) for record in matches)
         return failed(
             f"{len(matches)} manifests claim {config_hash[:16]} (store corruption): {paths}",
             ManifestDuplicateError(paths),
         )
     if not matches:
-        from bless.errors import NoManifestError
-
         manifests = [record.manifest for record in records if record.manifest is not None]
         reason, drift = _drift_reason(resolved, manifests)
         return failed(reason, NoManifestError(reason), drift=drift)
@@ -270,8 +273,6 @@ def gate_profile(
             result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
             verified = result.ok
             if not result.ok:
-                from bless.errors import VerifyFailedError
-
                 shown = "; ".join(f"{p.path} ({p.kind})" for p in result.problems[:_MAX_PROBLEMS])
                 return failed(
                     f"blessed cache in {blessed_dir} fails verification: {shown}",
@@ -309,7 +310,7 @@ def run_gate(
 
         runtime_factory = get_runtime
     records = store.records()
-    runtimes = _Runtimes(runtime_factory)
+    runtimes = Runtimes(runtime_factory)
     rows = tuple(
         gate_profile(path, store=store, records=records, runtimes=runtimes, verify=verify) for path in profiles
     )
@@ -357,7 +358,8 @@ def junit_xml(report: GateReport) -> bytes:
         elif row.notes:
             ET.SubElement(case, "system-out").text = "\n".join(row.notes)
     ET.indent(suites)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+    document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return document + b"\n"
 
 
 def _escape_data(text: str) -> str:

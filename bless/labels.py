@@ -8,6 +8,9 @@ RUN_ID = "org.bless.run-id"
 PHASE = "org.bless.phase"
 CONFIG_HASH = "org.bless.config-hash"
 PROFILE = "org.bless.profile"
+# JSON {"host", "pid", "proc_start"} of the bless process that created a bless-run container: a leftover is
+# only removed once that process is gone (another store root may bless the same config right now).
+OWNER_PROCESS = "org.bless.owner-process"
 
 PHASE_BOOTSTRAP = "bootstrap"
 PHASE_TRIAL = "trial"

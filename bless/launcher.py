@@ -324,6 +324,29 @@ def redact_env(env: Mapping[str, str], is_secret: Callable[[str], bool]) -> dict
     return {name: (REDACTED if is_secret(name) else value) for name, value in sorted(env.items())}
 
 
+def redact_command(command: Sequence[str], is_secret: Callable[[str], bool]) -> list[str]:
+    """argv with the value of secret-looking flags (``--api-key X``, ``--hf-token=X``) redacted.
+
+    Adapters keep secrets out of argv; this is the belt to their braces, since plans are printed.
+    """
+
+    def secret_flag(token: str) -> bool:
+        return token.startswith("--") and is_secret(token[2:].split("=", 1)[0].replace("-", "_").upper())
+
+    shown: list[str] = []
+    redact_next = False
+    for token in command:
+        if redact_next:
+            shown.append(REDACTED)
+            redact_next = False
+        elif secret_flag(token) and "=" in token:
+            shown.append(token.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            shown.append(token)
+            redact_next = secret_flag(token)
+    return shown
+
+
 # --------------------------------------------------------------------------------------------
 # The plan
 
@@ -389,7 +412,7 @@ class LaunchPlan:
             "container": {
                 "name": spec.name,
                 "image": spec.image,
-                "command": list(spec.command),
+                "command": redact_command(spec.command, self.adapter.env_policy.is_secret),
                 "env": redact_env(spec.env, lambda name: name in self.secret_env),
                 "labels": dict(spec.labels),
                 "home": spec.home,
@@ -505,6 +528,12 @@ def plan(
         changes = snapshot.changes()
         if changes:
             raise cache_changed_error(changes, when="while it was being verified", blessed_dir=blessed_dir)
+        owners = sorted({stamp.uid for stamp in snapshot.stamps if stamp.uid is not None})
+        if len(owners) > 1:
+            warnings.append(
+                f"blessed entries have mixed owners (uids {', '.join(map(str, owners))}): a published tree is "
+                "owned by the one user who blessed it"
+            )
         if verification.notices:
             warnings.append(
                 f"{len(verification.notices)} blessed entr{'y is' if len(verification.notices) == 1 else 'ies are'} "
@@ -546,10 +575,6 @@ def plan(
         host_port=profile.serving_port,
         log_path=serve_dir / ENGINE_LOG,
     )
-    if runtime.kind == "local":
-        warnings.append(
-            f"the local runtime picks the engine's port itself; profile serving.port {profile.serving_port} is not used"
-        )
     secret = frozenset(key for key in spec.env if adapter.env_policy.is_secret(key))
     return LaunchPlan(
         profile=profile,
@@ -781,6 +806,10 @@ def start(
                     details={"serve_dir": str(plan_.serve_dir)},
                 ) from None
             timings["start_to_ready_s"] = time.perf_counter() - t0
+            # OpenAI-style servers (vLLM) want the served model named in every request.
+            served = _served_models(client)
+            if served:
+                client.model = served[0]
             events(
                 Event(
                     "ready", f"ready in {timings['start_to_ready_s']:.1f} s", {"seconds": timings["start_to_ready_s"]}
@@ -843,6 +872,14 @@ def _reuse_warnings(plan_: LaunchPlan, session: EngineSession) -> list[str]:
     if not signals.load_markers:
         return ["the engine log shows no load marker: it may not have used the blessed artifact"]
     return []
+
+
+def _served_models(client: EngineClient) -> list[str]:
+    """The model ids the ready engine serves; empty when it does not say (the canary then names none)."""
+    try:
+        return client.models()
+    except EngineHttpError:
+        return []
 
 
 def _canary(
@@ -1024,6 +1061,7 @@ __all__ = [
     "finish",
     "follow",
     "plan",
+    "redact_command",
     "redact_env",
     "run_canary",
     "serve_container_name",

@@ -36,9 +36,9 @@ from bless.factors import ResolvedConfig
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
 from bless.profile import Profile
 from bless.reuse import ReuseReport, classify_reuse
-from bless.runtime.base import Mount, Runtime
+from bless.runtime.base import ContainerInfo, Mount, Runtime
 from bless.session import EngineSession, engine_spec, log_tail
-from bless.store import PublishResult, Store, atomic_write_bytes
+from bless.store import PublishResult, Store, atomic_write_bytes, process_alive, process_identity
 from bless.trials import (
     CoherenceReport,
     EngineHttpError,
@@ -206,6 +206,10 @@ class Orchestrator:
         self.image = resolved.factors["runtime"].get("image_id")
         self.engine_seconds = 0.0
         self._published: PublishResult | None = None
+        identity = process_identity()
+        self._owner_process = json.dumps(
+            {key: identity[key] for key in ("host", "pid", "proc_start")}, sort_keys=True, separators=(",", ":")
+        )
 
     # --- top level -------------------------------------------------------------------------------
 
@@ -223,14 +227,11 @@ class Orchestrator:
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
                     hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
                 )
-            # Only bless-run phases: a serving container of the same config must survive a rebless.
-            leftovers = [
-                name
-                for phase in (labels.PHASE_BOOTSTRAP, labels.PHASE_TRIAL, labels.PHASE_HELPER)
-                for name in self.runtime.cleanup_ours({labels.CONFIG_HASH: config_hash, labels.PHASE: phase})
-            ]
+            leftovers, spared = self._clean_leftovers(config_hash)
             if leftovers:
                 self.events(Event("note", f"removed leftover containers of a crashed run: {', '.join(leftovers)}"))
+            if spared:
+                self.events(Event("note", f"left alone, their run is still going: {', '.join(spared)}"))
             run_dir = self.store.new_staging_dir(self.run_id)
             candidates: list[CandidateResult] = []
             try:
@@ -247,6 +248,29 @@ class Orchestrator:
                 ) from None
             finally:
                 shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _clean_leftovers(self, config_hash: str) -> tuple[list[str], list[str]]:
+        """Remove this hash's bless-run containers whose run is gone; returns (removed, spared).
+
+        The per-hash lock is per store root: a run of the same config from another root on the same
+        runtime may be going on right now, and its containers are not leftovers. Those whose creating
+        process still runs (or cannot be checked from here) are spared; a start under one of their
+        names is then a clear conflict rather than a stolen container.
+        """
+        removed: list[str] = []
+        spared: list[str] = []
+        # Only bless-run phases: a serving container of the same config must survive a rebless.
+        for phase in (labels.PHASE_BOOTSTRAP, labels.PHASE_TRIAL, labels.PHASE_HELPER):
+            selector = {labels.CONFIG_HASH: config_hash, labels.PHASE: phase}
+            runs: dict[str, list[ContainerInfo]] = {}
+            for info in self.runtime.list_ours(selector):
+                runs.setdefault(info.labels.get(labels.RUN_ID, ""), []).append(info)
+            for run_id, infos in sorted(runs.items()):
+                if not run_id or any(_owner_running(info.labels) for info in infos):
+                    spared.extend(info.name for info in infos)
+                else:
+                    removed.extend(self.runtime.cleanup_ours({**selector, labels.RUN_ID: run_id}))
+        return removed, spared
 
     def _finish(
         self, candidates: list[CandidateResult], options: RunOptions, started: float, *, published: bool
@@ -308,6 +332,11 @@ class Orchestrator:
             return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected))
         manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
         self._published = self.store.publish(tree, manifest)
+        # The engine logs of an accepted run stay readable next to the store (not in the manifest).
+        logs = self.store.root / "runs" / self.run_id
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in sorted(evidence.glob("*.log")):
+            shutil.copy2(log, logs / log.name)
         self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
         return CandidateResult(index, True, bootstrap, tuple(trials), ())
 
@@ -318,12 +347,15 @@ class Orchestrator:
             self.adapter,
             self.runtime,
             name=name,
-            labels=labels.labels_for(
-                run_id=self.run_id,
-                phase=phase,
-                config_hash=self.resolved.config_hash,
-                profile=self.profile.name,
-            ),
+            labels={
+                **labels.labels_for(
+                    run_id=self.run_id,
+                    phase=phase,
+                    config_hash=self.resolved.config_hash,
+                    profile=self.profile.name,
+                ),
+                labels.OWNER_PROCESS: self._owner_process,
+            },
             cache_mount=mount,
             image=self.image,
             extra_env={"BLESS_RUN_ID": self.run_id, "BLESS_PHASE": phase, "BLESS_CANDIDATE": str(candidate)},
@@ -538,6 +570,18 @@ class Orchestrator:
         self.engine_seconds += (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
         if session.stop_result is not None:
             self.engine_seconds += session.stop_result.seconds
+
+
+def _owner_running(container_labels: Mapping[str, str]) -> bool:
+    """Whether the bless process that created a container may still run (True when it cannot be told)."""
+    raw = container_labels.get(labels.OWNER_PROCESS)
+    if raw is None:
+        return False  # made before owners were labeled: a leftover, as always
+    try:
+        owner = json.loads(raw)
+    except ValueError:
+        return True
+    return not isinstance(owner, dict) or process_alive(owner) is not False
 
 
 def render_summary(

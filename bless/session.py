@@ -37,8 +37,15 @@ def engine_spec(
     host_port: int | None = None,
     log_path: Path | None = None,
 ) -> ContainerSpec:
-    """The container spec for one engine start of ``profile``."""
-    port = runtime.engine_port(DEFAULT_ENGINE_PORT)
+    """The container spec for one engine start of ``profile``.
+
+    ``host_port`` is where the engine must be reachable on the host (serving); None picks a free one.
+    Docker maps it to the fixed container port; a local engine listens on it itself.
+    """
+    if runtime.kind == "local" and host_port is not None:
+        port, host_port = host_port, None
+    else:
+        port = runtime.engine_port(DEFAULT_ENGINE_PORT)
     launch = adapter.launch(profile, port=port, debug=debug)
     env = {**launch.env, **(extra_env or {}), "HOME": adapter.home}
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))

@@ -83,6 +83,8 @@ __all__ = [
     "Store",
     "atomic_write_bytes",
     "default_root",
+    "process_alive",
+    "process_identity",
 ]
 
 #: Environment variable of the crash-test hook (see the module docstring).
@@ -444,6 +446,16 @@ def _owner_alive(info: Mapping[str, Any]) -> bool | None:
         if current is not None and current != recorded:
             return False  # the pid was recycled by another process
     return True
+
+
+def process_identity() -> dict[str, Any]:
+    """This process as lock holders and staging owners record it: pid, host, start time."""
+    return _identity()
+
+
+def process_alive(info: Mapping[str, Any]) -> bool | None:
+    """Whether the process a :func:`process_identity` record names still runs; None when this host cannot tell."""
+    return _owner_alive(info)
 
 
 def _read_json_object(path: Path) -> dict[str, Any] | None:

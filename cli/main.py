@@ -19,6 +19,7 @@ from bless.manifest import Manifest
 from bless.verify import verify_tree
 from cli import render
 from cli.common import AppState, app_state, lookup_manifest, resolve_profile_file
+from cli.gate import gate_command
 from cli.render import Report, command
 from cli.run import run_command
 
@@ -368,6 +369,7 @@ def exit_codes_command(
 
 
 app.command("run")(command(run_command))
+app.command("gate")(command(gate_command))
 
 
 def main() -> None:

@@ -331,11 +331,15 @@ def serve_full(
     """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
 
     Every refusal happens before a container exists, with its own exit code (bless exit-codes).
-    Then: the blessed tree as a read-only overlay lower layer, ready check, re-check of the blessed
-    files, canary against the golden outputs, and the engine's log in the foreground until Ctrl-C
-    / SIGTERM (graceful stop, exit 0). --detach returns after the canary; stop the container with
-    docker stop bless-serve-NAME && docker rm bless-serve-NAME.
+
+    Then: the blessed tree as a read-only overlay lower layer, readiness, a re-check of the blessed files,
+    and the canary against the golden outputs.
+
+    Foreground: the engine's log streams to stderr until Ctrl-C / SIGTERM (graceful stop, exit 0).
+
+    --detach returns after the canary; stop it with: docker stop bless-serve-NAME && docker rm bless-serve-NAME
     """
+
     body = partial(
         _serve,
         profile,

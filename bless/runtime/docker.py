@@ -507,8 +507,12 @@ class DockerRuntime:
         container = self._container(started)
         if container is None:
             return ""
+        docker = _docker_module()
         with _daemon(f"reading logs of {started.name}"):
-            raw = container.logs(stdout=True, stderr=True)
+            try:
+                raw = container.logs(stdout=True, stderr=True)
+            except docker.errors.NotFound:  # removed between the lookup and the read: gone, like above
+                return ""
         return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
     # -- stopping -------------------------------------------------------------------
@@ -530,11 +534,15 @@ class DockerRuntime:
         if container is None:
             return StopResult(exit_code=None, graceful=False, seconds=0.0)
         began = time.monotonic()
+        docker = _docker_module()
         with _daemon(f"stopping container {started.name}"):
-            if self._state(container).get("Running"):
-                container.stop(timeout=timeout_s)
-            seconds = time.monotonic() - began
-            container.reload()
+            try:
+                if self._state(container).get("Running"):
+                    container.stop(timeout=timeout_s)
+                seconds = time.monotonic() - began
+                container.reload()
+            except docker.errors.NotFound:  # removed by someone else meanwhile: vanished, not a dead daemon
+                return StopResult(exit_code=None, graceful=False, seconds=time.monotonic() - began)
         state = self._state(container)
         code = state.get("ExitCode")
         # A container that never ran ("created") has ExitCode 0 too: that is no clean exit.

@@ -14,6 +14,8 @@ import dataclasses
 import json
 import os
 import signal
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -57,6 +59,11 @@ META = f"reference/{ARTIFACT_KEY}/meta.json"
 def tokens_for(prompt: str, max_tokens: int, salt: int = 0) -> list[int]:
     """A deterministic completion: what a coherent engine answers."""
     return [(ord(ch) + salt) % 256 for ch in (prompt * max_tokens)][:max_tokens]
+
+
+def key_line(key: str) -> str:
+    """The line the reference engine prints with the artifact key it computed for this start."""
+    return f"{markers.ARTIFACT_KEY}{key} (engine 1, torch 2.13.0+cpu, device cpu)"
 
 
 @dataclass
@@ -154,6 +161,7 @@ class FakeRuntime:
         self.scenario = scenario
         self.engines: list[Engine] = []
         self.pinged = 0
+        self.listed: list[Mapping[str, str]] = []
         self.cleanups: list[Mapping[str, str]] = []
         self.normalized: list[Path] = []
 
@@ -184,12 +192,14 @@ class FakeRuntime:
         elif phase == labels.PHASE_BOOTSTRAP:
             lines = [
                 markers.using_cache_dir(mount.target),
+                key_line(ARTIFACT_KEY),
                 markers.compiling(f"no compiled artifact at {mount.target}/{ARTIFACT}"),
                 markers.compile_time(1.5),
             ]
         else:
             lines = [
                 markers.using_cache_dir(mount.target),
+                key_line(ARTIFACT_KEY),
                 markers.loaded(f"{mount.target}/{ARTIFACT}"),
                 markers.compile_time(0.25),
             ]
@@ -252,6 +262,7 @@ class FakeRuntime:
         return "ours" if any(e.spec.name == name and not e.removed for e in self.engines) else "free"
 
     def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
+        self.listed.append(dict(labels_))
         return [
             ContainerInfo(id=e.spec.name, name=e.spec.name, status="running", labels=dict(e.spec.labels))
             for e in self.engines
@@ -260,7 +271,19 @@ class FakeRuntime:
 
     def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
         self.cleanups.append(dict(labels_))
-        return []
+        removed = []
+        for engine in self.engines:
+            if not engine.removed and all(engine.spec.labels.get(k) == v for k, v in labels_.items()):
+                engine.stopped = engine.removed = True
+                removed.append(engine.spec.name)
+        return removed
+
+    def plant(self, name: str, container_labels: Mapping[str, str]) -> Engine:
+        """A container that exists before the run (a leftover, or another store root's live run)."""
+        spec = ContainerSpec(name=name, command=("engine",), env={}, labels=dict(container_labels))
+        engine = Engine(spec=spec, phase=container_labels[labels.PHASE], candidate=0, trial=None, behavior=Behavior())
+        self.engines.append(engine)
+        return engine
 
     def normalize_ownership(self, path: Path, *, image: str | None) -> None:
         self.normalized.append(path)
@@ -387,9 +410,13 @@ def test_clean_run_publishes_manifest_with_k_trials_and_golden(make: Callable[..
     assert {e.spec.labels[labels.CONFIG_HASH] for e in runtime.engines} == {harness.config_hash}
     assert {e.spec.labels[labels.RUN_ID] for e in runtime.engines} == {result.run_id}
     assert runtime.pinged == 1 and runtime.normalized, "ownership is normalized after the bootstrap"
-    # Leftovers of a crashed run are cleaned for bless-run phases only, never serving containers.
-    assert {c[labels.PHASE] for c in runtime.cleanups} == {"bootstrap", "trial", "helper"}
-    assert all(c[labels.CONFIG_HASH] == harness.config_hash for c in runtime.cleanups)
+    # Leftovers are looked for among bless-run phases only (never serving containers); none here.
+    assert {c[labels.PHASE] for c in runtime.listed} == {"bootstrap", "trial", "helper"}
+    assert all(c[labels.CONFIG_HASH] == harness.config_hash for c in runtime.listed)
+    assert runtime.cleanups == []
+    # Every container names the bless process that made it (so another run can tell a leftover).
+    owner = json.loads(boot.spec.labels[labels.OWNER_PROCESS])
+    assert owner["pid"] == os.getpid()
     # Nothing left over in the store; the lock is free again.
     assert harness.staging_left() == [] and harness.rejected_dirs() == []
     with harness.store.lock(harness.config_hash):
@@ -480,6 +507,20 @@ def test_compile_marker_in_a_trial_is_rejected(make: Callable[..., Harness]) -> 
     reasons = result.candidates[0].reasons
     _assert_rejected_one(harness, result, "compile/save marker(s) in the log")
     assert any("no load marker" in r for r in reasons)
+
+
+def test_trial_keying_another_artifact_is_rejected(make: Callable[..., Harness]) -> None:
+    other = "fedcba9876543210"
+
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        if phase == "trial":  # loads, answers the golden outputs, but keyed its cache differently
+            target = ReferenceAdapter.cache_mount_path
+            return Behavior(log=[key_line(other), markers.loaded(f"{target}/reference/{other}/megacache.bin")])
+        return Behavior()
+
+    harness = make(scenario)
+    result = harness.run(trials=1)
+    _assert_rejected_one(harness, result, f"the engine keyed its artifact {other}")
 
 
 def test_tree_modified_during_a_trial_is_rejected(make: Callable[..., Harness]) -> None:
@@ -651,6 +692,41 @@ def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) ->
     assert isinstance(error, LockHeldError) and error.exit_code == 11
     assert f"pid {os.getpid()}" in error.message
     assert harness.runtime.engines == []
+
+
+def test_leftovers_of_dead_runs_are_removed_live_runs_of_another_root_spared(make: Callable[..., Harness]) -> None:
+    harness = make()
+    h = harness.config_hash
+    dead_pid = _exited_pid()
+    me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "proc_start": None})
+    dead = json.dumps({"host": socket.gethostname(), "pid": dead_pid, "proc_start": None})
+
+    def planted(run_id: str, phase: str, owner: str | None) -> dict[str, str]:
+        found = labels.labels_for(run_id=run_id, phase=phase, config_hash=h, profile="other")
+        return {**found, **({labels.OWNER_PROCESS: owner} if owner is not None else {})}
+
+    runtime = harness.runtime
+    crashed = runtime.plant(f"bless-trial-{h[:12]}-c1-t2", planted("crashed-run", "trial", dead))
+    legacy = runtime.plant(f"bless-bootstrap-{h[:12]}-c3", planted("legacy-run", "bootstrap", None))
+    live = runtime.plant(f"bless-trial-{h[:12]}-c7-t7", planted("other-root-run", "trial", me))
+    serving = runtime.plant("bless-serve-x", planted("serving", "serve", None))
+
+    result = harness.run(trials=1)
+
+    assert result.published
+    assert crashed.removed and legacy.removed, "leftovers of runs that are gone are removed"
+    assert not live.removed and not live.stopped, "a live run's container (another store root) is untouched"
+    assert not serving.removed, "serving containers are never leftovers of a bless run"
+    assert {c.get(labels.RUN_ID) for c in runtime.cleanups} == {"crashed-run", "legacy-run"}
+    notes = [e.message for e in harness.events if e.kind == "note"]
+    assert any("removed leftover" in n and crashed.spec.name in n and legacy.spec.name in n for n in notes)
+    assert any("left alone" in n and live.spec.name in n for n in notes)
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 # --- interruption ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import traceback
 import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -209,7 +210,9 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
                 if stop.event.is_set():
                     _shutting_down_now(scratch)
             except Exception as exc:
-                return _fatal(f"compile failed: {type(exc).__name__}: {exc}")
+                traceback.print_exception(exc, file=sys.stderr)  # the whole story for diagnostics
+                first_line = (str(exc).strip().splitlines() or [""])[0]
+                return _fatal(f"compile failed: {type(exc).__name__}: {first_line}")
         forward = boot.forward
         # A loaded poisoned artifact mimics a bad compile: same inputs, unstable outputs (test knob).
         nondeterministic = nondeterministic or boot.loaded_poisoned
@@ -237,7 +240,9 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
     # The listener is closed; let requests already accepted finish their answer (bounded).
     if not app.drain(DRAIN_TIMEOUT_S):
         markers.emit(f"{markers.MARKER_PREFIX}requests still in flight after {DRAIN_TIMEOUT_S:.0f} s; exiting")
-    worker.close()
+    # The inference thread is NOT stopped: on CUDA it owns the CUDA-graph trees in its thread-local state,
+    # and letting that thread exit (tearing them down) while the process ends crashed one run with SIGSEGV
+    # on an H100. It is idle here (drained) and ends with the process (os._exit in __main__).
     return EXIT_OK
 
 
@@ -245,7 +250,7 @@ if __name__ == "__main__":
     exit_code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip interpreter finalization: torch's atexit handlers (compile worker pools, CUDA teardown) were
-    # seen to hang a CUDA run for minutes after "shutting down", which would turn a graceful stop into
+    # Skip interpreter finalization: one CUDA run (H100, torch 2.11) hung for minutes after "shutting down"
+    # somewhere in it (torch's atexit handlers, CUDA-graph teardown), which would turn a graceful stop into
     # a stop timeout. Nothing of ours needs finalizing: artifacts are fsynced, the scratch dir is removed.
     os._exit(exit_code)

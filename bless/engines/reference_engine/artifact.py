@@ -262,10 +262,14 @@ def boot_compiled(
             try:
                 # Must happen before the first compiled call: it pre-populates Inductor's and AOTAutograd's
                 # caches, which the compile below then hits.
-                torch.compiler.load_cache_artifacts(read.data)
-                found = read
+                if torch.compiler.load_cache_artifacts(read.data) is None:
+                    # Seen with garbage bytes: torch swallows the error and loads nothing.
+                    reason = f"load failed from {paths.megacache}: torch loaded no cache entries from it"
+                else:
+                    found = read
             except Exception as exc:  # a corrupt or incompatible artifact is a recompile, not a crash
-                reason = f"load failed from {paths.megacache}: {type(exc).__name__}: {exc}"
+                detail = " ".join(str(exc).split())[:300]  # a marker is one line
+                reason = f"load failed from {paths.megacache}: {type(exc).__name__}: {detail}"
     if reason is not None:
         emit(markers.compiling(reason))
 

@@ -1,0 +1,138 @@
+"""``bless gate``: CI gating. Every profile must hash to a valid, unique blessed manifest.
+
+Humans get a table on stderr; ``--json`` writes one document on stdout; ``--junit FILE`` writes a
+JUnit XML report (one testcase per profile); under GitHub Actions (``GITHUB_ACTIONS=true``, and
+not with ``--json``) each failure is also an ``::error file=<profile>::`` annotation on stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from bless.errors import GateFailedError, InputInvalidError, UsageError
+from bless.gate import default_profiles, github_annotations, junit_xml, run_gate
+from bless.store import Store, atomic_write_bytes, default_root
+from cli.common import app_state
+from cli.render import Report
+
+
+def render_gate(console: Console, data: Mapping[str, Any]) -> None:
+    """The gate table (profile, hash, status, reason), notes, a summary; annotations under GitHub Actions."""
+    rows: Sequence[Mapping[str, Any]] = data["rows"]
+    table = Table(title=f"bless gate: {data['manifests_dir']}", title_justify="left", header_style="bold", expand=False)
+    for column in ("profile", "hash", "status", "reason"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        ok = row["status"] == "blessed"
+        reason = row["reason"]
+        if row["hardware"] == "probed":
+            reason += " (hardware probed on this machine)"
+        table.add_row(
+            Text(row["profile"]),
+            Text((row["config_hash"] or "-")[:16]),
+            Text("blessed" if ok else "FAILED", style="bold green" if ok else "bold red"),
+            Text(reason),
+        )
+    console.print(table)
+    for row in rows:
+        for note in row["notes"]:
+            console.print(Text.assemble(("note", "bold yellow"), f": {row['profile']}: {note}"))
+    failed = data["failed"]
+    if data["passed"]:
+        console.print(Text(f"all {data['profiles']} profile(s) blessed", style="bold green"))
+    else:
+        console.print(Text(f"{failed} of {data['profiles']} profile(s) not blessed", style="bold red"))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        annotations = data.get("_annotations", [])
+        if annotations:
+            sys.stdout.write("\n".join(annotations) + "\n")
+            sys.stdout.flush()
+
+
+def gate_command(
+    ctx: typer.Context,
+    profiles: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Profile TOML files (default: profiles/*.toml in the current directory).", dir_okay=False),
+    ] = None,
+    manifests_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifests-dir",
+            help="Directory of manifests to gate against, e.g. the one checked into the repository "
+            "(default: the global --manifests-dir, else <root>/manifests).",
+            file_okay=False,
+            exists=True,
+        ),
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="Store root holding the blessed files (for --verify).", file_okay=False),
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Also verify the blessed files, when the store root holds them.")
+    ] = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write a JUnit XML report here (one testcase per profile).")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+    ] = False,
+) -> Report:
+    """Gate profiles for CI: each must hash to a valid, unique blessed manifest.
+
+    Resolved offline: an image must be a pinned sha256 ID unless Docker is reachable to read a tag's ID.
+
+    Hardware comes from the profile's declaration when complete, else this machine is probed (the row says so).
+
+    A failing row names the factors that drifted against the nearest blessing.
+
+    Exit 0 only when every profile is blessed, GATE_FAILED (24) otherwise. Example CI workflow: docs/ci/bless-gate.yml
+    """
+
+    state = app_state(ctx)
+    paths = list(profiles) if profiles else default_profiles(Path())
+    if not paths:
+        raise UsageError(
+            "no profiles to gate: none given and no profiles/*.toml in the current directory",
+            hint="pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests",
+        )
+    store = Store(
+        root or state.root or default_root(),
+        manifests_dir if manifests_dir is not None else state.manifests_dir,
+    )
+    report = run_gate(paths, store=store, verify=verify)
+    if junit is not None:
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(junit, junit_xml(report))
+        except OSError as exc:
+            raise InputInvalidError(f"cannot write the JUnit report {junit}: {exc.strerror or exc}") from None
+    data: dict[str, Any] = report.to_dict()
+    if junit is not None:
+        data["junit"] = str(junit)
+    failure = None
+    if not report.ok:
+        failed = report.failed
+        failure = GateFailedError(
+            f"{len(failed)} of {len(report.rows)} profile(s) not blessed: "
+            + "; ".join(f"{row.profile}: {row.reason.splitlines()[0]}" for row in failed[:5]),
+            hint="bless each failing profile (bless run --profile P) and commit its manifest, or revert the drift",
+            details={"failed": [row.profile for row in failed]},
+        )
+
+    annotations = github_annotations(report)
+
+    def human(console: Console, shown: Mapping[str, Any]) -> None:
+        render_gate(console, {**shown, "_annotations": annotations})
+
+    return Report(data, human, failure)

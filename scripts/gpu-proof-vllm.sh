@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU proof of bless with real vLLM (local runtime, no Docker), end to end:
+#   bless run (K trials) -> bless verify -> serve-full (canary, then SIGINT) -> serve-full on a tampered copy (refused).
+# Expects vLLM importable by python3 (e.g. the recorded 0.20 site tree at /tmp/site, see docs/evidence/vllm-h100/)
+# and the tiny model at /tmp/tiny-llama. Writes everything into $OUT (default ./gpu-proof-vllm).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-proof-vllm}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PROFILE=${PROFILE:-profiles/vllm-tiny-llama-local.toml}
+ROOT=${BLESS_ROOT:-/tmp/bless-vllm-root}
+bless() { python3 -m cli.main --root "$1" "${@:2}"; }
+serve_full() { python3 -m cli.serve --root "$1" "${@:2}"; }
+
+nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
+bless "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr"
+echo "run exit $?" | tee "$OUT/run.rc"
+HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null)
+[ -d "$ROOT/runs" ] && tar -C "$ROOT" -czf "$OUT/run-logs.tgz" runs
+[ -d "$ROOT/rejected" ] && tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected --exclude='*/tree/*'
+[ -n "$HASH" ] || { tail -30 "$OUT/run.stderr"; exit 1; }
+bless "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr"
+echo "verify exit $?" | tee "$OUT/verify.rc"
+bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json" 2>/dev/null
+
+# serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
+serve_full "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -qiE "canary (passed|failed)|refused|exit" "$OUT/serve.stderr" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 1
+done
+sleep 2
+kill -INT "$pid" 2>/dev/null
+wait "$pid"; echo "serve-full exit $?" | tee "$OUT/serve.rc"
+
+# a tampered copy of the store: one byte of the AOT model flipped -> refused before any start
+cp -a "$ROOT" /tmp/bless-vllm-tampered
+target=$(find /tmp/bless-vllm-tampered/blessed -path '*torch_aot_compile*' -name model | head -1)
+chmod u+w "$target"
+python3 -c 'import sys; p=sys.argv[1]; b=bytearray(open(p,"rb").read()); b[len(b)//2]^=1; open(p,"wb").write(b)' "$target"
+serve_full /tmp/bless-vllm-tampered --profile "$PROFILE" --json > "$OUT/tampered.json" 2> "$OUT/tampered.stderr"
+echo "tampered serve-full exit $?" | tee "$OUT/tampered.rc"
+tail -3 "$OUT/serve.stderr"

@@ -1,0 +1,607 @@
+"""The launcher without Docker: refusal order, GPU memory, redaction, the snapshot re-check, start paths.
+
+A fake :class:`~bless.runtime.base.Runtime` records every call, so each refusal can be shown to
+happen before anything is created. A real store holds real published blessings (small trees).
+The start tests run a tiny stdlib HTTP server as the "engine" (an OpenAI-style /v1 subset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pytest
+from store_helpers import make_manifest, write_tree
+
+from bless import labels, launcher
+from bless.engines.base import UpperEntry
+from bless.engines.reference import ReferenceAdapter
+from bless.errors import (
+    BlessError,
+    CacheChangedError,
+    CanaryFailedError,
+    ContainerConflictError,
+    EngineFailedError,
+    ExitCode,
+    ImageMissingError,
+    InsufficientGpuError,
+    RuntimeUnavailableError,
+)
+from bless.factors import REDACTED, GpuInfo
+from bless.launcher import Snapshot, Stamp, check_gpu_memory, describe_change
+from bless.manifest import Manifest
+from bless.orchestrator import ALLOW_UNSAFE_ENV, Event
+from bless.profile import HardwareSpec, Profile, profile_from_dict
+from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
+from bless.store import Store
+
+IMAGE = "bless-reference:0.1.0"
+IMAGE_ID = "sha256:" + "cd" * 32
+GIB = 1024
+H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 70 * GIB)
+
+
+class FakeRuntime:
+    """Implements the Runtime protocol in memory; ``calls`` records every method called, in order."""
+
+    kind: Literal["docker", "local"] = "docker"
+
+    def __init__(
+        self,
+        *,
+        reachable: bool = True,
+        images: Mapping[str, str] | None = None,
+        holders: Mapping[str, NameHolder] | None = None,
+        host_port: int | None = None,
+    ) -> None:
+        self.reachable = reachable
+        self.images = dict(images if images is not None else {IMAGE: IMAGE_ID})
+        self.holders: dict[str, NameHolder] = dict(holders or {})
+        self.host_port = host_port
+        self.calls: list[str] = []
+        self.running: dict[str, bool] = {}
+        self.upper: list[UpperEntry] = []
+        self.log = "bless-reference: Directly load compiled artifact from path /x\nready\n"
+
+    def ping(self) -> None:
+        self.calls.append("ping")
+        if not self.reachable:
+            raise RuntimeUnavailableError("Docker Engine: ping failed: connection refused")
+
+    def resolve_image(self, reference: str) -> str:
+        self.calls.append("resolve_image")
+        if reference not in self.images:
+            raise ImageMissingError(f"image {reference!r} is not present")
+        return self.images[reference]
+
+    def engine_port(self, preferred: int) -> int:
+        return preferred
+
+    def start(self, spec: ContainerSpec) -> Started:
+        self.calls.append("start")
+        self.running[spec.name] = True
+        self.holders[spec.name] = "ours"
+        return Started(id="c0ffee", name=spec.name, spec=spec, host_port=self.host_port)
+
+    def is_running(self, started: Started) -> bool:
+        return self.running.get(started.name, False)
+
+    def exit_code(self, started: Started) -> int | None:
+        return None if self.running.get(started.name) else 0
+
+    def logs(self, started: Started) -> str:
+        return self.log
+
+    def stop(self, started: Started, timeout_s: int) -> StopResult:
+        self.calls.append("stop")
+        self.running[started.name] = False
+        return StopResult(exit_code=0, graceful=True, seconds=0.01)
+
+    def remove(self, started: Started) -> None:
+        self.calls.append("remove")
+        self.holders.pop(started.name, None)
+
+    def upper_entries(self, started: Started) -> list[UpperEntry]:
+        return list(self.upper)
+
+    def name_holder(self, name: str) -> NameHolder:
+        self.calls.append("name_holder")
+        return self.holders.get(name, "free")
+
+    def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
+        self.calls.append("list_ours")
+        return [
+            ContainerInfo(id="1", name=name, status="running", labels={labels.PROFILE: "unit"})
+            for name, holder in self.holders.items()
+            if holder == "ours"
+        ]
+
+    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
+        raise AssertionError("the launcher never cleans up containers")
+
+    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
+        self.calls.append("normalize_ownership")
+
+
+def make_profile(
+    *,
+    accelerator: str = "cpu",
+    env: Mapping[str, str] | None = None,
+    min_gib: float | None = None,
+    layers: int = 2,
+    image: str = IMAGE,
+    port: int = 18000,
+) -> Profile:
+    hardware: dict[str, Any] = {"accelerator": accelerator}
+    if min_gib is not None:
+        hardware["min_gpu_memory_gib"] = min_gib
+    document = {
+        "profile_version": 1,
+        "name": "unit",
+        "engine": {"name": "reference"},
+        "runtime": {"kind": "docker", "image": image},
+        "model": {"source": "builtin", "id": "reference-tiny"},
+        "serve": {"layers": layers},
+        "env": dict(env or {}),
+        "hardware": hardware,
+        "trials": {"ready_timeout_s": 10, "request_timeout_s": 5, "stop_timeout_s": 5},
+        "serving": {"host": "127.0.0.1", "port": port},
+    }
+    return profile_from_dict(document)
+
+
+def do_plan(profile: Profile, store: Store, runtime: FakeRuntime, **kwargs: Any) -> launcher.LaunchPlan:
+    return launcher.plan(
+        profile, store=store, runtime=runtime, adapter=ReferenceAdapter(), gpu_probe=lambda: [H100], **kwargs
+    )
+
+
+def bless(store: Store, profile: Profile, work: Path, golden: Sequence[Mapping[str, Any]] | None = None) -> Manifest:
+    """Publish a real blessing whose factors are what ``profile`` resolves to through the fake runtime."""
+    resolved = do_plan(profile, store, FakeRuntime(), debug=True).resolved
+    tree = write_tree(work / f"tree-{resolved.config_hash[:8]}")
+    manifest = make_manifest(tree, resolved.factors)
+    if golden is not None:
+        manifest = Manifest(**{**manifest.__dict__, "golden": list(golden)})
+    store.publish(tree, manifest)
+    return manifest
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "root")
+
+
+def code_of(excinfo: pytest.ExceptionInfo[BlessError]) -> int:
+    return int(excinfo.value.exit_code)
+
+
+# --------------------------------------------------------------------------------------------- order
+
+
+def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_path: Path) -> None:
+    """Each refusal wins over every later one, and none of them starts a container."""
+    # Everything wrong at once: unreachable runtime, no image, too little GPU memory, unsafe env,
+    # a foreign container on the name, no blessing. Fix one at a time; the next refusal shows.
+    unsafe = make_profile(accelerator="cuda", min_gib=100, env={"TORCH_LOGS": "+dynamo"})
+    runtime = FakeRuntime(reachable=False, images={}, holders={"bless-serve-unit": "foreign"})
+    with pytest.raises(RuntimeUnavailableError) as excinfo:
+        do_plan(unsafe, store, runtime)
+    assert code_of(excinfo) == 50 and runtime.calls == ["ping"]
+
+    runtime.reachable = True
+    with pytest.raises(ImageMissingError) as excinfo2:
+        do_plan(unsafe, store, runtime)
+    assert code_of(excinfo2) == 51 and "name_holder" not in runtime.calls
+
+    runtime.images = {IMAGE: IMAGE_ID}
+    with pytest.raises(InsufficientGpuError) as excinfo3:
+        do_plan(unsafe, store, runtime)
+    assert code_of(excinfo3) == 52 and "name_holder" not in runtime.calls
+
+    enough = make_profile(accelerator="cuda", min_gib=40, env={"TORCH_LOGS": "+dynamo"})
+    with pytest.raises(BlessError) as excinfo4:
+        do_plan(enough, store, runtime)
+    assert code_of(excinfo4) == ExitCode.UNSAFE_ENV and "TORCH_LOGS" in excinfo4.value.message
+    assert "name_holder" not in runtime.calls
+
+    clean = make_profile(accelerator="cuda", min_gib=40)
+    with pytest.raises(ContainerConflictError) as excinfo5:
+        do_plan(clean, store, runtime)
+    assert "without our labels" in excinfo5.value.message and "never touched" in excinfo5.value.message
+
+    runtime.holders = {"bless-serve-unit": "ours"}
+    with pytest.raises(ContainerConflictError) as excinfo6:
+        do_plan(clean, store, runtime)
+    assert "already running" in excinfo6.value.message
+
+    runtime.holders = {}
+    with pytest.raises(BlessError) as excinfo7:
+        do_plan(clean, store, runtime)
+    assert code_of(excinfo7) == ExitCode.NO_MANIFEST
+    assert "start" not in runtime.calls
+
+
+def test_no_manifest_names_the_drifted_factor(store: Store, tmp_path: Path) -> None:
+    bless(store, make_profile(layers=2), tmp_path)
+    with pytest.raises(BlessError) as excinfo:
+        do_plan(make_profile(layers=3), store, FakeRuntime())
+    assert code_of(excinfo) == ExitCode.NO_MANIFEST
+    assert "serve.layers: 2 -> 3" in excinfo.value.message
+
+
+def test_invalid_and_duplicate_manifests_refuse(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    manifest = bless(store, profile, tmp_path)
+    live = store.manifests_dir / f"{manifest.config_hash}.json"
+    duplicate = store.manifests_dir / "copy.json"
+    duplicate.write_bytes(live.read_bytes())
+    with pytest.raises(BlessError) as excinfo:
+        do_plan(profile, store, FakeRuntime())
+    assert code_of(excinfo) == ExitCode.MANIFEST_DUPLICATE
+    duplicate.write_text("{ not json")
+    with pytest.raises(BlessError) as excinfo2:
+        do_plan(profile, store, FakeRuntime())
+    assert code_of(excinfo2) == ExitCode.MANIFEST_INVALID
+
+
+def test_verify_failure_names_the_file_and_how(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    manifest = bless(store, profile, tmp_path)
+    target = store.blessed_dir(manifest) / "nested" / "index.json"
+    target.chmod(0o644)
+    target.write_text('{"variant": "b"}\n')  # same size, other bytes
+    runtime = FakeRuntime()
+    with pytest.raises(BlessError) as excinfo:
+        do_plan(profile, store, runtime)
+    assert code_of(excinfo) == ExitCode.VERIFY_FAILED
+    assert "nested/index.json (sha256" in excinfo.value.message
+    assert "start" not in runtime.calls
+
+
+def test_debug_needs_no_manifest_and_mounts_nothing(store: Store) -> None:
+    profile = make_profile(env={"TORCH_LOGS": "+dynamo"})  # unsafe: allowed in a debug start, and said so
+    plan = do_plan(profile, store, FakeRuntime(), debug=True)
+    assert plan.mount is None and plan.spec.mounts == ()
+    assert "--no-compile" in plan.spec.command
+    data = plan.to_dict()
+    assert data["blessed"] is False and data["banner"] == launcher.DEBUG_BANNER
+    assert data["manifest_path"] is None and any("TORCH_LOGS" in w for w in data["warnings"])
+
+
+def test_plan_of_a_blessing(store: Store, tmp_path: Path) -> None:
+    profile = make_profile(port=18123)
+    manifest = bless(store, profile, tmp_path)
+    plan = do_plan(profile, store, FakeRuntime())
+    assert plan.config_hash == manifest.config_hash
+    assert plan.mount is not None and plan.mount.kind == "overlay"
+    assert plan.mount.source == store.blessed_dir(manifest)
+    assert plan.mount.target == ReferenceAdapter.cache_mount_path
+    assert plan.serve_dir.parent == store.root / "serve" and plan.serve_dir.name.startswith("unit-")
+    assert not plan.serve_dir.exists(), "planning creates nothing"
+    assert plan.spec.name == "bless-serve-unit" and plan.spec.image == IMAGE_ID
+    assert plan.spec.host_port == 18123 and plan.spec.host_ip == "127.0.0.1"
+    assert plan.spec.labels[labels.PHASE] == labels.PHASE_SERVE
+    assert plan.spec.labels[labels.CONFIG_HASH] == manifest.config_hash
+    assert plan.spec.env["HOME"] == ReferenceAdapter.home
+    assert set(plan.timings) == {"preflight_s", "resolve_s", "verify_s"}
+    json.dumps(plan.to_dict())  # JSON-ready
+
+
+def test_ro_bind_when_the_profile_asks_and_the_adapter_allows(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    bless(store, profile, tmp_path)
+    ro = Profile(**{**profile.__dict__, "cache_mount": "ro-bind"})
+    plan = do_plan(ro, store, FakeRuntime())
+    assert plan.mount is not None and plan.mount.kind == "ro" and plan.mount.scratch is None
+
+
+def test_unsafe_env_test_override(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = make_profile(env={"BLESS_REFERENCE_NONDETERMINISTIC": "1"})
+    with pytest.raises(BlessError) as excinfo:
+        do_plan(profile, store, FakeRuntime())
+    assert code_of(excinfo) == ExitCode.UNSAFE_ENV
+    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "1")
+    with pytest.raises(BlessError) as excinfo2:  # allowed now: the next refusal is the missing blessing
+        do_plan(profile, store, FakeRuntime())
+    assert code_of(excinfo2) == ExitCode.NO_MANIFEST
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+
+def test_gpu_memory_refusal() -> None:
+    spec = HardwareSpec(accelerator="cuda", gpu_count=2, min_gpu_memory_gib=40)
+    busy = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 12 * GIB)
+    check_gpu_memory(spec, [H100, H100])
+    with pytest.raises(InsufficientGpuError) as excinfo:
+        check_gpu_memory(spec, [H100, busy])
+    assert "GPU 1" in excinfo.value.message and "12.0 GiB free" in excinfo.value.message
+    assert excinfo.value.exit_code == ExitCode.INSUFFICIENT_GPU
+    with pytest.raises(InsufficientGpuError, match="has 1 GPU"):
+        check_gpu_memory(spec, [H100])
+    # No stated need, or a CPU profile: nothing to check.
+    check_gpu_memory(HardwareSpec(accelerator="cuda"), [])
+    check_gpu_memory(HardwareSpec(accelerator="cpu", min_gpu_memory_gib=1000), [])
+
+
+def test_gpu_memory_refusal_through_the_planner(store: Store) -> None:
+    profile = make_profile(accelerator="cuda", min_gib=75)
+    runtime = FakeRuntime()
+    with pytest.raises(InsufficientGpuError):
+        do_plan(profile, store, runtime)
+    assert "name_holder" not in runtime.calls and "start" not in runtime.calls
+
+
+# --------------------------------------------------------------------------------------------- redaction
+
+
+def test_secrets_are_redacted_in_the_plan_but_reach_the_engine(store: Store) -> None:
+    profile = make_profile(env={"HF_TOKEN": "hf_very_secret", "MY_API_KEY": "k-123", "PLAIN": "visible"})
+    plan = do_plan(profile, store, FakeRuntime(), debug=True)
+    data = plan.to_dict()
+    env = data["container"]["env"]
+    assert env["HF_TOKEN"] == REDACTED and env["MY_API_KEY"] == REDACTED and env["PLAIN"] == "visible"
+    text = json.dumps(data)
+    assert "hf_very_secret" not in text and "k-123" not in text
+    assert plan.spec.env["HF_TOKEN"] == "hf_very_secret"
+
+
+# --------------------------------------------------------------------------------------------- snapshot
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = write_tree(tmp_path / "t")
+    return root
+
+
+def _snapshot(tree: Path) -> Snapshot:
+    files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    dirs = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_dir())
+    return Snapshot.take(tree, files, dirs)
+
+
+def test_snapshot_unchanged(tree: Path) -> None:
+    snap = _snapshot(tree)
+    (tree / "artifact.bin").read_bytes()  # reading changes nothing we look at
+    assert snap.changes() == []
+
+
+def _changes(snap: Snapshot) -> dict[str, str]:
+    return {change.path: change.detail for change in snap.changes()}
+
+
+def test_snapshot_sees_truncation(tree: Path) -> None:
+    snap = _snapshot(tree)
+    with (tree / "artifact.bin").open("r+b") as handle:
+        handle.truncate(10)
+    assert "size" in _changes(snap)["artifact.bin"]
+
+
+def test_snapshot_sees_a_rewrite_with_the_mtime_put_back(tree: Path) -> None:
+    target = tree / "nested" / "deep" / "kernel.so"
+    snap = _snapshot(tree)
+    st = target.stat()
+    time.sleep(0.01)
+    target.write_bytes(b"b" * st.st_size)  # same size
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime restored: only ctime tells
+    assert "ctime" in _changes(snap)["nested/deep/kernel.so"]
+
+
+def test_snapshot_sees_a_swap_by_rename(tree: Path) -> None:
+    snap = _snapshot(tree)
+    replacement = tree.parent / "swap"
+    replacement.write_bytes((tree / "artifact.bin").read_bytes())
+    os.replace(replacement, tree / "artifact.bin")
+    changes = _changes(snap)
+    assert "inode" in changes["artifact.bin"]
+    assert "." in changes  # the root directory's entries changed too
+
+
+def test_snapshot_sees_a_symlink_an_extra_file_a_deletion_and_a_chmod(tree: Path) -> None:
+    snap = _snapshot(tree)
+    (tree / "nested" / "index.json").unlink()
+    (tree / "nested" / "index.json").symlink_to("/etc/hostname")
+    (tree / "empty" / "extra").write_text("x")
+    (tree / "nested" / "zero.txt").unlink()
+    (tree / "artifact.bin").chmod(0o600)
+    changes = _changes(snap)
+    assert changes["nested/index.json"] == "is now a symbolic link"
+    assert "empty" in changes  # an entry appeared in a blessed directory
+    assert changes["nested/zero.txt"] == "vanished"
+    assert "mode" in changes["artifact.bin"]
+
+
+def test_describe_change_is_pure() -> None:
+    base = Stamp("f", 1, 2, 10, 100, 100, 0o100444, 0)
+    assert describe_change(base, base) is None
+    assert describe_change(base, Stamp("f", 1, 3, 10, 100, 100, 0o100444, 0)) == "replaced (device/inode changed)"
+    assert (
+        describe_change(base, Stamp("f", 1, 2, 11, 101, 101, 0o100444, 0)) == "size 10 -> 11, modified (mtime changed)"
+    )
+    assert describe_change(base, Stamp("f", 1, 2, 10, 100, 100, 0o100444, 1000)) == "owner uid 0 -> 1000"
+    missing = Stamp("f", None, None, None, None, None, None, None)
+    assert describe_change(missing, base) == "appeared after the snapshot"
+    assert describe_change(base, missing) == "vanished"
+
+
+# --------------------------------------------------------------------------------------------- start
+
+
+GOLDEN = [
+    {"prompt": "hello", "max_tokens": 3, "text": "abc", "token_ids": [97, 98, 99]},
+    {"prompt": "world", "max_tokens": 2, "text": "xy", "token_ids": [120, 121]},
+]
+
+
+class _Engine(BaseHTTPRequestHandler):
+    replies: ClassVar[dict[str, list[int]]] = {}
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def _send(self, body: dict[str, Any]) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        self._send({"object": "list", "data": [{"id": "reference-tiny"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ids = self.replies.get(body["prompt"], [0])[: body["max_tokens"]]
+        self._send({"choices": [{"text": "".join(map(chr, ids)), "token_ids": ids}]})
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[int, dict[str, list[int]]]]:
+    replies: dict[str, list[int]] = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
+    handler = type("Engine", (_Engine,), {"replies": replies})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server.server_address[1], replies
+    server.shutdown()
+    server.server_close()
+
+
+def _blessed_plan(store: Store, tmp_path: Path, port: int) -> tuple[launcher.LaunchPlan, FakeRuntime]:
+    profile = make_profile()
+    bless(store, profile, tmp_path, golden=GOLDEN)
+    runtime = FakeRuntime(host_port=port)
+    return do_plan(profile, store, runtime), runtime
+
+
+def test_start_runs_the_canary_and_leaves_the_engine_up(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    result = launcher.start(plan, runtime=runtime, detach=True)
+    assert result.canary.status == "passed" and len(result.canary.checks) == 2
+    assert result.recheck.startswith("unchanged")
+    assert "stop" not in runtime.calls and "remove" not in runtime.calls
+    assert set(result.timings) >= {"preflight_s", "resolve_s", "verify_s", "create_s", "start_to_ready_s", "canary_s"}
+    finished = launcher.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
+    assert finished.stop is not None and finished.stop.graceful and not finished.upper_kept
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert not plan.serve_dir.exists(), "the upper layer is discarded"
+
+
+def test_keep_upper_reports_what_the_engine_wrote(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    result = launcher.start(plan, runtime=runtime)
+    runtime.upper = [UpperEntry("dummy_cache/x", "new", 3)]
+    finished = launcher.finish(plan, result, runtime=runtime, keep_upper=True, failed=False)
+    assert finished.upper_kept and finished.upper_dir == str(plan.serve_dir / "upper")
+    assert finished.to_dict()["upper_entries"] == [{"path": "dummy_cache/x", "kind": "new", "size": 3}]
+    assert (plan.serve_dir / launcher.ENGINE_LOG).exists()
+
+
+def test_canary_mismatch_stops_keeps_the_upper_layer_and_fails_42(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    port, replies = engine
+    replies["world"] = [120, 122]
+    plan, runtime = _blessed_plan(store, tmp_path, port)
+    with pytest.raises(CanaryFailedError) as excinfo:
+        launcher.start(plan, runtime=runtime, detach=True)
+    assert excinfo.value.exit_code == ExitCode.CANARY_FAILED
+    assert "expected [120, 121] got [120, 122]" in excinfo.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert excinfo.value.details["upper_kept"] is True
+    assert (plan.serve_dir / launcher.CANARY_FILE).exists()
+
+
+def test_no_canary_is_reported_loudly(store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]) -> None:
+    port, replies = engine
+    replies["world"] = [1, 2]  # would fail the canary
+    plan, runtime = _blessed_plan(store, tmp_path, port)
+    events: list[Event] = []
+    result = launcher.start(plan, runtime=runtime, no_canary=True, events=events.append)
+    assert result.canary.status == "skipped" and result.canary.reason == "--no-canary"
+    assert launcher.NO_CANARY_BANNER in result.to_dict()["warnings"]
+    assert any(e.kind == "warning" and "CANARY SKIPPED" in e.message for e in events)
+
+
+def test_cache_changed_after_ready_fails_43(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    assert plan.blessed_dir is not None
+    victim = plan.blessed_dir / "artifact.bin"
+    original_start = runtime.start
+
+    def start_then_tamper(spec: ContainerSpec) -> Started:
+        started = original_start(spec)
+        victim.chmod(0o644)  # someone changes a blessed file while the engine boots
+        return started
+
+    runtime.start = start_then_tamper  # type: ignore[method-assign]
+    with pytest.raises(CacheChangedError) as excinfo:
+        launcher.start(plan, runtime=runtime)
+    assert excinfo.value.exit_code == ExitCode.CACHE_CHANGED
+    assert "artifact.bin: mode" in excinfo.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+
+
+def test_engine_never_ready_fails_44_with_the_log(store: Store, tmp_path: Path) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, 9)  # nothing listens on port 9
+    runtime.log = "Traceback: engine crashed\n"
+    original_start = runtime.start
+
+    def start_dead(spec: ContainerSpec) -> Started:
+        started = original_start(spec)
+        runtime.running[spec.name] = False  # exits at once
+        return started
+
+    runtime.start = start_dead  # type: ignore[method-assign]
+    with pytest.raises(EngineFailedError) as excinfo:
+        launcher.start(plan, runtime=runtime)
+    assert "engine crashed" in excinfo.value.message
+    assert runtime.calls[-1] == "remove"
+    assert (plan.serve_dir / launcher.ENGINE_LOG).read_text() == "Traceback: engine crashed\n"
+
+
+def test_follow_streams_new_log_text_until_stopped() -> None:
+    runtime = FakeRuntime()
+    spec = ContainerSpec(name="bless-serve-unit", command=("x",), env={}, labels={})
+    started = runtime.start(spec)
+    chunks: list[str] = []
+    stop = threading.Event()
+    runtime.log = "one\n"
+
+    def sink(text: str) -> None:
+        chunks.append(text)
+        if len(chunks) == 1:
+            runtime.log += "two\n"
+        else:
+            stop.set()
+
+    assert launcher.follow(runtime, started, sink, stop=stop, poll_s=0.01) is None
+    assert chunks == ["one\n", "two\n"]
+    runtime.running[spec.name] = False
+    runtime.log += "three\n"
+    assert launcher.follow(runtime, started, chunks.append, stop=threading.Event(), poll_s=0.01) == 0
+
+
+def test_secret_flags_in_argv_are_redacted() -> None:
+    def is_secret(name: str) -> bool:
+        return name in {"API_KEY", "HF_TOKEN"}
+
+    command = ["serve", "--api-key", "k1", "--hf-token=t1", "--port", "8000", "--max-num-batched-tokens", "8"]
+    assert launcher.redact_command(command, is_secret) == [
+        "serve", "--api-key", REDACTED, f"--hf-token={REDACTED}", "--port", "8000", "--max-num-batched-tokens", "8",
+    ]  # fmt: skip
