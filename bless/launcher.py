@@ -616,7 +616,14 @@ class CanaryCheck:
 
     @property
     def match(self) -> bool:
-        return self.expected_token_ids == self.got_token_ids
+        # Both: an engine that returns no token ids (vLLM's completions) must still match on text.
+        return self.expected_token_ids == self.got_token_ids and self.expected_text == self.got_text
+
+    def describe(self) -> str:
+        """Expected vs got, in token ids when they differ, else in text."""
+        if self.expected_token_ids != self.got_token_ids:
+            return f"expected {list(self.expected_token_ids)} got {list(self.got_token_ids)}"
+        return f"expected text {self.expected_text!r} got {self.got_text!r}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -649,7 +656,7 @@ class CanaryResult:
 
 
 def run_canary(client: EngineClient, golden: Sequence[Mapping[str, Any]]) -> CanaryResult:
-    """Each golden prompt with its max_tokens; passed only when every token id sequence is identical."""
+    """Each golden prompt with its max_tokens; passed only when every text and token id sequence is identical."""
     started = time.monotonic()
     expected = golden_token_map(golden)
     checks: list[CanaryCheck] = []
@@ -920,8 +927,7 @@ def _canary(
     _save_evidence(plan_.serve_dir, session.log, {"canary": result.to_dict(), "upper": _upper_summary(upper)})
     bad = [check for check in result.checks if not check.match]
     lines = [
-        f"  {check.prompt!r} (max_tokens {check.max_tokens}): expected {list(check.expected_token_ids)} "
-        f"got {list(check.got_token_ids)}"
+        f"  {check.prompt!r} (max_tokens {check.max_tokens}): {check.describe()}"
         for check in bad[:_MAX_PROBLEMS_IN_MESSAGE]
     ]
     if not result.checks:

@@ -140,12 +140,14 @@ def blessed(reference_image: str, tmp_path_factory: pytest.TempPathFactory) -> B
     result = run_cli("--root", str(root), "run", "--profile", str(profile), "--trials", "3", "--json")
     assert result.code == 0, result.stderr[-5000:]
     data = result.json()
-    assert our_containers() == [], "a bless run left containers behind"
+    assert our_containers(f"org.bless.run-id={data['run_id']}") == [], "a bless run left containers behind"
     return Blessed(root=root, profile=profile, config_hash=data["config_hash"], result=data)
 
 
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
-    """Asserts the test leaves no container of ours behind."""
+    """Asserts the test leaves no container of ours behind (others' containers, present before, are not its doing)."""
+    before = set(our_containers())
     yield
-    assert our_containers() == [], "containers of ours left behind"
+    left = sorted(set(our_containers()) - before)
+    assert left == [], f"containers of ours left behind: {left}"

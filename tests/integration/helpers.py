@@ -66,10 +66,11 @@ def write_profile(
     return path
 
 
-def our_containers() -> list[str]:
-    """Names of every container (any state) carrying our owner label."""
+def our_containers(*labels: str) -> list[str]:
+    """Names of every container (any state) carrying our owner label (and every ``key=value`` label given)."""
+    filters = [arg for label in (OWNER_LABEL, *labels) for arg in ("--filter", f"label={label}")]
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label={OWNER_LABEL}", "--format", "{{.Names}}"],
+        ["docker", "ps", "-a", *filters, "--format", "{{.Names}}"],
         check=True,
         capture_output=True,
         text=True,

@@ -605,3 +605,18 @@ def test_secret_flags_in_argv_are_redacted() -> None:
     assert launcher.redact_command(command, is_secret) == [
         "serve", "--api-key", REDACTED, f"--hf-token={REDACTED}", "--port", "8000", "--max-num-batched-tokens", "8",
     ]  # fmt: skip
+
+
+def test_canary_compares_text_too() -> None:
+    """An engine that returns no token ids must still reproduce the golden text."""
+
+    class NoIds:
+        def complete(self, prompt: str, max_tokens: int) -> Any:
+            from bless.trials import Completion
+
+            return Completion(prompt, "abd", (), 0.0)
+
+    golden = [{"prompt": "p", "max_tokens": 3, "text": "abc", "token_ids": []}]
+    result = launcher.run_canary(NoIds(), golden)  # type: ignore[arg-type]
+    assert result.status == "failed"
+    assert result.checks[0].describe() == "expected text 'abc' got 'abd'"
