@@ -25,10 +25,11 @@ echo "verify exit $?" | tee "$OUT/verify.rc"
 bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json" 2>/dev/null
 
 # serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
-serve_full "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
+# Started directly (not through the shell function): $! must be serve-full's own pid for the signal to reach it.
+python3 -m cli.serve --root "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
 pid=$!
 for _ in $(seq 1 600); do
-  grep -qiE "canary (passed|failed)|refused|exit" "$OUT/serve.stderr" 2>/dev/null && break
+  grep -qiE "canary (passed|failed)|refused" "$OUT/serve.stderr" 2>/dev/null && break
   kill -0 "$pid" 2>/dev/null || break
   sleep 1
 done
