@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -19,6 +20,29 @@ from bless.resolve import resolve_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import Store, default_root
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+]
+ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)]
+RootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--root", envvar="BLESS_ROOT", help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).", file_okay=False
+    ),
+]
+ManifestsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--manifests-dir",
+        envvar="BLESS_MANIFESTS_DIR",
+        help="Directory of live manifests (default: <root>/manifests), e.g. a git checkout.",
+        file_okay=False,
+    ),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
+]
 
 _FULL_HASH = re.compile(r"^[0-9a-fA-F]{64}$")
 

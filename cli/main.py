@@ -18,7 +18,17 @@ from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.verify import verify_tree
 from cli import render
-from cli.common import AppState, app_state, lookup_manifest, resolve_profile_file
+from cli.common import (
+    AppState,
+    JsonOption,
+    ManifestsDirOption,
+    ProfileOption,
+    RootOption,
+    VerboseOption,
+    app_state,
+    lookup_manifest,
+    resolve_profile_file,
+)
 from cli.gate import gate_command
 from cli.render import Report, command
 from cli.run import run_command
@@ -35,18 +45,9 @@ app = typer.Typer(
     add_completion=False,
 )
 
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
-]
-ProfileOption = Annotated[
-    Path,
-    typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False),
-]
 OfflineOption = Annotated[
     bool,
-    typer.Option(
-        "--offline", help="No network lookups: a Hugging Face revision must already be a 40-hex commit."
-    ),
+    typer.Option("--offline", help="No network lookups: a Hugging Face revision must already be a 40-hex commit."),
 ]
 DeclaredHardwareOption = Annotated[
     bool,
@@ -60,27 +61,9 @@ DeclaredHardwareOption = Annotated[
 @app.callback()
 def main_options(
     ctx: typer.Context,
-    root: Annotated[
-        Path | None,
-        typer.Option(
-            "--root",
-            envvar="BLESS_ROOT",
-            help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).",
-            file_okay=False,
-        ),
-    ] = None,
-    manifests_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--manifests-dir",
-            envvar="BLESS_MANIFESTS_DIR",
-            help="Directory of live manifests (default: <root>/manifests), e.g. a git checkout.",
-            file_okay=False,
-        ),
-    ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
-    ] = False,
+    root: RootOption = None,
+    manifests_dir: ManifestsDirOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Bless and verify compiled torch.compile caches for LLM serving, fail closed."""
     ctx.obj = AppState(root=root, manifests_dir=manifests_dir, verbose=verbose)
@@ -135,9 +118,7 @@ def diff_command(
     ] = None,
     profile: Annotated[
         Path | None,
-        typer.Option(
-            "--profile", "-p", help="Compare this profile (as resolved here) with HASH_A.", dir_okay=False
-        ),
+        typer.Option("--profile", "-p", help="Compare this profile (as resolved here) with HASH_A.", dir_okay=False),
     ] = None,
     offline: OfflineOption = False,
     declared_hardware: DeclaredHardwareOption = False,
@@ -248,9 +229,7 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
 @command
 def show_command(
     ctx: typer.Context,
-    config_hash: Annotated[
-        str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")
-    ],
+    config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
     json_output: JsonOption = False,
 ) -> Report:
     """Show one blessing: summary, trials, golden outputs and provenance (--json: the whole manifest)."""
@@ -273,9 +252,7 @@ def show_command(
 @command
 def verify_command(
     ctx: typer.Context,
-    config_hash: Annotated[
-        str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")
-    ],
+    config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
     json_output: JsonOption = False,
 ) -> Report:
     """Verify a blessed cache against its manifest: every file's size and sha256, nothing extra.
@@ -322,9 +299,7 @@ def gc_command(
     ctx: typer.Context,
     keep: Annotated[
         int,
-        typer.Option(
-            "--keep", min=0, help="Also keep the N newest unreferenced versions / evidence dirs per hash."
-        ),
+        typer.Option("--keep", min=0, help="Also keep the N newest unreferenced versions / evidence dirs per hash."),
     ] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
     json_output: JsonOption = False,
@@ -337,8 +312,7 @@ def gc_command(
     data = {
         "dry_run": report.dry_run,
         "actions": [
-            {"path": str(action.path), "reason": action.reason, "bytes": action.bytes}
-            for action in report.actions
+            {"path": str(action.path), "reason": action.reason, "bytes": action.bytes} for action in report.actions
         ],
         "total_bytes": report.total_bytes,
         "notes": list(report.notes),

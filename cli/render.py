@@ -157,9 +157,7 @@ def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> No
             text.append(line)
         console.print(text)
     if verbose and err.details:
-        console.print(
-            Text("details: " + json.dumps(err.details, ensure_ascii=False, default=str), style="dim")
-        )
+        console.print(Text("details: " + json.dumps(err.details, ensure_ascii=False, default=str), style="dim"))
 
 
 def _fail(console: Console, err: BlessError, *, json_output: bool, verbose: bool) -> int:
@@ -216,7 +214,7 @@ def _table(title: str | None, *columns: str) -> Table:
     return table
 
 
-def _kv_table(rows: Sequence[tuple[str, str]]) -> Table:
+def kv_table(rows: Sequence[tuple[str, str]]) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -282,9 +280,7 @@ def render_diff(console: Console, data: Mapping[str, Any]) -> None:
         return
     table = _table(f"{len(changes)} factor(s) differ", "field", head_a, head_b)
     for change in changes:
-        table.add_row(
-            Text(str(change["field"]), style="cyan"), _side(change, "before"), _side(change, "after")
-        )
+        table.add_row(Text(str(change["field"]), style="cyan"), _side(change, "before"), _side(change, "after"))
     console.print(table)
 
 
@@ -355,11 +351,9 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
         ("manifest", str(data["manifest_path"])),
         ("blessed dir", str(data["blessed_dir"])),
     ]
-    console.print(_kv_table(rows))
+    console.print(kv_table(rows))
     trials = data["trials"]
-    table = _table(
-        f"trials: {trials['passed']}/{trials['planned']} passed", "#", "verdict", "start->ready", "reasons"
-    )
+    table = _table(f"trials: {trials['passed']}/{trials['planned']} passed", "#", "verdict", "start->ready", "reasons")
     for result in trials.get("results", []):
         ready = result.get("start_to_ready_s")
         table.add_row(
@@ -379,13 +373,11 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
         )
     golden = _table("golden outputs", "prompt", "max tokens", "text")
     for item in data["golden"]:
-        golden.add_row(
-            Text(_json_text(item["prompt"])), Text(str(item["max_tokens"])), Text(_json_text(item["text"]))
-        )
+        golden.add_row(Text(_json_text(item["prompt"])), Text(str(item["max_tokens"])), Text(_json_text(item["text"])))
     console.print(golden)
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
-    console.print(_kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+    console.print(kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
 
 
 def _scalar(value: Any) -> str:
@@ -397,9 +389,7 @@ def _scalar(value: Any) -> str:
 
 
 @contextmanager
-def hashing_progress(
-    console: Console, total_bytes: int, *, enabled: bool
-) -> Iterator[Callable[[int], None] | None]:
+def hashing_progress(console: Console, total_bytes: int, *, enabled: bool) -> Iterator[Callable[[int], None] | None]:
     """A thread-safe ``progress(nbytes)`` callback drawing a bar on stderr, or None when not shown.
 
     ``verify_tree`` calls it from its hashing threads; a lock guards the running total.
@@ -442,9 +432,7 @@ def render_verify(console: Console, data: Mapping[str, Any]) -> None:
     for notice in notices[:MAX_NOTICES_SHOWN]:
         _warn(console, f"{notice['path']}: {notice['detail']}")
     if len(notices) > MAX_NOTICES_SHOWN:
-        _warn(
-            console, f"... and {len(notices) - MAX_NOTICES_SHOWN} more writable entries (all are in --json)"
-        )
+        _warn(console, f"... and {len(notices) - MAX_NOTICES_SHOWN} more writable entries (all are in --json)")
     if not problems:
         console.print(
             Text.assemble(
@@ -470,9 +458,7 @@ def render_gc(console: Console, data: Mapping[str, Any]) -> None:
         for action in actions:
             table.add_row(Text(action["path"]), Text(action["reason"]), Text(human_bytes(action["bytes"])))
         console.print(table)
-        console.print(
-            Text.assemble((verb, "bold"), f" {human_bytes(data['total_bytes'])} in {len(actions)} item(s)")
-        )
+        console.print(Text.assemble((verb, "bold"), f" {human_bytes(data['total_bytes'])} in {len(actions)} item(s)"))
     else:
         console.print(Text("nothing to collect", style="bold green"))
     for note in data["notes"]:

@@ -6,7 +6,6 @@ import signal
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
@@ -23,7 +22,7 @@ from bless.resolve import resolve_profile
 from bless.runtime import get_runtime
 from bless.trials import trials_for
 from cli import render
-from cli.common import app_state
+from cli.common import ProfileOption, app_state
 from cli.render import Report
 
 
@@ -73,34 +72,22 @@ class RunProgress:
 
 def run_command(
     ctx: typer.Context,
-    profile: Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)],
+    profile: ProfileOption,
     trials: Annotated[
         int | None, typer.Option("--trials", "-k", min=1, max=1000, help="K trials (default: the profile's).")
     ] = None,
     max_failure_rate: Annotated[
         float | None,
-        typer.Option(
-            "--max-failure-rate", help="Derive K so that K/K passes bound the per-start failure rate."
-        ),
+        typer.Option("--max-failure-rate", help="Derive K so that K/K passes bound the per-start failure rate."),
     ] = None,
-    confidence: Annotated[
-        float, typer.Option("--confidence", help="Confidence of the failure-rate bound.")
-    ] = 0.95,
+    confidence: Annotated[float, typer.Option("--confidence", help="Confidence of the failure-rate bound.")] = 0.95,
     candidates: Annotated[
         int,
-        typer.Option(
-            "--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."
-        ),
+        typer.Option("--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."),
     ] = 1,
-    rebless: Annotated[
-        bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")
-    ] = False,
-    wait: Annotated[
-        bool, typer.Option("--wait", help="Wait for another run of this config to finish.")
-    ] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Write the full result as JSON to stdout.")
-    ] = False,
+    rebless: Annotated[bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Write the full result as JSON to stdout.")] = False,
 ) -> Report:
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
 
@@ -126,17 +113,13 @@ def run_command(
     progress = RunProgress(console)
     with sigterm_as_interrupt(), progress.status:
         resolved = resolve_profile(loaded, runtime=runtime, adapter=adapter)
-        console.print(
-            Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}")
-        )
+        console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(
             resolved,
             store=store,
             runtime=runtime,
             adapter=adapter,
-            options=RunOptions(
-                trials=k, confidence=confidence, candidates=candidates, rebless=rebless, wait_lock=wait
-            ),
+            options=RunOptions(trials=k, confidence=confidence, candidates=candidates, rebless=rebless, wait_lock=wait),
             events=progress,
         )
     data = result.to_dict()
@@ -144,8 +127,7 @@ def run_command(
     if not result.published:
         last = result.candidates[-1]
         failure = TrialsFailedError(
-            f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: "
-            + "; ".join(last.reasons[:3]),
+            f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
             hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
             "and --candidates N tries fresh compiles",
             details={"rejected_dirs": [c.rejected_dir for c in result.candidates]},

@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -30,7 +30,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from bless import launcher
@@ -41,6 +40,7 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
 from cli import render
+from cli.common import JsonOption, ManifestsDirOption, ProfileOption, RootOption, VerboseOption
 from cli.render import Report
 
 app = typer.Typer(
@@ -86,15 +86,6 @@ class SignalGate:
 
 # --------------------------------------------------------------------------------------------
 # Rendering (stderr)
-
-
-def _kv(rows: Sequence[tuple[str, str]]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, Text(value))
-    return table
 
 
 def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool) -> None:
@@ -144,7 +135,7 @@ def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
         ("preflight", " ".join(f"{key} {value:.3f}" for key, value in timings.items())),
     ]
     console.print(Text("serve-full plan", style="bold"))
-    console.print(_kv(rows))
+    console.print(render.kv_table(rows))
 
 
 def render_dry_run(console: Console, data: Mapping[str, Any]) -> None:
@@ -284,25 +275,9 @@ def _serve(
 
 @app.command()
 def serve_full(
-    profile: Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)],
-    root: Annotated[
-        Path | None,
-        typer.Option(
-            "--root",
-            envvar="BLESS_ROOT",
-            help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).",
-            file_okay=False,
-        ),
-    ] = None,
-    manifests_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--manifests-dir",
-            envvar="BLESS_MANIFESTS_DIR",
-            help="Directory of live manifests (default: <root>/manifests).",
-            file_okay=False,
-        ),
-    ] = None,
+    profile: ProfileOption,
+    root: RootOption = None,
+    manifests_dir: ManifestsDirOption = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
     ] = False,
@@ -321,12 +296,8 @@ def serve_full(
     keep_upper: Annotated[
         bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
     ] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
-    ] = False,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
-    ] = False,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
 

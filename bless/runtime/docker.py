@@ -271,15 +271,7 @@ class DockerRuntime:
                 f"overlay lower dir {source} does not exist or is not a directory",
                 hint="check the mount source",
             )
-        upper, work = scratch / "upper", scratch / "work"
-        try:
-            upper.mkdir(parents=True, exist_ok=True)
-            work.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RuntimeUnavailableError(
-                f"cannot create the overlay upper/work dirs under {scratch}: {exc}",
-                hint="check that the scratch directory is writable and on a local filesystem",
-            ) from exc
+        upper, work = upper_layer.make_overlay_dirs(scratch)
         volume_name = overlay_volume_name(spec.name, index)
         with _daemon(f"creating overlay volume {volume_name}"):
             self._clear_stale_volume(volume_name)

@@ -288,15 +288,7 @@ class LocalRuntime:
                     f"overlay {role} {str(path)!r} contains ',' ':' or a newline (breaks the mount options)",
                     hint="move the directory to a plain path",
                 )
-        upper, work = scratch / "upper", scratch / "work"
-        try:
-            upper.mkdir(parents=True, exist_ok=True)
-            work.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RuntimeUnavailableError(
-                f"cannot create the overlay upper/work dirs under {scratch}: {exc}",
-                hint="check that the scratch directory is writable and on a local filesystem",
-            ) from exc
+        upper, work = upper_layer.make_overlay_dirs(scratch)
         return upper, work
 
     def _materialize(self, spec: ContainerSpec, copies: list[tuple[Path, bool]]) -> tuple[str, ...]:

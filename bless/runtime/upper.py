@@ -26,6 +26,7 @@ import stat
 from pathlib import Path
 
 from bless.engines.base import UpperEntry, UpperKind
+from bless.errors import RuntimeUnavailableError
 
 # overlayfs marks a directory that replaced (rather than merged with) a lower directory
 # with this xattr; "trusted." needs CAP_SYS_ADMIN to read, "user." is used with userxattr.
@@ -197,3 +198,17 @@ def combine(per_mount: list[tuple[str, list[UpperEntry]]]) -> list[UpperEntry]:
         prefix = target.strip("/") + "/"
         merged.extend(UpperEntry(path=prefix + e.path, kind=e.kind, size=e.size) for e in entries)
     return sorted(merged, key=lambda e: e.path)
+
+
+def make_overlay_dirs(scratch: Path) -> tuple[Path, Path]:
+    """Create ``scratch/upper`` and ``scratch/work`` for an overlay mount; returns them."""
+    upper, work = scratch / "upper", scratch / "work"
+    try:
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RuntimeUnavailableError(
+            f"cannot create the overlay upper/work dirs under {scratch}: {exc}",
+            hint="check that the scratch directory is writable and on a local filesystem",
+        ) from exc
+    return upper, work
