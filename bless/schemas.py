@@ -10,7 +10,10 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "manifests" / "schema"
+import manifests
+
+# Shipped as package data of the ``manifests`` package, so a wheel install finds them too.
+SCHEMA_DIR = Path(manifests.__file__).resolve().parent / "schema"
 
 
 @cache
