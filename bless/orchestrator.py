@@ -27,7 +27,6 @@ from bless import __version__, labels
 from bless.engines.base import EngineAdapter
 from bless.errors import (
     AlreadyBlessedError,
-    BlessError,
     BootstrapFailedError,
     InterruptedByUserError,
     UnsafeEnvError,
@@ -641,4 +640,4 @@ def run_bless(
     return Orchestrator(resolved, store=store, runtime=runtime, adapter=adapter, events=events).run(options)
 
 
-__all__ = ["BlessError", "Event", "Orchestrator", "RunOptions", "RunResult", "run_bless"]
+__all__ = ["Event", "Orchestrator", "RunOptions", "RunResult", "run_bless"]
