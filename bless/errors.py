@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     CANARY_FAILED = 42
     CACHE_CHANGED = 43
     ENGINE_FAILED = 44
+    CACHE_NOT_USED = 45
     RUNTIME_UNAVAILABLE = 50
     IMAGE_MISSING = 51
     INSUFFICIENT_GPU = 52
@@ -173,6 +174,13 @@ class EngineFailedError(BlessError):
     title = "engine failed"
 
 
+class CacheNotUsedError(BlessError):
+    """The served engine did not load the blessed cache (it compiled, or keyed its cache differently)."""
+
+    exit_code = ExitCode.CACHE_NOT_USED
+    title = "blessed cache not used"
+
+
 class RuntimeUnavailableError(BlessError):
     exit_code = ExitCode.RUNTIME_UNAVAILABLE
     title = "runtime unavailable"
@@ -219,6 +227,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.CANARY_FAILED, "serve-full: the canary did not reproduce the golden output"),
     (ExitCode.CACHE_CHANGED, "serve-full: blessed files changed between verification and use"),
     (ExitCode.ENGINE_FAILED, "serve-full: the engine exited or never became ready"),
+    (
+        ExitCode.CACHE_NOT_USED,
+        "serve-full: the engine did not load the blessed cache (it compiled or keyed it anew)",
+    ),
     (ExitCode.RUNTIME_UNAVAILABLE, "the container runtime (Docker) or local runtime is unavailable"),
     (ExitCode.IMAGE_MISSING, "the engine image is not present"),
     (ExitCode.INSUFFICIENT_GPU, "not enough GPUs or GPU memory for the profile"),

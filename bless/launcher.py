@@ -75,6 +75,7 @@ from bless.engines.base import EngineAdapter, UpperEntry
 from bless.errors import (
     BlessError,
     CacheChangedError,
+    CacheNotUsedError,
     CanaryFailedError,
     ContainerConflictError,
     EngineFailedError,
@@ -842,9 +843,18 @@ def start(
                     Event("note", f"blessed files unchanged since verification ({len(plan_.snapshot.stamps)} entries)")
                 )
 
-            reuse_warnings = _reuse_warnings(plan_, session) if plan_.manifest is not None else []
-            for warning in reuse_warnings:
-                events(Event("warning", warning))
+            if plan_.manifest is not None:
+                not_used = _cache_not_used(plan_, session)
+                if not_used:
+                    session.stop()
+                    _save_evidence(plan_.serve_dir, session.log)
+                    raise CacheNotUsedError(
+                        "; ".join(not_used),
+                        hint=f"the engine log is kept in {plan_.serve_dir / ENGINE_LOG}; a config the config hash "
+                        "considers equal made the engine compile or key its cache differently: report it, and bless "
+                        "this machine's configuration (bless run --rebless)",
+                        details={"serve_dir": str(plan_.serve_dir), "reasons": not_used},
+                    )
             canary = _canary(plan_, session, client, no_canary=no_canary, events=events)
             timings["canary_s"] = canary.seconds
             # Success: the engine stays up; follow()/finish() or the operator take over.
@@ -864,21 +874,29 @@ def start(
         recheck=recheck,
         timings=timings,
         detached=detach,
-        warnings=tuple(reuse_warnings),
     )
 
 
-def _reuse_warnings(plan_: LaunchPlan, session: EngineSession) -> list[str]:
-    """What the boot log says about using the blessed artifact (a warning: the canary is the verdict)."""
+def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
+    """Why the boot log says the engine did not serve from the blessed artifact (empty: it did).
+
+    The same reuse signals as a trial's: a load marker, no compile/save marker, and the engine's own
+    cache key equal to the blessing's. Fail closed: a compile here means the served artifact is not
+    the one the trials proved, whatever the canary says.
+    """
+    assert plan_.manifest is not None
     signals = plan_.adapter.read_log(session.current_log())
+    reasons: list[str] = []
     if signals.compile_markers:
-        return [
-            f"the engine log shows {len(signals.compile_markers)} compile/save marker(s) on a blessed start: it did "
-            f"not use the blessed artifact as is ({signals.compile_markers[0].strip()[:200]})"
-        ]
+        reasons.append(
+            f"the engine log shows {len(signals.compile_markers)} compile/save marker(s): it did not use the blessed "
+            f"artifact as is ({signals.compile_markers[0].strip()[:200]})"
+        )
     if not signals.load_markers:
-        return ["the engine log shows no load marker: it may not have used the blessed artifact"]
-    return []
+        reasons.append("the engine log shows no load marker: it did not load the blessed artifact")
+    blessed_keys = plan_.manifest.artifacts.get("engine_keys", {})
+    reasons.extend(plan_.adapter.drift_reasons(blessed_keys, signals.engine_keys))
+    return reasons
 
 
 def _served_models(client: EngineClient) -> list[str]:

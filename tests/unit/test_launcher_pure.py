@@ -22,9 +22,11 @@ from store_helpers import make_manifest, write_tree
 from bless import labels, launcher
 from bless.engines.base import UpperEntry
 from bless.engines.reference import ReferenceAdapter
+from bless.engines.reference_engine import markers
 from bless.errors import (
     BlessError,
     CacheChangedError,
+    CacheNotUsedError,
     CanaryFailedError,
     ContainerConflictError,
     EngineFailedError,
@@ -44,6 +46,7 @@ from bless.store import Store
 IMAGE = "bless-reference:0.1.0"
 IMAGE_ID = "sha256:" + "cd" * 32
 GIB = 1024
+ARTIFACT_KEY = "0123456789abcdef"
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 70 * GIB)
 
 
@@ -67,7 +70,10 @@ class FakeRuntime:
         self.calls: list[str] = []
         self.running: dict[str, bool] = {}
         self.upper: list[UpperEntry] = []
-        self.log = "bless-reference: Directly load compiled artifact from path /x\nready\n"
+        self.log = (
+            f"{markers.ARTIFACT_KEY}{ARTIFACT_KEY} (engine 1, torch 2.13.0, device cpu)\n"
+            f"{markers.loaded('/var/cache/bless-engine/reference/' + ARTIFACT_KEY + '/megacache.bin')}\nready\n"
+        )
 
     def ping(self) -> None:
         self.calls.append("ping")
@@ -167,6 +173,13 @@ def bless(store: Store, profile: Profile, work: Path, golden: Sequence[Mapping[s
     resolved = do_plan(profile, store, FakeRuntime(), debug=True).resolved
     tree = write_tree(work / f"tree-{resolved.config_hash[:8]}")
     manifest = make_manifest(tree, resolved.factors)
+    # What a real reference bootstrap records: the engine's artifact key, checked against its serve-time log.
+    manifest = Manifest(
+        **{
+            **manifest.__dict__,
+            "artifacts": {"items": ["artifact.bin"], "engine_keys": {"artifact_keys": [ARTIFACT_KEY]}},
+        }
+    )
     if golden is not None:
         manifest = Manifest(**{**manifest.__dict__, "golden": list(golden)})
     store.publish(tree, manifest)
@@ -620,3 +633,29 @@ def test_canary_compares_text_too() -> None:
     result = launcher.run_canary(NoIds(), golden)  # type: ignore[arg-type]
     assert result.status == "failed"
     assert result.checks[0].describe() == "expected text 'abc' got 'abd'"
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        (
+            f"{markers.ARTIFACT_KEY}{ARTIFACT_KEY} (engine 1)\n{markers.compiling('no usable artifact')}\n",
+            "compile/save",
+        ),
+        (f"{markers.ARTIFACT_KEY}{ARTIFACT_KEY} (engine 1)\nready\n", "no load marker"),
+        (f"{markers.ARTIFACT_KEY}{'f' * 16} (engine 1)\n{markers.loaded('/c/x')}\n", "keyed its artifact"),
+    ],
+    ids=["compiled", "no-load-marker", "engine-key-drift"],
+)
+def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]], log: str, reason: str
+) -> None:
+    """A blessed start that compiled, loaded nothing, or keyed its cache differently is not the proven artifact."""
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    runtime.log = log
+    with pytest.raises(CacheNotUsedError) as excinfo:
+        launcher.start(plan, runtime=runtime, detach=True)
+    assert int(excinfo.value.exit_code) == 45
+    assert reason in excinfo.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert (plan.serve_dir / launcher.ENGINE_LOG).read_text() == log  # kept as evidence
