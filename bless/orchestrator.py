@@ -199,7 +199,7 @@ class Orchestrator:
         self.profile = resolved.profile
         self.store = store
         self.runtime = runtime
-        self.adapter = adapter
+        self.adapter = adapter.for_factors(resolved.factors)
         self.events = events
         self.run_id = new_run_id()
         self.image = resolved.factors["runtime"].get("image_id")
@@ -226,6 +226,8 @@ class Orchestrator:
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
                     hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
                 )
+            for note in self.adapter.notes():
+                self.events(Event("note", f"{self.adapter.name} adapter: {note}"))
             leftovers, spared = self._clean_leftovers(config_hash)
             if leftovers:
                 self.events(Event("note", f"removed leftover containers of a crashed run: {', '.join(leftovers)}"))
@@ -527,6 +529,7 @@ class Orchestrator:
                 bootstrap=bootstrap,
                 recorded_env=dict(self.resolved.recorded_env),
                 allowed_unsafe=allowed_unsafe,
+                adapter_notes=list(self.adapter.notes()),
             ),
         )
 

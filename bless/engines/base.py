@@ -118,6 +118,14 @@ class EngineAdapter(Protocol):
     env_policy: EnvPolicy
     environment_packages: tuple[str, ...]
 
+    def for_factors(self, factors: Mapping[str, Any]) -> EngineAdapter:
+        """This adapter for a resolved configuration (vLLM: the rewrite rules of the resolved vLLM version)."""
+        ...
+
+    def notes(self) -> tuple[str, ...]:
+        """What the adapter's rules rest on, for run output and provenance (e.g. an unknown engine version)."""
+        ...
+
     def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         """Validate serve arguments and return their canonical form (raises InputInvalidError)."""
         ...

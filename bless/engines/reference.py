@@ -64,6 +64,13 @@ class ReferenceAdapter:
     env_policy = EnvPolicy(ignored=("*LOG_LEVEL*", "PYTHONUNBUFFERED"))
     environment_packages: tuple[str, ...] = ("torch",)
 
+    def for_factors(self, factors: Mapping[str, Any]) -> ReferenceAdapter:
+        """One engine, one policy: nothing depends on the resolved versions."""
+        return self
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
     def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         unknown = sorted(set(serve) - set(SERVE_ARGS))
         if unknown:

@@ -353,6 +353,14 @@ class VllmAdapter:
         version = packages.get("vllm") if isinstance(packages, Mapping) else None
         return cls(version if isinstance(version, str) else None)
 
+    def for_factors(self, factors: Mapping[str, Any]) -> VllmAdapter:
+        """The adapter for the vLLM version in the resolved factors (unknown under Docker: newest rules)."""
+        runtime = factors.get("runtime")
+        return self.for_environment(runtime if isinstance(runtime, Mapping) else {})
+
+    def notes(self) -> tuple[str, ...]:
+        return (self.rules_note,)
+
     @property
     def rules_note(self) -> str:
         """One sentence saying which expected-rewrite rules apply and why."""

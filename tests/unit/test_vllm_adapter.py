@@ -891,3 +891,12 @@ def resolved_local(p: Profile) -> ResolvedConfig:
         hardware_probe=lambda spec: dict(GPU),
         environment_probe=lambda python, packages: {"python_version": "3.12.3", "packages": {"vllm": "0.20.0"}},
     )
+
+
+def test_for_factors_picks_the_rules_of_the_resolved_vllm_version_and_says_so() -> None:
+    known = VllmAdapter().for_factors({"runtime": {"kind": "local", "packages": {"vllm": "0.20.0"}}})
+    assert known.rules_known and known.notes() == (known.rules_note,)
+    assert "expected rewrites of vLLM 0.20" in known.notes()[0]
+    unknown = VllmAdapter().for_factors({"runtime": {"kind": "docker", "image_id": "sha256:" + "ab" * 32}})
+    assert not unknown.rules_known
+    assert "no recorded rewrite set" in unknown.notes()[0] and "conservatively" in unknown.notes()[0]
