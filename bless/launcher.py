@@ -99,7 +99,7 @@ from bless.resolve import no_manifest_error
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.session import EngineSession, engine_spec, log_tail
 from bless.store import Store
-from bless.trials import EngineClient, EngineHttpError, NotReadyError, golden_token_map, wait_ready
+from bless.trials import EngineClient, EngineHttpError, NotReadyError, golden_token_map
 from bless.verify import ROOT_PATH, VerifyResult, verify_tree
 
 SERVE_PREFIX = "bless-serve-"
@@ -483,10 +483,8 @@ def plan(
         gpus = gpu_probe()
         check_gpu_memory(profile.hardware, gpus)
     warnings: list[str] = []
-    if debug:
-        allowed = [f"{u.name}={u.value} ({u.reason})" for u in adapter.unsafe_settings(profile)]
-    else:
-        allowed = check_unsafe(profile, adapter)
+    # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
+    allowed = [u.describe() for u in adapter.unsafe_settings(profile)] if debug else check_unsafe(profile, adapter)
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
     name = serve_container_name(profile)
@@ -755,6 +753,7 @@ def _session(plan_: LaunchPlan, runtime: Runtime, *, started: Started | None = N
         request_timeout_s=trials.request_timeout_s,
         stop_timeout_s=trials.stop_timeout_s,
         started=started,
+        client_host=plan_.client_host,
     )
 
 
@@ -798,12 +797,10 @@ def start(
                     f"container {started.name} published no port; engine log tail:\n{log_tail(session.log)}",
                     hint="read the engine log; check the image and the command",
                 )
-            client = EngineClient(
-                plan_.client_host, started.host_port, timeout_s=plan_.profile.trials.request_timeout_s
-            )
+            client = session.client
             events(Event("phase", "waiting for the engine to become ready"))
             try:
-                wait_ready(client, timeout_s=plan_.profile.trials.ready_timeout_s, is_alive=session.is_alive)
+                session.wait_ready()
             except NotReadyError as exc:
                 message = session.not_ready_message(exc)
                 session.stop()
@@ -814,10 +811,6 @@ def start(
                     details={"serve_dir": str(plan_.serve_dir)},
                 ) from None
             timings["start_to_ready_s"] = time.perf_counter() - t0
-            # OpenAI-style servers (vLLM) want the served model named in every request.
-            served = _served_models(client)
-            if served:
-                client.model = served[0]
             events(
                 Event(
                     "ready", f"ready in {timings['start_to_ready_s']:.1f} s", {"seconds": timings["start_to_ready_s"]}
@@ -897,14 +890,6 @@ def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
     blessed_keys = plan_.manifest.artifacts.get("engine_keys", {})
     reasons.extend(plan_.adapter.drift_reasons(blessed_keys, signals.engine_keys))
     return reasons
-
-
-def _served_models(client: EngineClient) -> list[str]:
-    """The model ids the ready engine serves; empty when it does not say (the canary then names none)."""
-    try:
-        return client.models()
-    except EngineHttpError:
-        return []
 
 
 def _canary(

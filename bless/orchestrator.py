@@ -170,7 +170,7 @@ def check_unsafe(profile: Profile, adapter: EngineAdapter) -> list[str]:
     unsafe = adapter.unsafe_settings(profile)
     if not unsafe:
         return []
-    described = [f"{u.name}={u.value} ({u.reason})" for u in unsafe]
+    described = [u.describe() for u in unsafe]
     if os.environ.get(ALLOW_UNSAFE_ENV) == "1":
         return described
     raise UnsafeEnvError(

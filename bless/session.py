@@ -16,7 +16,7 @@ from typing import Any
 from bless.engines.base import EngineAdapter, UpperEntry
 from bless.profile import Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
-from bless.trials import EngineClient, NotReadyError, wait_ready
+from bless.trials import EngineClient, EngineHttpError, NotReadyError, wait_ready
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40
@@ -84,6 +84,7 @@ class EngineSession:
     request_timeout_s: float
     stop_timeout_s: int
     remove_on_exit: bool = True
+    client_host: str = "127.0.0.1"
     started: Started | None = None
     start_to_ready_s: float | None = None
     stop_result: StopResult | None = None
@@ -102,7 +103,7 @@ class EngineSession:
         """One client per start; it names the served model once readiness has told us which."""
         assert self.started is not None and self.started.host_port is not None
         if self._client is None:
-            self._client = EngineClient("127.0.0.1", self.started.host_port, timeout_s=self.request_timeout_s)
+            self._client = EngineClient(self.client_host, self.started.host_port, timeout_s=self.request_timeout_s)
         return self._client
 
     def is_alive(self) -> bool:
@@ -119,7 +120,11 @@ class EngineSession:
         wait_ready(self.client, timeout_s=self.ready_timeout_s, is_alive=self.is_alive)
         self.start_to_ready_s = time.monotonic() - self._t0
         # OpenAI-style servers (vLLM) want the model named in every request: the one it serves.
-        served = self.client.models()
+        # A reply we cannot read leaves it unnamed; the requests themselves then say what is wrong.
+        try:
+            served = self.client.models()
+        except EngineHttpError:
+            served = []
         if served and self.client.model is None:
             self.client.model = served[0]
         return self.start_to_ready_s

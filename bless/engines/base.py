@@ -43,6 +43,10 @@ class UnsafeSetting:
     value: str
     reason: str
 
+    def describe(self) -> str:
+        """``NAME=value (why)``, as refusals and warnings print it."""
+        return f"{self.name}={self.value} ({self.reason})"
+
 
 @dataclass(frozen=True)
 class EngineLaunch:
