@@ -236,3 +236,19 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.INSUFFICIENT_GPU, "not enough GPUs or GPU memory for the profile"),
     (ExitCode.INTERRUPTED, "interrupted by SIGINT/SIGTERM (containers stopped, evidence kept)"),
 )
+
+
+class EngineHttpError(BlessError):
+    """A request to the engine failed or its reply was malformed; ``refused`` marks a closed port."""
+
+    title = "engine request failed"
+
+    def __init__(self, message: str, *, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
+
+
+class NotReadyError(BlessError):
+    """The engine exited, timed out or kept failing before it became ready."""
+
+    title = "engine not ready"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.engines.base import LogSignals, UpperVerdict
+from bless.evidence import LogSignals, UpperVerdict
 from bless.verify import VerifyResult
 
 

@@ -19,21 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.errors import BlessError
+from bless.errors import EngineHttpError, NotReadyError
 from bless.profile import TrialPlan
 
 MAX_REPLY_BYTES = 8 << 20
 MAX_OTHER_ERRORS = 20
-
-
-class EngineHttpError(BlessError):
-    """A request to the engine failed or its reply was malformed; ``refused`` marks a closed port."""
-
-    title = "engine request failed"
-
-    def __init__(self, message: str, *, refused: bool = False):
-        super().__init__(message)
-        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -111,12 +101,6 @@ class EngineClient:
         except (KeyError, IndexError, TypeError) as exc:
             raise EngineHttpError(f"/v1/completions: unexpected reply shape ({exc})") from None
         return Completion(prompt, text, tuple(token_ids), latency)
-
-
-class NotReadyError(BlessError):
-    """The engine exited, timed out or kept failing before it became ready."""
-
-    title = "engine not ready"
 
 
 def wait_ready(

@@ -14,9 +14,9 @@ import typer
 
 from bless.errors import NoManifestError
 from bless.factors import IMAGE_ID, ResolvedConfig, parse_config_hash
+from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
 from bless.profile import Profile, load_profile
-from bless.resolve import resolve_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import Store, default_root

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bless.errors import GateFailedError, InputInvalidError, UsageError
-from bless.gate import default_profiles, github_annotations, junit_xml, run_gate
+from bless.flows.gate import default_profiles, github_annotations, junit_xml, run_gate
 from bless.store import Store, atomic_write_bytes, default_root
 from cli.common import app_state
 from cli.render import Report

@@ -16,9 +16,10 @@ from rich.text import Text
 
 from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
-from bless.orchestrator import Event, RunOptions, run_bless
+from bless.flows.events import Event
+from bless.flows.orchestrator import RunOptions, run_bless
+from bless.flows.resolve import resolve_profile
 from bless.profile import load_profile
-from bless.resolve import resolve_profile
 from bless.runtime import get_runtime
 from bless.trials import trials_for
 from cli import render

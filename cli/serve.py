@@ -32,10 +32,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from bless import launcher
 from bless.engines import get_adapter
 from bless.errors import EngineFailedError, InterruptedByUserError
-from bless.orchestrator import Event
+from bless.flows import launcher
+from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root

@@ -45,8 +45,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bless import launcher  # noqa: E402
 from bless.engines import get_adapter  # noqa: E402
+from bless.flows import launcher  # noqa: E402
 from bless.profile import load_profile  # noqa: E402
 from bless.runtime import get_runtime  # noqa: E402
 from bless.store import Store  # noqa: E402

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 from bless.profile import Profile
 from bless.verify import TreeListing
 
@@ -65,50 +66,6 @@ class ModelMount:
     source: str
     target: str
     why: str
-
-
-@dataclass(frozen=True)
-class ArtifactSummary:
-    """What the adapter found in a bootstrapped tree: the artifacts and engine-native keys."""
-
-    artifacts: tuple[str, ...]
-    engine_keys: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogSignals:
-    """Cache-reuse evidence read from an engine log."""
-
-    load_markers: tuple[str, ...]
-    compile_markers: tuple[str, ...]
-    fatal_markers: tuple[str, ...]
-    timings: Mapping[str, float] = field(default_factory=dict)
-    engine_keys: Mapping[str, Any] = field(default_factory=dict)
-
-
-UpperKind = Literal["new", "rewritten", "deleted"]
-
-
-@dataclass(frozen=True)
-class UpperEntry:
-    """One path written to an overlay's upper layer during a run."""
-
-    path: str
-    kind: UpperKind
-    size: int
-
-
-@dataclass(frozen=True)
-class UpperVerdict:
-    """The adapter's reading of upper-layer writes: allowed rewrites vs new compiled artifacts."""
-
-    expected_rewrites: tuple[str, ...]
-    new_artifacts: tuple[str, ...]
-    unexpected: tuple[str, ...]
-
-    @property
-    def recompiled(self) -> bool:
-        return bool(self.new_artifacts)
 
 
 class EngineAdapter(Protocol):

@@ -8,18 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import bless
-from bless.engines.base import (
-    ArtifactSummary,
-    EngineLaunch,
-    EnvPolicy,
-    LogSignals,
-    ModelMount,
-    UnsafeSetting,
-    UpperEntry,
-    UpperVerdict,
-)
+from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
+from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 from bless.profile import Profile
 from bless.verify import TreeListing
 

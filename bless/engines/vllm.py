@@ -27,17 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bless.engines.base import (
-    ArtifactSummary,
-    EngineLaunch,
-    EnvPolicy,
-    LogSignals,
-    ModelMount,
-    UnsafeSetting,
-    UpperEntry,
-    UpperVerdict,
-)
+from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
 from bless.errors import BootstrapFailedError, InputInvalidError
+from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 from bless.profile import Profile
 from bless.verify import TreeListing
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from bless.engines.base import UpperEntry
+from bless.evidence import UpperEntry
 
 MountKind = Literal["rw", "ro", "overlay"]
 

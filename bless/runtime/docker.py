@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from bless import labels as bless_labels
-from bless.engines.base import UpperEntry
 from bless.errors import (
     BlessError,
     ContainerConflictError,
@@ -45,6 +44,7 @@ from bless.errors import (
     InputInvalidError,
     RuntimeUnavailableError,
 )
+from bless.evidence import UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 

@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Literal
 
 from bless import labels as bless_labels
-from bless.engines.base import UpperEntry
 from bless.errors import (
     BlessError,
     ContainerConflictError,
     InputInvalidError,
     RuntimeUnavailableError,
 )
+from bless.evidence import UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 

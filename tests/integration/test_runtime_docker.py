@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from bless import labels
-from bless.engines.base import UpperEntry
 from bless.errors import ContainerConflictError, EngineFailedError, ImageMissingError, RuntimeUnavailableError
+from bless.evidence import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.docker import DockerRuntime, overlay_volume_name
 

@@ -23,9 +23,9 @@ import cli.main
 import cli.render
 from bless.errors import EXIT_CODES, ExitCode
 from bless.factors import config_hash
+from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
 from bless.profile import load_profile
-from bless.resolve import resolve_profile
 from bless.store import Store
 from cli.main import app
 

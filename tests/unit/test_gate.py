@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from bless.errors import ExitCode, RuntimeUnavailableError
 from bless.factors import cpu_isa_level
-from bless.gate import GateReport, GateRow, github_annotations, junit_xml, run_gate
+from bless.flows.gate import GateReport, GateRow, github_annotations, junit_xml, run_gate
+from bless.flows.resolve import resolve_profile
 from bless.profile import load_profile
-from bless.resolve import resolve_profile
 from bless.runtime.base import Runtime
 from bless.store import Store
 from cli.main import app

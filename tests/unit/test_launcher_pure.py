@@ -19,8 +19,7 @@ from typing import Any, ClassVar, Literal
 import pytest
 from store_helpers import make_manifest, write_tree
 
-from bless import labels, launcher
-from bless.engines.base import UpperEntry
+from bless import labels
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import (
@@ -35,10 +34,13 @@ from bless.errors import (
     InsufficientGpuError,
     RuntimeUnavailableError,
 )
+from bless.evidence import UpperEntry
 from bless.factors import REDACTED, GpuInfo
-from bless.launcher import Snapshot, Stamp, check_gpu_memory, describe_change
+from bless.flows import launcher
+from bless.flows.events import Event
+from bless.flows.launcher import Snapshot, Stamp, check_gpu_memory, describe_change
+from bless.flows.safety import ALLOW_UNSAFE_ENV
 from bless.manifest import Manifest
-from bless.orchestrator import ALLOW_UNSAFE_ENV, Event
 from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store

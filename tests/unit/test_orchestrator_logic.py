@@ -27,7 +27,6 @@ from typing import Any, Literal
 import pytest
 
 from bless import labels
-from bless.engines.base import UpperEntry
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import (
@@ -38,8 +37,11 @@ from bless.errors import (
     LockHeldError,
     UnsafeEnvError,
 )
+from bless.evidence import UpperEntry
 from bless.factors import ResolvedConfig, resolve
-from bless.orchestrator import ALLOW_UNSAFE_ENV, Event, Orchestrator, RunOptions, RunResult
+from bless.flows.events import Event
+from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
+from bless.flows.safety import ALLOW_UNSAFE_ENV
 from bless.profile import Profile, load_profile
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store

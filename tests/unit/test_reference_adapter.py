@@ -9,10 +9,11 @@ import pytest
 
 import bless
 from bless.engines import reference as reference_mod
-from bless.engines.base import EngineAdapter, UpperEntry
+from bless.engines.base import EngineAdapter
 from bless.engines.reference import DEBUG_ENV, KNOBS, SERVE_ARGS, ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError
+from bless.evidence import UpperEntry
 from bless.profile import ModelSpec, Profile, profile_from_dict
 from bless.verify import FileEntry, TreeListing
 

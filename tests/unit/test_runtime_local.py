@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from bless import labels
-from bless.engines.base import UpperEntry
 from bless.errors import BlessError, ContainerConflictError, InputInvalidError, RuntimeUnavailableError
+from bless.evidence import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime
 from bless.runtime.upper import diff_trees, normalize_modes, scan_upper

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bless.engines.reference import ReferenceAdapter
+from bless.flows.session import DEFAULT_ENGINE_PORT, engine_spec
 from bless.profile import ModelSpec, Profile
 from bless.runtime.docker import DockerRuntime
 from bless.runtime.local import LocalRuntime
-from bless.session import DEFAULT_ENGINE_PORT, engine_spec
 
 
 def profile(kind: str) -> Profile:

@@ -12,16 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bless.engines.base import LogSignals, UpperVerdict
-from bless.errors import BlessError
+from bless.errors import BlessError, EngineHttpError, NotReadyError
+from bless.evidence import LogSignals, UpperVerdict
 from bless.profile import TrialPlan
 from bless.reuse import classify_reuse
 from bless.trials import (
     CoherenceReport,
     Completion,
     EngineClient,
-    EngineHttpError,
-    NotReadyError,
     Observation,
     analyze,
     failure_rate_bound,

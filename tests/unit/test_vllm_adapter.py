@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bless.engines import get_adapter
-from bless.engines.base import UpperEntry, UpperKind
 from bless.engines.vllm import (
     CACHE_MOUNT_PATH,
     COMPILE_MARKERS,
@@ -22,6 +21,7 @@ from bless.engines.vllm import (
     VllmAdapter,
 )
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError
+from bless.evidence import UpperEntry, UpperKind
 from bless.factors import REDACTED, ResolvedConfig, resolve
 from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
 from bless.reuse import classify_reuse

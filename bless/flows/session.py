@@ -13,10 +13,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bless.engines.base import EngineAdapter, UpperEntry
+from bless.engines.base import EngineAdapter
+from bless.errors import EngineHttpError, NotReadyError
+from bless.evidence import UpperEntry
 from bless.profile import Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
-from bless.trials import EngineClient, EngineHttpError, NotReadyError, wait_ready
+from bless.trials import EngineClient, wait_ready
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40

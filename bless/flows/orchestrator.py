@@ -13,13 +13,10 @@ reject keeps the evidence. ``--candidates N`` bootstraps afresh after a rejectio
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +25,20 @@ from bless.engines.base import EngineAdapter
 from bless.errors import (
     AlreadyBlessedError,
     BootstrapFailedError,
+    EngineHttpError,
     InterruptedByUserError,
-    UnsafeEnvError,
+    NotReadyError,
 )
 from bless.factors import ResolvedConfig
+from bless.flows.events import Event, EventSink, ignore_events, new_run_id
+from bless.flows.safety import check_unsafe
+from bless.flows.session import EngineSession, engine_spec, log_tail
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
-from bless.profile import Profile
 from bless.reuse import ReuseReport, classify_reuse
 from bless.runtime.base import ContainerInfo, Mount, Runtime
-from bless.session import EngineSession, engine_spec, log_tail
 from bless.store import PublishResult, Store, atomic_write_bytes, process_alive, process_identity
 from bless.trials import (
     CoherenceReport,
-    EngineHttpError,
-    NotReadyError,
     failure_rate_bound,
     golden_from,
     golden_text_map,
@@ -51,24 +48,7 @@ from bless.trials import (
 )
 from bless.verify import TreeListing, hash_tree, verify_tree
 
-ALLOW_UNSAFE_ENV = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 DEFAULT_CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class Event:
-    """Progress for humans: the CLI renders these; the library never prints."""
-
-    kind: str  # phase | trial-start | trial-end | candidate-end | note
-    message: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-EventSink = Callable[[Event], None]
-
-
-def _ignore(_: Event) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -161,28 +141,6 @@ class RunResult:
         }
 
 
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-
-
-def check_unsafe(profile: Profile, adapter: EngineAdapter) -> list[str]:
-    """Refuse unsafe settings unless the documented test-only override is set; returns what was allowed."""
-    unsafe = adapter.unsafe_settings(profile)
-    if not unsafe:
-        return []
-    described = [u.describe() for u in unsafe]
-    if os.environ.get(ALLOW_UNSAFE_ENV) == "1":
-        return described
-    raise UnsafeEnvError(
-        f"{profile.label} sets: " + "; ".join(described),
-        hint=(
-            "remove them from the profile (they exist to test bless itself; "
-            f"{ALLOW_UNSAFE_ENV}=1 allows them in tests only)"
-        ),
-        details={"unsafe": described},
-    )
-
-
 class Orchestrator:
     """Runs phases 1 and 2 for one resolved profile against one store and runtime."""
 
@@ -193,7 +151,7 @@ class Orchestrator:
         store: Store,
         runtime: Runtime,
         adapter: EngineAdapter,
-        events: EventSink = _ignore,
+        events: EventSink = ignore_events,
     ):
         self.resolved = resolved
         self.profile = resolved.profile
@@ -637,7 +595,7 @@ def run_bless(
     runtime: Runtime,
     adapter: EngineAdapter,
     options: RunOptions,
-    events: EventSink = _ignore,
+    events: EventSink = ignore_events,
 ) -> RunResult:
     """Convenience entry point: one orchestrator, one run."""
     return Orchestrator(resolved, store=store, runtime=runtime, adapter=adapter, events=events).run(options)

@@ -39,9 +39,9 @@ from bless.factors import (
     probe_python_environment,
     resolve,
 )
+from bless.flows.resolve import nearest_blessing
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, load_profile
-from bless.resolve import nearest_blessing
 from bless.runtime.base import Runtime
 from bless.store import ManifestRecord, Store
 from bless.verify import verify_tree

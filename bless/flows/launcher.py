@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from bless import labels
-from bless.engines.base import EngineAdapter, UpperEntry
+from bless.engines.base import EngineAdapter
 from bless.errors import (
     BlessError,
     CacheChangedError,
@@ -79,10 +79,13 @@ from bless.errors import (
     CanaryFailedError,
     ContainerConflictError,
     EngineFailedError,
+    EngineHttpError,
     InputInvalidError,
     InsufficientGpuError,
+    NotReadyError,
     VerifyFailedError,
 )
+from bless.evidence import UpperEntry
 from bless.factors import (
     REDACTED,
     GpuInfo,
@@ -92,14 +95,15 @@ from bless.factors import (
     probe_python_environment,
     resolve,
 )
+from bless.flows.events import Event, EventSink, ignore_events, new_run_id
+from bless.flows.resolve import no_manifest_error
+from bless.flows.safety import check_unsafe
+from bless.flows.session import EngineSession, engine_spec, log_tail
 from bless.manifest import Manifest, load_manifest
-from bless.orchestrator import Event, EventSink, check_unsafe, new_run_id
 from bless.profile import HardwareSpec, Profile
-from bless.resolve import no_manifest_error
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
-from bless.session import EngineSession, engine_spec, log_tail
 from bless.store import Store
-from bless.trials import EngineClient, EngineHttpError, NotReadyError, golden_token_map
+from bless.trials import EngineClient, golden_token_map
 from bless.verify import ROOT_PATH, VerifyResult, verify_tree
 
 SERVE_PREFIX = "bless-serve-"
@@ -120,10 +124,6 @@ NO_CANARY_BANNER = (
     "CANARY SKIPPED (--no-canary): the engine was not checked against the blessed golden outputs; "
     "the cache was verified, the served outputs were not."
 )
-
-
-def _ignore(_: Event) -> None:
-    return None
 
 
 def serve_container_name(profile: Profile) -> str:
@@ -764,7 +764,7 @@ def start(
     no_canary: bool = False,
     detach: bool = False,
     keep_upper_on_interrupt: bool = False,
-    events: EventSink = _ignore,
+    events: EventSink = ignore_events,
 ) -> LaunchResult:
     """Start the planned engine, wait until ready, re-check the blessed files, run the canary.
 
