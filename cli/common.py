@@ -13,7 +13,13 @@ from typing import Annotated
 import typer
 
 from bless.errors import NoManifestError
-from bless.factors import IMAGE_ID, ResolvedConfig, parse_config_hash
+from bless.factors import (
+    IMAGE_ID,
+    ResolvedConfig,
+    declared_hardware_factor,
+    hardware_factor,
+    parse_config_hash,
+)
 from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
 from bless.profile import Profile, load_profile
@@ -70,6 +76,32 @@ def app_state(ctx: typer.Context) -> AppState:
     return obj if isinstance(obj, AppState) else AppState()
 
 
+def command_store(ctx: typer.Context, *, root: Path | None, manifests_dir: Path | None) -> Store:
+    """The store of a command that also takes ``--root`` / ``--manifests-dir`` after its name.
+
+    Precedence: the command's own option given on its command line, then the global option
+    (``bless --root R CMD``), then the environment variable, then the default. The command's option
+    reads the same environment variable as the global one, so a value the command's option got
+    from the environment must not override a global option given on the command line.
+    """
+    state = app_state(ctx)
+
+    def given(name: str, value: Path | None) -> bool:
+        # By name: typer ships its own copy of click, whose ParameterSource is not click's.
+        source = ctx.get_parameter_source(name)
+        return value is not None and source is not None and source.name == "COMMANDLINE"
+
+    chosen_root = root if given("root", root) else state.root if state.root is not None else root
+    chosen_manifests = (
+        manifests_dir
+        if given("manifests_dir", manifests_dir)
+        else state.manifests_dir
+        if state.manifests_dir is not None
+        else manifests_dir
+    )
+    return AppState(root=chosen_root, manifests_dir=chosen_manifests).store()
+
+
 def profile_runtime(profile: Profile) -> Runtime | None:
     """A runtime only when one is needed: a Docker image given by tag must be resolved to its ID.
 
@@ -83,11 +115,12 @@ def profile_runtime(profile: Profile) -> Runtime | None:
 def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ResolvedConfig:
     """Load, validate and resolve a profile file to its factors and config hash."""
     profile = load_profile(path)
+    runtime = profile_runtime(profile)
     return resolve_profile(
         profile,
-        runtime=profile_runtime(profile),
+        image_resolver=runtime.resolve_image if runtime is not None else None,
+        hardware_probe=declared_hardware_factor if declared_hardware else hardware_factor,
         offline=offline,
-        declared_hardware=declared_hardware,
     )
 
 

@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bless.errors import GateFailedError, InputInvalidError, UsageError
-from bless.flows.gate import default_profiles, github_annotations, junit_xml, run_gate
-from bless.store import Store, atomic_write_bytes, default_root
-from cli.common import app_state
-from cli.render import Report
+from bless.errors import InputInvalidError, UsageError
+from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
+from bless.store import atomic_write_bytes
+from cli.boundary import Report, command
+from cli.common import JsonOption, ManifestsDirOption, RootOption, command_store
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
@@ -58,35 +58,22 @@ def render_gate(console: Console, data: Mapping[str, Any]) -> None:
             sys.stdout.flush()
 
 
+@command
 def gate_command(
     ctx: typer.Context,
     profiles: Annotated[
         list[Path] | None,
         typer.Argument(help="Profile TOML files (default: profiles/*.toml in the current directory).", dir_okay=False),
     ] = None,
-    manifests_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--manifests-dir",
-            help="Directory of manifests to gate against, e.g. the one checked into the repository "
-            "(default: the global --manifests-dir, else <root>/manifests).",
-            file_okay=False,
-            exists=True,
-        ),
-    ] = None,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", help="Store root holding the blessed files (for --verify).", file_okay=False),
-    ] = None,
+    manifests_dir: ManifestsDirOption = None,
+    root: RootOption = None,
     verify: Annotated[
         bool, typer.Option("--verify", help="Also verify the blessed files, when the store root holds them.")
     ] = False,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write a JUnit XML report here (one testcase per profile).")
     ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
-    ] = False,
+    json_output: JsonOption = False,
 ) -> Report:
     """Gate profiles for CI: each must hash to a valid, unique blessed manifest.
 
@@ -99,17 +86,20 @@ def gate_command(
     Exit 0 only when every profile is blessed, GATE_FAILED (24) otherwise. Example CI workflow: docs/ci/bless-gate.yml
     """
 
-    state = app_state(ctx)
     paths = list(profiles) if profiles else default_profiles(Path())
     if not paths:
         raise UsageError(
             "no profiles to gate: none given and no profiles/*.toml in the current directory",
             hint="pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests",
         )
-    store = Store(
-        root or state.root or default_root(),
-        manifests_dir if manifests_dir is not None else state.manifests_dir,
-    )
+    store = command_store(ctx, root=root, manifests_dir=manifests_dir)
+    if not store.manifests_dir.is_dir():
+        # A typo in CI must not read as "nothing is blessed": say which directory is missing.
+        raise UsageError(
+            f"the manifests directory {store.manifests_dir} does not exist",
+            hint="point --manifests-dir at the directory your blessings were published to; to publish "
+            "into a checkout: bless --manifests-dir DIR run --profile P, then commit DIR/*.json",
+        )
     report = run_gate(paths, store=store, verify=verify)
     if junit is not None:
         try:
@@ -120,15 +110,7 @@ def gate_command(
     data: dict[str, Any] = report.to_dict()
     if junit is not None:
         data["junit"] = str(junit)
-    failure = None
-    if not report.ok:
-        failed = report.failed
-        failure = GateFailedError(
-            f"{len(failed)} of {len(report.rows)} profile(s) not blessed: "
-            + "; ".join(f"{row.profile}: {row.reason.splitlines()[0]}" for row in failed[:5]),
-            hint="bless each failing profile (bless run --profile P) and commit its manifest, or revert the drift",
-            details={"failed": [row.profile for row in failed]},
-        )
+    failure = gate_failure(report) if not report.ok else None
 
     annotations = github_annotations(report)
 

@@ -1,8 +1,10 @@
 """``bless``: bless, verify and inspect compiled caches (the typer app and its commands).
 
-Each command parses its options, calls ``bless``, and returns a :class:`cli.render.Report`; the
-error boundary in :mod:`cli.render` writes it (JSON on stdout with ``--json``, rich on stderr
-otherwise) and turns failures into the exit codes of ``bless exit-codes``.
+Each command parses its options, calls ``bless``, and returns a :class:`cli.boundary.Report`; the
+error boundary (:mod:`cli.boundary`) writes it (JSON on stdout with ``--json``, rich on stderr
+otherwise) and turns failures into the exit codes of ``bless exit-codes``. Every command is a
+function wrapped in :func:`cli.boundary.command`, registered on the app in one table at the end
+(``run`` and ``gate`` live in their own modules, registered the same way).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.verify import verify_tree
 from cli import render
+from cli.boundary import Report, command
 from cli.common import (
     AppState,
     JsonOption,
@@ -30,7 +33,6 @@ from cli.common import (
     resolve_profile_file,
 )
 from cli.gate import gate_command
-from cli.render import Report, command
 from cli.run import run_command
 
 app = typer.Typer(
@@ -73,7 +75,6 @@ def main_options(
 # hash
 
 
-@app.command("hash")
 @command
 def hash_command(
     ctx: typer.Context,
@@ -108,7 +109,6 @@ def _profile_side(resolved: ResolvedConfig) -> dict[str, Any]:
     return {"kind": "profile", "profile": resolved.profile.label, "config_hash": resolved.config_hash}
 
 
-@app.command("diff")
 @command
 def diff_command(
     ctx: typer.Context,
@@ -159,7 +159,6 @@ def diff_command(
 # list
 
 
-@app.command("list")
 @command
 def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     """List the blessings of the store.
@@ -225,7 +224,6 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
 # show
 
 
-@app.command("show")
 @command
 def show_command(
     ctx: typer.Context,
@@ -248,7 +246,6 @@ def show_command(
 # verify
 
 
-@app.command("verify")
 @command
 def verify_command(
     ctx: typer.Context,
@@ -293,7 +290,6 @@ def verify_command(
 # gc
 
 
-@app.command("gc")
 @command
 def gc_command(
     ctx: typer.Context,
@@ -324,7 +320,6 @@ def gc_command(
 # exit-codes
 
 
-@app.command("exit-codes")
 @command
 def exit_codes_command(
     ctx: typer.Context,
@@ -342,8 +337,20 @@ def exit_codes_command(
     return Report(data, render.render_exit_codes)
 
 
-app.command("run")(command(run_command))
-app.command("gate")(command(gate_command))
+#: Every command of ``bless``, in the order ``bless --help`` lists them.
+COMMANDS = (
+    ("hash", hash_command),
+    ("diff", diff_command),
+    ("list", list_command),
+    ("show", show_command),
+    ("verify", verify_command),
+    ("run", run_command),
+    ("gc", gc_command),
+    ("gate", gate_command),
+    ("exit-codes", exit_codes_command),
+)
+for _name, _command in COMMANDS:
+    app.command(_name)(_command)
 
 
 def main() -> None:

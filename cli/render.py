@@ -1,30 +1,18 @@
-"""Output of the bless CLI: the one error boundary, the JSON document, the rich views.
+"""The rich views of the bless CLI: each draws a command's JSON document for humans on stderr.
 
-Every command body returns a :class:`Report`: the JSON-ready document and a renderer that draws the
-same document for humans. :func:`command` runs the body and is the only place that turns outcomes
-into output and exit codes:
-
-* stdout carries exactly one JSON document with ``--json`` (``{"ok": true, ...}`` on success,
-  ``{"ok": false, ..., "error": {...}}`` on failure) and nothing at all without it;
-* stderr carries everything for humans: tables, progress bars, warnings, and a failure's
-  ``diagnostics()`` (red title, then what to do);
-* a :class:`~bless.errors.BlessError` exits with its ``exit_code``; Ctrl-C exits 130; any other
-  exception is a bug: exit 1 with one line (the traceback only with ``--verbose``).
+A view takes the console and the same document ``--json`` prints, so what humans and machines see
+cannot disagree. Turning outcomes into output and exit codes is :mod:`cli.boundary`'s job.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ParamSpec
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -38,17 +26,12 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from bless.errors import EXIT_CODES, BlessError, ExitCode, InterruptedByUserError
-from cli.common import AppState
-
-P = ParamSpec("P")
+from bless.errors import EXIT_CODES
 
 #: Verification shows a progress bar when the blessed cache is larger than this (bytes).
 PROGRESS_THRESHOLD_BYTES = 100_000_000
 #: At most this many writable-file warnings are printed one by one (all are in ``--json``).
 MAX_NOTICES_SHOWN = 20
-
-INTERNAL_HINT = "rerun with --verbose for the traceback"
 
 
 def err_console() -> Console:
@@ -56,137 +39,6 @@ def err_console() -> Console:
     # Not a terminal (CI logs, captured output): wide enough that no hash, path or table cell wraps.
     width = None if sys.stderr.isatty() else 1000
     return Console(stderr=True, highlight=False, soft_wrap=False, width=width)
-
-
-# --------------------------------------------------------------------------------------------
-# The error boundary
-
-
-@dataclass(frozen=True)
-class Report:
-    """What a command produced: its JSON document, how to draw it for humans, and an optional failure.
-
-    ``failure`` is reported after the document (which still goes out, marked ``"ok": false``):
-    that is how ``verify`` shows every problem and ``list`` every valid blessing before failing.
-    """
-
-    data: Mapping[str, Any]
-    human: Callable[[Console, Mapping[str, Any]], None]
-    failure: BlessError | None = None
-
-
-def command(body: Callable[P, Report]) -> Callable[P, None]:
-    """Wrap a typer command body in the error boundary (see the module docstring).
-
-    The body's ``json_output`` and ``ctx`` keyword arguments (typer passes parameters by keyword)
-    say whether ``--json`` was given and where the global ``--verbose`` is.
-    """
-
-    @functools.wraps(body)
-    def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        json_output = bool(kwargs.get("json_output", False))
-        # Duck-typed: typer may hand over a plain click Context rather than typer.Context.
-        state = getattr(kwargs.get("ctx"), "obj", None)
-        verbose = isinstance(state, AppState) and state.verbose
-        code = execute(functools.partial(body, *args, **kwargs), json_output=json_output, verbose=verbose)
-        if code != ExitCode.OK:
-            raise typer.Exit(code)
-
-    return run
-
-
-def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> int:
-    """Run ``body``, write its output, and return the process exit code."""
-    console = err_console()
-    report: Report | None = None
-    try:
-        report = body()
-        if json_output:
-            emit_json(document(report.data, report.failure), lenient=report.failure is not None)
-        else:
-            report.human(console, report.data)
-    except (typer.Exit, typer.Abort):
-        raise
-    except KeyboardInterrupt:
-        err: BlessError = InterruptedByUserError(
-            "stopped by Ctrl-C", hint="run the command again to finish; the store never shows a half blessing"
-        )
-        return _fail(console, err, json_output=json_output, verbose=False)
-    except BlessError as exc:
-        return _fail(console, exc, json_output=json_output, verbose=verbose)
-    except Exception as exc:
-        return _internal(console, exc, json_output=json_output, verbose=verbose)
-    if report.failure is not None:
-        print_diagnostics(console, report.failure, verbose=verbose)
-        return int(report.failure.exit_code)
-    return int(ExitCode.OK)
-
-
-def document(data: Mapping[str, Any], failure: BlessError | None = None) -> dict[str, Any]:
-    """The ``--json`` document: ``ok`` first, the data, and the error when there is one."""
-    doc: dict[str, Any] = {"ok": failure is None}
-    doc.update((key, value) for key, value in data.items() if key != "ok")
-    if failure is not None:
-        doc["error"] = failure.to_dict()
-    return doc
-
-
-def emit_json(doc: Mapping[str, Any], *, lenient: bool = False) -> None:
-    """Write one JSON document (and a newline) to stdout. Serialization happens before any write.
-
-    ``lenient`` (error documents) writes values JSON cannot hold (a Path in some error's details)
-    as strings: a failure must always be reported, never turned into a second one.
-    """
-    text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False, default=str if lenient else None)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> None:
-    """A failure's ``diagnostics()`` for humans: the title in red, the hint highlighted."""
-    lines = err.diagnostics().splitlines() or [err.title]
-    for index, line in enumerate(lines):
-        text = Text()
-        if index == 0 and line.startswith(f"{err.title}:"):
-            text.append(err.title, style="bold red")
-            text.append(line[len(err.title) :])
-        elif line.startswith("What to do:"):
-            text.append("What to do:", style="bold yellow")
-            text.append(line[len("What to do:") :])
-        else:
-            text.append(line)
-        console.print(text)
-    if verbose and err.details:
-        console.print(Text("details: " + json.dumps(err.details, ensure_ascii=False, default=str), style="dim"))
-
-
-def _fail(console: Console, err: BlessError, *, json_output: bool, verbose: bool) -> int:
-    if verbose and err.__traceback__ is not None:
-        console.print(Text("".join(traceback.format_exception(err)), style="dim"))
-    print_diagnostics(console, err, verbose=verbose)  # last: the reason is what the eye lands on
-    if json_output:
-        emit_json(document({}, err), lenient=True)
-    return int(err.exit_code)
-
-
-def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: bool) -> int:
-    summary = f"{type(exc).__name__}: {exc}"
-    if verbose:
-        console.print(Text("".join(traceback.format_exception(exc)), style="dim"))
-        console.print(Text.assemble(("internal error", "bold red"), f": {summary}"))
-    else:
-        console.print(Text.assemble(("internal error", "bold red"), f": {summary} ({INTERNAL_HINT})"))
-    if json_output:
-        error = {
-            "error": type(exc).__name__,
-            "title": "internal error",
-            "exit_code": int(ExitCode.INTERNAL),
-            "message": str(exc),
-            "hint": INTERNAL_HINT,
-            "details": {},
-        }
-        emit_json({"ok": False, "error": error}, lenient=True)
-    return int(ExitCode.INTERNAL)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.trials import trials_for
 from cli import render
-from cli.common import ProfileOption, app_state
-from cli.render import Report
+from cli.boundary import Report, command
+from cli.common import JsonOption, ProfileOption, app_state
 
 
 @contextmanager
@@ -71,6 +71,7 @@ class RunProgress:
             self.console.print(Text(f"{self.elapsed()} {event.message}"))
 
 
+@command
 def run_command(
     ctx: typer.Context,
     profile: ProfileOption,
@@ -88,7 +89,7 @@ def run_command(
     ] = 1,
     rebless: Annotated[bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Write the full result as JSON to stdout.")] = False,
+    json_output: JsonOption = False,
 ) -> Report:
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
 
@@ -113,7 +114,7 @@ def run_command(
     console = render.err_console()
     progress = RunProgress(console)
     with sigterm_as_interrupt(), progress.status:
-        resolved = resolve_profile(loaded, runtime=runtime, adapter=adapter)
+        resolved = resolve_profile(loaded, image_resolver=runtime.resolve_image, adapter=adapter)
         console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(
             resolved,

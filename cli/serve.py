@@ -39,9 +39,9 @@ from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
-from cli import render
+from cli import boundary, render
+from cli.boundary import Report
 from cli.common import JsonOption, ManifestsDirOption, ProfileOption, RootOption, VerboseOption
-from cli.render import Report
 
 app = typer.Typer(
     name="serve-full",
@@ -322,7 +322,7 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
     )
-    code = render.execute(body, json_output=json_output, verbose=verbose)
+    code = boundary.execute(body, json_output=json_output, verbose=verbose)
     raise typer.Exit(code)
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bless.engines import get_adapter
 from bless.errors import (
     BlessError,
+    ExitCode,
+    GateFailedError,
     ManifestDuplicateError,
     ManifestInvalidError,
     NoManifestError,
@@ -36,10 +37,8 @@ from bless.factors import (
     change_to_dict,
     declared_hardware_factor,
     hardware_factor,
-    probe_python_environment,
-    resolve,
 )
-from bless.flows.resolve import nearest_blessing
+from bless.flows.resolve import nearest_blessing, resolve_profile
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
@@ -165,7 +164,6 @@ def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSp
 
 
 def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
-    adapter = get_adapter(profile.engine)
     image = profile.image or ""
     image_resolver: Callable[[str], str] | None = None
     if profile.runtime_kind == "docker" and not IMAGE_ID.match(image):
@@ -179,13 +177,8 @@ def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: lis
                 "gate runs offline, or run the gate where Docker is available",
             ) from None
         image_resolver = runtime.resolve_image
-    return resolve(
-        profile,
-        adapter,
-        image_resolver=image_resolver,
-        hardware_probe=_hardware_probe(notes, labels),
-        environment_probe=probe_python_environment,
-        offline=True,
+    return resolve_profile(
+        profile, image_resolver=image_resolver, hardware_probe=_hardware_probe(notes, labels), offline=True
     )
 
 
@@ -324,6 +317,39 @@ def run_gate(
     )
 
 
+#: What to do, per cause of a failed row: a hint must name the cause the rows show, not a guess.
+_HINTS: dict[int | None, str] = {
+    ExitCode.NO_MANIFEST: "bless each drifted profile (bless run --profile P) and commit its manifest, "
+    "or revert the drifted factors the row names",
+    ExitCode.RESOLUTION_FAILED: "a profile could not be resolved offline (the row says which factor): pin "
+    "runtime.image to its sha256 ID and model.revision to a 40-hex commit, or run the gate where the "
+    "Docker Engine is reachable",
+    ExitCode.VERIFY_FAILED: "a blessed cache no longer matches its manifest: do not serve it; find what "
+    "changed the read-only files, then re-bless (bless run --profile P --rebless)",
+    ExitCode.MANIFEST_INVALID: "repair the manifests directory: restore the invalid file from version "
+    "control or the store's archive, or move it out (until then no lookup can be trusted)",
+    ExitCode.MANIFEST_DUPLICATE: "keep the right manifest of each duplicated hash and move the other(s) out "
+    "of the manifests directory",
+    ExitCode.INPUT_INVALID: "fix the profile file the row names",
+}
+_OTHER_HINT = "read each failed row's reason above"
+
+
+def gate_failure(report: GateReport) -> GateFailedError:
+    """The refusal for a failed gate, its hint naming what to do for each cause the failed rows show."""
+    failed = report.failed
+    causes = dict.fromkeys(row.exit_code for row in failed)
+    hints = dict.fromkeys(_HINTS.get(cause, _OTHER_HINT) for cause in causes)
+    if not failed:
+        hints = dict.fromkeys(["pass at least one profile file"])
+    return GateFailedError(
+        f"{len(failed)} of {len(report.rows)} profile(s) not blessed: "
+        + "; ".join(f"{row.profile}: {row.reason.splitlines()[0]}" for row in failed[:5]),
+        hint="; ".join(hints),
+        details={"failed": [row.profile for row in failed], "causes": [code for code in causes if code is not None]},
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # CI formats
 
@@ -395,6 +421,7 @@ __all__ = [
     "GateReport",
     "GateRow",
     "default_profiles",
+    "gate_failure",
     "gate_profile",
     "github_annotations",
     "junit_xml",

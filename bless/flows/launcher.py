@@ -92,11 +92,9 @@ from bless.factors import (
     ResolvedConfig,
     hardware_factor,
     probe_gpus,
-    probe_python_environment,
-    resolve,
 )
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
-from bless.flows.resolve import no_manifest_error
+from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
 from bless.flows.session import EngineSession, engine_spec, log_tail
 from bless.manifest import Manifest, load_manifest
@@ -491,14 +489,13 @@ def plan(
     check_name_free(runtime, profile, name)
     t1 = clock()
 
-    resolved = resolve(
+    resolved = resolve_profile(
         profile,
-        adapter,
         # The ID read above, not the tag again: the container is started from this ID, so a tag
         # moved after this point cannot change what runs.
         image_resolver=lambda _reference: image_id or "",
+        adapter=adapter,
         hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
-        environment_probe=probe_python_environment,
     )
     manifest: Manifest | None = None
     manifest_path: Path | None = None

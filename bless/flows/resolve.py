@@ -11,9 +11,10 @@ from bless.engines.base import EngineAdapter
 from bless.errors import NoManifestError
 from bless.factors import (
     FactorChange,
+    HardwareProbe,
+    ImageResolver,
     ResolvedConfig,
     change_to_dict,
-    declared_hardware_factor,
     diff_factors,
     hardware_factor,
     probe_python_environment,
@@ -21,28 +22,29 @@ from bless.factors import (
 )
 from bless.manifest import Manifest
 from bless.profile import Profile
-from bless.runtime.base import Runtime
 from bless.store import Store
 
 
 def resolve_profile(
     profile: Profile,
     *,
-    runtime: Runtime | None,
+    image_resolver: ImageResolver | None,
     adapter: EngineAdapter | None = None,
+    hardware_probe: HardwareProbe = hardware_factor,
     offline: bool = False,
-    declared_hardware: bool = False,
 ) -> ResolvedConfig:
-    """Resolve ``profile`` on this machine (or, with ``declared_hardware``, from its declarations only).
+    """Resolve ``profile`` to its factors and config hash: the one entry point of every command.
 
-    ``runtime`` resolves image tags to IDs; without one, only pinned ``sha256:`` IDs work.
+    ``image_resolver`` maps an image tag to its ID (a runtime's ``resolve_image``, or the ID a
+    launcher already read); without one, only pinned ``sha256:`` IDs resolve. ``hardware_probe``
+    gives the hardware factor: this machine's by default, ``declared_hardware_factor`` for the
+    profile's declaration only. ``offline`` forbids network lookups (a revision must be pinned).
     """
-    adapter = adapter or get_adapter(profile.engine)
     return resolve(
         profile,
-        adapter,
-        image_resolver=runtime.resolve_image if runtime is not None else None,
-        hardware_probe=declared_hardware_factor if declared_hardware else hardware_factor,
+        adapter or get_adapter(profile.engine),
+        image_resolver=image_resolver,
+        hardware_probe=hardware_probe,
         environment_probe=probe_python_environment,
         offline=offline,
     )

@@ -69,7 +69,7 @@ def write_profile(directory: Path, name: str = "profile.toml", **kwargs: Any) ->
 
 def bless_profile(store: Store, profile: Path, work: Path, variant: str = "a") -> Manifest:
     """Publish a real blessing whose factors are what ``profile`` resolves to here."""
-    resolved = resolve_profile(load_profile(profile), runtime=None)
+    resolved = resolve_profile(load_profile(profile), image_resolver=None)
     tree = write_tree(work / f"tree-{variant}-{resolved.config_hash[:8]}", variant)
     manifest = make_manifest(tree, resolved.factors)
     store.publish(tree, manifest)
@@ -131,7 +131,7 @@ def blessed_file(store: Store, manifest: Manifest, path: str) -> Path:
 
 
 def test_hash_human(bless: Invoke, profile: Path) -> None:
-    expected = resolve_profile(load_profile(profile), runtime=None).config_hash
+    expected = resolve_profile(load_profile(profile), image_resolver=None).config_hash
     result = bless("hash", "--profile", str(profile))
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""  # humans read stderr; stdout is only for --json

@@ -62,7 +62,7 @@ def write(directory: Path, filename: str, **kwargs: Any) -> Path:
 
 
 def bless(store: Store, profile: Path, work: Path) -> str:
-    resolved = resolve_profile(load_profile(profile), runtime=None)
+    resolved = resolve_profile(load_profile(profile), image_resolver=None)
     tree = write_tree(work / f"tree-{resolved.config_hash[:8]}")
     manifest = make_manifest(tree, resolved.factors)
     store.publish(tree, manifest)
@@ -275,3 +275,72 @@ def test_cli_default_profiles_dir(
     empty.mkdir()
     monkeypatch.chdir(empty)
     assert runner.invoke(app, ["gate", "--manifests-dir", str(store.manifests_dir)]).exit_code == ExitCode.USAGE
+
+
+def test_cli_gate_takes_the_shared_root_and_manifests_dir_options(
+    runner: CliRunner, store: Store, profiles: Path, tmp_path: Path
+) -> None:
+    """--root / --manifests-dir after ``gate`` are the global options (env vars included); the command line wins."""
+    profile = write(profiles, "a.toml")
+    config_hash = bless(store, profile, tmp_path)
+    manifests = str(store.manifests_dir)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+
+    def gate(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        result = runner.invoke(app, [*args, "--json"], env=env)
+        assert result.exit_code == 0, result.stderr
+        document: dict[str, Any] = json.loads(result.stdout)
+        return document
+
+    by_env = gate("gate", str(profile), env={"BLESS_MANIFESTS_DIR": manifests, "BLESS_ROOT": str(store.root)})
+    assert by_env["rows"][0]["config_hash"] == config_hash and by_env["root"] == str(store.root)
+    global_wins_over_env = gate(
+        "--manifests-dir", manifests, "gate", str(profile), env={"BLESS_MANIFESTS_DIR": str(decoy)}
+    )
+    assert global_wins_over_env["manifests_dir"] == manifests
+    command_wins_over_global = gate("--manifests-dir", str(decoy), "gate", str(profile), "--manifests-dir", manifests)
+    assert command_wins_over_global["manifests_dir"] == manifests
+
+
+def test_cli_gate_missing_manifests_dir_says_which(runner: CliRunner, profiles: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "manifests" / "blessed"
+    result = runner.invoke(app, ["gate", str(write(profiles, "a.toml")), "--manifests-dir", str(missing)])
+    assert result.exit_code == ExitCode.USAGE
+    assert f"the manifests directory {missing} does not exist" in result.stderr
+    assert "bless --manifests-dir DIR run --profile P" in result.stderr
+
+
+def _gate_hint(runner: CliRunner, *args: str) -> str:
+    result = runner.invoke(app, ["gate", *args, "--json"])
+    assert result.exit_code == ExitCode.GATE_FAILED, result.stderr
+    hint: str = json.loads(result.stdout)["error"]["hint"]
+    return hint
+
+
+def test_cli_gate_hint_names_the_cause_drift(runner: CliRunner, store: Store, profiles: Path, tmp_path: Path) -> None:
+    bless(store, write(profiles, "a.toml"), tmp_path)
+    hint = _gate_hint(runner, str(write(profiles, "b.toml", layers=4)), "--manifests-dir", str(store.manifests_dir))
+    assert "revert the drifted factors" in hint and "Docker" not in hint
+
+
+def test_cli_gate_hint_names_the_cause_docker_down(runner: CliRunner, store: Store, profiles: Path) -> None:
+    store.manifests_dir.mkdir(parents=True)
+    tagged = write(profiles, "a.toml", image="bless-reference:0.1.0")  # DOCKER_HOST points nowhere
+    hint = _gate_hint(runner, str(tagged), "--manifests-dir", str(store.manifests_dir))
+    assert "pin runtime.image to its sha256 ID" in hint and "Docker Engine is reachable" in hint
+    assert "revert" not in hint
+
+
+def test_cli_gate_hint_names_the_cause_tampered_cache(
+    runner: CliRunner, store: Store, profiles: Path, tmp_path: Path
+) -> None:
+    profile = write(profiles, "a.toml")
+    manifest = store.find(bless(store, profile, tmp_path))
+    assert manifest is not None
+    target = store.blessed_dir(manifest) / "artifact.bin"
+    target.chmod(0o644)
+    target.write_bytes(b"flipped")
+    hint = _gate_hint(runner, str(profile), "--verify", "--root", str(store.root))
+    assert "do not serve it" in hint and "--rebless" in hint
+    assert "revert" not in hint

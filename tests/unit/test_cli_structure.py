@@ -1,0 +1,90 @@
+"""How the CLI is put together: one way to register a command, one definition of each shared option,
+one error boundary, one entry point to profile resolution."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import typer.main
+
+import cli.boundary
+from cli import common
+from cli.main import COMMANDS, app
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The shared options as ``cli.common`` defines them: (help, envvar) of each.
+SHARED = {
+    "--json": common.JsonOption,
+    "--root": common.RootOption,
+    "--manifests-dir": common.ManifestsDirOption,
+}
+
+
+def _declared(annotated: Any) -> tuple[str | None, Any]:
+    option = annotated.__metadata__[0]
+    return option.help, option.envvar
+
+
+def test_every_command_is_registered_the_same_way_behind_the_boundary() -> None:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.main.TyperGroup)
+    assert sorted(group.commands) == sorted(name for name, _ in COMMANDS)
+    for name, body in COMMANDS:
+        chain = []
+        function: Any = group.commands[name].callback
+        while function is not None:
+            chain.append(function)
+            function = getattr(function, "__wrapped__", None)
+        assert body in chain, f"{name} is registered from the COMMANDS table"
+        # The wrapper made by cli.boundary.command, around the command's own body.
+        assert body.__code__.co_filename == cli.boundary.__file__, name
+        assert chain[-1].__code__.co_filename != cli.boundary.__file__, name
+
+
+def test_shared_options_are_declared_once() -> None:
+    """--json, --root, --manifests-dir mean the same (help, env var) on every command that takes them."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.main.TyperGroup)
+    seen: set[str] = set()
+    for command in [group, *group.commands.values()]:
+        for param in command.params:
+            for flag in set(param.opts) & set(SHARED):
+                seen.add(flag)
+                assert (param.help, param.envvar) == _declared(SHARED[flag]), f"{command.name} {flag}"
+    assert seen == set(SHARED)
+
+
+def _imports_resolve(path: Path) -> bool:
+    """Whether a module imports ``bless.factors.resolve`` (by name or through the module)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "bless.factors" and "resolve" in _names(node):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "bless" and "factors" in _names(node):
+            return True
+        if isinstance(node, ast.Import) and "bless.factors" in _names(node):
+            return True
+    return False
+
+
+def _names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    return {alias.name for alias in node.names}
+
+
+def _calls(name: str, path: Path) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
+
+
+def test_profiles_are_resolved_through_one_entry_point() -> None:
+    """Only bless/flows/resolve.py calls factors.resolve(); every command goes through resolve_profile()."""
+    sources = [path for folder in ("bless", "cli") for path in sorted((REPO / folder).rglob("*.py"))]
+    importers = [str(path.relative_to(REPO)) for path in sources if _imports_resolve(path)]
+    assert importers == ["bless/flows/resolve.py"]
+    users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
+    assert {"bless/flows/gate.py", "cli/common.py", "cli/run.py"} <= users
+    assert any(user.startswith(("bless/flows/launcher", "bless/flows/serve")) for user in users), users
