@@ -28,17 +28,22 @@ from cli.common import JsonOption, ProfileOption, app_state
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt so a run stops its engines and keeps evidence either way."""
+def signals_as_interrupt() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into KeyboardInterrupt so a run stops its engines and keeps evidence.
+
+    Both handlers are installed explicitly: a process started with SIGINT ignored (``bless run ... &``
+    from a script) inherits the ignore, and Python then never installs its own Ctrl-C handler.
+    """
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class RunProgress:
@@ -113,7 +118,7 @@ def run_command(
     adapter = get_adapter(loaded.engine)
     console = render.err_console()
     progress = RunProgress(console)
-    with sigterm_as_interrupt(), progress.status:
+    with signals_as_interrupt(), progress.status:
         resolved = resolve_profile(loaded, image_resolver=runtime.resolve_image, adapter=adapter)
         console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(

@@ -264,11 +264,13 @@ class Orchestrator:
         self.adapter.prepare_cache_dir(tree)
         trials: list[TrialResult] = []
         bootstrap: dict[str, Any] = {}
+        step = "the bootstrap"  # what an interruption stops: said in the rejection's summary
         try:
             self.events(Event("phase", f"candidate {index}: phase 1, bootstrap compile", {"candidate": index}))
             bootstrap, golden_report, listing, artifacts = self._bootstrap(index, tree, evidence)
             golden = golden_from(golden_report, self.profile.trials.max_tokens)
             for trial in range(1, options.trials + 1):
+                step = f"trial {trial}"
                 self.events(Event("trial-start", f"candidate {index}: trial {trial}/{options.trials}",
                                   {"candidate": index, "trial": trial, "of": options.trials}))  # fmt: skip
                 result = self._trial(index, trial, tree, listing, golden, artifacts.engine_keys, work, evidence)
@@ -281,7 +283,7 @@ class Orchestrator:
             self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
             raise
         except KeyboardInterrupt:
-            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options)
+            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=step)
             raise
         failed = [t for t in trials if not t.passed]
         if failed:
@@ -500,13 +502,18 @@ class Orchestrator:
         trials: list[TrialResult],
         reasons: tuple[str, ...],
         options: RunOptions,
+        *,
+        interrupted: str | None = None,
     ) -> Path:
-        summary = render_summary(self.resolved, self.run_id, candidate, bootstrap, trials, reasons, options)
+        summary = render_summary(
+            self.resolved, self.run_id, candidate, bootstrap, trials, reasons, options, interrupted=interrupted
+        )
         record = {
             "config_hash": self.resolved.config_hash,
             "run_id": self.run_id,
             "candidate": candidate,
             "reasons": list(reasons),
+            "interrupted_during": interrupted,
             "bootstrap": bootstrap,
             "trials": [trial.to_dict() for trial in trials],
             "factors": dict(self.resolved.factors),
@@ -552,14 +559,23 @@ def render_summary(
     trials: list[TrialResult],
     reasons: tuple[str, ...],
     options: RunOptions,
+    *,
+    interrupted: str | None = None,
 ) -> str:
-    """The ``summary.md`` a human reads first in a rejected-evidence dir."""
+    """The ``summary.md`` a human reads first in a rejected-evidence dir.
+
+    ``interrupted`` names the step a signal stopped (``"trial 2"``, ``"the bootstrap"``): that step
+    started but has no verdict, so it is not among the finished trials.
+    """
+    progress = f"- trials finished: {len(trials)} of {options.trials} planned"
+    if interrupted is not None:
+        progress += f"; interrupted during {interrupted}"
     lines = [
         f"# Rejected: candidate {candidate} of run {run_id}",
         "",
         f"- profile: `{resolved.profile.label}`",
         f"- config hash: `{resolved.config_hash}`",
-        f"- trials run: {len(trials)} of {options.trials} planned (a run stops at the first failing trial)",
+        f"{progress} (a run stops at the first failing trial)",
         "",
         "## Why",
         "",

@@ -763,12 +763,28 @@ def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
     assert runtime.all_stopped_and_removed(), "every engine stopped (gracefully) and removed"
     assert harness.store.find(harness.config_hash) is None
     (rejected,) = harness.rejected_dirs()
-    assert "interrupted" in (rejected / "summary.md").read_text()
+    summary = (rejected / "summary.md").read_text()
+    assert "trials finished: 1 of 3 planned; interrupted during trial 2" in summary
     evidence = json.loads((rejected / "evidence.json").read_text())
-    assert evidence["reasons"] == ["interrupted"]
+    assert evidence["reasons"] == ["interrupted"] and evidence["interrupted_during"] == "trial 2"
     assert [t["passed"] for t in evidence["trials"]] == [True], "trial 1's verdict is kept"
     assert (rejected / "tree" / ARTIFACT).is_file() and (rejected / "trial-2.log").is_file()
     assert harness.staging_left() == []
     # The lock is free: a second run takes it and blesses.
     second = make()
     assert second.run(trials=1).published
+
+
+def test_interrupt_in_the_first_trial_says_that_trial_started(make: Callable[..., Harness], real_sigint: None) -> None:
+    """Not "0 trials run" once trial 1 has started: the summary names the step the signal stopped."""
+
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        return Behavior(interrupt_on_request=2) if phase == "trial" else Behavior()
+
+    harness = make(scenario)
+    with pytest.raises(InterruptedByUserError):
+        harness.run(trials=3)
+    (rejected,) = harness.rejected_dirs()
+    summary = (rejected / "summary.md").read_text()
+    assert "trials finished: 0 of 3 planned; interrupted during trial 1" in summary
+    assert json.loads((rejected / "evidence.json").read_text())["interrupted_during"] == "trial 1"
