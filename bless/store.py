@@ -691,7 +691,13 @@ class Store:
         waited_text = f" (waited {waited:g} s)" if waited is not None and waited >= 0 else ""
         return LockHeldError(
             f"another bless holds the lock for config hash {config_hash[:16]}...: {who}{waited_text}",
-            hint="wait for it to finish (or wait for the lock); it is released as soon as that process exits",
+            hint=(
+                "wait for that run to finish, or rerun with --wait (bless run --wait) to queue behind it; "
+                "the lock is released as soon as that process exits"
+                if waited is None
+                else "that run is still going: wait longer, or stop it; the lock is released as soon as "
+                "that process exits"
+            ),
             details={
                 "config_hash": config_hash,
                 "holder": holder,

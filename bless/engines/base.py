@@ -38,11 +38,17 @@ class EnvPolicy:
 
 @dataclass(frozen=True)
 class UnsafeSetting:
-    """A profile setting that must not reach a blessed start (debug, cache disabled, test knobs)."""
+    """A profile setting that must not reach a blessed start (debug, cache disabled, test knobs).
+
+    ``test_knob`` marks the knobs that exist only to test bless itself (the reference engine's
+    ``BLESS_REFERENCE_*``); everything else is a debug or cache-disabling setting of the engine, and
+    the refusal says what to do about each kind.
+    """
 
     name: str
     value: str
     reason: str
+    test_knob: bool = False
 
     def describe(self) -> str:
         """``NAME=value (why)``, as refusals and warnings print it."""

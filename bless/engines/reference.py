@@ -86,7 +86,7 @@ class ReferenceAdapter:
 
     def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
         found = [
-            UnsafeSetting(name, value, reason)
+            UnsafeSetting(name, value, reason, test_knob=table is KNOBS)
             for name, value in sorted(profile.env.items())
             for table in (KNOBS, DEBUG_ENV)
             if name in table and value not in ("", "0")

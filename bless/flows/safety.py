@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
-from bless.engines.base import EngineAdapter
+from bless.engines.base import EngineAdapter, UnsafeSetting
 from bless.errors import UnsafeEnvError
 from bless.profile import Profile
 
@@ -21,9 +22,24 @@ def check_unsafe(profile: Profile, adapter: EngineAdapter) -> list[str]:
         return described
     raise UnsafeEnvError(
         f"{profile.label} sets: " + "; ".join(described),
-        hint=(
-            "remove them from the profile (they exist to test bless itself; "
-            f"{ALLOW_UNSAFE_ENV}=1 allows them in tests only)"
-        ),
+        hint=unsafe_hint(unsafe),
         details={"unsafe": described},
     )
+
+
+def unsafe_hint(unsafe: Sequence[UnsafeSetting]) -> str:
+    """What to do, for the kinds of unsafe settings found: debug/cache-disabling ones, test knobs."""
+    hints = []
+    settings = [u.name for u in unsafe if not u.test_knob]
+    knobs = [u.name for u in unsafe if u.test_knob]
+    if settings:
+        hints.append(
+            f"remove {', '.join(settings)} from the profile: a debug or cache-disabling setting makes a start "
+            "that is not the one blessed (to debug, serve-full --debug starts the engine without the cache)"
+        )
+    if knobs:
+        hints.append(
+            f"remove {', '.join(knobs)}: these knobs exist to test bless itself "
+            f"({ALLOW_UNSAFE_ENV}=1 allows them in bless's own tests only)"
+        )
+    return "; ".join(hints)

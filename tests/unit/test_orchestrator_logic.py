@@ -657,6 +657,7 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
         refused.run(trials=1)
     assert caught.value.exit_code == ExitCode.UNSAFE_ENV == 30
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in caught.value.message
+    assert "exist to test bless itself" in (caught.value.hint or "")
     assert refused.runtime.engines == [] and refused.runtime.pinged == 0, "refused before touching the runtime"
     assert not (refused.store.root / "locks").exists(), "refused before taking the lock"
 
@@ -673,6 +674,22 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     recorded = json.dumps(manifest.provenance)
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in recorded, "what was allowed is recorded"
     assert {e.spec.env["BLESS_REFERENCE_NONDETERMINISTIC"] for e in allowed.runtime.engines} == {"1"}
+
+
+def test_unsafe_debug_setting_hint_does_not_call_it_a_test_knob(
+    make: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TORCH_COMPILE_DEBUG is an engine debug switch, not one of bless's test knobs: the hint says so."""
+    monkeypatch.delenv(ALLOW_UNSAFE_ENV, raising=False)
+    with pytest.raises(UnsafeEnvError) as caught:
+        make(profile=make_profile(TORCH_COMPILE_DEBUG="1")).run(trials=1)
+    hint = caught.value.hint or ""
+    assert "remove TORCH_COMPILE_DEBUG from the profile" in hint and "serve-full --debug" in hint
+    assert "test bless itself" not in hint and ALLOW_UNSAFE_ENV not in hint
+    with pytest.raises(UnsafeEnvError) as both:
+        make(profile=make_profile(TORCH_COMPILE_DEBUG="1", BLESS_REFERENCE_CRASH_AT_BOOT="1")).run(trials=1)
+    assert "remove TORCH_COMPILE_DEBUG from the profile" in (both.value.hint or "")
+    assert "remove BLESS_REFERENCE_CRASH_AT_BOOT: these knobs exist to test bless itself" in (both.value.hint or "")
 
 
 def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) -> None:
@@ -693,6 +710,7 @@ def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) ->
     (error,) = errors
     assert isinstance(error, LockHeldError) and error.exit_code == 11
     assert f"pid {os.getpid()}" in error.message
+    assert error.hint is not None and "--wait" in error.hint, "the refusal names the way to queue behind the holder"
     assert harness.runtime.engines == []
 
 
