@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     ALREADY_BLESSED = 10
     LOCK_HELD = 11
     CONTAINER_CONFLICT = 12
+    WEAKER_BLESSING = 13
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -99,6 +100,13 @@ class LockHeldError(BlessError):
 class ContainerConflictError(BlessError):
     exit_code = ExitCode.CONTAINER_CONFLICT
     title = "container conflict"
+
+
+class WeakerBlessingError(BlessError):
+    """``--rebless`` would replace a blessing with one whose failure-rate bound is weaker."""
+
+    exit_code = ExitCode.WEAKER_BLESSING
+    title = "weaker blessing"
 
 
 class NoManifestError(BlessError):
@@ -213,6 +221,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (
         ExitCode.CONTAINER_CONFLICT,
         "a container of ours is already running, or a foreign container holds our name",
+    ),
+    (
+        ExitCode.WEAKER_BLESSING,
+        "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)",
     ),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),

@@ -72,6 +72,8 @@ class RunProgress:
             self.console.print(line)
             for reason in result.get("reasons", [])[:5]:
                 self.console.print(Text(f"    {reason}", style="red"))
+        elif event.kind == "warning":
+            self.console.print(Text.assemble(f"{self.elapsed()} ", ("warning", "bold yellow"), f": {event.message}"))
         else:
             self.console.print(Text(f"{self.elapsed()} {event.message}"))
 
@@ -93,6 +95,14 @@ def run_command(
         typer.Option("--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."),
     ] = 1,
     rebless: Annotated[bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")] = False,
+    allow_weaker: Annotated[
+        bool,
+        typer.Option(
+            "--allow-weaker",
+            help="With --rebless: publish even if fewer trials give a weaker failure-rate bound than the "
+            "blessing it replaces (refused otherwise, exit 13).",
+        ),
+    ] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
     json_output: JsonOption = False,
 ) -> Report:
@@ -126,7 +136,14 @@ def run_command(
             store=store,
             runtime=runtime,
             adapter=adapter,
-            options=RunOptions(trials=k, confidence=confidence, candidates=candidates, rebless=rebless, wait_lock=wait),
+            options=RunOptions(
+                trials=k,
+                confidence=confidence,
+                candidates=candidates,
+                rebless=rebless,
+                wait_lock=wait,
+                allow_weaker=allow_weaker,
+            ),
             events=progress,
         )
     data = result.to_dict()
@@ -191,6 +208,8 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
         )
         if data.get("archived_manifest"):
             console.print(f"prior blessing archived: {data['archived_manifest']}")
+    for warning in data.get("warnings", []):
+        console.print(Text.assemble(("warning", "bold yellow"), f": {warning}"))
 
 
 def _num(value: Any) -> str:

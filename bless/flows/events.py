@@ -17,7 +17,7 @@ from typing import Any
 class Event:
     """Progress for humans: the CLI renders these; the library never prints."""
 
-    kind: str  # phase | trial-start | trial-end | candidate-end | note
+    kind: str  # phase | trial-start | trial-end | candidate-end | note | warning
     message: str
     data: dict[str, Any] = field(default_factory=dict)
 

@@ -28,6 +28,7 @@ from bless.errors import (
     EngineHttpError,
     InterruptedByUserError,
     NotReadyError,
+    WeakerBlessingError,
 )
 from bless.factors import ResolvedConfig
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
@@ -58,6 +59,8 @@ class RunOptions:
     candidates: int = 1
     rebless: bool = False
     wait_lock: bool = False
+    #: Publish even when the blessing replaced by ``rebless`` had a stronger failure-rate bound.
+    allow_weaker: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,14 @@ class RunResult:
     archived_manifest: str | None
     wall_seconds: float
     engine_seconds: float
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "config_hash": self.config_hash,
             "run_id": self.run_id,
             "published": self.published,
+            "warnings": list(self.warnings),
             "trials_planned": self.trials_planned,
             "confidence": self.confidence,
             "failure_rate_bound": self.failure_rate_bound,
@@ -163,6 +168,7 @@ class Orchestrator:
         self.image = resolved.factors["runtime"].get("image_id")
         self.engine_seconds = 0.0
         self._published: PublishResult | None = None
+        self._warnings: list[str] = []
         identity = process_identity()
         self._owner_process = json.dumps(
             {key: identity[key] for key in ("host", "pid", "proc_start")}, sort_keys=True, separators=(",", ":")
@@ -184,6 +190,8 @@ class Orchestrator:
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
                     hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
                 )
+            if existing is not None:
+                self._check_bound_kept(existing, options)
             for note in self.adapter.notes():
                 self.events(Event("note", f"{self.adapter.name} adapter: {note}"))
             leftovers, spared = self._clean_leftovers(config_hash)
@@ -207,6 +215,22 @@ class Orchestrator:
                 ) from None
             finally:
                 shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _check_bound_kept(self, existing: Manifest, options: RunOptions) -> None:
+        """Refuse a rebless that would publish a weaker bound, unless allowed (then warn)."""
+        weaker = weaker_than(existing, options)
+        if weaker is None:
+            return
+        if not options.allow_weaker:
+            # Refused before any engine starts: nothing is spent on a run that may not publish.
+            raise WeakerBlessingError(
+                weaker,
+                hint=f"bless with at least --trials {existing_passes(existing)} to keep the bound, "
+                "or add --allow-weaker to publish the weaker one",
+                details={"config_hash": existing.config_hash, "trials": options.trials},
+            )
+        self._warnings.append(f"{weaker}; publishing it anyway (--allow-weaker)")
+        self.events(Event("warning", self._warnings[-1]))
 
     def _clean_leftovers(self, config_hash: str) -> tuple[list[str], list[str]]:
         """Remove this hash's bless-run containers whose run is gone; returns (removed, spared).
@@ -250,6 +274,7 @@ class Orchestrator:
             archived_manifest=str(publish.archived_manifest) if publish and publish.archived_manifest else None,
             wall_seconds=time.monotonic() - started,
             engine_seconds=self.engine_seconds,
+            warnings=tuple(self._warnings),
         )
 
     # --- one candidate ---------------------------------------------------------------------------
@@ -537,6 +562,35 @@ class Orchestrator:
         self.engine_seconds += (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
         if session.stop_result is not None:
             self.engine_seconds += session.stop_result.seconds
+
+
+def existing_passes(manifest: Manifest) -> int:
+    """How many trials in a row the blessing passed (K of K: a run stops at its first failure)."""
+    passed = manifest.trials.get("passed")
+    return passed if isinstance(passed, int) and not isinstance(passed, bool) and passed >= 0 else 0
+
+
+def weaker_than(existing: Manifest, options: RunOptions) -> str | None:
+    """Why a rebless with ``options`` would publish a weaker failure-rate bound than ``existing``, or None.
+
+    Both bounds are taken at the confidence of the blessing being replaced, so a different
+    ``--confidence`` alone never makes a rebless look weaker or stronger: only the evidence (how
+    many trials passed) counts.
+    """
+    stored = existing.trials.get("failure_rate_bound")
+    confidence = stored.get("confidence") if isinstance(stored, Mapping) else None
+    if not isinstance(confidence, float) or not 0 < confidence < 1:
+        confidence = DEFAULT_CONFIDENCE
+    passes = existing_passes(existing)
+    before = failure_rate_bound(passes, confidence)
+    after = failure_rate_bound(options.trials, confidence)
+    if after <= before:
+        return None
+    return (
+        f"--rebless with K={options.trials} would replace a {passes}/{passes} blessing of "
+        f"{existing.config_hash[:16]}: failure-rate bound {before:.0%} -> {after:.0%} per start "
+        f"at {confidence:.0%} confidence (weaker)"
+    )
 
 
 def _owner_running(container_labels: Mapping[str, str]) -> bool:

@@ -36,6 +36,7 @@ from bless.errors import (
     InterruptedByUserError,
     LockHeldError,
     UnsafeEnvError,
+    WeakerBlessingError,
 )
 from bless.evidence import UpperEntry
 from bless.factors import ResolvedConfig, resolve
@@ -645,6 +646,39 @@ def test_existing_blessing_is_refused_without_rebless_and_archived_with_it(make:
     assert after is not None and after.provenance["run_id"] == result.run_id != published.run_id
     # The prior version stays on disk until gc.
     assert Path(published.blessed_dir or "").is_dir()
+
+
+def test_rebless_with_a_weaker_bound_is_refused_unless_allowed(make: Callable[..., Harness]) -> None:
+    """3/3 (63% at 95%) must not be silently replaced by 2/2 (78%): refused at once, or published with a warning."""
+    first = make()
+    assert first.run(trials=3).published
+    before = first.store.find(first.config_hash)
+    assert before is not None
+
+    weaker = make()
+    with pytest.raises(WeakerBlessingError) as caught:
+        weaker.run(trials=2, rebless=True)
+    assert caught.value.exit_code == ExitCode.WEAKER_BLESSING == 13
+    assert "63% -> 78%" in caught.value.message and "3/3" in caught.value.message
+    assert "--allow-weaker" in (caught.value.hint or "") and "--trials 3" in (caught.value.hint or "")
+    assert weaker.runtime.engines == [], "refused before any engine started"
+    live = weaker.store.find(weaker.config_hash)
+    assert live is not None and live.cache.dir_id == before.cache.dir_id, "the stronger blessing stays live"
+
+    allowed = make()
+    result = allowed.run(trials=2, rebless=True, allow_weaker=True)
+    assert result.published
+    (warning,) = result.warnings
+    assert "63% -> 78%" in warning and "--allow-weaker" in warning
+    assert [e.message for e in allowed.events if e.kind == "warning"] == [warning]
+    assert result.to_dict()["warnings"] == [warning]
+
+    # Another confidence alone is not weaker evidence: 2 passes are 2 passes.
+    same_evidence = make().run(trials=2, rebless=True, confidence=0.99)
+    assert same_evidence.published and same_evidence.warnings == ()
+
+    stronger = make().run(trials=4, rebless=True)
+    assert stronger.published and stronger.warnings == ()
 
 
 def test_unsafe_settings_refused_unless_the_test_override_is_set(
