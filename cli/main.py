@@ -45,6 +45,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: rich markup would eat bracketed words ("[hardware]"), and typer's rich help
+    # prints a "<bool>" type on every flag.
+    rich_markup_mode=None,
 )
 
 OfflineOption = Annotated[

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.panel import Panel
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -41,6 +42,15 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=False, width=width)
 
 
+#: Banners wrap at this width: a log (not a terminal) is drawn 1000 columns wide, a banner must not be.
+BANNER_WIDTH = 100
+
+
+def banner(text: str, *, title: str, style: str) -> Panel:
+    """A loud boxed message, at most :data:`BANNER_WIDTH` columns wide (narrower on a narrow terminal)."""
+    return Panel(Text(text, style="bold"), title=title, style=style, width=BANNER_WIDTH)
+
+
 # --------------------------------------------------------------------------------------------
 # Small formatting helpers
 
@@ -53,6 +63,25 @@ def human_bytes(size: int) -> str:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print: every non-printable character (controls, bidi overrides, ...) escaped.
+
+    ``\\x1b`` for C0/C1 controls, ``\\u202e`` / ``\\U000e0001`` above; a backslash is doubled so an
+    escape can always be told from the same characters in the text. Printable text (any script)
+    stays as it is.
+    """
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif char.isprintable():
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
 
 
 def _json_text(value: Any) -> str:
@@ -223,13 +252,42 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
                 style="dim",
             )
         )
-    golden = _table("golden outputs", "prompt", "max tokens", "text")
+    golden = _table("golden outputs", "prompt", "max tokens", "text", "token ids")
     for item in data["golden"]:
-        golden.add_row(Text(_json_text(item["prompt"])), Text(str(item["max_tokens"])), Text(_json_text(item["text"])))
+        golden.add_row(
+            Text(shown(str(item["prompt"]))),
+            Text(str(item["max_tokens"])),
+            _golden_text(item),
+            Text(_token_ids(item.get("token_ids")), style="dim"),
+        )
     console.print(golden)
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
     console.print(kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+
+
+#: Token ids shown per golden output (all of them are in ``--json``).
+MAX_TOKEN_IDS_SHOWN = 24
+
+
+def _golden_text(item: Mapping[str, Any]) -> Text:
+    """A golden output's text as a reader can see it: quoted, non-printables escaped.
+
+    Byte-level engines (the reference engine) produce arbitrary bytes; their text holds U+FFFD where
+    the bytes were not UTF-8, so the token ids are what identifies the output: said in the cell.
+    """
+    text = str(item.get("text", ""))
+    cell = Text(f'"{shown(text)}"')
+    if "\ufffd" in text and item.get("token_ids"):
+        cell.append(" (not UTF-8 text: compared by token ids)", style="dim")
+    return cell
+
+
+def _token_ids(ids: Any) -> str:
+    if not isinstance(ids, list) or not ids:
+        return "-"
+    head = " ".join(str(token) for token in ids[:MAX_TOKEN_IDS_SHOWN])
+    return head + (f" ... ({len(ids)} in all)" if len(ids) > MAX_TOKEN_IDS_SHOWN else "")
 
 
 def _scalar(value: Any) -> str:

@@ -29,7 +29,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.panel import Panel
 from rich.text import Text
 
 from bless.engines import get_adapter
@@ -47,6 +46,7 @@ app = typer.Typer(
     name="serve-full",
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help, as bless's (cli.main says why)
     help="Serve a profile on its blessed compile cache, fail closed.",
 )
 
@@ -91,9 +91,9 @@ class SignalGate:
 def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool) -> None:
     """The loud part: a red panel for --debug, a yellow one for --no-canary, then warnings."""
     if plan["debug"]:
-        console.print(Panel(Text(launcher.DEBUG_BANNER, style="bold"), title="NOT BLESSED", style="bold red"))
+        console.print(render.banner(launcher.DEBUG_BANNER, title="NOT BLESSED", style="bold red"))
     elif no_canary:
-        console.print(Panel(Text(launcher.NO_CANARY_BANNER, style="bold"), title="NO CANARY", style="bold yellow"))
+        console.print(render.banner(launcher.NO_CANARY_BANNER, title="NO CANARY", style="bold yellow"))
     for warning in plan.get("warnings", []):
         console.print(Text.assemble(("warning", "bold yellow"), ": ", warning))
 

@@ -121,6 +121,19 @@ image_label() {
 
 is_root() { [[ "$(id -u)" -eq 0 ]]; }
 
+# The legacy builder keeps each earlier stage of a multi-stage build (the offline path's torch venv)
+# as an untagged <none> image. Every untagged image that descends from our debootstrap base (it
+# inherits the org.bless.base-suite label; the base itself and the final image are tagged) is such
+# a leftover of this script: remove them. Images still used by a container are kept (docker refuses).
+drop_stage_leftovers() {
+    local stage
+    for stage in $(docker images --quiet --no-trunc --filter dangling=true --filter label=org.bless.base-suite); do
+        if docker image rm "$stage" >/dev/null 2>&1; then
+            say "removed the leftover build stage ${stage:7:12}"
+        fi
+    done
+}
+
 apt_updated=0
 apt_install() {
     is_root || die "need to install $* with apt-get; run as root or: sudo apt-get install -y $*"
@@ -257,6 +270,7 @@ if (( force == 0 )) && [[ -n "$existing_id" ]]; then
            && old_base_id="$(base_id_for_path "$old_path")" \
            && [[ "$(inputs_hash "$old_path" "$old_base_id")" == "$old_hash" ]]; then
             say "$IMAGE is up to date (path $old_path, inputs ${old_hash:0:12})"
+            drop_stage_leftovers
             echo "$existing_id"
             exit 0
         fi
@@ -455,6 +469,7 @@ if [[ -n "$existing_id" && "$existing_id" != "$id" ]] \
         say "removed the replaced image ${existing_id:7:12}"
     fi
 fi
+drop_stage_leftovers
 size="$(docker image inspect --format '{{.Size}}' "$IMAGE" 2>/dev/null || echo 0)"
 say "built $IMAGE in $((SECONDS - t0))s (total $((SECONDS - started))s), $((size / 1000000)) MB, id $id"
 echo "$id"

@@ -2,7 +2,7 @@
 
 ``busybox_image``: a tiny image (``bless-test-busybox:1``) made from the host's static
 busybox, with no registry and no network: a rootfs tar with ``/bin/busybox`` and a
-symlink per applet, ``docker import``-ed once and reused afterwards.
+symlink per applet, ``docker import``-ed once per session and removed at its end.
 
 Docker unreachable -> these tests are skipped with the reason (start it with
 scripts/ensure-docker.sh); set BLESS_REQUIRE_DOCKER=1 (CI) to make that a failure.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, our_containers, run_cli, write_profile
+from helpers import REPO, imported_image, our_containers, run_cli, write_profile
 
 BUSYBOX_IMAGE = "bless-test-busybox:1"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
@@ -93,21 +93,19 @@ def _rootfs_tar(busybox: Path) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def busybox_image(docker_client: Any) -> str:
-    """``bless-test-busybox:1``, built from the host's static busybox unless already present."""
+def busybox_image(docker_client: Any) -> Iterator[str]:
+    """``bless-test-busybox:1``, imported from the host's static busybox for the session, removed after it.
+
+    Present before the session (an operator's, or a run that was killed): used and left alone.
+    """
     docker = pytest.importorskip("docker")
     try:
         docker_client.images.get(BUSYBOX_IMAGE)
-        return BUSYBOX_IMAGE
+        rootfs = b""  # present: imported_image uses it as it is
     except docker.errors.ImageNotFound:
-        pass
-    data = _rootfs_tar(_static_busybox())
-    repository, tag = BUSYBOX_IMAGE.split(":")
-    docker_client.api.import_image_from_data(
-        data, repository=repository, tag=tag, changes=["ENV PATH=/bin", 'CMD ["sh"]']
-    )
-    docker_client.images.get(BUSYBOX_IMAGE)
-    return BUSYBOX_IMAGE
+        rootfs = _rootfs_tar(_static_busybox())
+    with imported_image(docker_client, BUSYBOX_IMAGE, rootfs, ["ENV PATH=/bin", 'CMD ["sh"]']) as name:
+        yield name
 
 
 # --- bless end to end: the reference image, a CLI runner, one session-scoped real blessing ---------

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,3 +79,30 @@ def our_containers(*labels: str) -> list[str]:
         text=True,
     ).stdout
     return sorted(out.split())
+
+
+@contextmanager
+def imported_image(client: Any, name: str, rootfs: bytes, changes: Sequence[str] = ()) -> Iterator[str]:
+    """``name`` imported from a rootfs tar for the ``with`` body, and removed after it.
+
+    An image that was already there is used as it is and left alone: the tests remove only what
+    they made (containers still using the image are the test's own to stop first).
+    """
+    import docker
+
+    try:
+        client.images.get(name)
+    except docker.errors.ImageNotFound:
+        pass
+    else:
+        yield name
+        return
+    repository, tag = name.split(":")
+    client.api.import_image_from_data(rootfs, repository=repository, tag=tag, changes=list(changes))
+    client.images.get(name)
+    try:
+        yield name
+    finally:
+        # Still in use by a container someone keeps: left, never forced.
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(name)

@@ -6,6 +6,7 @@ so ``hash`` and ``diff --profile`` resolve on any machine.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -157,9 +158,7 @@ def test_hash_json(bless: Invoke, profile: Path) -> None:
     assert document["profile"] == str(profile)
 
 
-def test_hash_pinned_image_needs_no_runtime(
-    bless: Invoke, profile: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_hash_pinned_image_needs_no_runtime(bless: Invoke, profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_runtime(kind: str) -> Any:
         raise AssertionError(f"a runtime ({kind}) was constructed for a pinned image ID")
 
@@ -369,6 +368,25 @@ def test_show_human(bless: Invoke, store: Store, blessed: Manifest) -> None:
     assert str(store.blessed_dir(blessed)) in result.stderr
 
 
+def test_show_golden_outputs_readable_and_escaped(bless: Invoke, store: Store, profile: Path, tmp_path: Path) -> None:
+    """Golden outputs of a byte-level engine: escaped text (no raw control bytes reach the terminal) and token ids."""
+    resolved = resolve_profile(load_profile(profile), image_resolver=None)
+    tree = write_tree(tmp_path / "tree-golden", "g")
+    manifest = make_manifest(tree, resolved.factors)
+    raw = ".\ufffd$I\x18\x1b[31mFORGED\u202e\\n"
+    golden = [{"prompt": "p\x07", "max_tokens": 30, "text": raw, "token_ids": list(range(30))}]
+    manifest = dataclasses.replace(manifest, golden=golden)
+    store.publish(tree, manifest)
+    result = bless("show", manifest.config_hash)
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stderr and "\x18" not in result.stderr and "\u202e" not in result.stderr
+    assert '".\ufffd$I\\x18\\x1b[31mFORGED\\u202e\\\\n"' in result.stderr
+    assert "(not UTF-8 text: compared by token ids)" in result.stderr
+    assert "p\\x07" in result.stderr
+    assert " ".join(str(i) for i in range(24)) + " ... (30 in all)" in result.stderr
+    assert parse(bless("show", manifest.config_hash, "--json"))["golden"] == golden, "--json keeps the exact text"
+
+
 # ------------------------------------------------------------------------------------------- verify
 
 
@@ -531,9 +549,7 @@ def test_gc_negative_keep_is_usage(bless: Invoke) -> None:
 # ---------------------------------------------------------------------------------- error boundary
 
 
-def test_internal_error_without_traceback(
-    bless: Invoke, blessed: Manifest, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_internal_error_without_traceback(bless: Invoke, blessed: Manifest, monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 

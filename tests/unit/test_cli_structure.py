@@ -7,10 +7,12 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer.main
+from typer.testing import CliRunner
 
 import cli.boundary
-from cli import common
+from cli import common, render
 from cli.main import COMMANDS, app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,3 +90,40 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
     users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
     assert {"bless/flows/gate.py", "cli/common.py", "cli/run.py"} <= users
     assert any(user.startswith(("bless/flows/launcher", "bless/flows/serve")) for user in users), users
+
+
+def _helps() -> dict[str, str]:
+    """``--help`` of bless, each of its commands, and serve-full, as a user's terminal shows them."""
+    import cli.serve
+
+    runner = CliRunner(env={"COLUMNS": "200"})
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.main.TyperGroup)
+    helps = {}
+    for args in [[], *([name] for name in group.commands)]:
+        result = runner.invoke(app, [*args, "--help"])
+        assert result.exit_code == 0, result.output
+        helps[" ".join(["bless", *args])] = result.output
+    result = runner.invoke(cli.serve.app, ["--help"])
+    assert result.exit_code == 0, result.output
+    helps["serve-full"] = result.output
+    return helps
+
+
+def test_help_shows_no_type_on_flags_and_keeps_bracketed_words() -> None:
+    helps = _helps()
+    for name, text in helps.items():
+        assert "<bool>" not in text, f"{name} --help shows a type on a flag"
+    assert "profile's [hardware] declaration" in helps["bless hash"], "rich markup must not eat [hardware]"
+    assert "--allow-weaker" in helps["bless run"]
+
+
+def test_banners_stay_narrow_in_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    """stderr that is not a terminal is drawn 1000 columns wide; a --debug banner must still read as a box."""
+    from cli.serve import render_banners
+
+    render_banners(render.err_console(), {"debug": True, "warnings": []}, no_canary=False)
+    render_banners(render.err_console(), {"debug": False, "warnings": []}, no_canary=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert any("NOT BLESSED" in line for line in lines) and any("NO CANARY" in line for line in lines)
+    assert max(len(line) for line in lines) <= render.BANNER_WIDTH
