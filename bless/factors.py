@@ -10,25 +10,39 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import re
-import shutil
-import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from bless.engines.base import EngineAdapter
 from bless.errors import HardwareMismatchError, InputInvalidError, ResolutionError
 from bless.profile import HardwareSpec, ModelSpec, Profile
 
 FACTORS_VERSION = 1
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
-CONFIG_HASH = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 REDACTED = "<redacted>"
+
+#: The one definition of the config-hash format: sha256 hex digest, 64 lowercase hex digits.
+#: Always applied with ``fullmatch`` (``$`` would let a trailing newline through).
+CONFIG_HASH = re.compile(r"[0-9a-f]{64}")
+#: A config-hash prefix a user may type: at least 8 of those digits.
+CONFIG_HASH_PREFIX = re.compile(r"[0-9a-f]{8,64}")
+
+
+def is_config_hash(value: object) -> bool:
+    """Whether ``value`` is a config hash exactly as bless writes it (no case folding, no spaces)."""
+    return isinstance(value, str) and CONFIG_HASH.fullmatch(value) is not None
+
+
+def is_commit(value: object) -> bool:
+    """Whether ``value`` is a pinned git commit (40 lowercase hex), as model revisions must resolve to."""
+    return isinstance(value, str) and _COMMIT.fullmatch(value) is not None
+
+
+def is_pinned_image_id(value: object) -> bool:
+    """Whether ``value`` is a Docker image ID (``sha256:`` + 64 lowercase hex), not a tag."""
+    return isinstance(value, str) and _IMAGE_ID.fullmatch(value) is not None
 
 
 def canonicalize(value: Any) -> Any:
@@ -141,25 +155,101 @@ class ResolvedConfig:
 
 # --- resolution ------------------------------------------------------------------------------------
 
+
+class EnvNamePolicy(Protocol):
+    """How an engine sorts profile env names (``bless.engines.base.EnvPolicy`` satisfies it)."""
+
+    def is_secret(self, name: str) -> bool:
+        """Never hashed, never written anywhere."""
+        ...
+
+    def is_ignored(self, name: str) -> bool:
+        """Recorded, but not hashed."""
+        ...
+
+
+class FactorSource(Protocol):
+    """What resolution needs from an engine adapter; every ``bless.engines`` adapter satisfies it.
+
+    Declared here so that this pure module does not depend on the engines package.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def adapter_version(self) -> str: ...
+
+    @property
+    def cache_mount_path(self) -> str: ...
+
+    @property
+    def home(self) -> str: ...
+
+    @property
+    def environment_packages(self) -> tuple[str, ...]: ...
+
+    @property
+    def env_policy(self) -> EnvNamePolicy: ...
+
+    def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+        """Validated, canonical serve arguments."""
+        ...
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as a probe saw it (``bless.probes.probe_gpus``)."""
+
+    name: str
+    compute_capability: str
+    memory_total_mib: int
+    memory_free_mib: int
+
+
+@dataclass(frozen=True)
+class LocalModelDir:
+    """A local model directory as a probe saw it: its real path and a digest of its content."""
+
+    resolved_path: str
+    content_sha256: str
+
+
 ImageResolver = Callable[[str], str]
 HardwareProbe = Callable[[HardwareSpec], dict[str, Any]]
 EnvironmentProbe = Callable[[str, tuple[str, ...]], dict[str, Any]]
 
 
+class RevisionLookup(Protocol):
+    """Maps a model id and a revision name (branch, tag) to its 40-hex commit; raises ResolutionError."""
+
+    def __call__(self, model_id: str, revision: str, *, where: str) -> str: ...
+
+
+class ModelDirProbe(Protocol):
+    """Reads a local model directory; raises ResolutionError when it is not one."""
+
+    def __call__(self, path: str, *, where: str) -> LocalModelDir: ...
+
+
 def resolve(
     profile: Profile,
-    adapter: EngineAdapter,
+    adapter: FactorSource,
     *,
     image_resolver: ImageResolver | None,
     hardware_probe: HardwareProbe,
     environment_probe: EnvironmentProbe | None = None,
-    offline: bool = False,
+    revision_lookup: RevisionLookup | None = None,
+    model_dir_probe: ModelDirProbe | None = None,
 ) -> ResolvedConfig:
-    """Resolve every factor of ``profile`` and hash them.
+    """Resolve every factor of ``profile`` and hash them; everything outside comes from the probes given.
 
-    ``image_resolver`` maps an image reference to its ID (None: only pinned IDs are
-    accepted). ``hardware_probe`` returns the hardware factor (the machine's, or the
-    profile's declaration for offline gating). ``offline`` forbids network lookups.
+    ``image_resolver`` maps an image reference to its ID (None: only pinned IDs are accepted).
+    ``hardware_probe`` returns the hardware factor (the machine's, or the profile's declaration for
+    offline gating). ``environment_probe`` reads a local interpreter's package versions.
+    ``revision_lookup`` resolves a model revision name to its commit (None: offline, only pinned
+    commits resolve). ``model_dir_probe`` reads a local model directory. ``bless.probes`` has the
+    real ones; ``bless.flows.resolve.resolve_profile`` wires them.
     """
     where = profile.label
     serve = adapter.normalize_serve(profile.serve, where=where)
@@ -177,7 +267,7 @@ def resolve(
         "factors_version": FACTORS_VERSION,
         "engine": {"name": adapter.name, "adapter_version": adapter.adapter_version},
         "runtime": _runtime_factor(profile, adapter, image_resolver, environment_probe),
-        "model": _model_factor(profile, where=where, offline=offline),
+        "model": _model_factor(profile, revision_lookup, model_dir_probe),
         "serve": serve,
         "env": hashed_env,
         "hardware": hardware_probe(profile.hardware),
@@ -188,13 +278,13 @@ def resolve(
 
 def _runtime_factor(
     profile: Profile,
-    adapter: EngineAdapter,
+    adapter: FactorSource,
     image_resolver: ImageResolver | None,
     environment_probe: EnvironmentProbe | None,
 ) -> dict[str, Any]:
     if profile.runtime_kind == "docker":
         image = profile.image or ""
-        if IMAGE_ID.match(image):
+        if is_pinned_image_id(image):
             return {"kind": "docker", "image_id": image}
         if image_resolver is None:
             raise ResolutionError(
@@ -209,149 +299,68 @@ def _runtime_factor(
     return {"kind": "local", **environment_probe(python, adapter.environment_packages)}
 
 
-def _model_factor(profile: Profile, *, where: str, offline: bool) -> dict[str, Any]:
-    factor = resolve_model(profile.model, where=where, offline=offline)
-    if profile.runtime_kind == "local" and profile.model.source == "local" and profile.model.path:
+def _model_factor(
+    profile: Profile, revision_lookup: RevisionLookup | None, model_dir_probe: ModelDirProbe | None
+) -> dict[str, Any]:
+    factor, local = model_factor(
+        profile.model, where=profile.label, revision_lookup=revision_lookup, model_dir_probe=model_dir_probe
+    )
+    if profile.runtime_kind == "local" and local is not None:
         # The engine sees the host path itself (Docker mounts it at a fixed path), and engines
         # hash it: vLLM's ModelConfig hash includes the model path string.
-        factor["path"] = str(Path(profile.model.path).resolve())
+        factor["path"] = local.resolved_path
     return factor
 
 
-def resolve_model(spec: ModelSpec, *, where: str, offline: bool) -> dict[str, Any]:
-    """The model factor: builtin id, Hugging Face id + 40-hex commit, or a local dir's content hash."""
+def model_factor(
+    spec: ModelSpec,
+    *,
+    where: str,
+    revision_lookup: RevisionLookup | None,
+    model_dir_probe: ModelDirProbe | None,
+) -> tuple[dict[str, Any], LocalModelDir | None]:
+    """The model factor: builtin id, Hugging Face id + 40-hex commit, or a local dir's content hash.
+
+    Returns the factor and, for a local model, what the directory probe saw. A revision that is not
+    a pinned commit needs ``revision_lookup``; without one (offline) it is a ResolutionError.
+    """
     if spec.source == "builtin":
-        return {"source": "builtin", "id": spec.id}
+        return {"source": "builtin", "id": spec.id}, None
     if spec.source == "local":
-        assert spec.path is not None
-        return {
-            "source": "local",
-            "id": spec.id,
-            "content_sha256": hash_model_dir(Path(spec.path), where=where),
-        }
+        if spec.path is None or model_dir_probe is None:
+            raise ResolutionError(f"{where}: a local model needs model.path and a model directory probe")
+        local = model_dir_probe(spec.path, where=where)
+        return {"source": "local", "id": spec.id, "content_sha256": local.content_sha256}, local
     revision = spec.revision or "main"
-    if HEX40.match(revision):
-        return {"source": "huggingface", "id": spec.id, "revision": revision}
-    if offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+    if is_commit(revision):
+        return {"source": "huggingface", "id": spec.id, "revision": revision}, None
+    if revision_lookup is None:
         raise ResolutionError(
             f"{where}: model.revision {revision!r} is not a pinned 40-hex commit and lookups are offline",
             hint="pin model.revision to the commit (huggingface_hub: HfApi().model_info(id).sha)",
         )
-    try:
-        from huggingface_hub import HfApi
-
-        sha = HfApi().model_info(spec.id, revision=revision).sha
-    except Exception as exc:  # the hub client raises many types; all mean "cannot resolve"
-        raise ResolutionError(
-            f"{where}: cannot resolve {spec.id}@{revision} to a commit: {type(exc).__name__}: {exc}",
-            hint="check network access and the model id, or pin model.revision to a 40-hex commit",
-        ) from None
-    if not sha or not HEX40.match(sha):
+    sha = revision_lookup(spec.id, revision, where=where)
+    if not is_commit(sha):
         raise ResolutionError(f"{where}: the hub returned no commit for {spec.id}@{revision}")
-    return {"source": "huggingface", "id": spec.id, "revision": sha}
-
-
-def hash_model_dir(path: Path, *, where: str) -> str:
-    """sha256 over the sorted file listing (relative path, size) and every file's sha256."""
-    if not path.is_dir():
-        raise ResolutionError(f"{where}: model.path {str(path)!r} is not a directory")
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        relative = file.relative_to(path).as_posix()
-        file_digest = hashlib.sha256()
-        with file.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                file_digest.update(chunk)
-        digest.update(f"{relative}\0{file.stat().st_size}\0{file_digest.hexdigest()}\n".encode())
-    return digest.hexdigest()
+    return {"source": "huggingface", "id": spec.id, "revision": sha}, None
 
 
 # --- hardware ------------------------------------------------------------------------------------------
 
 
-def cpu_isa_level(flags: set[str] | None = None, machine: str | None = None) -> str:
-    """The x86-64 micro-architecture level (v1..v4) from /proc/cpuinfo flags; Inductor's C++ code depends on it."""
-    machine = machine or platform.machine()
-    if machine in ("aarch64", "arm64"):
-        return "aarch64"
-    if machine not in ("x86_64", "AMD64"):
-        return "other"
-    if flags is None:
-        flags = _cpu_flags()
-    v2 = {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}
-    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
-    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
-    level = "x86-64-v1"
-    if v2 <= flags:
-        level = "x86-64-v2"
-        if v3 <= flags:
-            level = "x86-64-v3"
-            if v4 <= flags:
-                level = "x86-64-v4"
-    return level
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    name: str
-    compute_capability: str
-    memory_total_mib: int
-    memory_free_mib: int
-
-
-def probe_gpus() -> list[GpuInfo]:
-    """GPUs visible through nvidia-smi (empty when there is none)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,compute_cap,memory.total,memory.free",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as exc:
-        raise ResolutionError(f"nvidia-smi failed: {exc}", hint="check the NVIDIA driver on this host") from None
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 4:
-            raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}")
-        name, capability, total, free = parts
-        try:
-            gpus.append(GpuInfo(name, capability, int(float(total)), int(float(free))))
-        except ValueError:
-            raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}") from None
-    return gpus
-
-
-def hardware_factor(spec: HardwareSpec, *, gpus: list[GpuInfo] | None = None) -> dict[str, Any]:
-    """Probe this machine for the hardware factor and check it against the profile's declaration."""
+def observed_hardware_factor(
+    spec: HardwareSpec, *, isa: str | None = None, gpus: Sequence[GpuInfo] = ()
+) -> dict[str, Any]:
+    """The hardware factor from what a probe observed (CPU ISA level, GPUs), checked against the declaration."""
     if spec.accelerator == "cpu":
-        isa = cpu_isa_level()
+        if isa is None:
+            raise ResolutionError("the CPU ISA level of this machine was not probed")
         if spec.cpu_isa and spec.cpu_isa != isa:
             raise HardwareMismatchError(
                 f"the profile declares CPU ISA {spec.cpu_isa}, this machine is {isa}",
                 hint="run on matching hardware, or write a profile for this machine and bless it",
             )
         return {"accelerator": "cpu", "isa": isa}
-    gpus = probe_gpus() if gpus is None else gpus
     count = spec.gpu_count or 1
     if len(gpus) < count:
         raise HardwareMismatchError(
@@ -402,34 +411,20 @@ def declared_hardware_factor(spec: HardwareSpec) -> dict[str, Any]:
     }
 
 
-def probe_python_environment(python: str, packages: tuple[str, ...]) -> dict[str, Any]:
-    """Python and package versions of the interpreter that runs a local engine."""
-    script = (
-        "import importlib.metadata as m, json, platform, sys\n"
-        "def v(n):\n"
-        "    try:\n        return m.version(n)\n"
-        "    except m.PackageNotFoundError:\n        return None\n"
-        "print(json.dumps({'python_version': platform.python_version(),"
-        " 'packages': {n: v(n) for n in sys.argv[1:]}}))\n"
-    )
-    try:
-        out = subprocess.run(
-            [python, "-c", script, *packages], capture_output=True, text=True, timeout=120, check=True
-        ).stdout
-        data = json.loads(out)
-    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
-        raise ResolutionError(
-            f"cannot read package versions from {python!r}: {exc}",
-            hint="set runtime.python to a working interpreter",
-        ) from None
-    if not isinstance(data, dict):
-        raise ResolutionError(f"unexpected answer from {python!r}")
-    return data
-
-
 def parse_config_hash(text: str) -> str:
-    """Validate a full config hash argument (64 lowercase hex)."""
-    value = text.strip().lower()
-    if not CONFIG_HASH.match(value):
+    """A full config hash typed by a user: surrounding spaces and upper case are forgiven, then the one format."""
+    value = text.strip().lower() if isinstance(text, str) else ""
+    if not is_config_hash(value):
         raise InputInvalidError(f"{text!r} is not a config hash (64 hex characters)")
+    return value
+
+
+def parse_config_hash_prefix(text: str) -> str:
+    """A config-hash prefix typed by a user (8 to 64 hex digits), normalized like :func:`parse_config_hash`."""
+    value = text.strip().lower() if isinstance(text, str) else ""
+    if CONFIG_HASH_PREFIX.fullmatch(value) is None:
+        raise InputInvalidError(
+            f"config hash prefix {text!r} must be 8 to 64 hex digits",
+            hint="give at least the first 8 characters of the config hash",
+        )
     return value

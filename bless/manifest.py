@@ -15,7 +15,7 @@ from typing import Any
 
 from bless import __version__
 from bless.errors import ManifestInvalidError
-from bless.factors import canonical_json, config_hash
+from bless.factors import canonical_json, config_hash, is_config_hash
 from bless.schemas import schema_errors
 from bless.verify import FileEntry, TreeListing, check_relative_path
 
@@ -142,6 +142,8 @@ def validate_document(document: Any, *, where: str) -> None:
             hint="a manifest must not be edited by hand; restore it from the store or re-bless",
             details={"errors": errors},
         )
+    if not is_config_hash(document["config_hash"]):  # the schema's "$" would let a trailing newline through
+        raise ManifestInvalidError(f"{where}: config_hash {document['config_hash']!r} is not a config hash")
     cache = document["cache"]
     seen: set[str] = set()
     previous = ""

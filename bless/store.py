@@ -70,6 +70,7 @@ from bless.errors import (
     NoManifestError,
     VerifyFailedError,
 )
+from bless.factors import CONFIG_HASH, is_config_hash, parse_config_hash_prefix
 from bless.manifest import Manifest, load_manifest, utc_now
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
@@ -110,12 +111,11 @@ OWNER_FILE = ".owner"
 # so that we never race its creator.
 STALE_S = 3600.0
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DIR_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _CREATED = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
 # Temp files whose name carries the config hash they belong to (manifests dir, locks dir).
-_HASHED_TMP = re.compile(r"^\.(?P<hash>[0-9a-f]{64})(?:\.holder|\.json)?" + re.escape(TMP_MARK))
+_HASHED_TMP = re.compile(r"^\.(?P<hash>" + CONFIG_HASH.pattern + r")(?:\.holder|\.json)?" + re.escape(TMP_MARK))
 
 _FILE_MODE = 0o444
 _DIR_MODE = 0o555
@@ -472,7 +472,7 @@ def _read_json_object(path: Path) -> dict[str, Any] | None:
 
 def _check_hash(config_hash: str, error: type[BlessError] = InputInvalidError) -> None:
     # The hash becomes a path component: anything but 64 lowercase hex could escape the store.
-    if not isinstance(config_hash, str) or not _HEX64.match(config_hash):
+    if not is_config_hash(config_hash):
         raise error(f"not a config hash (64 lowercase hex digits): {config_hash!r}")
 
 
@@ -802,12 +802,7 @@ class Store:
             NoManifestError: no live manifest matches.
             ManifestDuplicateError, ManifestInvalidError: as :meth:`find`.
         """
-        wanted = prefix.strip().lower() if isinstance(prefix, str) else ""
-        if not re.fullmatch(r"[0-9a-f]{8,64}", wanted):
-            raise InputInvalidError(
-                f"config hash prefix {prefix!r} must be 8 to 64 hex digits",
-                hint="give at least the first 8 characters of the config hash",
-            )
+        wanted = parse_config_hash_prefix(prefix)
         by_hash: dict[str, list[tuple[Path, Manifest]]] = {}
         for path, manifest in self._valid_records():
             if manifest.config_hash.startswith(wanted):
@@ -1127,7 +1122,7 @@ class Store:
         """Config hashes that may have crash debris somewhere in the store."""
         hashes: set[str] = set()
         for directory in (self._blessed, self._archive, self._rejected):
-            hashes.update(e.name for e in _listdir(directory) if _HEX64.match(e.name))
+            hashes.update(e.name for e in _listdir(directory) if is_config_hash(e.name))
         for directory in (self._manifests_dir, self._locks):
             for entry in _listdir(directory):
                 match = _HASHED_TMP.match(entry.name)
@@ -1277,8 +1272,8 @@ class Store:
                     return
             actions.append(GcAction(path, reason, size))
 
-        hashes = {e.name for e in _listdir(self._blessed) if _HEX64.match(e.name)}
-        hashes |= {e.name for e in _listdir(self._rejected) if _HEX64.match(e.name)}
+        hashes = {e.name for e in _listdir(self._blessed) if is_config_hash(e.name)}
+        hashes |= {e.name for e in _listdir(self._rejected) if is_config_hash(e.name)}
         for config_hash in sorted(hashes):
             with self._try_lock(config_hash) as locked:
                 if not locked:

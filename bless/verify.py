@@ -637,6 +637,11 @@ def verify_tree(
     :func:`check_relative_path` (or are listed twice) are ``bad_path`` and never opened. Sizes
     are compared before hashing, and a file whose size is wrong is not hashed.
 
+    The steps: check the listing itself (:func:`_read_listing`), open the root, walk and classify
+    what is on disk (:func:`_compare_entries`), hash what has the right size
+    (:func:`_compare_digests`), report what is listed but absent (:func:`_report_absent`), and note
+    writable entries (:func:`_writable_notices`).
+
     Args:
         root: the cache root directory (its last component must not be a symlink).
         files: the expected files.
@@ -651,17 +656,75 @@ def verify_tree(
         A :class:`VerifyResult`; problems sorted by (path, kind), notices by path.
     """
     started = time.perf_counter()
-    problems: list[Problem] = []
+    findings = _Findings()
+    expected = _read_listing(files, dirs, findings)
+    try:
+        root_fd = _open_root(Path(root))
+    except _OpenFailure as failure:
+        findings.report(failure.kind, ROOT_PATH, failure.detail)
+        return findings.result(files_checked=0, bytes_hashed=0, started=started)
+    try:
+        scan = _scan(root_fd)
+        jobs = _compare_entries(scan, expected, findings)
+        outcomes = _hash_many(root_fd, jobs, workers, progress) if jobs else []
+    finally:
+        os.close(root_fd)
+    bytes_hashed = _compare_digests(outcomes, expected, findings)
+    _report_absent(scan, expected, findings)
+    if expect_read_only:
+        findings.notices += _writable_notices(scan, expected)
+    files_checked = sum(1 for path in expected.files if path in scan.files)
+    return findings.result(files_checked=files_checked, bytes_hashed=bytes_hashed, started=started)
 
-    # --- 1. the listing itself --------------------------------------------------------------
-    claimed_files: set[str] = set()  # valid listed file paths (even duplicates: not "extra")
+
+@dataclass
+class _Findings:
+    """Problems and notices collected by :func:`verify_tree`'s steps."""
+
+    problems: list[Problem] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    reported: set[str] = field(default_factory=set)  # paths with a problem already: no "missing" on top
+
+    def report(self, kind: ProblemKind, path: str, detail: str) -> None:
+        self.problems.append(Problem(kind, path, detail))
+        self.reported.add(path)
+
+    def result(self, *, files_checked: int, bytes_hashed: int, started: float) -> VerifyResult:
+        return VerifyResult(
+            ok=not self.problems,
+            problems=_sort_problems(self.problems),
+            notices=tuple(sorted(self.notices, key=lambda n: n.path)),
+            files_checked=files_checked,
+            bytes_hashed=bytes_hashed,
+            elapsed_s=time.perf_counter() - started,
+        )
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """What a valid listing says the tree holds.
+
+    ``files``: valid listed files, each listed once. ``claimed_files``: every valid listed file
+    path, duplicates included (a duplicated path is not ``extra`` on disk, only unchecked).
+    ``explicit_dirs``: valid listed directories. ``dirs``: those plus every ancestor of a listed path.
+    """
+
+    files: dict[str, FileEntry]
+    claimed_files: frozenset[str]
+    explicit_dirs: frozenset[str]
+    dirs: frozenset[str]
+
+
+def _read_listing(files: Sequence[FileEntry], dirs: Sequence[str], findings: _Findings) -> _Expected:
+    """Step 1, the listing itself: bad, duplicated or contradictory paths are ``bad_path``, never opened."""
+    claimed_files: set[str] = set()
     expected: dict[str, FileEntry] = {}
     duplicated: set[str] = set()
     for entry in files:
         try:
             check_relative_path(entry.path)
         except ValueError as exc:
-            problems.append(Problem("bad_path", entry.path, f"listed file path rejected: {exc}"))
+            findings.report("bad_path", entry.path, f"listed file path rejected: {exc}")
             continue
         if entry.path in claimed_files:
             duplicated.add(entry.path)
@@ -669,132 +732,100 @@ def verify_tree(
         expected[entry.path] = entry
     for path in sorted(duplicated):
         del expected[path]  # ambiguous: which entry is right? fail closed, do not check it
-        problems.append(Problem("bad_path", path, "file listed more than once"))
+        findings.report("bad_path", path, "file listed more than once")
 
     explicit_dirs: set[str] = set()
     for d in dirs:
         try:
             check_relative_path(d)
         except ValueError as exc:
-            problems.append(Problem("bad_path", d, f"listed directory path rejected: {exc}"))
+            findings.report("bad_path", d, f"listed directory path rejected: {exc}")
             continue
         if d in explicit_dirs:
-            problems.append(Problem("bad_path", d, "directory listed more than once"))
+            findings.report("bad_path", d, "directory listed more than once")
         elif d in claimed_files:
-            problems.append(Problem("bad_path", d, "listed both as a file and as a directory"))
+            findings.report("bad_path", d, "listed both as a file and as a directory")
         explicit_dirs.add(d)
     expected_dirs = set(explicit_dirs)
     for path in (*claimed_files, *explicit_dirs):
         expected_dirs.update(_parents(path))
+    return _Expected(expected, frozenset(claimed_files), frozenset(explicit_dirs), frozenset(expected_dirs))
 
-    # --- 2. the root ------------------------------------------------------------------------
-    try:
-        root_fd = _open_root(Path(root))
-    except _OpenFailure as failure:
-        problems.append(Problem(failure.kind, ROOT_PATH, failure.detail))
-        return VerifyResult(
-            ok=False,
-            problems=_sort_problems(problems),
-            notices=(),
-            files_checked=0,
-            bytes_hashed=0,
-            elapsed_s=time.perf_counter() - started,
-        )
 
-    notices: list[Notice] = []
-    try:
-        # --- 3. walk and classify what is on disk -------------------------------------------
-        scan = _scan(root_fd)
-        reported: set[str] = set()  # paths with a problem already: no "missing" on top
+def _compare_entries(scan: _Scan, expected: _Expected, findings: _Findings) -> list[tuple[str, int]]:
+    """Step 2, what is on disk against the listing, by kind and size; returns the files left to hash.
 
-        def report(kind: ProblemKind, path: str, detail: str) -> None:
-            problems.append(Problem(kind, path, detail))
-            reported.add(path)
-
-        for path, target in scan.symlinks.items():
-            report("symlink", path, f"symbolic link to {target!r} (symlinks are never followed)")
-        for path, what in scan.specials.items():
-            report("not_regular", path, f"is {what}, not a regular file")
-        for path, why in scan.unreadable.items():
-            report("unreadable", path, why)
-        for path in scan.dirs:
-            if path in claimed_files:
-                report("not_regular", path, "expected a regular file, found a directory")
-            elif path not in expected_dirs:
-                report("extra_dir", path, "directory not in the listing")
-        jobs: list[tuple[str, int]] = []
-        for path, st in scan.files.items():
-            if path in expected_dirs:
-                # Only explicit dirs get missing_dir; an implied one shows as its files missing.
-                if path in explicit_dirs:
-                    report("missing_dir", path, "expected a directory, found a regular file")
-                else:
-                    report("extra", path, "regular file where the listing implies a directory")
-                    scan.blocked[path] = "is a regular file, not a directory"
-                continue
-            if path not in claimed_files:
-                report("extra", path, f"file not in the listing ({st.st_size} bytes)")
-                continue
-            listed = expected.get(path)
-            if listed is None:
-                continue  # listed twice: already a bad_path
-            if st.st_size != listed.size:
-                report("size", path, f"expected {listed.size} bytes, found {st.st_size}")
+    A regular file where the listing implies a directory blocks what is listed below it
+    (``scan.blocked``), so that those are reported as not checked rather than missing.
+    """
+    for path, target in scan.symlinks.items():
+        findings.report("symlink", path, f"symbolic link to {target!r} (symlinks are never followed)")
+    for path, what in scan.specials.items():
+        findings.report("not_regular", path, f"is {what}, not a regular file")
+    for path, why in scan.unreadable.items():
+        findings.report("unreadable", path, why)
+    for path in scan.dirs:
+        if path in expected.claimed_files:
+            findings.report("not_regular", path, "expected a regular file, found a directory")
+        elif path not in expected.dirs:
+            findings.report("extra_dir", path, "directory not in the listing")
+    jobs: list[tuple[str, int]] = []
+    for path, st in scan.files.items():
+        if path in expected.dirs:
+            # Only explicit dirs get missing_dir; an implied one shows as its files missing.
+            if path in expected.explicit_dirs:
+                findings.report("missing_dir", path, "expected a directory, found a regular file")
             else:
-                jobs.append((path, listed.size))
+                findings.report("extra", path, "regular file where the listing implies a directory")
+                scan.blocked[path] = "is a regular file, not a directory"
+            continue
+        if path not in expected.claimed_files:
+            findings.report("extra", path, f"file not in the listing ({st.st_size} bytes)")
+            continue
+        listed = expected.files.get(path)
+        if listed is None:
+            continue  # listed twice: already a bad_path
+        if st.st_size != listed.size:
+            findings.report("size", path, f"expected {listed.size} bytes, found {st.st_size}")
+        else:
+            jobs.append((path, listed.size))
+    return jobs
 
-        # --- 4. hash what has the right size -----------------------------------------------
-        outcomes = _hash_many(root_fd, jobs, workers, progress) if jobs else []
-    finally:
-        os.close(root_fd)
 
+def _compare_digests(outcomes: Sequence[_HashOutcome], expected: _Expected, findings: _Findings) -> int:
+    """Step 3, each hashed file's sha256 against the listing; returns the bytes hashed."""
     bytes_hashed = 0
     for outcome in outcomes:
         bytes_hashed += outcome.bytes_hashed
+        want = expected.files[outcome.path].sha256
         if outcome.problem is not None:
-            report(outcome.problem.kind, outcome.problem.path, outcome.problem.detail)
-        elif outcome.digest != expected[outcome.path].sha256:
-            report(
-                "sha256",
-                outcome.path,
-                f"expected sha256 {expected[outcome.path].sha256}, found {outcome.digest}",
-            )
+            findings.report(outcome.problem.kind, outcome.problem.path, outcome.problem.detail)
+        elif outcome.digest != want:
+            findings.report("sha256", outcome.path, f"expected sha256 {want}, found {outcome.digest}")
+    return bytes_hashed
 
-    # --- 5. what is listed but not there -----------------------------------------------------
-    for path in expected:
-        if path in scan.files or path in reported:
+
+def _report_absent(scan: _Scan, expected: _Expected, findings: _Findings) -> None:
+    """Step 4, what is listed but not there: ``missing`` / ``missing_dir``, or not checked below a blocked dir."""
+    for path in expected.files:
+        if path in scan.files or path in findings.reported:
             continue
         blocked = _blocked_ancestor(path, scan.blocked)
-        detail = f"not checked: {blocked}" if blocked else "listed but not found"
-        report("missing", path, detail)
-    for d in explicit_dirs:
-        if d in scan.dirs or d in reported or d in claimed_files:
+        findings.report("missing", path, f"not checked: {blocked}" if blocked else "listed but not found")
+    for d in expected.explicit_dirs:
+        if d in scan.dirs or d in findings.reported or d in expected.claimed_files:
             continue
         blocked = _blocked_ancestor(d, scan.blocked)
-        detail = f"not checked: {blocked}" if blocked else "listed directory not found"
-        report("missing_dir", d, detail)
+        findings.report("missing_dir", d, f"not checked: {blocked}" if blocked else "listed directory not found")
 
-    # --- 6. notices --------------------------------------------------------------------------
-    if expect_read_only:
-        candidates: list[tuple[str, int]] = [(ROOT_PATH, scan.root_mode)]
-        candidates += [(p, st.st_mode) for p, st in scan.dirs.items() if p in expected_dirs]
-        candidates += [(p, st.st_mode) for p, st in scan.files.items() if p in expected]
-        for path, mode in candidates:
-            if mode & 0o222:
-                notices.append(
-                    Notice(
-                        "writable",
-                        path,
-                        f"mode {stat.filemode(mode)} has a write bit set (blessed caches are read-only)",
-                    )
-                )
 
-    files_checked = sum(1 for p in expected if p in scan.files)
-    return VerifyResult(
-        ok=not problems,
-        problems=_sort_problems(problems),
-        notices=tuple(sorted(notices, key=lambda n: n.path)),
-        files_checked=files_checked,
-        bytes_hashed=bytes_hashed,
-        elapsed_s=time.perf_counter() - started,
-    )
+def _writable_notices(scan: _Scan, expected: _Expected) -> list[Notice]:
+    """Step 5, the root and every expected entry with a write bit set (blessed caches are read-only)."""
+    candidates: list[tuple[str, int]] = [(ROOT_PATH, scan.root_mode)]
+    candidates += [(p, st.st_mode) for p, st in scan.dirs.items() if p in expected.dirs]
+    candidates += [(p, st.st_mode) for p, st in scan.files.items() if p in expected.files]
+    return [
+        Notice("writable", path, f"mode {stat.filemode(mode)} has a write bit set (blessed caches are read-only)")
+        for path, mode in candidates
+        if mode & 0o222
+    ]

@@ -5,7 +5,6 @@ Everything here is a thin call into ``bless``; nothing prints.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -14,14 +13,14 @@ import typer
 
 from bless.errors import NoManifestError
 from bless.factors import (
-    IMAGE_ID,
     ResolvedConfig,
     declared_hardware_factor,
-    hardware_factor,
+    is_pinned_image_id,
     parse_config_hash,
 )
 from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
+from bless.probes import hardware_factor
 from bless.profile import Profile, load_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
@@ -49,8 +48,6 @@ ManifestsDirOption = Annotated[
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
 ]
-
-_FULL_HASH = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def profile_runtime(profile: Profile) -> Runtime | None:
 
     A pinned ``sha256:`` image ID, or the local runtime, resolves without one (and without Docker).
     """
-    if profile.runtime_kind == "docker" and not IMAGE_ID.match(profile.image or ""):
+    if profile.runtime_kind == "docker" and not is_pinned_image_id(profile.image):
         return get_runtime(profile.runtime_kind)
     return None
 
@@ -132,7 +129,7 @@ def lookup_manifest(store: Store, text: str) -> Manifest:
         InputInvalidError: a malformed or ambiguous prefix.
         ManifestInvalidError, ManifestDuplicateError: the store's fail-closed lookup errors.
     """
-    if not _FULL_HASH.match(text.strip()):
+    if len(text.strip()) != 64:  # a prefix; both forms are checked against the one config-hash format
         return store.find_prefix(text)
     config_hash = parse_config_hash(text)
     manifest = store.find(config_hash)

@@ -32,14 +32,14 @@ from bless.errors import (
     VerifyFailedError,
 )
 from bless.factors import (
-    IMAGE_ID,
     ResolvedConfig,
     change_to_dict,
     declared_hardware_factor,
-    hardware_factor,
+    is_pinned_image_id,
 )
 from bless.flows.resolve import nearest_blessing, resolve_profile
 from bless.manifest import Manifest
+from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestRecord, Store
@@ -166,7 +166,7 @@ def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSp
 def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
     image = profile.image or ""
     image_resolver: Callable[[str], str] | None = None
-    if profile.runtime_kind == "docker" and not IMAGE_ID.match(image):
+    if profile.runtime_kind == "docker" and not is_pinned_image_id(image):
         try:
             runtime = runtimes.get("docker")
         except BlessError as exc:

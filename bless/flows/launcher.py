@@ -86,18 +86,13 @@ from bless.errors import (
     VerifyFailedError,
 )
 from bless.evidence import UpperEntry
-from bless.factors import (
-    REDACTED,
-    GpuInfo,
-    ResolvedConfig,
-    hardware_factor,
-    probe_gpus,
-)
+from bless.factors import REDACTED, GpuInfo, ResolvedConfig
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
 from bless.flows.session import EngineSession, engine_spec, log_tail
 from bless.manifest import Manifest, load_manifest
+from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.store import Store

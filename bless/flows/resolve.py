@@ -16,11 +16,10 @@ from bless.factors import (
     ResolvedConfig,
     change_to_dict,
     diff_factors,
-    hardware_factor,
-    probe_python_environment,
     resolve,
 )
 from bless.manifest import Manifest
+from bless.probes import hardware_factor, probe_python_environment, read_model_dir, revision_lookup
 from bless.profile import Profile
 from bless.store import Store
 
@@ -46,7 +45,8 @@ def resolve_profile(
         image_resolver=image_resolver,
         hardware_probe=hardware_probe,
         environment_probe=probe_python_environment,
-        offline=offline,
+        revision_lookup=revision_lookup(offline=offline),
+        model_dir_probe=read_model_dir,
     )
 
 

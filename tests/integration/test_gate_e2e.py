@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import run_cli, write_profile
 
-from bless.factors import cpu_isa_level
+from bless.probes import cpu_isa_level
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bless import factors as factors_mod
+from bless import probes as probes_mod
 from bless.engines.reference import ReferenceAdapter
 from bless.errors import ExitCode, HardwareMismatchError, InputInvalidError, ResolutionError
 from bless.factors import (
@@ -25,14 +25,12 @@ from bless.factors import (
     canonicalize,
     change_to_dict,
     config_hash,
-    cpu_isa_level,
     declared_hardware_factor,
     diff_factors,
-    hardware_factor,
     parse_config_hash,
     resolve,
-    resolve_model,
 )
+from bless.probes import cpu_isa_level, hardware_factor, read_model_dir, resolve_model
 from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
@@ -386,7 +384,6 @@ def test_shipped_fixture_profile_resolves_offline():
         ReferenceAdapter(),
         image_resolver=None,
         hardware_probe=declared_hardware_factor,
-        offline=True,
     )
     assert resolved.factors["hardware"] == {"accelerator": "cpu", "isa": "x86-64-v3"}
     assert resolved.factors["env"] == {"TORCHINDUCTOR_MAX_AUTOTUNE": "0"}
@@ -580,7 +577,7 @@ def test_cpu_isa_level(flags, machine, level):
 
 
 def test_hardware_factor_cpu(monkeypatch):
-    monkeypatch.setattr(factors_mod, "cpu_isa_level", lambda: "x86-64-v3")
+    monkeypatch.setattr(probes_mod, "cpu_isa_level", lambda: "x86-64-v3")
     assert hardware_factor(HardwareSpec("cpu")) == {"accelerator": "cpu", "isa": "x86-64-v3"}
     assert hardware_factor(HardwareSpec("cpu", cpu_isa="x86-64-v3")) == {
         "accelerator": "cpu",
@@ -706,6 +703,7 @@ def test_local_model_path_is_a_factor_on_the_local_runtime(tmp_path: Path) -> No
             image_resolver=None,
             hardware_probe=lambda spec: {"accelerator": "cpu", "isa": "x86-64-v3"},
             environment_probe=lambda python, packages: {"python_version": "3.12.3", "packages": {"torch": "2.11.0"}},
+            model_dir_probe=read_model_dir,
         )
 
     a, b = resolved_for(tmp_path / "a"), resolved_for(tmp_path / "b")

@@ -17,9 +17,9 @@ from store_helpers import make_manifest, write_tree
 from typer.testing import CliRunner
 
 from bless.errors import ExitCode, RuntimeUnavailableError
-from bless.factors import cpu_isa_level
 from bless.flows.gate import GateReport, GateRow, github_annotations, junit_xml, run_gate
 from bless.flows.resolve import resolve_profile
+from bless.probes import cpu_isa_level
 from bless.profile import load_profile
 from bless.runtime.base import Runtime
 from bless.store import Store

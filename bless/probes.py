@@ -1,0 +1,185 @@
+"""Probes: what resolution reads from outside the profile (an I/O edge, beside ``runtime/`` and ``engines/``).
+
+This machine's hardware (GPUs through ``nvidia-smi``, the CPU's x86-64 ISA level), a local
+interpreter's package versions, a Hugging Face revision's commit, a local model directory's
+content. :mod:`bless.factors` stays pure: it receives these as callables and results
+(:func:`bless.factors.resolve`), and ``bless.flows.resolve.resolve_profile`` wires the ones here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from bless.errors import ResolutionError
+from bless.factors import (
+    GpuInfo,
+    LocalModelDir,
+    RevisionLookup,
+    model_factor,
+    observed_hardware_factor,
+)
+from bless.profile import HardwareSpec, ModelSpec
+
+# --- hardware ------------------------------------------------------------------------------------------
+
+
+def cpu_isa_level(flags: set[str] | None = None, machine: str | None = None) -> str:
+    """The x86-64 micro-architecture level (v1..v4) from /proc/cpuinfo flags; Inductor's C++ code depends on it."""
+    machine = machine or platform.machine()
+    if machine in ("aarch64", "arm64"):
+        return "aarch64"
+    if machine not in ("x86_64", "AMD64"):
+        return "other"
+    if flags is None:
+        flags = _cpu_flags()
+    v2 = {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}
+    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+    level = "x86-64-v1"
+    if v2 <= flags:
+        level = "x86-64-v2"
+        if v3 <= flags:
+            level = "x86-64-v3"
+            if v4 <= flags:
+                level = "x86-64-v4"
+    return level
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def probe_gpus() -> list[GpuInfo]:
+    """GPUs visible through nvidia-smi (empty when there is none)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,compute_cap,memory.total,memory.free",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise ResolutionError(f"nvidia-smi failed: {exc}", hint="check the NVIDIA driver on this host") from None
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 4:
+            raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}")
+        name, capability, total, free = parts
+        try:
+            gpus.append(GpuInfo(name, capability, int(float(total)), int(float(free))))
+        except ValueError:
+            raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}") from None
+    return gpus
+
+
+def hardware_factor(spec: HardwareSpec, *, gpus: list[GpuInfo] | None = None) -> dict[str, Any]:
+    """Probe this machine for the hardware factor and check it against the profile's declaration.
+
+    ``gpus`` are GPUs already probed (serve-full probes them once for the memory check too).
+    """
+    if spec.accelerator == "cpu":
+        return observed_hardware_factor(spec, isa=cpu_isa_level())
+    return observed_hardware_factor(spec, gpus=probe_gpus() if gpus is None else gpus)
+
+
+# --- the local interpreter ----------------------------------------------------------------------------
+
+
+def probe_python_environment(python: str, packages: tuple[str, ...]) -> dict[str, Any]:
+    """Python and package versions of the interpreter that runs a local engine."""
+    script = (
+        "import importlib.metadata as m, json, platform, sys\n"
+        "def v(n):\n"
+        "    try:\n        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n        return None\n"
+        "print(json.dumps({'python_version': platform.python_version(),"
+        " 'packages': {n: v(n) for n in sys.argv[1:]}}))\n"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-c", script, *packages], capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+        data = json.loads(out)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: JSON, or a NUL in argv
+        raise ResolutionError(
+            f"cannot read package versions from {python!r}: {exc}",
+            hint="set runtime.python to a working interpreter",
+        ) from None
+    if not isinstance(data, dict):
+        raise ResolutionError(f"unexpected answer from {python!r}")
+    return data
+
+
+# --- models --------------------------------------------------------------------------------------------
+
+
+def hub_revision(model_id: str, revision: str, *, where: str) -> str:
+    """The commit of ``model_id@revision`` on the Hugging Face Hub (network)."""
+    try:
+        from huggingface_hub import HfApi
+
+        sha = HfApi().model_info(model_id, revision=revision).sha
+    except Exception as exc:  # the hub client raises many types; all mean "cannot resolve"
+        raise ResolutionError(
+            f"{where}: cannot resolve {model_id}@{revision} to a commit: {type(exc).__name__}: {exc}",
+            hint="check network access and the model id, or pin model.revision to a 40-hex commit",
+        ) from None
+    return sha or ""
+
+
+def revision_lookup(*, offline: bool) -> RevisionLookup | None:
+    """The Hub lookup, or None when lookups are offline (``offline``, or ``HF_HUB_OFFLINE=1``)."""
+    if offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return None
+    return hub_revision
+
+
+def hash_model_dir(path: Path, *, where: str) -> str:
+    """sha256 over the sorted file listing (relative path, size) and every file's sha256."""
+    if not path.is_dir():
+        raise ResolutionError(f"{where}: model.path {str(path)!r} is not a directory")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        relative = file.relative_to(path).as_posix()
+        file_digest = hashlib.sha256()
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                file_digest.update(chunk)
+        digest.update(f"{relative}\0{file.stat().st_size}\0{file_digest.hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def read_model_dir(path: str, *, where: str) -> LocalModelDir:
+    """A local model directory: its real path (symlinks resolved) and its content hash."""
+    digest = hash_model_dir(Path(path), where=where)
+    return LocalModelDir(resolved_path=str(Path(path).resolve()), content_sha256=digest)
+
+
+def resolve_model(spec: ModelSpec, *, where: str, offline: bool) -> dict[str, Any]:
+    """The model factor of ``spec`` with the real lookups (the Hub unless ``offline``, the model directory)."""
+    factor, _local = model_factor(
+        spec, where=where, revision_lookup=revision_lookup(offline=offline), model_dir_probe=read_model_dir
+    )
+    return factor

@@ -1,0 +1,111 @@
+"""The pure core stays pure: factors.py does no I/O and knows no engine; one config-hash format everywhere."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bless.errors import InputInvalidError, ManifestInvalidError
+from bless.factors import (
+    config_hash,
+    is_config_hash,
+    parse_config_hash,
+    parse_config_hash_prefix,
+)
+from bless.manifest import validate_document
+from bless.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+BLESS = REPO / "bless"
+
+#: Modules whose use means I/O (processes, files, the network, the host) or an engine/runtime/flow dependency.
+IMPURE = ("os", "subprocess", "shutil", "platform", "socket", "pathlib", "urllib", "huggingface_hub", "docker")
+LAYERS_ABOVE_CORE = ("bless.engines", "bless.runtime", "bless.flows", "bless.probes")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names), anywhere in the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_factors_does_no_io_and_imports_no_engine() -> None:
+    imported = imported_modules(BLESS / "factors.py")
+    impure = sorted(m for m in imported if m.split(".")[0] in IMPURE)
+    above = sorted(m for m in imported if m.startswith(LAYERS_ABOVE_CORE))
+    assert impure == [], f"factors.py must receive probe results, not probe: imports {impure}"
+    assert above == [], f"factors.py is core: imports {above}"
+
+
+@pytest.mark.parametrize("module", ["errors", "factors", "manifest", "profile", "verify", "evidence", "schemas"])
+def test_core_modules_import_no_engine_runtime_flow_or_probe(module: str) -> None:
+    above = sorted(m for m in imported_modules(BLESS / f"{module}.py") if m.startswith(LAYERS_ABOVE_CORE))
+    assert above == [], f"bless/{module}.py is core: imports {above}"
+
+
+def test_the_config_hash_format_is_written_down_once() -> None:
+    """No module but factors.py spells the config-hash pattern (store and CLI each had their own rule)."""
+    spelled = re.compile(r"\[0-9a-f(A-F)?\]\{(64|8,64)\}")
+    offenders = []
+    for path in [*BLESS.glob("*.py"), *(REPO / "cli").glob("*.py")]:
+        if path.name != "factors.py" and spelled.search(path.read_text(encoding="utf-8")):
+            offenders.append(path.relative_to(REPO).as_posix())
+    assert offenders == []
+
+
+H = config_hash({"factors_version": 1, "x": 1})
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        (H, True),
+        (H.upper(), False),
+        (H + "\n", False),  # a "$"-anchored pattern accepts this
+        (" " + H, False),
+        (H[:63], False),
+        (H + "0", False),
+        ("g" * 64, False),
+        (None, False),
+        (64, False),
+    ],
+)
+def test_one_rule_for_a_stored_config_hash(value: object, valid: bool) -> None:
+    assert is_config_hash(value) is valid
+
+
+def test_the_store_applies_the_one_rule(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    store.ensure_layout()
+    assert store.find(H) is None
+    for bad in (H + "\n", H.upper(), H[:63]):
+        with pytest.raises(InputInvalidError):
+            store.find(bad)
+
+
+def test_user_input_is_normalized_then_held_to_the_one_rule() -> None:
+    assert parse_config_hash(f"  {H.upper()}\n") == H
+    assert parse_config_hash_prefix(H[:8].upper()) == H[:8]
+    for bad in ("", "g" * 64, H[:63], H + "0"):
+        with pytest.raises(InputInvalidError):
+            parse_config_hash(bad)
+    for bad in ("", H[:7], "g" * 8, H + "0"):
+        with pytest.raises(InputInvalidError):
+            parse_config_hash_prefix(bad)
+
+
+def test_a_manifest_config_hash_with_a_trailing_newline_is_invalid() -> None:
+    """The schema's ``$`` lets "<hash>\\n" through; the manifest check applies the one rule."""
+    document = json.loads((REPO / "tests" / "fixtures" / "manifests" / "reference-cpu.v1.json").read_text())
+    document["config_hash"] += "\n"
+    with pytest.raises(ManifestInvalidError, match="is not a config hash"):
+        validate_document(document, where="m")
