@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     LOCK_HELD = 11
     CONTAINER_CONFLICT = 12
     WEAKER_BLESSING = 13
+    TRUST_EXISTS = 14
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -41,6 +42,18 @@ class ExitCode(IntEnum):
     RUNTIME_UNAVAILABLE = 50
     IMAGE_MISSING = 51
     INSUFFICIENT_GPU = 52
+    UNSIGNED = 60
+    SIGNATURE_UNTRUSTED = 61
+    BELOW_THRESHOLD = 62
+    METADATA_EXPIRED = 63
+    ROLLBACK = 64
+    TARGET_MISMATCH = 65
+    TRUST_INVALID = 66
+    REGISTRY_UNAVAILABLE = 70
+    ARTIFACT_NOT_FOUND = 71
+    DIGEST_MISMATCH = 72
+    ARTIFACT_INVALID = 73
+    TRANSFER_INCOMPLETE = 74
     INTERRUPTED = 130
 
 
@@ -204,6 +217,91 @@ class InsufficientGpuError(BlessError):
     title = "not enough GPU"
 
 
+class TrustExistsError(BlessError):
+    """``bless trust init`` would overwrite existing keys or metadata."""
+
+    exit_code = ExitCode.TRUST_EXISTS
+    title = "trust repository exists"
+
+
+class UnsignedError(BlessError):
+    """Under ``--trust``: the blessing is not a target of the trusted, signed metadata."""
+
+    exit_code = ExitCode.UNSIGNED
+    title = "blessing not signed"
+
+
+class SignatureUntrustedError(BlessError):
+    """Signed metadata carries no valid signature by a key the trusted root lists for its role."""
+
+    exit_code = ExitCode.SIGNATURE_UNTRUSTED
+    title = "signature by an untrusted key"
+
+
+class BelowThresholdError(BlessError):
+    """Signed metadata has valid signatures, but fewer than its role's threshold."""
+
+    exit_code = ExitCode.BELOW_THRESHOLD
+    title = "signatures below threshold"
+
+
+class MetadataExpiredError(BlessError):
+    exit_code = ExitCode.METADATA_EXPIRED
+    title = "signed metadata expired"
+
+
+class RollbackError(BlessError):
+    """Validly signed metadata older than the newest this host has already trusted."""
+
+    exit_code = ExitCode.ROLLBACK
+    title = "rollback refused"
+
+
+class TargetMismatchError(BlessError):
+    """The manifest's bytes differ from the signed target's length or hashes."""
+
+    exit_code = ExitCode.TARGET_MISMATCH
+    title = "manifest differs from the signed target"
+
+
+class TrustInvalidError(BlessError):
+    """Trust metadata or keys are missing, malformed or inconsistent."""
+
+    exit_code = ExitCode.TRUST_INVALID
+    title = "invalid trust metadata"
+
+
+class RegistryUnavailableError(BlessError):
+    exit_code = ExitCode.REGISTRY_UNAVAILABLE
+    title = "registry unavailable"
+
+
+class ArtifactNotFoundError(BlessError):
+    exit_code = ExitCode.ARTIFACT_NOT_FOUND
+    title = "artifact not found"
+
+
+class DigestMismatchError(BlessError):
+    """A downloaded blob or manifest does not hash to the digest it was asked for."""
+
+    exit_code = ExitCode.DIGEST_MISMATCH
+    title = "digest mismatch"
+
+
+class ArtifactInvalidError(BlessError):
+    """What the registry returned is not a well-formed bless artifact."""
+
+    exit_code = ExitCode.ARTIFACT_INVALID
+    title = "invalid artifact"
+
+
+class TransferIncompleteError(BlessError):
+    """A download ended before all its bytes arrived."""
+
+    exit_code = ExitCode.TRANSFER_INCOMPLETE
+    title = "transfer incomplete"
+
+
 class InterruptedByUserError(BlessError):
     """The user or the system asked us to stop (SIGINT / SIGTERM)."""
 
@@ -226,6 +324,7 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
         ExitCode.WEAKER_BLESSING,
         "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)",
     ),
+    (ExitCode.TRUST_EXISTS, "bless trust init: keys or metadata already exist in that directory (never overwritten)"),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),
     (ExitCode.MANIFEST_INVALID, "a manifest is unreadable, schema-invalid or of an unknown version"),
@@ -246,6 +345,18 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.RUNTIME_UNAVAILABLE, "the container runtime (Docker) or local runtime is unavailable"),
     (ExitCode.IMAGE_MISSING, "the engine image is not present"),
     (ExitCode.INSUFFICIENT_GPU, "not enough GPUs or GPU memory for the profile"),
+    (ExitCode.UNSIGNED, "--trust: the blessing is not a target of the signed metadata (unsigned or delisted)"),
+    (ExitCode.SIGNATURE_UNTRUSTED, "--trust: signed metadata has no valid signature by a key the trusted root lists"),
+    (ExitCode.BELOW_THRESHOLD, "--trust: signed metadata has fewer valid signatures than its role's threshold"),
+    (ExitCode.METADATA_EXPIRED, "--trust: signed metadata has expired (re-sign with bless sign)"),
+    (ExitCode.ROLLBACK, "--trust: signed metadata is older than the newest this host has trusted (rollback)"),
+    (ExitCode.TARGET_MISMATCH, "--trust: the manifest differs from the signed target's length or hashes"),
+    (ExitCode.TRUST_INVALID, "--trust: trust metadata or keys are missing, malformed or inconsistent"),
+    (ExitCode.REGISTRY_UNAVAILABLE, "the OCI registry is unreachable or refused the request or credentials"),
+    (ExitCode.ARTIFACT_NOT_FOUND, "the registry has no such repository, tag or digest"),
+    (ExitCode.DIGEST_MISMATCH, "a downloaded blob or manifest does not match its digest (altered in the registry)"),
+    (ExitCode.ARTIFACT_INVALID, "the artifact is not a well-formed bless artifact (media types, paths, layout)"),
+    (ExitCode.TRANSFER_INCOMPLETE, "a download ended early (the registry went away mid-transfer); nothing installed"),
     (ExitCode.INTERRUPTED, "interrupted by SIGINT/SIGTERM (containers stopped, evidence kept)"),
 )
 

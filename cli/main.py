@@ -10,10 +10,12 @@ function wrapped in :func:`cli.boundary.command`, registered on the app in one t
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageError, VerifyFailedError
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
@@ -32,6 +34,7 @@ from cli.common import (
     lookup_manifest,
     resolve_profile_file,
 )
+from cli.fleet import TRUST_COMMANDS, TrustOption, render_trust, sign_command, trust_app, trust_check, trust_report
 from cli.gate import gate_command
 from cli.run import run_command
 
@@ -253,15 +256,18 @@ def show_command(
 def verify_command(
     ctx: typer.Context,
     config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
+    trust: TrustOption = None,
     json_output: JsonOption = False,
 ) -> Report:
     """Verify a blessed cache against its manifest: every file's size and sha256, nothing extra.
 
     Exit 0 when it matches (writable files are warnings), VERIFY_FAILED (21) with every problem
-    listed otherwise; NO_MANIFEST (20) for an unknown hash.
+    listed otherwise; NO_MANIFEST (20) for an unknown hash. With --trust DIR the manifest must
+    also be a validly signed, unexpired, current TUF target (exit 60-66 otherwise).
     """
     store = app_state(ctx).store()
     manifest = lookup_manifest(store, config_hash)
+    verdict = trust_check(store, manifest, trust)
     blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
     with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:
@@ -271,6 +277,7 @@ def verify_command(
         "config_hash": manifest.config_hash,
         "blessed_dir": str(blessed_dir),
         "result": result.to_dict(),
+        "trust": trust_report(verdict),
     }
     failure = None
     if not result.ok:
@@ -286,7 +293,12 @@ def verify_command(
                 "problems": [problem.to_dict() for problem in result.problems],
             },
         )
-    return Report(data, render.render_verify, failure)
+    return Report(data, _render_verify, failure)
+
+
+def _render_verify(console: Console, data: Mapping[str, Any]) -> None:
+    render.render_verify(console, data)
+    render_trust(console, data["trust"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,6 +359,7 @@ COMMANDS = (
     ("list", list_command),
     ("show", show_command),
     ("verify", verify_command),
+    ("sign", sign_command),
     ("run", run_command),
     ("gc", gc_command),
     ("gate", gate_command),
@@ -354,6 +367,10 @@ COMMANDS = (
 )
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
+#: Command groups (``bless trust init``): each registers its own commands the same way.
+GROUPS = (("trust", trust_app, TRUST_COMMANDS),)
+for _name, _group, _commands in GROUPS:
+    app.add_typer(_group, name=_name)
 
 
 def main() -> None:

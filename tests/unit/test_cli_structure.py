@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import cli.boundary
 from cli import common, render
-from cli.main import COMMANDS, app
+from cli.main import COMMANDS, GROUPS, app
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,10 +33,16 @@ def _declared(annotated: Any) -> tuple[str | None, Any]:
 def test_every_command_is_registered_the_same_way_behind_the_boundary() -> None:
     group = typer.main.get_command(app)
     assert isinstance(group, typer.main.TyperGroup)
-    assert sorted(group.commands) == sorted(name for name, _ in COMMANDS)
-    for name, body in COMMANDS:
+    assert sorted(group.commands) == sorted([name for name, _ in COMMANDS] + [name for name, _, _ in GROUPS])
+    registered = [(group.commands[name].callback, name, body) for name, body in COMMANDS]
+    for group_name, _typer, commands in GROUPS:
+        sub = group.commands[group_name]
+        assert isinstance(sub, typer.main.TyperGroup)
+        assert sorted(sub.commands) == sorted(name for name, _ in commands)
+        registered += [(sub.commands[name].callback, f"{group_name} {name}", body) for name, body in commands]
+    for callback, name, body in registered:
         chain = []
-        function: Any = group.commands[name].callback
+        function: Any = callback
         while function is not None:
             chain.append(function)
             function = getattr(function, "__wrapped__", None)

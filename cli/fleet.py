@@ -1,0 +1,204 @@
+"""``bless trust init|rotate`` and ``bless sign``: signed blessings (TUF), for serving fleets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from bless.manifest import Manifest
+from bless.store import Store
+from bless.trust import (
+    DEFAULT_EXPIRES,
+    DEFAULT_ROOT_EXPIRES,
+    RoleKeys,
+    SignResult,
+    TrustVerdict,
+    check_blessing,
+    init_repository,
+    parse_duration,
+    rotate_role,
+    sign_blessing,
+    trust_state_dir,
+)
+from cli.boundary import Report, command
+from cli.common import JsonOption, app_state, lookup_manifest
+
+TrustOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--trust",
+        envvar="BLESS_TRUST",
+        help="Directory holding the trusted TUF root.json: refuse blessings that are not validly signed, "
+        "fresh and current (env BLESS_TRUST).",
+        file_okay=False,
+    ),
+]
+KeysOption = Annotated[
+    Path,
+    typer.Option("--keys", help="The signing repository (bless trust init --keys DIR).", file_okay=False),
+]
+ExpiresOption = Annotated[
+    str,
+    typer.Option(
+        "--expires",
+        help=f"How long the signed targets, snapshot and timestamp stay valid (default {DEFAULT_EXPIRES.days}d).",
+    ),
+]
+
+UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
+
+trust_app = typer.Typer(
+    name="trust",
+    help="Create and rotate the TUF keys that sign blessings.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def trust_check(store: Store, manifest: Manifest, trust: Path | None) -> TrustVerdict | None:
+    """Under ``--trust``: the verdict, or a refusal with its exit code. Without it: None (unsigned)."""
+    if trust is None:
+        return None
+    return check_blessing(manifest, trust_dir=trust, state_dir=trust_state_dir(store.root))
+
+
+def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:
+    """The ``trust`` section of a command's JSON: the verdict, or a note that nothing was checked."""
+    return verdict.to_dict() if verdict is not None else {"signed": False, "note": UNSIGNED_NOTE}
+
+
+def render_trust(console: Console, trust: Mapping[str, Any]) -> None:
+    """One line: signed (target, versions, expiry) or the unsigned note as a warning."""
+    if trust.get("signed"):
+        versions = ", ".join(f"{role} v{version}" for role, version in trust["versions"].items())
+        console.print(
+            Text.assemble(("signed", "bold green"), f" {trust['target']} ({versions}; expires {trust['expires']})")
+        )
+    else:
+        console.print(Text(f"note: {trust['note']}", style="yellow"))
+
+
+def _render_init(console: Console, data: Mapping[str, Any]) -> None:
+    console.print(Text.assemble(("created", "bold green"), f" TUF roles and keys in {data['keys_dir']}"))
+    for role, spec in data["roles"].items():
+        console.print(f"  {role}: {spec['threshold']} of {spec['keys']} key(s)")
+    console.print(
+        f"Provision serving hosts with {data['root']} (their --trust directory); keep {data['keys_dir']}/keys private."
+    )
+
+
+@command
+def trust_init_command(
+    ctx: typer.Context,
+    keys: KeysOption,
+    root_keys: Annotated[int, typer.Option("--root-keys", min=1, help="Number of root keys.")] = 1,
+    root_threshold: Annotated[int, typer.Option("--root-threshold", min=1, help="Root signatures required.")] = 1,
+    targets_keys: Annotated[int, typer.Option("--targets-keys", min=1, help="Number of targets keys.")] = 1,
+    targets_threshold: Annotated[
+        int, typer.Option("--targets-threshold", min=1, help="Targets signatures required.")
+    ] = 1,
+    expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
+    root_expires: Annotated[
+        str, typer.Option("--root-expires", help=f"Root validity (default {DEFAULT_ROOT_EXPIRES.days}d).")
+    ] = f"{DEFAULT_ROOT_EXPIRES.days}d",
+    json_output: JsonOption = False,
+) -> Report:
+    """Create the TUF roles (root, targets, snapshot, timestamp) and their Ed25519 keys in DIR.
+
+    Private keys go to DIR/keys (mode 0600), signed metadata to DIR/metadata; DIR/metadata/root.json
+    is what serving hosts are provisioned with. Existing keys or metadata are never overwritten.
+    """
+    result = init_repository(
+        keys,
+        roles={
+            "root": RoleKeys(root_keys, root_threshold),
+            "targets": RoleKeys(targets_keys, targets_threshold),
+        },
+        expires=parse_duration(expires),
+        root_expires=parse_duration(root_expires),
+    )
+    data = {
+        "keys_dir": str(result.keys_dir),
+        "root": str(result.metadata_dir / "root.json"),
+        "key_files": [str(path) for path in result.key_files],
+        "roles": {role: {"keys": spec.keys, "threshold": spec.threshold} for role, spec in result.roles.items()},
+    }
+    return Report(data, _render_init)
+
+
+def _sign_data(result: SignResult) -> dict[str, Any]:
+    return {
+        "target": result.target,
+        "length": result.length,
+        "sha256": result.sha256,
+        "versions": dict(result.versions),
+        "expires": result.expires,
+        "removed_targets": list(result.removed_targets),
+        "signatures": {role: {"signed": s, "threshold": t} for role, (s, t) in result.signatures.items()},
+        "warnings": list(result.warnings),
+    }
+
+
+def _render_sign(console: Console, data: Mapping[str, Any]) -> None:
+    versions = ", ".join(f"{role} v{version}" for role, version in data["versions"].items())
+    what = data["target"] or "rotated keys"
+    console.print(Text.assemble(("signed", "bold green"), f" {what} ({versions}); expires {data['expires']}"))
+    for removed in data["removed_targets"]:
+        console.print(f"  delisted older version {removed} (sign with --keep-previous to keep it)")
+    for warning in data["warnings"]:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+
+
+@command
+def trust_rotate_command(
+    ctx: typer.Context,
+    keys: KeysOption,
+    role: Annotated[str, typer.Option("--role", help="root, targets, snapshot or timestamp.")],
+    expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
+    json_output: JsonOption = False,
+) -> Report:
+    """Replace a role's keys in a new root version (signed by the old and new root keys) and re-sign.
+
+    Hosts provisioned with an older root follow the rotation on their next verification; metadata
+    signed with the revoked keys is refused from then on.
+    """
+    result = rotate_role(keys, role, expires=parse_duration(expires))
+    return Report(_sign_data(result), _render_sign)
+
+
+@command
+def sign_command(
+    ctx: typer.Context,
+    config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
+    keys: KeysOption,
+    expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
+    keep_previous: Annotated[
+        bool,
+        typer.Option("--keep-previous", help="Keep older signed versions of this config listed (default: delist)."),
+    ] = False,
+    json_output: JsonOption = False,
+) -> Report:
+    """Sign a blessing: its manifest becomes a TUF target (new targets/snapshot/timestamp versions).
+
+    The manifest names every file's size and sha256, so the signature covers the whole tree. A
+    re-blessed config's older versions are delisted unless --keep-previous.
+    """
+    store = app_state(ctx).store()
+    manifest = lookup_manifest(store, config_hash)
+    result = sign_blessing(keys, manifest, expires=parse_duration(expires), keep_previous=keep_previous)
+    data = {"config_hash": manifest.config_hash, **_sign_data(result)}
+    return Report(data, _render_sign)
+
+
+#: The ``trust`` sub-commands.
+TRUST_COMMANDS = (("init", trust_init_command), ("rotate", trust_rotate_command))
+for _name, _command in TRUST_COMMANDS:
+    trust_app.command(_name)(_command)
+
+__all__ = ["TrustOption", "render_trust", "sign_command", "trust_app", "trust_check", "trust_report"]

@@ -1,0 +1,73 @@
+"""bless trust init / rotate, bless sign and bless verify --trust through the CLI (real keys, real store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from store_helpers import make_manifest, write_tree
+from typer.testing import CliRunner
+
+from bless.errors import ExitCode
+from bless.store import Store
+from cli.main import app
+
+
+def invoke(root: Path, *args: str) -> tuple[int, dict[str, object], str]:
+    runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
+    result = runner.invoke(app, ["--root", str(root), *args])
+    document = json.loads(result.stdout) if "--json" in args and result.stdout.strip() else {}
+    return result.exit_code, document, result.stderr
+
+
+def test_init_sign_verify_with_trust_and_without(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    keys = tmp_path / "keys"
+
+    code, data, _ = invoke(root, "trust", "init", "--keys", str(keys), "--json")
+    assert code == 0, data
+    assert os.stat(next((keys / "keys").glob("targets-*.pem"))).st_mode & 0o777 == 0o600
+    code, data, _ = invoke(root, "trust", "init", "--keys", str(keys), "--json")
+    assert code == ExitCode.TRUST_EXISTS
+
+    host_trust = tmp_path / "host"
+    host_trust.mkdir()
+    shutil.copy(keys / "metadata" / "root.json", host_trust / "root.json")
+
+    # Without --trust: today's behaviour, and the output says the blessing is unsigned.
+    code, data, stderr = invoke(root, "verify", manifest.config_hash[:12], "--json")
+    assert code == 0
+    assert data["trust"] == {"signed": False, "note": "unsigned: no --trust given, signatures were not checked"}
+    code, _, stderr = invoke(root, "verify", manifest.config_hash[:12])
+    assert "unsigned" in stderr
+
+    # --trust with the signing repository's metadata, before signing: unsigned, refused.
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == ExitCode.UNSIGNED, data
+
+    code, data, stderr = invoke(
+        root, "sign", manifest.config_hash[:12], "--keys", str(keys), "--expires", "7d", "--json"
+    )
+    assert code == 0, stderr
+    assert data["versions"]["targets"] == 2
+
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == 0, data
+    assert data["trust"]["signed"] is True and data["trust"]["versions"]["targets"] == 2
+    # A host that only has the root now re-verifies from what it trusted (kept in <root>/trust).
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(host_trust), "--json")
+    assert code == 0, data
+
+    code, data, _ = invoke(root, "trust", "rotate", "--keys", str(keys), "--role", "timestamp", "--json")
+    assert code == 0 and data["versions"]["root"] == 2
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == 0 and data["trust"]["versions"]["root"] == 2
+
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--expires", "forever")
+    assert code == ExitCode.USAGE and "30d" in stderr
