@@ -1,0 +1,29 @@
+"""README blocks marked ``<!-- readme-test: docker -->`` run for real: Docker, the reference image, compiles."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.readme_blocks import Block, readme_blocks, run_block
+
+pytestmark = pytest.mark.integration
+
+DOCKER_BLOCKS = [block for block in readme_blocks() if block.marker == "docker"]
+
+
+@pytest.mark.parametrize("block", DOCKER_BLOCKS, ids=[f"README.md:{block.line}" for block in DOCKER_BLOCKS])
+def test_docker_blocks_run(block: Block, tmp_path: Path, reference_image: str) -> None:
+    result = run_block(block, tmp_path, timeout=1500)
+    assert result.returncode == 0, f"README.md:{block.line} failed:\n{result.stderr[-4000:]}"
+    if "bless gate" in block.text:
+        # The gate walkthrough: the manifest landed in the checkout's dir, the gate passed and said so.
+        (manifest,) = (tmp_path / "manifests" / "blessed").glob("*.json")
+        suite = ET.parse(tmp_path / "gate.xml").getroot().find("testsuite")
+        assert suite is not None and suite.get("tests") == "1" and suite.get("failures") == "0"
+        document = json.loads(result.stdout)
+        assert document["ok"] is True and document["rows"][0]["verified"] is True
+        assert document["rows"][0]["config_hash"] == manifest.stem

@@ -1,0 +1,156 @@
+"""The README's shell command blocks, and the two ways the tests exercise them.
+
+Every fenced ``bash`` block is checked: each ``bless`` / ``serve-full`` line must parse against the real
+command tree (every command and option exists, values convert, files a flag requires exist), each
+``bash scripts/...`` line must name a script that exists and parses (``bash -n``). A block marked on
+the line before its fence runs for real, as a user would type it:
+
+* ``<!-- readme-test: offline -->``: in the unit tests (no Docker, no network);
+* ``<!-- readme-test: docker -->``: in the integration tests (a real Docker Engine, the reference image).
+
+Runs happen in a scratch directory that holds ``profiles/`` of this checkout, with ``bless`` and
+``serve-full`` (and ``.venv/bin/...``) on PATH running this checkout's CLI, and ``$BLESS_ROOT`` in scratch.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer.main
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
+FENCE = re.compile(r"^```(\w*)\s*$")
+PROGRAMS = {"bless": "cli.main", "serve-full": "cli.serve"}
+#: Programs that are not bless's, which README lines may use around it (copying metadata, Docker).
+OTHER_TOOLS = ("scp", "rsync", "cp", "docker", "git")
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced ``bash`` block: where it starts, how it is marked (None: parse only), its text."""
+
+    line: int
+    marker: str | None
+    text: str
+
+    def commands(self) -> list[str]:
+        """The block's command lines (comments and blank lines dropped)."""
+        return [line for line in self.text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def readme_blocks(path: Path = README) -> list[Block]:
+    """Every fenced ``bash`` block of the README, with the marker on the line before its fence."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        fence = FENCE.match(lines[index])
+        if fence is None:
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and not lines[end].startswith("```"):
+            end += 1
+        if fence.group(1) == "bash":
+            marked = MARKER.fullmatch(lines[index - 1].strip()) if index else None
+            blocks.append(Block(index + 1, marked.group(1) if marked else None, "\n".join(lines[index + 1 : end])))
+        index = end + 1
+    return blocks
+
+
+def _parser_of(app: typer.Typer) -> Any:
+    """The app's click command tree with every command's callback a no-op: parsing runs, nothing else.
+
+    Groups keep their callbacks (they only record the global options), at every level.
+    """
+    return _quiet(typer.main.get_command(app))
+
+
+def _quiet(command: Any) -> Any:
+    quiet = copy.copy(command)
+    commands = getattr(command, "commands", None)
+    if commands is not None:
+        quiet.commands = {name: _quiet(sub) for name, sub in commands.items()}
+    else:
+        quiet.callback = lambda *args, **kwargs: None
+    return quiet
+
+
+def check_parses(line: str) -> None:
+    """Raise (AssertionError, or click's usage error) unless ``line`` is a command the checkout accepts."""
+    words = shlex.split(line, comments=True)
+    while words and ASSIGNMENT.match(words[0]):
+        words.pop(0)
+    assert words, f"no command in {line!r}"
+    program, args = Path(words[0]).name, words[1:]
+    if words[0] == "bash":
+        script = REPO / args[0]
+        assert script.is_file(), f"{line!r}: no {args[0]} in the checkout"
+        subprocess.run(["bash", "-n", str(script)], check=True)
+        return
+    if program in OTHER_TOOLS:
+        return  # not ours: its options are its own documentation's business
+    assert program in PROGRAMS, f"{line!r}: the README test knows bless, serve-full, bash scripts and {OTHER_TOOLS}"
+    expanded: list[str] = []
+    for arg in args:
+        if any(char in arg for char in "*?["):
+            matches = sorted(glob.glob(arg, root_dir=REPO))
+            assert matches, f"{line!r}: {arg} matches nothing in the checkout"
+            expanded += matches
+        else:
+            expanded.append(arg)
+    module = __import__(PROGRAMS[program], fromlist=["app"])
+    cwd = Path.cwd()
+    os.chdir(REPO)  # relative paths in the README are relative to a checkout
+    try:
+        code = _parser_of(module.app).main(expanded, prog_name=program, standalone_mode=False)
+    finally:
+        os.chdir(cwd)
+    assert code in (None, 0), f"{line!r}: exit {code}"
+
+
+def run_block(block: Block, scratch: Path, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``block`` with bash as a user would (set -e: the first failing command ends it)."""
+    bin_dir = scratch / "bin"
+    venv_bin = scratch / ".venv" / "bin"
+    for directory in (bin_dir, venv_bin):
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, module in PROGRAMS.items():
+            shim = directory / name
+            shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n', encoding="utf-8")
+            shim.chmod(0o755)
+    profiles = scratch / "profiles"
+    if not profiles.exists():
+        profiles.symlink_to(REPO / "profiles")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("BLESS_MANIFESTS_DIR", "GITHUB_ACTIONS") and not key.startswith("PYTEST")
+    }
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(REPO),
+        BLESS_ROOT=str(scratch / "store"),
+        COLUMNS="200",
+    )
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", block.text],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

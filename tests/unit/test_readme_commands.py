@@ -1,0 +1,47 @@
+"""Every command block of the README parses against this checkout; the offline ones run for real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.readme_blocks import Block, check_parses, readme_blocks, run_block
+
+BLOCKS = readme_blocks()
+
+
+def test_the_readme_has_blocks_of_each_kind() -> None:
+    assert {block.marker for block in BLOCKS} == {None, "offline", "docker"}
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{block.line}" for block in BLOCKS])
+def test_every_command_parses(block: Block) -> None:
+    for line in block.commands():
+        check_parses(line)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [block for block in BLOCKS if block.marker == "offline"],
+    ids=[f"README.md:{block.line}" for block in BLOCKS if block.marker == "offline"],
+)
+def test_offline_blocks_run(block: Block, tmp_path: Path) -> None:
+    result = run_block(block, tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip(), "the block printed nothing"
+
+
+def test_parse_check_catches_what_a_user_would_hit(tmp_path: Path) -> None:
+    """The check is not a rubber stamp: unknown options, missing files, missing scripts all fail it."""
+    with pytest.raises(Exception, match="No such option"):
+        check_parses("bless gate profiles/reference-cpu.toml --manifest-dir manifests/blessed")
+    with pytest.raises(Exception, match="No such command"):
+        check_parses("bless serve --profile profiles/reference-cpu.toml")
+    with pytest.raises(AssertionError, match="matches nothing"):
+        check_parses("bless gate profiles/*.yaml")
+    with pytest.raises(AssertionError, match=r"no scripts/nope\.sh"):
+        check_parses("bash scripts/nope.sh")
+    check_parses("BLESS_SKIP_DOCKER=1 .venv/bin/bless --root /tmp/x run --profile profiles/reference-cpu.toml --wait")
+    assert json.loads(run_block(Block(1, "offline", "bless exit-codes --json"), tmp_path, timeout=120).stdout)["ok"]
