@@ -71,20 +71,18 @@ def readme_blocks(path: Path = README) -> list[Block]:
 
 
 def _parser_of(app: typer.Typer) -> Any:
-    """The app's click command tree with every command's callback a no-op: parsing runs, nothing else.
-
-    Groups keep their callbacks (they only record the global options), at every level.
-    """
+    """The app's click command tree with every callback (commands and groups, at every level) a no-op:
+    parsing runs, nothing else does. A README line like ``bless trust init --keys DIR`` must not
+    create DIR when it is only checked."""
     return _quiet(typer.main.get_command(app))
 
 
 def _quiet(command: Any) -> Any:
     quiet = copy.copy(command)
+    quiet.callback = lambda *args, **kwargs: None
     commands = getattr(command, "commands", None)
     if commands is not None:
         quiet.commands = {name: _quiet(sub) for name, sub in commands.items()}
-    else:
-        quiet.callback = lambda *args, **kwargs: None
     return quiet
 
 

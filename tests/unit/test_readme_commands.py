@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import Block, check_parses, readme_blocks, run_block
+from tests.readme_blocks import REPO, Block, check_parses, readme_blocks, run_block
 
 BLOCKS = readme_blocks()
 
@@ -18,8 +18,15 @@ def test_the_readme_has_blocks_of_each_kind() -> None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{block.line}" for block in BLOCKS])
 def test_every_command_parses(block: Block) -> None:
+    before = _checkout_files()
     for line in block.commands():
         check_parses(line)
+    assert _checkout_files() == before, "checking a command must not run it"
+
+
+def _checkout_files() -> set[str]:
+    """Top-level names in the checkout (a command that ran would leave e.g. a ``~`` dir from ``--keys ~/x``)."""
+    return {path.name for path in REPO.iterdir()}
 
 
 @pytest.mark.parametrize(
