@@ -9,7 +9,6 @@ function wrapped in :func:`cli.boundary.command`, registered on the app in one t
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -175,17 +174,15 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     MANIFEST_DUPLICATE (23).
     """
     store = app_state(ctx).store()
-    records = store.records()
+    index = store.index()
     manifests: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
-    claims: defaultdict[str, list[str]] = defaultdict(list)
-    for record in records:
+    for record in index.records:
         if record.manifest is None:
             error = record.error or ManifestInvalidError(f"{record.path}: unreadable")
             invalid.append({"path": str(record.path), "error": error.to_dict()})
             continue
         manifest = record.manifest
-        claims[manifest.config_hash].append(str(record.path))
         manifests.append(
             {
                 "config_hash": manifest.config_hash,
@@ -200,7 +197,7 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
                 "files": len(manifest.cache.files),
             }
         )
-    duplicates = {config_hash: paths for config_hash, paths in claims.items() if len(paths) > 1}
+    duplicates = {config_hash: [str(path) for path in paths] for config_hash, paths in index.duplicates().items()}
     data = {
         "root": str(store.root),
         "manifests_dir": str(store.manifests_dir),

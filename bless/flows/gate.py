@@ -42,7 +42,7 @@ from bless.manifest import Manifest
 from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
-from bless.store import ManifestRecord, Store
+from bless.store import ManifestIndex, Store
 from bless.verify import verify_tree
 
 Status = Literal["blessed", "failed"]
@@ -202,11 +202,11 @@ def gate_profile(
     path: Path,
     *,
     store: Store,
-    records: Sequence[ManifestRecord],
+    index: ManifestIndex,
     runtimes: Runtimes,
     verify: bool,
 ) -> GateRow:
-    """Judge one profile file against the manifests in ``records`` (already read)."""
+    """Judge one profile file against the manifests of ``index`` (already read and validated)."""
     started = time.perf_counter()
     label = str(path)
     notes: list[str] = []
@@ -237,7 +237,7 @@ def gate_profile(
         return failed(exc.message, exc)
     config_hash = resolved.config_hash
 
-    invalid = [record for record in records if record.manifest is None]
+    invalid = index.invalid + tuple(r for r in index.unknown if r.error is None)
     if invalid:
         # Fail closed, as every lookup does: an unreadable manifest might be the one for this hash.
         files = ", ".join(str(record.path) for record in invalid)
@@ -245,18 +245,16 @@ def gate_profile(
         first = invalid[0].error
         detail = f" ({first.message.splitlines()[0]})" if first is not None else ""
         return failed(f"invalid manifest file(s), so no lookup can be trusted: {files}{detail}", error)
-    matches = [record for record in records if record.manifest and record.manifest.config_hash == config_hash]
-    if len(matches) > 1:
-        paths = ", ".join(str(record.path) for record in matches)
+    try:
+        record = index.find(config_hash)
+    except ManifestDuplicateError as exc:
+        claimants = [str(p) for p in exc.details.get("paths", ())]
         return failed(
-            f"{len(matches)} manifests claim {config_hash[:16]} (store corruption): {paths}",
-            ManifestDuplicateError(paths),
+            f"{len(claimants)} manifests claim {config_hash[:16]} (store corruption): {', '.join(claimants)}", exc
         )
-    if not matches:
-        manifests = [record.manifest for record in records if record.manifest is not None]
-        reason, drift = _drift_reason(resolved, manifests)
+    if record is None:
+        reason, drift = _drift_reason(resolved, index.manifests())
         return failed(reason, NoManifestError(reason), drift=drift)
-    record = matches[0]
     manifest = record.manifest
     assert manifest is not None
     verified: bool | None = None
@@ -302,17 +300,17 @@ def run_gate(
         from bless.runtime import get_runtime
 
         runtime_factory = get_runtime
-    records = store.records()
+    index = store.index()
     runtimes = Runtimes(runtime_factory)
     rows = tuple(
-        gate_profile(path, store=store, records=records, runtimes=runtimes, verify=verify) for path in profiles
+        gate_profile(path, store=store, index=index, runtimes=runtimes, verify=verify) for path in profiles
     )
     return GateReport(
         rows=rows,
         manifests_dir=str(store.manifests_dir),
         root=str(store.root),
         verify=verify,
-        invalid_manifests=tuple(str(record.path) for record in records if record.manifest is None),
+        invalid_manifests=tuple(str(record.path) for record in index.records if record.manifest is None),
         seconds=time.perf_counter() - started,
     )
 

@@ -77,7 +77,6 @@ def make_manifest(
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a child Python that imports bless from this checkout."""
     env = dict(os.environ)
-    env.pop("BLESS_FAULT_AT", None)
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env

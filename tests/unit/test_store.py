@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree
 
-from bless import store as store_module
 from bless.errors import (
     AlreadyBlessedError,
     InputInvalidError,
@@ -27,6 +26,7 @@ from bless.errors import (
 from bless.factors import config_hash
 from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, TMP_MARK, GcReport, Store, atomic_write_bytes, default_root
+from bless.store import publish as publish_module
 from bless.verify import Problem, VerifyResult, verify_tree
 
 
@@ -124,7 +124,7 @@ def test_a_tree_that_changes_during_publish_is_given_back(
         result = verify_tree(*args, **kwargs)  # type: ignore[arg-type]
         return dataclasses.replace(result, ok=False, problems=(Problem("sha256", "artifact.bin", "changed"),))
 
-    monkeypatch.setattr(store_module, "verify_tree", changed_under_us)
+    monkeypatch.setattr(publish_module, "verify_tree", changed_under_us)
     with pytest.raises(VerifyFailedError, match=r"artifact\.bin"):
         store.publish(staged, manifest)
     assert store.find(manifest.config_hash) is None

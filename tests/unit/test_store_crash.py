@@ -1,9 +1,10 @@
 """kill -9 at every publish step leaves exactly the old blessing or the new one, never a half.
 
-Each case runs ``Store.publish`` in a real child process with ``BLESS_FAULT_AT=<step>`` (the child
-SIGKILLs itself just before that step), then checks the store from the parent: before and after
-``recover()``, ``find()`` returns exactly the old or the new manifest and its blessed tree verifies
-clean; no temp or partial leftovers survive ``recover()``; and the store stays usable.
+Each case runs ``Store.publish`` in a real child process whose fault hook (the store's test-only
+seam, :mod:`bless.store.faults`) SIGKILLs the child just before that step, then checks the store
+from the parent: before and after ``recover()``, ``find()`` returns exactly the old or the new
+manifest and its blessed tree verifies clean; no temp or partial leftovers survive ``recover()``;
+and the store stays usable.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
     manifest_file = tmp_path / "new-manifest.json"
     manifest_file.write_bytes(new.to_json_bytes())
 
-    child = run_child("publish", str(store.root), str(new_tree), str(manifest_file), BLESS_FAULT_AT=step)
+    child = run_child("publish", str(store.root), str(new_tree), str(manifest_file), step)
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
 
     expected = new if step == COMMITTED_AT else old

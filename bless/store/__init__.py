@@ -1,0 +1,65 @@
+"""The on-disk store: blessed trees, live manifests, archive, rejected evidence, locks.
+
+Layout under a root (``$BLESS_ROOT``, default ``~/.cache/bless``)::
+
+    <root>/manifests/<config_hash>.json          live manifests (or a separate manifests_dir, e.g. a git
+                                                 checkout); found by their ``config_hash`` FIELD, the
+                                                 file name is only a hint
+    <root>/blessed/<config_hash>/<dir_id>/       immutable blessed trees (files 0444, dirs 0555); the
+                                                 path is derived from the manifest, never stored
+    <root>/staging/<run_id>/                     work dirs of running blesses (``.owner`` = pid + host);
+                                                 a run writes its candidate trees in subdirectories
+    <root>/archive/<config_hash>/<created>-<tree_sha256[:12]>.json
+                                                 manifests replaced by ``--rebless``
+    <root>/rejected/<config_hash>/<run_id>-c<candidate>/
+                                                 ``tree/`` + ``summary.md`` + ``evidence.json`` (+ what
+                                                 the caller adds): a rejected candidate kept as evidence
+    <root>/locks/<config_hash>.lock              per-hash lock (flock, released by the kernel when the
+                                                 holder dies) + ``<config_hash>.holder`` (pid, host,
+                                                 started) so a refusal can name the holder
+    <root>/state/manifests-dirs.json             every manifests dir this store has published to (gc
+                                                 consults them all)
+    <root>/state/claims-<key>.json               which config hash each manifest file claims, keyed by
+                                                 the file's identity (a lookup cache; never the truth)
+
+Nothing in the store holds an absolute path except ``state/`` (which names manifests dirs outside
+the root): manifests have none and every path is derived from the root, so copying the whole root
+elsewhere (``cp -a``) keeps every blessing valid.
+
+Modules: :mod:`.fsutil` (durable file-system helpers), :mod:`.procid` (process identity from
+/proc), :mod:`.layout` (paths and names), :mod:`.index` (the pure lookup rules) and :mod:`.scan`
+(reading a manifests dir), :mod:`.locks`, :mod:`.publish`, :mod:`.reject`, :mod:`.gc` (recover and
+gc), :mod:`.faults` (the crash tests' seam) and :mod:`.facade` (:class:`Store`).
+
+Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publish` and
+:meth:`Store.reject` take it themselves (re-entrantly, so an orchestrator that already holds it for
+the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no lock.
+"""
+
+from bless.store.facade import Store, default_root
+from bless.store.faults import GC_STEPS, PUBLISH_STEPS, REJECT_STEPS, FaultHook
+from bless.store.fsutil import TMP_MARK, atomic_write_bytes
+from bless.store.gc import GcAction, GcReport
+from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.layout import PARTIAL_PREFIX
+from bless.store.procid import process_alive, process_identity
+from bless.store.publish import PublishResult
+
+__all__ = [
+    "GC_STEPS",
+    "PARTIAL_PREFIX",
+    "PUBLISH_STEPS",
+    "REJECT_STEPS",
+    "TMP_MARK",
+    "FaultHook",
+    "GcAction",
+    "GcReport",
+    "ManifestIndex",
+    "ManifestRecord",
+    "PublishResult",
+    "Store",
+    "atomic_write_bytes",
+    "default_root",
+    "process_alive",
+    "process_identity",
+]

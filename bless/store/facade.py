@@ -1,0 +1,426 @@
+"""The :class:`Store` facade: one object for the store's layout, lookups and writer operations.
+
+The work is done by the modules of this package (:mod:`~bless.store.scan` and
+:mod:`~bless.store.index` for lookups, :mod:`~bless.store.locks`, :mod:`~bless.store.publish`,
+:mod:`~bless.store.reject`, :mod:`~bless.store.gc`); the facade holds the paths and wires them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from bless.errors import InputInvalidError
+from bless.factors import parse_config_hash_prefix
+from bless.manifest import Manifest
+from bless.store.faults import FaultHook, no_fault
+from bless.store.fsutil import (
+    FILE_MODE,
+    atomic_write_bytes,
+    ensure_dir,
+    fsync_dir,
+    os_errors,
+    read_json_object,
+    remove_tree,
+)
+from bless.store.gc import GcReport
+from bless.store.gc import gc as run_gc
+from bless.store.gc import recover as run_recover
+from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_hash, check_run_id
+from bless.store.locks import HashLocks
+from bless.store.procid import process_identity
+from bless.store.publish import PublishResult
+from bless.store.publish import publish as run_publish
+from bless.store.reject import reject as run_reject
+from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
+
+__all__ = ["Store", "default_root"]
+
+_DIRS_RECORD = "manifests-dirs.json"
+
+
+def default_root() -> Path:
+    """The store root: ``$BLESS_ROOT`` when set and non-empty, else ``~/.cache/bless``."""
+    env = os.environ.get("BLESS_ROOT", "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "bless"
+
+
+class Store:
+    """The store under ``root``; live manifests in ``manifests_dir`` (default ``root/manifests``).
+
+    Creating a Store touches nothing on disk; writer operations create the layout as needed.
+    ``reader`` is how manifest files are read (tests count what a lookup reads).
+    """
+
+    def __init__(self, root: Path, manifests_dir: Path | None = None, *, reader: ManifestReader | None = None) -> None:
+        # Absolute once, so that a later chdir cannot move the store under us.
+        absolute_root = Path(root).absolute()
+        self._paths = StorePaths(
+            absolute_root,
+            Path(manifests_dir).absolute() if manifests_dir is not None else absolute_root / "manifests",
+        )
+        self._locks = HashLocks(self._paths.locks)
+        self._reader = reader or ManifestReader()
+
+    @property
+    def root(self) -> Path:
+        """The store root."""
+        return self._paths.root
+
+    @property
+    def manifests_dir(self) -> Path:
+        """Where live manifests are (``root/manifests`` unless given)."""
+        return self._paths.manifests_dir
+
+    @property
+    def paths(self) -> StorePaths:
+        """Every directory of the store."""
+        return self._paths
+
+    def ensure_layout(self) -> None:
+        """Create the store directories that are missing (0755, whatever the umask)."""
+        paths = self._paths
+        for directory in (
+            paths.manifests_dir,
+            paths.blessed,
+            paths.staging,
+            paths.archive,
+            paths.rejected,
+            paths.locks,
+            paths.state,
+        ):
+            with os_errors(f"creating {directory}"):
+                ensure_dir(directory)
+
+    def blessed_dir(self, manifest: Manifest) -> Path:
+        """``root/blessed/<config_hash>/<dir_id>``: derived from the manifest, never stored.
+
+        Raises:
+            ManifestInvalidError: when the hash or dir_id could name a path outside the store.
+        """
+        return self._paths.blessed_dir(manifest.config_hash, manifest.cache.dir_id)
+
+    def under_staging(self, path: Path) -> bool:
+        """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""
+        try:
+            real = path.resolve()
+            staging = self._paths.staging.resolve()
+        except OSError:
+            return False
+        return real != staging and real.is_relative_to(staging)
+
+    def new_staging_dir(self, run_id: str) -> Path:
+        """Create ``root/staging/<run_id>/`` with an ``.owner`` record (pid, host) and return it.
+
+        The directory appears complete (owner record included) or not at all, so :meth:`gc` can
+        always tell whether its run is still alive. Put candidate trees in subdirectories: the
+        ``.owner`` file is not part of any cache.
+
+        Raises:
+            InputInvalidError: bad run id, or a staging dir of that name exists.
+        """
+        check_run_id(run_id)
+        self.ensure_layout()
+        staging = self._paths.staging
+        final = staging / run_id
+        if os.path.lexists(final):
+            raise InputInvalidError(f"staging dir {final} already exists", hint="use a new run id")
+        tmp = staging / f"{NEW_STAGING_PREFIX}{run_id}-{secrets.token_hex(4)}"
+        with os_errors(f"creating a staging dir in {staging}"):
+            ensure_dir(tmp)
+        try:
+            owner = {**process_identity(), "run_id": run_id}
+            atomic_write_bytes(tmp / OWNER_FILE, (json.dumps(owner, sort_keys=True) + "\n").encode("utf-8"))
+            # rename(2) onto an existing non-empty dir fails: two runs with one id cannot both win.
+            tmp.rename(final)
+        except OSError as exc:
+            remove_tree(tmp)
+            raise InputInvalidError(f"cannot create staging dir {final}: {exc.strerror or exc}") from None
+        with os_errors(f"syncing {staging}"):
+            fsync_dir(staging)
+        return final
+
+    # ---------------------------------------------------------------------------------- locks
+
+    @contextmanager
+    def lock(self, config_hash: str, *, wait: bool = False, timeout: float | None = None) -> Iterator[None]:
+        """Hold the per-hash writer lock for the ``with`` body (see :meth:`HashLocks.lock`).
+
+        Raises:
+            LockHeldError: another process holds it (at once, or after ``timeout`` when waiting).
+        """
+        with self._locks.lock(config_hash, wait=wait, timeout=timeout):
+            yield
+
+    @contextmanager
+    def try_lock(self, config_hash: str) -> Iterator[bool]:
+        """Like :meth:`lock` without waiting, but yields False instead of raising when held."""
+        with self._locks.try_lock(config_hash) as locked:
+            yield locked
+
+    # ------------------------------------------------------------------------------ manifests
+
+    def _claims(self, directory: Path) -> ClaimCache:
+        key = hashlib.sha256(str(directory).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return ClaimCache.open(self._paths.state / f"claims-{key}.json")
+
+    def index_of(self, directory: Path) -> ManifestIndex:
+        """Every manifest of ``directory``, each validated.
+
+        Raises:
+            ManifestInvalidError: when the directory exists but cannot be listed.
+        """
+        return scan_manifests(directory, cache=self._claims(directory), reader=self._reader)
+
+    def index(self) -> ManifestIndex:
+        """Every manifest of the manifests dir, each validated (``bless list``, gate, gc)."""
+        return self.index_of(self._paths.manifests_dir)
+
+    def records(self) -> list[ManifestRecord]:
+        """Every ``*.json`` in the manifests dir (dotfiles skipped), parsed and validated, by name.
+
+        Invalid files are listed too, with their error. A missing manifests dir has no records.
+
+        Raises:
+            ManifestInvalidError: when the manifests dir exists but cannot be listed.
+        """
+        return list(self.index().records)
+
+    def require_valid_manifests(self) -> None:
+        """Raise the first invalid manifest's ManifestInvalidError, if any."""
+        self.index().require_all_valid()
+
+    def _lookup(self, matches: Any) -> ManifestIndex:
+        directory = self._paths.manifests_dir
+        return scan_manifests(directory, candidate=matches, cache=self._claims(directory), reader=self._reader)
+
+    def live(self, config_hash: str) -> tuple[Path, Manifest] | None:
+        """The live manifest's path and manifest for ``config_hash``, or None (raises as :meth:`find`)."""
+        check_hash(config_hash)
+        wanted_name = f"{config_hash}.json"
+        index = self._lookup(lambda claim, name: claim == config_hash or name == wanted_name)
+        record = index.find(config_hash)
+        if record is None:
+            return None
+        assert record.manifest is not None  # find() returns validated records only
+        return record.path, record.manifest
+
+    def find(self, config_hash: str) -> Manifest | None:
+        """The live manifest whose ``config_hash`` FIELD is ``config_hash`` (file names are a hint).
+
+        Only candidate files are schema-validated: those claiming the hash, or named for it.
+
+        Raises:
+            ManifestDuplicateError: two manifest files claim this hash (naming both).
+            ManifestInvalidError: a file claiming this hash is invalid, or a file's claim cannot be
+                read (fail closed: it might be the one claiming this hash).
+            InputInvalidError: ``config_hash`` is not 64 lowercase hex digits.
+        """
+        live = self.live(config_hash)
+        return live[1] if live else None
+
+    def manifest_path(self, config_hash: str) -> Path | None:
+        """Where the live manifest for ``config_hash`` is (any file name), or None. Raises as :meth:`find`."""
+        live = self.live(config_hash)
+        return live[0] if live else None
+
+    def find_prefix(self, prefix: str) -> Manifest:
+        """The live manifest whose config hash starts with ``prefix`` (at least 8 hex digits).
+
+        Raises:
+            InputInvalidError: a malformed prefix, or one that matches several hashes (listed).
+            NoManifestError: no live manifest matches.
+            ManifestDuplicateError, ManifestInvalidError: as :meth:`find`.
+        """
+        wanted = parse_config_hash_prefix(prefix)
+        record = self._lookup(lambda claim, name: claim.startswith(wanted) or name.startswith(wanted)).find_prefix(
+            wanted
+        )
+        assert record.manifest is not None
+        return record.manifest
+
+    def note_published(self, manifest_path: Path, config_hash: str) -> None:
+        """Tell the claim cache what a just-published manifest file claims (so no lookup re-reads it)."""
+        cache = self._claims(manifest_path.parent)
+        with contextlib.suppress(OSError):
+            cache.put(manifest_path.name, manifest_path.stat(), config_hash)
+            cache.save()
+
+    # --------------------------------------------------------------------- manifests dirs record
+
+    def _dirs_record(self) -> Path:
+        return self._paths.state / _DIRS_RECORD
+
+    def recorded_manifests_dirs(self) -> list[Path]:
+        """The manifests dirs this store has published to, as recorded in ``state/``."""
+        document = read_json_object(self._dirs_record()) or {}
+        dirs = document.get("dirs")
+        return [Path(d) for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
+
+    def _write_dirs_record(self, dirs: list[Path]) -> None:
+        document = {"version": 1, "dirs": sorted({str(d) for d in dirs})}
+        atomic_write_bytes(self._dirs_record(), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+
+    @contextmanager
+    def _dirs_record_lock(self) -> Iterator[None]:
+        ensure_dir(self._paths.state)
+        with FileLock(str(self._paths.state / f"{_DIRS_RECORD}.lock"), mode=FILE_MODE):
+            yield
+
+    def remember_manifests_dir(self) -> None:
+        """Record this store's manifests dir among those it published to (before a publish commits).
+
+        ``root/manifests`` is always consulted and never recorded, so a relocated root (``cp -a``)
+        does not name its old place.
+        """
+        if self._paths.manifests_dir == self._paths.default_manifests_dir:
+            return
+        with self._dirs_record_lock():
+            recorded = self.recorded_manifests_dirs()
+            if self._paths.manifests_dir not in recorded:
+                self._write_dirs_record([*recorded, self._paths.manifests_dir])
+
+    def forget_manifests_dir(self, directory: Path) -> bool:
+        """Drop ``directory`` from the record (it is gone for good); True when it was recorded."""
+        directory = Path(directory).absolute()
+        with os_errors(f"updating {self._dirs_record()}"), self._dirs_record_lock():
+            recorded = self.recorded_manifests_dirs()
+            if directory not in recorded:
+                return False
+            self._write_dirs_record([d for d in recorded if d != directory])
+            return True
+
+    def known_manifests_dirs(self) -> list[Path]:
+        """This store's manifests dir, ``root/manifests`` and every recorded one, without repeats."""
+        dirs = [self._paths.manifests_dir, self._paths.default_manifests_dir, *self.recorded_manifests_dirs()]
+        return list(dict.fromkeys(dirs))
+
+    def unreadable_manifests_dirs(self) -> dict[Path, str]:
+        """Recorded manifests dirs that cannot be listed now, with why (gc then removes no version)."""
+        unsure: dict[Path, str] = {}
+        for directory in self.recorded_manifests_dirs():
+            try:
+                with os.scandir(directory):
+                    pass
+            except OSError as exc:
+                unsure[directory] = exc.strerror or str(exc)
+        return unsure
+
+    def referenced_dir_ids(self, config_hash: str) -> set[str]:
+        """dir_ids of ``config_hash`` that a manifest in any known manifests dir references.
+
+        Raises:
+            ManifestInvalidError: a manifest there is invalid (it could reference anything).
+        """
+        referenced: set[str] = set()
+        for directory in self.known_manifests_dirs():
+            for _, manifest in self.index_of(directory).require_all_valid():
+                if manifest.config_hash == config_hash:
+                    referenced.add(manifest.cache.dir_id)
+        return referenced
+
+    # ------------------------------------------------------------------------ writer operations
+
+    def publish(self, staged_dir: Path, manifest: Manifest, *, fault: FaultHook | None = None) -> PublishResult:
+        """Publish ``staged_dir`` as the blessing ``manifest`` describes, atomically.
+
+        Steps (see :data:`~bless.store.faults.PUBLISH_STEPS`): validate, move the tree into
+        ``blessed/<hash>/<dir_id>`` (renamed from under ``root/staging``, else copied: the source is
+        left untouched), fsync it, make it read-only (files 0444, dirs 0555) and verify it again,
+        archive the live manifest of this hash, write the new manifest to a temp file and rename it
+        over the live one (THE commit point). Takes the hash lock (re-entrantly) and runs
+        :meth:`recover` first. A live blessing of the hash is replaced (archived); refusing without
+        ``--rebless`` is the caller's decision. On a failure before the commit the tree is put back
+        (or the copy removed) and the live blessing is unchanged. ``fault`` is the crash tests'
+        seam (:mod:`bless.store.faults`); production callers pass nothing.
+
+        Raises:
+            ManifestInvalidError: the manifest does not validate, another manifest in the dir is
+                invalid, or ``<hash>.json`` holds another hash's manifest.
+            InputInvalidError: the staged tree cannot be recorded or differs from the manifest.
+            AlreadyBlessedError: this very version (same dir_id) is already the live blessing.
+            VerifyFailedError: the tree changed while it was being published.
+            LockHeldError, ManifestDuplicateError: as :meth:`lock` and :meth:`find`.
+        """
+        return run_publish(self, staged_dir, manifest, fault or no_fault)
+
+    def reject(
+        self,
+        staged_dir: Path,
+        *,
+        config_hash: str,
+        run_id: str,
+        candidate: int,
+        summary_md: str,
+        evidence: Mapping[str, Any],
+        fault: FaultHook | None = None,
+    ) -> Path:
+        """Keep a rejected candidate as evidence; publish nothing.
+
+        Moves ``staged_dir`` (copies it when it is not under ``root/staging``) to
+        ``rejected/<hash>/<run_id>-c<candidate>/tree`` and writes ``summary.md`` and
+        ``evidence.json`` there. The directory is assembled under a ``.partial-`` name and renamed
+        into place, so it appears complete. A missing ``staged_dir`` (nothing was staged) gives a
+        directory without ``tree/``. Returns the directory; the caller may add files to it.
+
+        Raises:
+            InputInvalidError: bad hash / run id / candidate, evidence not JSON-serializable, or
+                that evidence directory already exists.
+            LockHeldError: another process holds the hash lock.
+        """
+        return run_reject(
+            self,
+            staged_dir,
+            config_hash=config_hash,
+            run_id=run_id,
+            candidate=candidate,
+            summary_md=summary_md,
+            evidence=evidence,
+            fault=fault or no_fault,
+        )
+
+    def recover(self, *, fault: FaultHook | None = None) -> list[Path]:
+        """Clean up after crashed writers; return what was removed (or, for rejects, completed).
+
+        Removes dot temp files of manifests, archive copies, holder records and evidence files,
+        ``.partial-`` copies under ``blessed/``, and half-created staging dirs whose creator is
+        dead. A ``.partial-`` rejected dir holds evidence: it is renamed to its final name instead.
+        Each hash is cleaned under its lock (skipped while another process holds it, which may be
+        publishing right now). Never touches a blessed dir a manifest references: only
+        ``.partial-`` names are removed there.
+        """
+        with os_errors(f"recovering the store {self.root}"):
+            actions, _ = run_recover(self, dry_run=False, fault=fault or no_fault)
+        return [action.path for action in actions]
+
+    def gc(self, *, keep: int = 0, dry_run: bool = False, fault: FaultHook | None = None) -> GcReport:
+        """Remove what no blessing needs; with ``dry_run``, only list it.
+
+        Per config hash (under its lock; skipped with a note while held): blessed versions that no
+        manifest in any manifests dir this store knows (its own, ``root/manifests``, and every dir
+        it has published to) references, beyond the ``keep`` newest (by dir_id, which starts with a
+        UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime). Also
+        staging dirs whose owner process is dead on this host, and the debris :meth:`recover`
+        removes. When a recorded manifests dir cannot be read, no blessed version is removed.
+        Archived manifests are kept (history).
+
+        Raises:
+            ManifestInvalidError: a manifest is invalid: gc cannot know what it references.
+            InputInvalidError: negative ``keep``.
+        """
+        with os_errors(f"gc of {self.root}"):
+            return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)
+
+

@@ -1,0 +1,289 @@
+"""Durable file-system helpers of the store: atomic writes, fsync, read-only marking, tree walks.
+
+Everything here works on paths it is given and knows nothing of the store's layout. Modes are
+always set explicitly (``fchmod``/``chmod`` after creation), never left to the umask: a store
+created under ``umask 000`` must not be writable by other users.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bless.errors import BlessError
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "READ_ONLY_DIR_MODE",
+    "READ_ONLY_FILE_MODE",
+    "TMP_MARK",
+    "age_s",
+    "atomic_write_bytes",
+    "ensure_dir",
+    "fsync_dir",
+    "fsync_tree",
+    "holds",
+    "listdir",
+    "make_owner_writable",
+    "os_errors",
+    "read_json_object",
+    "remove_tree",
+    "set_tree_modes",
+    "tree_bytes",
+    "walk",
+    "write_tmp",
+]
+
+#: Marks a temp file of an atomic write: ``.<stem>.bless-tmp-<pid>-<token>``.
+TMP_MARK = ".bless-tmp-"
+
+#: Modes of what the store writes: owner-writable, readable by all, writable by nobody else.
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+#: Modes of a published (blessed) tree.
+READ_ONLY_FILE_MODE = 0o444
+READ_ONLY_DIR_MODE = 0o555
+
+
+def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
+    """Create ``path`` and its missing parents with exactly ``mode`` (whatever the umask).
+
+    Directories that already exist are left as they are (verify reports unsafe modes).
+    """
+    missing: list[Path] = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=mode)
+        except FileExistsError:
+            continue  # created concurrently: keep what is there
+        directory.chmod(mode)  # mkdir's mode is masked by the umask
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, making the creations, renames and removals of its entries durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_tmp(directory: Path, stem: str, data: bytes, mode: int) -> Path:
+    """Write ``data`` to a new dot-named temp file in ``directory``, fsync it, return its path.
+
+    The name ``.<stem>.bless-tmp-<pid>-<token>`` is a dotfile (manifest listings skip dotfiles) and
+    carries the stem so recovery can tell which config hash a leftover belongs to.
+    """
+    tmp = directory / f".{stem}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.fchmod(fd, mode)  # exact mode, whatever the umask
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    A reader sees the old content or the new, never a mix; after return the new content survives a
+    power loss (temp file fsynced, renamed over ``path``, directory fsynced). A crash leaves at most
+    a dot temp file beside ``path``.
+
+    Raises:
+        OSError: when the directory is missing or not writable, the disk is full, etc.
+    """
+    path = Path(path)
+    tmp = write_tmp(path.parent, path.name, data, mode)
+    try:
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def os_errors(what: str) -> Iterator[None]:
+    """Turn an unexpected OSError (read-only or full disk, permissions) into a BlessError."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise BlessError(
+            f"{what} failed: {exc.strerror or exc}{where}",
+            hint="check that the store root exists, is writable and has free space",
+        ) from exc
+
+
+def walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Yield every entry below ``root`` (not ``root``) with its lstat, children before parents.
+
+    Never follows symlinks. Children come first so a caller may chmod a directory read-only only
+    after everything inside it is done.
+    """
+    pending: list[tuple[Path, bool]] = [(root, False)]
+    while pending:
+        path, expanded = pending.pop()
+        if expanded:
+            if path != root:
+                yield path, os.lstat(path)
+            continue
+        pending.append((path, True))
+        with os.scandir(path) as entries:
+            for entry in entries:
+                child = Path(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((child, False))
+                else:
+                    yield child, entry.stat(follow_symlinks=False)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory of a tree, and the tree's root."""
+    for path, st in walk(root):
+        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            _fsync_path(path)
+    _fsync_path(root)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def set_tree_modes(root: Path, file_mode: int, dir_mode: int, *, durable: bool) -> None:
+    """chmod every regular file to ``file_mode`` and every directory (root last) to ``dir_mode``.
+
+    Works on descriptors (fchmod + fsync) so the new modes are durable before the manifest commit
+    when ``durable`` is set. Symlinks and special files are left alone (verification reports them).
+    """
+    for path, st in [*walk(root), (root, os.lstat(root))]:
+        if stat.S_ISREG(st.st_mode):
+            mode = file_mode
+        elif stat.S_ISDIR(st.st_mode):
+            mode = dir_mode
+        else:
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, mode)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def make_owner_writable(root: Path) -> None:
+    """Give the owner rwx on every directory of a tree (root included).
+
+    Blessed trees are 0555: a non-root process can neither remove entries from them nor move them
+    to another parent (that rewrites their ``..``) until the directories are writable again.
+    """
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        mode = stat.S_IMODE(os.lstat(directory).st_mode)
+        if mode & 0o700 != 0o700:
+            directory.chmod(mode | 0o700)
+        with os.scandir(directory) as entries:
+            pending.extend(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a file, a symlink or a whole tree (read-only directories included)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
+        return
+    make_owner_writable(path)
+    shutil.rmtree(path)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the regular files below ``path`` (or of ``path`` itself); unreadable parts count 0."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    total = 0
+    with contextlib.suppress(OSError):
+        for _, entry_st in walk(path):
+            if stat.S_ISREG(entry_st.st_mode):
+                total += entry_st.st_size
+    return total
+
+
+def holds(path: Path, data: bytes) -> bool:
+    """Does the file at ``path`` hold exactly ``data``?"""
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def age_s(path: Path) -> float:
+    """Seconds since ``path`` was last modified (0 when it cannot be read)."""
+    try:
+        return time.time() - os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def listdir(path: Path) -> list[os.DirEntry[str]]:
+    """Sorted entries of a directory; a missing directory is empty."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None

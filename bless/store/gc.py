@@ -1,0 +1,239 @@
+"""Recovery after crashed writers, and garbage collection of what no blessing needs.
+
+:func:`recover` removes debris (dot temp files, ``.partial-`` copies, half-created staging dirs)
+and completes interrupted rejects. :func:`gc` also removes blessed versions that no manifest in
+ANY manifests dir this store has published to references, old rejected evidence and the staging
+dirs of dead runs. Every hash is handled under its lock (skipped while a writer holds it), and gc
+fails safe: an invalid manifest, or a manifests dir it cannot read, keeps every blessed version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bless.errors import InputInvalidError
+from bless.factors import is_config_hash
+from bless.store.faults import FaultHook
+from bless.store.fsutil import TMP_MARK, age_s, fsync_dir, listdir, read_json_object, remove_tree, tree_bytes
+from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX
+from bless.store.procid import process_alive
+
+if TYPE_CHECKING:
+    from bless.store.facade import Store
+
+__all__ = ["STALE_S", "GcAction", "GcReport", "gc", "recover"]
+
+# A leftover we cannot attribute to a process (no owner record) is only removed once it is this old,
+# so that we never race its creator.
+STALE_S = 3600.0
+
+# Temp files whose name carries the config hash they belong to (manifests dir, locks dir).
+_HASHED_TMP = re.compile(r"\.(?P<hash>[0-9a-f]{64})(?:\.holder|\.json)?" + re.escape(TMP_MARK))
+
+
+@dataclass(frozen=True)
+class GcAction:
+    """One removal (done, or planned when dry-running) and the bytes it frees."""
+
+    path: Path
+    reason: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """The result of :meth:`Store.gc`. ``notes`` says what was skipped and why (e.g. a held lock)."""
+
+    actions: tuple[GcAction, ...]
+    dry_run: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes freed (or that would be freed) by all actions."""
+        return sum(action.bytes for action in self.actions)
+
+
+def _hashed_tmp(name: str) -> str | None:
+    match = _HASHED_TMP.match(name)
+    return match.group("hash") if match else None
+
+
+def _debris_hashes(store: Store) -> list[str]:
+    """Config hashes that may have crash debris somewhere in the store."""
+    paths = store.paths
+    hashes: set[str] = set()
+    for directory in (paths.blessed, paths.archive, paths.rejected):
+        hashes.update(e.name for e in listdir(directory) if is_config_hash(e.name))
+    for directory in (paths.manifests_dir, paths.locks):
+        for entry in listdir(directory):
+            claimed = _hashed_tmp(entry.name)
+            if claimed is not None:
+                hashes.add(claimed)
+    return sorted(hashes)
+
+
+def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
+    """Crash debris of one hash: (path, reason, finalize) where finalize = complete, do not delete."""
+    paths = store.paths
+    found: list[tuple[Path, str, bool]] = []
+    for entry in listdir(paths.blessed / config_hash):
+        if entry.name.startswith(PARTIAL_PREFIX):
+            found.append((Path(entry.path), "partial copy of an interrupted publish", False))
+    for directory, what in ((paths.manifests_dir, "manifest"), (paths.locks, "lock holder")):
+        for entry in listdir(directory):
+            if _hashed_tmp(entry.name) == config_hash:
+                found.append((Path(entry.path), f"temp {what} file of an interrupted write", False))
+    for entry in listdir(paths.archive / config_hash):
+        if entry.name.startswith(".") and TMP_MARK in entry.name:
+            found.append((Path(entry.path), "temp archive file of an interrupted publish", False))
+    for entry in listdir(paths.rejected / config_hash):
+        if entry.name.startswith(PARTIAL_PREFIX):
+            # Holds a moved staged tree: evidence. Complete it rather than delete it.
+            found.append((Path(entry.path), "completed an interrupted reject (kept as evidence)", True))
+        elif entry.is_dir(follow_symlinks=False):
+            for inner in listdir(Path(entry.path)):
+                if inner.name.startswith(".") and TMP_MARK in inner.name:
+                    found.append((Path(inner.path), "temp evidence file of an interrupted reject", False))
+    return found
+
+
+def _staging_debris(store: Store) -> list[tuple[Path, str]]:
+    """Half-created staging dirs (``.new-*``) whose creator is gone."""
+    found: list[tuple[Path, str]] = []
+    for entry in listdir(store.paths.staging):
+        if not entry.name.startswith(NEW_STAGING_PREFIX):
+            continue
+        path = Path(entry.path)
+        owner = read_json_object(path / OWNER_FILE)
+        alive = process_alive(owner) if owner is not None else None
+        if alive is False or (alive is None and owner is None and age_s(path) > STALE_S):
+            found.append((path, "half-created staging dir of a run that is gone"))
+    return found
+
+
+def _finalize_rejected(partial: Path) -> None:
+    # ".partial-<run>-c<N>-<token>" -> "<run>-c<N>" (or a fresh name if that exists).
+    base = partial.name[len(PARTIAL_PREFIX) :].rsplit("-", 1)[0] or "unknown"
+    final = partial.parent / base
+    if os.path.lexists(final):
+        final = partial.parent / f"{base}-recovered-{secrets.token_hex(4)}"
+    partial.rename(final)
+    fsync_dir(partial.parent)
+
+
+def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
+    """Clean (or list) crash debris; returns the actions and notes. See :meth:`Store.recover`."""
+    actions: list[GcAction] = []
+    notes: list[str] = []
+    for config_hash in _debris_hashes(store):
+        if not _debris(store, config_hash):
+            continue  # look before locking: most hashes have no debris
+        with store.try_lock(config_hash) as locked:
+            if not locked:
+                notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
+                continue
+            # Listed again under the lock: only now is nobody writing this hash.
+            for path, reason, finalize in _debris(store, config_hash):
+                size = 0 if finalize else tree_bytes(path)
+                try:
+                    if finalize and not dry_run:
+                        fault("recover-finalize")
+                        _finalize_rejected(path)
+                    elif not dry_run:
+                        fault("recover-remove")
+                        remove_tree(path)
+                except OSError as exc:
+                    notes.append(f"{path}: could not clean up: {exc.strerror or exc}")
+                    continue
+                actions.append(GcAction(path, reason, size))
+    for path, reason in _staging_debris(store):
+        size = tree_bytes(path)
+        try:
+            if not dry_run:
+                fault("recover-remove")
+                remove_tree(path)
+        except OSError as exc:
+            notes.append(f"{path}: could not remove: {exc.strerror or exc}")
+            continue
+        actions.append(GcAction(path, reason, size))
+    return actions, notes
+
+
+def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
+    """See :meth:`Store.gc`."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise InputInvalidError(f"keep must be a non-negative integer, got {keep!r}")
+    paths = store.paths
+    # Fail closed before touching anything: an unreadable manifest may reference any version.
+    unsure = store.unreadable_manifests_dirs()
+    for directory in store.known_manifests_dirs():
+        if directory not in unsure:
+            store.index_of(directory).require_all_valid()
+    actions, notes = recover(store, dry_run=dry_run, fault=fault)
+    fault("gc-start")
+    for directory, why in sorted(unsure.items()):
+        notes.append(
+            f"manifests dir {directory} ({why}) was published to: its manifests may reference any blessed "
+            "version, so none is removed; make it readable again, or forget it with "
+            "bless gc --forget-manifests-dir DIR"
+        )
+
+    def drop(path: Path, reason: str) -> None:
+        size = tree_bytes(path)
+        if not dry_run:
+            try:
+                fault("gc-remove")
+                remove_tree(path)
+            except OSError as exc:
+                notes.append(f"{path}: could not remove: {exc.strerror or exc}")
+                return
+        actions.append(GcAction(path, reason, size))
+
+    hashes = {e.name for e in listdir(paths.blessed) if is_config_hash(e.name)}
+    hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
+    for config_hash in sorted(hashes):
+        with store.try_lock(config_hash) as locked:
+            if not locked:
+                notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
+                continue
+            if not unsure:
+                # Under the lock, so a publish cannot commit between this read and the removals.
+                referenced = store.referenced_dir_ids(config_hash)
+                versions = [
+                    Path(e.path)
+                    for e in listdir(paths.blessed / config_hash)
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in referenced
+                ]
+                versions.sort(key=lambda p: p.name, reverse=True)
+                for path in versions[keep:]:
+                    drop(path, "blessed version no manifest references")
+            evidence = [
+                Path(e.path)
+                for e in listdir(paths.rejected / config_hash)
+                if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+            ]
+            evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
+            for path in evidence[keep:]:
+                drop(path, "rejected evidence beyond the newest kept")
+
+    for entry in listdir(paths.staging):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        owner = read_json_object(path / OWNER_FILE)
+        alive = process_alive(owner) if owner is not None else None
+        if alive is False:
+            assert owner is not None
+            drop(path, f"staging of a run that is not running (pid {owner.get('pid')} is gone)")
+        elif owner is None and age_s(path) > STALE_S:
+            drop(path, "staging dir without an owner record, untouched for over an hour")
+        elif alive is None and owner is not None:
+            notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
+    fault("gc-done")
+    return GcReport(actions=tuple(actions), dry_run=dry_run, notes=tuple(notes))

@@ -1,0 +1,124 @@
+"""Where things are under a store root, and the names allowed there.
+
+Every name that becomes a path component (config hash, dir id, run id) is checked with a FULL
+match: a ``$``-anchored regex would accept a trailing newline, which then names another directory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
+from bless.factors import is_config_hash
+
+__all__ = [
+    "NEW_STAGING_PREFIX",
+    "OWNER_FILE",
+    "PARTIAL_PREFIX",
+    "StorePaths",
+    "check_dir_id",
+    "check_hash",
+    "check_run_id",
+    "is_dir_id",
+]
+
+PARTIAL_PREFIX = ".partial-"
+NEW_STAGING_PREFIX = ".new-"
+OWNER_FILE = ".owner"
+
+_DIR_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def is_dir_id(text: object) -> bool:
+    """A blessed dir id: ``YYYYMMDDTHHMMSSZ-<12 hex>``, exactly."""
+    return isinstance(text, str) and _DIR_ID.fullmatch(text) is not None
+
+
+def check_hash(config_hash: str, error: type[BlessError] = InputInvalidError) -> None:
+    """Raise ``error`` unless ``config_hash`` is 64 lowercase hex digits.
+
+    The hash becomes a path component: anything else could escape the store.
+    """
+    if not is_config_hash(config_hash):
+        raise error(f"not a config hash (64 lowercase hex digits): {config_hash!r}")
+
+
+def check_dir_id(dir_id: str) -> None:
+    """Raise ManifestInvalidError unless ``dir_id`` names a blessed dir (a path component)."""
+    if not is_dir_id(dir_id):
+        raise ManifestInvalidError(f"cache.dir_id {dir_id!r} is not a blessed dir id")
+
+
+def check_run_id(run_id: str) -> None:
+    """Raise InputInvalidError unless ``run_id`` is a safe directory name."""
+    if not isinstance(run_id, str) or _RUN_ID.fullmatch(run_id) is None:
+        raise InputInvalidError(
+            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+        )
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The directories of one store. ``root`` and ``manifests_dir`` are absolute."""
+
+    root: Path
+    manifests_dir: Path
+
+    @property
+    def default_manifests_dir(self) -> Path:
+        """``root/manifests``: where manifests live unless a separate dir is given."""
+        return self.root / "manifests"
+
+    @property
+    def blessed(self) -> Path:
+        """``root/blessed``: immutable blessed trees, ``<config_hash>/<dir_id>/``."""
+        return self.root / "blessed"
+
+    @property
+    def staging(self) -> Path:
+        """``root/staging``: work dirs of running blesses."""
+        return self.root / "staging"
+
+    @property
+    def archive(self) -> Path:
+        """``root/archive``: manifests replaced by a rebless."""
+        return self.root / "archive"
+
+    @property
+    def rejected(self) -> Path:
+        """``root/rejected``: evidence of rejected candidates."""
+        return self.root / "rejected"
+
+    @property
+    def locks(self) -> Path:
+        """``root/locks``: per-hash writer locks and their holder records."""
+        return self.root / "locks"
+
+    @property
+    def runs(self) -> Path:
+        """``root/runs``: engine logs of accepted runs."""
+        return self.root / "runs"
+
+    @property
+    def serve(self) -> Path:
+        """``root/serve``: scratch and evidence dirs of serve-full starts."""
+        return self.root / "serve"
+
+    @property
+    def leases(self) -> Path:
+        """``root/leases``: serving leases, ``<config_hash>/<dir_id>/<name>.json``."""
+        return self.root / "leases"
+
+    @property
+    def state(self) -> Path:
+        """``root/state``: the store's own records (manifests dirs published to, index cache)."""
+        return self.root / "state"
+
+    def blessed_dir(self, config_hash: str, dir_id: str) -> Path:
+        """``blessed/<config_hash>/<dir_id>`` after checking both names (ManifestInvalidError)."""
+        check_hash(config_hash, ManifestInvalidError)
+        check_dir_id(dir_id)
+        return self.blessed / config_hash / dir_id

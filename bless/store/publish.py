@@ -1,0 +1,289 @@
+"""Atomic publish: the blessed tree lands read-only first, the manifest rename is the commit point.
+
+Steps (:data:`~bless.store.faults.PUBLISH_STEPS`, each preceded by a fault point): ``validate``
+(serialize the manifest, re-hash the staged tree and require it equals the manifest's listing),
+``move-tree`` (rename into ``blessed/<hash>/<dir_id>`` from under ``root/staging``, else copy to a
+``.partial-`` sibling and rename), ``fsync-tree``, ``make-read-only`` (files 0444, dirs 0555, then
+the tree is verified again), ``archive-old``, ``write-manifest-tmp``, ``rename-manifest`` (the
+commit point, then fsync of the manifests dir), ``done``. Before the commit, a failure gives the
+tree back (or removes the copy); ``kill -9`` anywhere leaves the old blessing or the new one, and
+:meth:`Store.recover` removes the debris.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bless.errors import AlreadyBlessedError, BlessError, InputInvalidError, ManifestInvalidError, VerifyFailedError
+from bless.manifest import Manifest
+from bless.store.faults import FaultHook
+from bless.store.fsutil import (
+    FILE_MODE,
+    READ_ONLY_DIR_MODE,
+    READ_ONLY_FILE_MODE,
+    atomic_write_bytes,
+    ensure_dir,
+    fsync_dir,
+    fsync_tree,
+    holds,
+    os_errors,
+    remove_tree,
+    set_tree_modes,
+    write_tmp,
+)
+from bless.store.layout import PARTIAL_PREFIX, check_hash
+from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
+
+if TYPE_CHECKING:
+    from bless.store.facade import Store
+
+__all__ = ["PublishResult", "publish"]
+
+_CREATED = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What :meth:`Store.publish` did. ``archived_manifest`` is the replaced manifest's copy, if any."""
+
+    config_hash: str
+    manifest_path: Path
+    blessed_dir: Path
+    archived_manifest: Path | None
+
+
+def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook) -> PublishResult:
+    """See :meth:`bless.store.Store.publish`."""
+    staged_dir = Path(staged_dir).absolute()
+    config_hash = manifest.config_hash
+    check_hash(config_hash, ManifestInvalidError)
+    store.ensure_layout()
+    paths = store.paths
+    with os_errors(f"publishing {config_hash[:16]}..."), store.lock(config_hash):
+        store.recover(fault=fault)
+
+        fault("validate")
+        document = manifest.to_json_bytes()  # validates against the schema
+        target = store.blessed_dir(manifest)
+        store.require_valid_manifests()
+        live = store.live(config_hash)
+        manifest_target = live[0] if live else paths.manifests_dir / f"{config_hash}.json"
+        if live is None and os.path.lexists(manifest_target):
+            # Every manifest validated above, so it is a valid manifest of another hash.
+            raise ManifestInvalidError(
+                f"{manifest_target} is named for {config_hash[:16]}... but holds another hash's manifest",
+                hint="rename that file after the config_hash it contains",
+            )
+        _check_staged(staged_dir, manifest)
+        if os.path.lexists(target):
+            if live is not None and live[1].cache.dir_id == manifest.cache.dir_id:
+                raise AlreadyBlessedError(
+                    f"{config_hash[:16]}... is already blessed with this very version ({target.name})",
+                    hint="nothing to publish; re-bless to make a new version",
+                )
+            # No live manifest references it: debris of an interrupted publish of this same
+            # version (or a superseded copy of it). We hold the lock, so nobody else uses it.
+            remove_tree(target)
+        # Recorded before the commit: gc must know every manifests dir a blessing can be named in.
+        store.remember_manifests_dir()
+
+        renamed: bool | None = None  # None: nothing moved yet
+        tmp: Path | None = None
+        try:
+            fault("move-tree")
+            renamed = _move_tree(store, staged_dir, target, fault)
+
+            fault("fsync-tree")
+            fsync_tree(target)
+            fsync_dir(target.parent)
+            fsync_dir(paths.blessed)
+            if renamed:
+                fsync_dir(staged_dir.parent)
+
+            fault("make-read-only")
+            set_tree_modes(target, READ_ONLY_FILE_MODE, READ_ONLY_DIR_MODE, durable=True)
+            # Hashing again costs time but closes the gap between validate and now (a writer
+            # that still had a staged file open): the commit must cover exactly these bytes.
+            check = verify_tree(target, manifest.cache.files, manifest.cache.dirs)
+            if not check.ok:
+                shown = "; ".join(f"{p.path}: {p.detail}" for p in check.problems[:5])
+                raise VerifyFailedError(
+                    f"the staged tree changed while it was being published: {shown}",
+                    hint="make sure no process still writes the staged cache, then bless again",
+                    details={"problems": [p.to_dict() for p in check.problems]},
+                )
+
+            fault("archive-old")
+            archived = _archive_manifest(store, *live) if live is not None else None
+
+            fault("write-manifest-tmp")
+            tmp = write_tmp(paths.manifests_dir, config_hash, document, FILE_MODE)
+
+            fault("rename-manifest")
+            tmp.replace(manifest_target)  # THE commit point
+            tmp = None
+            fault("rename-manifest:before-fsync")
+        except BaseException as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            # Give the tree back unless the commit happened after all (an interrupt landing
+            # right after os.replace): then the live manifest references it.
+            if renamed is not None and not holds(manifest_target, document):
+                with contextlib.suppress(OSError):
+                    _undo_move(target, staged_dir, renamed, fault)
+            if isinstance(exc, OSError):
+                raise BlessError(
+                    f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
+                    + (f" ({exc.filename})" if exc.filename else ""),
+                    hint="nothing was published; the previous blessing (if any) is unchanged",
+                ) from exc
+            raise
+        try:
+            fsync_dir(paths.manifests_dir)
+        except OSError as exc:
+            raise BlessError(
+                f"published {config_hash[:16]}... but could not fsync {paths.manifests_dir}: {exc.strerror or exc}",
+                hint="the blessing is visible but may not survive a power loss; run bless verify",
+            ) from exc
+        store.note_published(manifest_target, config_hash)
+
+        fault("done")
+        return PublishResult(
+            config_hash=config_hash,
+            manifest_path=manifest_target,
+            blessed_dir=target,
+            archived_manifest=archived,
+        )
+
+
+def _listing_difference(expected: Manifest, listing: TreeListing) -> list[str]:
+    """Human lines saying how a hashed tree differs from a manifest's listing."""
+    want = {f.path: f for f in expected.cache.files}
+    got = {f.path: f for f in listing.files}
+    lines = [f"missing file {p}" for p in sorted(want.keys() - got.keys())]
+    lines += [f"extra file {p}" for p in sorted(got.keys() - want.keys())]
+    for path in sorted(want.keys() & got.keys()):
+        if want[path] != got[path]:
+            w, g = want[path], got[path]
+            lines.append(f"changed file {path} (manifest {w.size} B {w.sha256[:12]}, tree {g.size} B {g.sha256[:12]})")
+    lines += [f"missing directory {d}" for d in sorted(set(expected.cache.dirs) - set(listing.dirs))]
+    lines += [f"extra directory {d}" for d in sorted(set(listing.dirs) - set(expected.cache.dirs))]
+    if not lines and listing.total_size != expected.cache.total_size:
+        lines.append(f"total size {listing.total_size} != manifest {expected.cache.total_size}")
+    return lines
+
+
+def _check_staged(staged_dir: Path, manifest: Manifest) -> None:
+    """Hash the staged tree and require it to be exactly the manifest's listing."""
+    try:
+        st = os.lstat(staged_dir)
+    except OSError as exc:
+        raise InputInvalidError(f"staged tree {staged_dir}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputInvalidError(f"staged tree {staged_dir} is not a directory (symlinks are not followed)")
+    try:
+        listing = hash_tree(staged_dir)
+    except TreeError as exc:
+        raise InputInvalidError(
+            f"staged tree cannot be published: {exc}",
+            details={"problems": [p.to_dict() for p in exc.problems]},
+        ) from None
+    differences = _listing_difference(manifest, listing)
+    if differences:
+        more = f" (and {len(differences) - 5} more)" if len(differences) > 5 else ""
+        shown = "; ".join(differences[:5]) + more
+        raise InputInvalidError(
+            f"staged tree {staged_dir} does not match the manifest: {shown}",
+            hint="the manifest must be built from the staged tree as it is; nothing was published",
+            details={"differences": differences},
+        )
+
+
+def make_dir_movable(path: Path) -> None:
+    """Moving a directory to another parent rewrites its ``..``: give the owner write access."""
+    mode = stat.S_IMODE(os.lstat(path).st_mode)
+    if stat.S_ISDIR(os.lstat(path).st_mode) and mode & 0o700 != 0o700:
+        path.chmod(mode | 0o700)
+
+
+def _move_tree(store: Store, source: Path, target: Path, fault: FaultHook) -> bool:
+    """Move a staged tree to ``target``; True when renamed, False when copied (source kept).
+
+    Renamed only from under ``root/staging`` (same file system, and ours to consume); anything
+    else is copied into a ``.partial-`` sibling of ``target`` first, so a crash mid-copy leaves
+    a name :meth:`Store.recover` knows is debris, then renamed into place.
+    """
+    ensure_dir(target.parent)
+    if store.under_staging(source):
+        make_dir_movable(source)
+        try:
+            source.rename(target)
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:  # staging on another mount: copy instead
+                raise
+    partial = target.parent / f"{PARTIAL_PREFIX}{target.name}-{secrets.token_hex(4)}"
+
+    def copy_file(src: str, dst: str) -> str:
+        fault("move-tree:copy-file")
+        return shutil.copyfile(src, dst)
+
+    try:
+        shutil.copytree(source, partial, symlinks=True, copy_function=copy_file)
+        fault("move-tree:before-rename")
+        partial.rename(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_tree(partial)
+        raise
+    return False
+
+
+def _undo_move(target: Path, staged_dir: Path, renamed: bool, fault: FaultHook) -> None:
+    """Before the commit: give the staged tree back (writable again), or drop our copy."""
+    if not os.path.lexists(target):
+        return
+    fault("undo")
+    if renamed and not os.path.lexists(staged_dir):
+        set_tree_modes(target, FILE_MODE, 0o755, durable=False)
+        fault("undo:before-rename")
+        target.rename(staged_dir)
+    else:
+        remove_tree(target)
+
+
+def _created_stamp(created: str) -> str:
+    """``2024-05-01T12:34:56Z`` -> ``20240501T123456Z`` (archive file names sort by time)."""
+    match = _CREATED.match(created)
+    if match is None:  # the schema forbids this; keep a sortable name anyway
+        return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    y, mo, d, h, mi, s = match.groups()
+    return f"{y}{mo}{d}T{h}{mi}{s}Z"
+
+
+def _archive_manifest(store: Store, live_path: Path, live: Manifest) -> Path:
+    """Copy the live manifest file, byte for byte, to ``archive/<hash>/<created>-<tree12>.json``."""
+    directory = store.paths.archive / live.config_hash
+    ensure_dir(directory)
+    raw = live_path.read_bytes()
+    stem = f"{_created_stamp(live.created)}-{live.cache.tree_sha256[:12]}"
+    path = directory / f"{stem}.json"
+    counter = 1
+    # Same second and same tree but other bytes (other trials): never overwrite history.
+    while path.exists() and path.read_bytes() != raw:
+        counter += 1
+        path = directory / f"{stem}-{counter}.json"
+    atomic_write_bytes(path, raw)
+    fsync_dir(store.paths.archive)
+    return path

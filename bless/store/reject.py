@@ -1,0 +1,102 @@
+"""Keeping a rejected candidate as evidence: ``rejected/<hash>/<run_id>-c<N>/``.
+
+The directory is assembled under a ``.partial-`` name and renamed into place, so it appears
+complete or not at all; a ``.partial-`` dir left by a crash holds the moved tree (evidence), and
+:meth:`Store.recover` completes it instead of deleting it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bless.errors import BlessError, InputInvalidError
+from bless.store.faults import FaultHook
+from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir
+from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
+from bless.store.publish import make_dir_movable
+
+if TYPE_CHECKING:
+    from bless.store.facade import Store
+
+__all__ = ["reject"]
+
+
+def reject(
+    store: Store,
+    staged_dir: Path,
+    *,
+    config_hash: str,
+    run_id: str,
+    candidate: int,
+    summary_md: str,
+    evidence: Mapping[str, Any],
+    fault: FaultHook,
+) -> Path:
+    """See :meth:`bless.store.Store.reject`."""
+    check_hash(config_hash)
+    check_run_id(run_id)
+    if isinstance(candidate, bool) or not isinstance(candidate, int) or candidate < 0:
+        raise InputInvalidError(f"candidate must be a non-negative integer, got {candidate!r}")
+    try:
+        evidence_bytes = (
+            json.dumps(evidence, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+        ).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InputInvalidError(f"rejection evidence is not JSON-serializable: {exc}") from None
+    staged_dir = Path(staged_dir).absolute()
+    store.ensure_layout()
+    rejected = store.paths.rejected
+    with store.lock(config_hash):
+        store.recover(fault=fault)
+        fault("reject-start")
+        parent = rejected / config_hash
+        name = f"{run_id}-c{candidate}"
+        final = parent / name
+        if os.path.lexists(final):
+            raise InputInvalidError(f"rejected evidence {final} already exists; it is never overwritten")
+        partial = parent / f"{PARTIAL_PREFIX}{name}-{secrets.token_hex(4)}"
+        try:
+            ensure_dir(parent)
+            ensure_dir(partial)
+            fault("reject-move-tree")
+            if os.path.lexists(staged_dir):
+                _move_evidence(store, staged_dir, partial / "tree")
+            fault("reject-write-summary")
+            atomic_write_bytes(partial / "summary.md", summary_md.encode("utf-8"))
+            fault("reject-write-evidence")
+            atomic_write_bytes(partial / "evidence.json", evidence_bytes)
+            fault("reject-rename")
+            partial.rename(final)
+            fsync_dir(parent)
+            fsync_dir(rejected)
+            fault("reject-done")
+        except OSError as exc:
+            # The partial dir may hold the moved tree: it is evidence, recover() completes it.
+            raise BlessError(
+                f"keeping rejected evidence in {final} failed: {exc.strerror or exc}",
+                hint="nothing was published; run bless gc --dry-run to see what is left",
+            ) from exc
+    return final
+
+
+def _move_evidence(store: Store, source: Path, destination: Path) -> None:
+    if store.under_staging(source):
+        make_dir_movable(source)
+        try:
+            source.rename(destination)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+    if stat.S_ISDIR(os.lstat(source).st_mode):
+        shutil.copytree(source, destination, symlinks=True)
+    else:
+        shutil.copy2(source, destination, follow_symlinks=False)

@@ -1,0 +1,179 @@
+"""Reading a manifests directory into a :class:`~bless.store.index.ManifestIndex`.
+
+A lookup schema-validates only its candidates: the files whose claimed config hash (or file name,
+a hint) matches what is looked for. What every other file claims is read cheaply (its
+``config_hash`` field, no schema validation) and cached in the store, keyed by the file's
+identity (inode, size, mtime, ctime), so an unchanged file is not even opened again. Content is
+the truth: a candidate is always fully validated, and a file whose claim cannot be read makes
+every lookup refuse (fail closed). ``bless list``, ``bless gc`` and publish validate everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bless.errors import ManifestInvalidError
+from bless.factors import is_config_hash
+from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
+from bless.store.fsutil import atomic_write_bytes, ensure_dir, listdir, read_json_object
+from bless.store.index import ManifestIndex, ManifestRecord
+
+__all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
+
+_CACHE_VERSION = 1
+
+#: Which files a lookup must validate: ``(claimed hash or None, file name) -> candidate?``.
+Candidate = Callable[[str | None, str], bool]
+
+
+class ManifestReader:
+    """How a scan reads one manifest file: its claimed hash cheaply, or the whole validated manifest."""
+
+    def claim(self, path: Path) -> str | None:
+        """The ``config_hash`` a file claims, without schema validation; None when it cannot be told."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                raw = handle.read(MAX_MANIFEST_BYTES + 1)
+            document = json.loads(raw)
+        except (OSError, ValueError, RecursionError):
+            return None
+        claimed = document.get("config_hash") if isinstance(document, dict) else None
+        return claimed if is_config_hash(claimed) else None
+
+    def load(self, path: Path) -> Manifest:
+        """The validated manifest (ManifestInvalidError naming the file otherwise)."""
+        return load_manifest(path)
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+@dataclass
+class ClaimCache:
+    """What each manifest file claims, keyed by its identity; persisted at ``path`` (best effort).
+
+    The cache is a hint for which files to skip; it lives in the store's ``state/`` (as protected as
+    the blessed trees themselves) and never replaces validating a candidate.
+    """
+
+    path: Path | None
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dirty: bool = False
+
+    @classmethod
+    def open(cls, path: Path | None) -> ClaimCache:
+        """The cache stored at ``path`` (empty when missing, unreadable or of another version)."""
+        document = read_json_object(path) if path is not None else None
+        entries: dict[str, dict[str, Any]] = {}
+        if document is not None and document.get("version") == _CACHE_VERSION:
+            raw = document.get("entries")
+            if isinstance(raw, dict):
+                entries = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)}
+        return cls(path, entries)
+
+    def get(self, name: str, st: os.stat_result) -> str | None:
+        """The cached claim of file ``name`` when the file is unchanged since it was cached."""
+        entry = self.entries.get(name)
+        if entry is None or entry.get("id") != _identity(st):
+            return None
+        claim = entry.get("claim")
+        return claim if is_config_hash(claim) else None
+
+    def put(self, name: str, st: os.stat_result, claim: str) -> None:
+        """Remember that file ``name`` (as it is now) claims ``claim``."""
+        entry = {"id": _identity(st), "claim": claim}
+        if self.entries.get(name) != entry:
+            self.entries[name] = entry
+            self.dirty = True
+
+    def keep_only(self, names: set[str]) -> None:
+        """Forget files that are gone."""
+        for name in set(self.entries) - names:
+            del self.entries[name]
+            self.dirty = True
+
+    def save(self) -> None:
+        """Write the cache when it changed and its directory's parent (the store root) exists.
+
+        Best effort: a reader without write access to the store still gets correct lookups.
+        """
+        if self.path is None or not self.dirty or not self.path.parent.parent.is_dir():
+            return
+        document = {"version": _CACHE_VERSION, "entries": self.entries}
+        with contextlib.suppress(OSError):
+            ensure_dir(self.path.parent)
+            atomic_write_bytes(self.path, (json.dumps(document, sort_keys=True) + "\n").encode("utf-8"))
+            self.dirty = False
+
+
+def scan_manifests(
+    directory: Path,
+    *,
+    candidate: Candidate | None = None,
+    cache: ClaimCache | None = None,
+    reader: ManifestReader | None = None,
+) -> ManifestIndex:
+    """Index every ``*.json`` of ``directory`` (dotfiles skipped; a missing dir is empty).
+
+    With ``candidate`` None every file is validated; otherwise only the files ``candidate`` selects
+    (and those whose claim cannot be read cheaply, so their error is precise).
+
+    Raises:
+        ManifestInvalidError: when the directory exists but cannot be listed.
+    """
+    reader = reader or ManifestReader()
+    try:
+        entries = listdir(directory)
+    except OSError as exc:
+        raise ManifestInvalidError(f"{directory}: cannot list manifests: {exc.strerror or exc}") from None
+    records: list[ManifestRecord] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name.startswith(".") or not entry.name.endswith(".json"):
+            continue  # temp files of a publish in progress are dotfiles
+        path = directory / entry.name
+        seen.add(entry.name)
+        try:
+            st = path.stat()
+        except OSError as exc:
+            error = ManifestInvalidError(f"{path}: cannot read: {exc.strerror or exc}")
+            records.append(ManifestRecord(path, None, error))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            # Never open a FIFO or device (opening a FIFO blocks until a writer shows up).
+            records.append(ManifestRecord(path, None, ManifestInvalidError(f"{path}: not a regular file")))
+            continue
+        claim: str | None = None
+        if candidate is not None:
+            claim = cache.get(entry.name, st) if cache is not None else None
+            if claim is None:
+                claim = reader.claim(path)
+            if claim is not None and not candidate(claim, entry.name):
+                if cache is not None:
+                    cache.put(entry.name, st, claim)
+                records.append(ManifestRecord(path, None, None, claim))
+                continue
+        try:
+            manifest = reader.load(path)
+        except ManifestInvalidError as exc:
+            records.append(ManifestRecord(path, None, exc, claim))
+            continue
+        if cache is not None:
+            cache.put(entry.name, st, manifest.config_hash)
+        records.append(ManifestRecord(path, manifest, None))
+    if cache is not None:
+        cache.keep_only(seen)
+        cache.save()
+    return ManifestIndex.of(directory, records)

@@ -1,0 +1,201 @@
+"""Store hardening: gc across manifests dirs, exact names, explicit modes, lookups that read little."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from store_helpers import make_factors, make_manifest, write_tree
+
+from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError
+from bless.manifest import Manifest
+from bless.store import Store
+from bless.store.scan import ManifestReader
+from bless.verify import verify_tree
+
+
+def stage(store: Store, run_id: str, variant: str) -> Path:
+    return write_tree(store.new_staging_dir(run_id) / "cache", variant)
+
+
+def publish(store: Store, run_id: str, variant: str, name: str = "tiny", dir_id: str | None = None) -> Manifest:
+    staged = stage(store, run_id, variant)
+    manifest = make_manifest(staged, make_factors(name), dir_id=dir_id)
+    store.publish(staged, manifest)
+    return manifest
+
+
+def intact(store: Store, manifest: Manifest) -> bool:
+    return verify_tree(store.blessed_dir(manifest), manifest.cache.files, manifest.cache.dirs).ok
+
+
+# ------------------------------------------------------------ gc and separate manifests dirs
+
+
+def test_gc_without_the_manifests_dir_keeps_trees_it_references(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout" / "manifests"
+    root = tmp_path / "root"
+    with_dir = Store(root, checkout)
+    old = publish(with_dir, "run1", "old", dir_id="20240101T000000Z-000000000001")
+    new = publish(with_dir, "run2", "new", dir_id="20240102T000000Z-000000000002")
+
+    # The documented workflow: gc run without --manifests-dir must not delete the live tree.
+    report = Store(root).gc(keep=0)
+    removed = {action.path for action in report.actions}
+    assert with_dir.blessed_dir(new) not in removed
+    assert intact(with_dir, new)
+    # The superseded version is still garbage, found through the recorded dir.
+    assert with_dir.blessed_dir(old) in removed
+
+
+def test_gc_keeps_every_version_while_a_recorded_manifests_dir_is_unreadable(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout" / "manifests"
+    root = tmp_path / "root"
+    with_dir = Store(root, checkout)
+    old = publish(with_dir, "run1", "old", dir_id="20240101T000000Z-000000000001")
+    new = publish(with_dir, "run2", "new", dir_id="20240102T000000Z-000000000002")
+    checkout.rename(tmp_path / "elsewhere")
+
+    report = Store(root).gc(keep=0)
+    assert not any(action.path.is_relative_to(root / "blessed") for action in report.actions)
+    assert any(str(checkout) in note and "--forget-manifests-dir" in note for note in report.notes)
+    assert with_dir.blessed_dir(old).is_dir() and with_dir.blessed_dir(new).is_dir()
+
+    # Once the operator says that dir is gone for good, gc goes back to normal.
+    assert Store(root).forget_manifests_dir(checkout)
+    removed = {action.path for action in Store(root).gc(keep=0).actions}
+    assert {with_dir.blessed_dir(old), with_dir.blessed_dir(new)} <= removed
+
+
+def test_gc_refuses_while_a_manifest_in_a_recorded_dir_is_invalid(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    root = tmp_path / "root"
+    manifest = publish(Store(root, checkout), "run1", "a")
+    (checkout / "broken.json").write_text("{")
+    with pytest.raises(ManifestInvalidError, match=r"broken\.json"):
+        Store(root).gc(keep=0)
+    assert intact(Store(root), manifest)
+
+
+# ------------------------------------------------------------------------------ exact names
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\r\n", " "])
+def test_a_dir_id_with_a_trailing_newline_is_refused(tmp_path: Path, suffix: str) -> None:
+    store = Store(tmp_path / "root")
+    manifest = make_manifest(write_tree(tmp_path / "tree"))
+    bad = dataclasses.replace(
+        manifest, cache=dataclasses.replace(manifest.cache, dir_id=manifest.cache.dir_id + suffix)
+    )
+    with pytest.raises(ManifestInvalidError, match="dir_id"):
+        store.blessed_dir(bad)
+    bad_hash = dataclasses.replace(manifest, config_hash=manifest.config_hash + suffix)
+    with pytest.raises(ManifestInvalidError, match="config hash"):
+        store.blessed_dir(bad_hash)
+
+
+def test_hashes_and_run_ids_with_a_trailing_newline_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    with pytest.raises(InputInvalidError):
+        store.find("a" * 64 + "\n")
+    with pytest.raises(InputInvalidError):
+        store.new_staging_dir("run\n")
+    assert not (tmp_path / "root" / "staging" / "run\n").exists()
+
+
+# -------------------------------------------------------------------- modes, whatever the umask
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    previous = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_store_dirs_and_files_ignore_the_umask(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    for directory in ("", "manifests", "blessed", "staging", "archive", "rejected", "locks", "state"):
+        assert mode(store.root / directory) == 0o755, directory
+    assert mode(store.root / "blessed" / manifest.config_hash) == 0o755
+    assert mode(store.blessed_dir(manifest)) == 0o555
+    assert mode(store.root / "locks" / f"{manifest.config_hash}.lock") == 0o644
+    path = store.manifest_path(manifest.config_hash)
+    assert path is not None and mode(path) == 0o644
+    rejected = store.reject(
+        stage(store, "run2", "b"),
+        config_hash=manifest.config_hash,
+        run_id="run2",
+        candidate=1,
+        summary_md="",
+        evidence={},
+    )
+    assert mode(rejected) == 0o755 and mode(rejected.parent) == 0o755
+
+
+# ------------------------------------------------------------- lookups validate only candidates
+
+
+class CountingReader(ManifestReader):
+    """The real reader, recording which files it read cheaply and which it validated."""
+
+    def __init__(self) -> None:
+        self.claimed: list[str] = []
+        self.loaded: list[str] = []
+
+    def claim(self, path: Path) -> str | None:
+        self.claimed.append(path.name)
+        return super().claim(path)
+
+    def load(self, path: Path) -> Manifest:
+        self.loaded.append(path.name)
+        return super().load(path)
+
+
+def test_a_lookup_does_not_validate_an_unrelated_large_manifest(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    big_tree = store.new_staging_dir("big") / "cache"
+    for index in range(2000):
+        (big_tree / f"d{index % 20}").mkdir(parents=True, exist_ok=True)
+        (big_tree / f"d{index % 20}" / f"f{index}.bin").write_bytes(b"x")
+    big = make_manifest(big_tree, make_factors("big"))
+    store.publish(big_tree, big)
+    small = publish(store, "small", "a", name="small")
+    big_name, small_name = f"{big.config_hash}.json", f"{small.config_hash}.json"
+
+    # Warm: the publisher told the index what each file claims; the big file is not even opened.
+    reader = CountingReader()
+    found = Store(store.root, reader=reader).find(small.config_hash)
+    assert found is not None and found.config_hash == small.config_hash
+    assert reader.loaded == [small_name]
+    assert big_name not in reader.claimed
+
+    # Cold (no index cache): the big file's claim is read, but it is not schema-validated.
+    for cache in (store.root / "state").glob("claims-*.json"):
+        cache.unlink()
+    reader = CountingReader()
+    assert Store(store.root, reader=reader).find(small.config_hash) is not None
+    assert reader.loaded == [small_name]
+    assert big_name in reader.claimed
+
+    # And the claim read then is remembered for the next command.
+    reader = CountingReader()
+    assert Store(store.root, reader=reader).find(small.config_hash) is not None
+    assert reader.claimed == [] and reader.loaded == [small_name]
+
+    # Content is the truth: a changed file is read again, and a copy claiming the hash is caught.
+    (store.manifests_dir / "zz-copy.json").write_bytes((store.manifests_dir / small_name).read_bytes())
+    with pytest.raises(ManifestDuplicateError, match="claim config hash"):
+        Store(store.root).find(small.config_hash)
