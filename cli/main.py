@@ -310,14 +310,30 @@ def gc_command(
         typer.Option("--keep", min=0, help="Also keep the N newest unreferenced versions / evidence dirs per hash."),
     ] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    forget_manifests_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--forget-manifests-dir",
+            help="A manifests dir this store published to that is gone for good: stop consulting it (repeatable).",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> Report:
-    """Remove what no live blessing needs: superseded blessed versions, old rejected evidence, dead staging.
+    """Remove what no blessing needs: superseded blessed versions, old rejected evidence, dead staging.
 
-    Never touches what a live manifest references; refuses (22) while any manifest is invalid.
+    Never touches what a manifest references in any manifests dir this store has published to
+    (they are recorded in the store); keeps every blessed version while one of them cannot be read;
+    refuses (22) while any manifest there is invalid.
     """
-    report = app_state(ctx).store().gc(keep=keep, dry_run=dry_run)
+    store = app_state(ctx).store()
+    forgotten = [
+        str(directory)
+        for directory in forget_manifests_dir or ()
+        if not dry_run and store.forget_manifests_dir(directory)
+    ]
+    report = store.gc(keep=keep, dry_run=dry_run)
     data = {
+        "forgotten_manifests_dirs": forgotten,
         "dry_run": report.dry_run,
         "actions": [
             {"path": str(action.path), "reason": action.reason, "bytes": action.bytes} for action in report.actions

@@ -77,11 +77,7 @@ def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory, making the creations, renames and removals of its entries durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_path(path, os.O_DIRECTORY)
 
 
 def write_tmp(directory: Path, stem: str, data: bytes, mode: int) -> Path:
@@ -174,8 +170,8 @@ def fsync_tree(root: Path) -> None:
     _fsync_path(root)
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _fsync_path(path: Path, flags: int = os.O_NOFOLLOW) -> None:
+    fd = os.open(path, os.O_RDONLY | flags | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,42 +127,51 @@ def _finalize_rejected(partial: Path) -> None:
     fsync_dir(partial.parent)
 
 
-def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
-    """Clean (or list) crash debris; returns the actions and notes. See :meth:`Store.recover`."""
-    actions: list[GcAction] = []
-    notes: list[str] = []
+@dataclass
+class _Sweep:
+    """Removals of one recover or gc pass: done (or only listed when dry-running), with notes."""
+
+    dry_run: bool
+    fault: FaultHook
+    actions: list[GcAction] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def drop(self, path: Path, reason: str, *, point: str, finalize: bool = False) -> None:
+        """Remove ``path`` (or, with ``finalize``, complete an interrupted reject) and record it."""
+        size = 0 if finalize else tree_bytes(path)
+        if not self.dry_run:
+            try:
+                self.fault(point)
+                if finalize:
+                    _finalize_rejected(path)
+                else:
+                    remove_tree(path)
+            except OSError as exc:
+                self.notes.append(f"{path}: could not clean up: {exc.strerror or exc}")
+                return
+        self.actions.append(GcAction(path, reason, size))
+
+
+def _recover(store: Store, sweep: _Sweep) -> None:
     for config_hash in _debris_hashes(store):
         if not _debris(store, config_hash):
             continue  # look before locking: most hashes have no debris
         with store.try_lock(config_hash) as locked:
             if not locked:
-                notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
+                sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
                 continue
             # Listed again under the lock: only now is nobody writing this hash.
             for path, reason, finalize in _debris(store, config_hash):
-                size = 0 if finalize else tree_bytes(path)
-                try:
-                    if finalize and not dry_run:
-                        fault("recover-finalize")
-                        _finalize_rejected(path)
-                    elif not dry_run:
-                        fault("recover-remove")
-                        remove_tree(path)
-                except OSError as exc:
-                    notes.append(f"{path}: could not clean up: {exc.strerror or exc}")
-                    continue
-                actions.append(GcAction(path, reason, size))
+                sweep.drop(path, reason, point="recover-remove", finalize=finalize)
     for path, reason in _staging_debris(store):
-        size = tree_bytes(path)
-        try:
-            if not dry_run:
-                fault("recover-remove")
-                remove_tree(path)
-        except OSError as exc:
-            notes.append(f"{path}: could not remove: {exc.strerror or exc}")
-            continue
-        actions.append(GcAction(path, reason, size))
-    return actions, notes
+        sweep.drop(path, reason, point="recover-remove")
+
+
+def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
+    """Clean (or list) crash debris; returns the actions and notes. See :meth:`Store.recover`."""
+    sweep = _Sweep(dry_run, fault)
+    _recover(store, sweep)
+    return sweep.actions, sweep.notes
 
 
 def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
@@ -175,32 +184,25 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     for directory in store.known_manifests_dirs():
         if directory not in unsure:
             store.index_of(directory).require_all_valid()
-    actions, notes = recover(store, dry_run=dry_run, fault=fault)
+    sweep = _Sweep(dry_run, fault)
+    _recover(store, sweep)
     fault("gc-start")
     for directory, why in sorted(unsure.items()):
-        notes.append(
+        sweep.notes.append(
             f"manifests dir {directory} ({why}) was published to: its manifests may reference any blessed "
             "version, so none is removed; make it readable again, or forget it with "
             "bless gc --forget-manifests-dir DIR"
         )
 
     def drop(path: Path, reason: str) -> None:
-        size = tree_bytes(path)
-        if not dry_run:
-            try:
-                fault("gc-remove")
-                remove_tree(path)
-            except OSError as exc:
-                notes.append(f"{path}: could not remove: {exc.strerror or exc}")
-                return
-        actions.append(GcAction(path, reason, size))
+        sweep.drop(path, reason, point="gc-remove")
 
     hashes = {e.name for e in listdir(paths.blessed) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
     for config_hash in sorted(hashes):
         with store.try_lock(config_hash) as locked:
             if not locked:
-                notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
+                sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
                 continue
             if not unsure:
                 # Under the lock, so a publish cannot commit between this read and the removals.
@@ -234,6 +236,6 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
         elif owner is None and age_s(path) > STALE_S:
             drop(path, "staging dir without an owner record, untouched for over an hour")
         elif alive is None and owner is not None:
-            notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
+            sweep.notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
     fault("gc-done")
-    return GcReport(actions=tuple(actions), dry_run=dry_run, notes=tuple(notes))
+    return GcReport(actions=tuple(sweep.actions), dry_run=dry_run, notes=tuple(sweep.notes))
