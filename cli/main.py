@@ -265,6 +265,7 @@ def verify_command(
     store = app_state(ctx).store()
     manifest = lookup_manifest(store, config_hash)
     verdict = trust_check(store, manifest, trust)
+    store.check_permissions(manifest)
     blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
     with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:

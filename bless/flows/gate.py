@@ -261,6 +261,10 @@ def gate_profile(
     if verify:
         blessed_dir = store.blessed_dir(manifest)
         if blessed_dir.is_dir():
+            try:
+                store.check_permissions(manifest)
+            except VerifyFailedError as exc:
+                return failed(exc.message, exc, manifest=str(record.path), verified=False)
             result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
             verified = result.ok
             if not result.ok:

@@ -510,6 +510,7 @@ def plan(
     blessed_dir: Path | None = None
     if manifest is not None:
         blessed_dir = store.blessed_dir(manifest)
+        store.check_permissions(manifest)
         files = [entry.path for entry in manifest.cache.files]
         # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
         snapshot = Snapshot.take(blessed_dir, files, manifest.cache.dirs)

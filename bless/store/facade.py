@@ -19,7 +19,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from bless.errors import InputInvalidError
+from bless.errors import InputInvalidError, VerifyFailedError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
 from bless.store.faults import FaultHook, no_fault
@@ -31,6 +31,7 @@ from bless.store.fsutil import (
     os_errors,
     read_json_object,
     remove_tree,
+    unsafe_to_trust,
 )
 from bless.store.gc import GcReport
 from bless.store.gc import gc as run_gc
@@ -111,6 +112,30 @@ class Store:
             ManifestInvalidError: when the hash or dir_id could name a path outside the store.
         """
         return self._paths.blessed_dir(manifest.config_hash, manifest.cache.dir_id)
+
+    def check_permissions(self, manifest: Manifest) -> None:
+        """Refuse a blessing that users other than its owner could replace.
+
+        The store root, the manifests dir, the manifest file, ``blessed/``, ``blessed/<hash>/`` and
+        the blessed tree's root must not be writable by group or others (nor, below the root, be
+        symlinks): whoever can write there can swap the manifest and its tree together, and every
+        byte would still verify. Call before hashing (verify, serve-full, gate --verify).
+
+        Raises:
+            VerifyFailedError: naming each unsafe path, its mode, and the chmod that fixes it.
+            ManifestInvalidError: as :meth:`find` and :meth:`blessed_dir`.
+        """
+        tree = self.blessed_dir(manifest)
+        live = self.live(manifest.config_hash)
+        checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
+        problems = [problem for path in checked if (problem := unsafe_to_trust(path, follow=path == self.root))]
+        if problems:
+            raise VerifyFailedError(
+                f"the store is writable by other users, so a blessing there cannot be trusted: {'; '.join(problems)}",
+                hint="remove group/other write permission (chmod go-w PATH) from those store paths, then verify "
+                "again; bless creates them 0755/0644 whatever the umask",
+                details={"reason": "store_permissions", "problems": problems, "config_hash": manifest.config_hash},
+            )
 
     def under_staging(self, path: Path) -> bool:
         """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""

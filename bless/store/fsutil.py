@@ -40,6 +40,7 @@ __all__ = [
     "remove_tree",
     "set_tree_modes",
     "tree_bytes",
+    "unsafe_to_trust",
     "walk",
     "write_tmp",
 ]
@@ -73,6 +74,26 @@ def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
         except FileExistsError:
             continue  # created concurrently: keep what is there
         directory.chmod(mode)  # mkdir's mode is masked by the umask
+
+
+def unsafe_to_trust(path: Path, *, follow: bool = False) -> str | None:
+    """Why ``path`` could be replaced by another user (group/other writable, or a symlink), or None.
+
+    ``follow`` stats through a symlink (the store root may be one); otherwise a symlink is unsafe.
+    A missing path is not judged here (the caller's lookup reports it).
+    """
+    try:
+        st = path.stat() if follow else os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: cannot stat ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is mode {mode:04o} (writable by {'others' if mode & stat.S_IWOTH else 'its group'})"
+    return None
 
 
 def fsync_dir(path: Path) -> None:

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 from store_helpers import make_factors, make_manifest, write_tree
+from typer.testing import CliRunner
 
-from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError
+from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.scan import ManifestReader
 from bless.verify import verify_tree
+from cli.main import app
 
 
 def stage(store: Store, run_id: str, variant: str) -> Path:
@@ -199,3 +201,44 @@ def test_a_lookup_does_not_validate_an_unrelated_large_manifest(tmp_path: Path) 
     (store.manifests_dir / "zz-copy.json").write_bytes((store.manifests_dir / small_name).read_bytes())
     with pytest.raises(ManifestDuplicateError, match="claim config hash"):
         Store(store.root).find(small.config_hash)
+
+
+@pytest.mark.parametrize("where", ["root", "manifests", "manifest", "blessed", "hash dir", "tree"])
+def test_verify_refuses_a_store_writable_by_others(tmp_path: Path, where: str) -> None:
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    store.check_permissions(manifest)  # as published: fine
+    manifest_path = store.manifest_path(manifest.config_hash)
+    assert manifest_path is not None
+    target = {
+        "root": store.root,
+        "manifests": store.manifests_dir,
+        "manifest": manifest_path,
+        "blessed": store.root / "blessed",
+        "hash dir": store.root / "blessed" / manifest.config_hash,
+        "tree": store.blessed_dir(manifest),
+    }[where]
+    target.chmod(mode(target) | stat.S_IWOTH)
+    with pytest.raises(VerifyFailedError, match="writable by other") as info:
+        store.check_permissions(manifest)
+    assert info.value.exit_code == 21
+    assert info.value.details["reason"] == "store_permissions"
+    assert str(target) in info.value.message
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["--root", str(store.root), "verify", manifest.config_hash, "--json"])
+    assert result.exit_code == 21, result.output
+    assert "chmod go-w" in result.output
+
+
+def test_verify_refuses_a_group_writable_manifests_dir_and_a_symlinked_blessed_dir(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    store.manifests_dir.chmod(0o775)
+    with pytest.raises(VerifyFailedError, match="writable by its group"):
+        store.check_permissions(manifest)
+    store.manifests_dir.chmod(0o755)
+    (store.root / "blessed").rename(tmp_path / "real-blessed")
+    (store.root / "blessed").symlink_to(tmp_path / "real-blessed")
+    with pytest.raises(VerifyFailedError, match="symlink"):
+        store.check_permissions(manifest)
