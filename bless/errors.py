@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     UNSAFE_ENV = 30
     RESOLUTION_FAILED = 31
     HARDWARE_MISMATCH = 32
+    UNKNOWN_ENGINE_VERSION = 33
     BOOTSTRAP_FAILED = 40
     TRIALS_FAILED = 41
     CANARY_FAILED = 42
@@ -164,6 +165,13 @@ class ResolutionError(BlessError):
 class HardwareMismatchError(BlessError):
     exit_code = ExitCode.HARDWARE_MISMATCH
     title = "hardware mismatch"
+
+
+class UnknownEngineVersionError(BlessError):
+    """The engine version has no entry in bless's per-version rules (its markers, hashed env, layout are unknown)."""
+
+    exit_code = ExitCode.UNKNOWN_ENGINE_VERSION
+    title = "unknown engine version"
 
 
 class BootstrapFailedError(BlessError):
@@ -333,6 +341,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.UNSAFE_ENV, "unsafe debug or cache-disabling settings in the profile"),
     (ExitCode.RESOLUTION_FAILED, "a factor (image ID, model revision, hardware) could not be resolved"),
     (ExitCode.HARDWARE_MISMATCH, "this machine does not match the profile's declared hardware"),
+    (
+        ExitCode.UNKNOWN_ENGINE_VERSION,
+        "bless has no rules for this engine version (see bless engines; --allow-unknown-engine-version)",
+    ),
     (ExitCode.BOOTSTRAP_FAILED, "phase 1 (bootstrap compile) failed"),
     (ExitCode.TRIALS_FAILED, "phase 2 (replay-coherence / reuse trials) rejected every candidate"),
     (ExitCode.CANARY_FAILED, "serve-full: the canary did not reproduce the golden output"),

@@ -196,6 +196,10 @@ class FactorSource(Protocol):
         """Validated, canonical serve arguments."""
         ...
 
+    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """Engine switches that change what is compiled to disk, for the resolved runtime and the env."""
+        ...
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -263,10 +267,16 @@ def resolve(
             recorded_env[name] = value
         else:
             hashed_env[name] = value
+    runtime = _runtime_factor(profile, adapter, image_resolver, environment_probe)
     factors: dict[str, Any] = {
         "factors_version": FACTORS_VERSION,
-        "engine": {"name": adapter.name, "adapter_version": adapter.adapter_version},
-        "runtime": _runtime_factor(profile, adapter, image_resolver, environment_probe),
+        # Engine switches that change what is compiled to disk (vLLM: effective AOT / mega-artifact).
+        "engine": {
+            "name": adapter.name,
+            "adapter_version": adapter.adapter_version,
+            **adapter.engine_factors(runtime, profile.env),
+        },
+        "runtime": runtime,
         "model": _model_factor(profile, revision_lookup, model_dir_probe),
         "serve": serve,
         "env": hashed_env,

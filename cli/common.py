@@ -45,6 +45,14 @@ ManifestsDirOption = Annotated[
         file_okay=False,
     ),
 ]
+AllowUnknownEngineVersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unknown-engine-version",
+        help="Run an engine version bless has no rules for (refused otherwise, exit 33): the nearest older "
+        "known version's rules are used and recorded (bless engines lists the known versions).",
+    ),
+]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
 ]

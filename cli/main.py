@@ -16,9 +16,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from bless.engines.support import local_vllm_status, supported_engines
 from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageError, VerifyFailedError
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
+from bless.probes import probe_python_environment
 from bless.verify import verify_tree
 from cli import render
 from cli.boundary import Report, command
@@ -366,6 +368,26 @@ def exit_codes_command(
     return Report(data, render.render_exit_codes)
 
 
+# --------------------------------------------------------------------------------------------
+# engines
+
+
+@command
+def engines_command(
+    ctx: typer.Context,
+    python: Annotated[
+        str, typer.Option("--python", help="Interpreter whose vLLM and torch to check (the local runtime's).")
+    ] = "python3",
+    json_output: JsonOption = False,
+) -> Report:
+    """List the engine versions bless has rules for (GPU-proven or from source), and the local vLLM/torch.
+
+    Exit 0 whatever is installed: a vLLM without rules is refused by run and serve-full (33), not here.
+    """
+    data = {"engines": supported_engines(), "local": local_vllm_status(python, probe_python_environment)}
+    return Report(data, render.render_engines)
+
+
 #: Every command of ``bless``, in the order ``bless --help`` lists them.
 COMMANDS = (
     ("hash", hash_command),
@@ -377,6 +399,7 @@ COMMANDS = (
     ("run", run_command),
     ("gc", gc_command),
     ("gate", gate_command),
+    ("engines", engines_command),
     ("exit-codes", exit_codes_command),
 )
 for _name, _command in COMMANDS:

@@ -391,6 +391,39 @@ def exit_codes_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_engines(console: Console, data: Mapping[str, Any]) -> None:
+    """``bless engines``: the known versions, then the local interpreter's vLLM and torch."""
+    table = _table("engine versions bless has rules for", "engine", "version", "torch pin", "rules from")
+    for engine in data["engines"]:
+        for row in engine["versions"]:
+            proven = {"gpu": "source + GPU run", "source": "source only"}.get(row["proven"], "ships with bless")
+            table.add_row(engine["name"], row["version"], row.get("torch", ""), proven)
+    console.print(table)
+    local = data["local"]
+    if "error" in local:
+        console.print(Text.assemble(("local: ", "bold"), f"cannot read {local['python']}: {local['error']}"))
+        return
+    if not local["vllm"]:
+        console.print(
+            Text.assemble(("local: ", "bold"), f"{local['python']}: no vLLM installed (torch {local['torch']})")
+        )
+        return
+    if local["known"]:
+        verdict = Text("known", style="green")
+    elif local["rules"]:
+        verdict = Text(
+            f"UNKNOWN: refused without --allow-unknown-engine-version (would use vLLM {local['rules']}'s rules)",
+            style="bold yellow",
+        )
+    else:
+        verdict = Text("UNKNOWN and older than every supported release: refused", style="bold red")
+    line = Text.assemble(("local: ", "bold"), f"{local['python']}: vLLM {local['vllm']}, torch {local['torch']}: ")
+    line.append_text(verdict)
+    if local["torch_matches_pin"] is False:
+        line.append(" (torch differs from that release's pin)", style="yellow")
+    console.print(line)
+
+
 def render_exit_codes(console: Console, data: Mapping[str, Any]) -> None:
     """``bless exit-codes``: the table."""
     table = _table("bless exit codes", "code", "name", "meaning")

@@ -24,7 +24,7 @@ from bless.runtime import get_runtime
 from bless.trials import trials_for
 from cli import render
 from cli.boundary import Report, command
-from cli.common import JsonOption, ProfileOption, app_state
+from cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
 
 
 @contextmanager
@@ -104,6 +104,7 @@ def run_command(
         ),
     ] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
+    allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
     json_output: JsonOption = False,
 ) -> Report:
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
@@ -143,6 +144,7 @@ def run_command(
                 rebless=rebless,
                 wait_lock=wait,
                 allow_weaker=allow_weaker,
+                allow_unknown_engine_version=allow_unknown_engine_version,
             ),
             events=progress,
         )

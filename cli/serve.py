@@ -40,7 +40,14 @@ from bless.runtime import get_runtime
 from bless.store import Store, default_root
 from cli import boundary, render
 from cli.boundary import Report
-from cli.common import JsonOption, ManifestsDirOption, ProfileOption, RootOption, VerboseOption
+from cli.common import (
+    AllowUnknownEngineVersionOption,
+    JsonOption,
+    ManifestsDirOption,
+    ProfileOption,
+    RootOption,
+    VerboseOption,
+)
 
 app = typer.Typer(
     name="serve-full",
@@ -209,6 +216,7 @@ def _serve(
     debug: bool,
     no_canary: bool,
     keep_upper: bool,
+    allow_unknown_engine_version: bool = False,
 ) -> Report:
     loaded = load_profile(profile)
     store = Store(root if root is not None else default_root(), manifests_dir)
@@ -217,7 +225,14 @@ def _serve(
     console = render.err_console()
     gate = SignalGate()
     with gate.installed():
-        the_plan = launcher.plan(loaded, store=store, runtime=runtime, adapter=adapter, debug=debug)
+        the_plan = launcher.plan(
+            loaded,
+            store=store,
+            runtime=runtime,
+            adapter=adapter,
+            debug=debug,
+            allow_unknown_engine_version=allow_unknown_engine_version,
+        )
         plan_dict = the_plan.to_dict()
         if dry_run:
             return Report({"dry_run": True, "no_canary": no_canary, "plan": plan_dict}, render_dry_run)
@@ -296,6 +311,7 @@ def serve_full(
     keep_upper: Annotated[
         bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
     ] = False,
+    allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -321,6 +337,7 @@ def serve_full(
         debug=debug,
         no_canary=no_canary,
         keep_upper=keep_upper,
+        allow_unknown_engine_version=allow_unknown_engine_version,
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)
     raise typer.Exit(code)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU proof of bless with real vLLM (local runtime, no Docker), end to end:
-#   bless run (K trials) -> bless verify -> serve-full (canary, then SIGINT) -> serve-full on a tampered copy (refused).
-# Expects vLLM importable by python3 (e.g. the recorded 0.20 site tree at /tmp/site, see docs/evidence/vllm-h100/)
+#   bless engines -> bless run (K trials) -> bless verify -> serve-full (canary, then a graceful stop by $STOP_SIGNAL,
+#   default TERM) -> serve-full on a tampered copy (refused).
+# Expects vLLM importable by python3 (e.g. a site tree at /tmp/site on PYTHONPATH, see docs/evidence/vllm-h100*/)
 # and the tiny model at /tmp/tiny-llama. Writes everything into $OUT (default ./gpu-proof-vllm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ bless() { python3 -m cli.main --root "$1" "${@:2}"; }
 serve_full() { python3 -m cli.serve --root "$1" "${@:2}"; }
 
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
+bless "$ROOT" engines --json > "$OUT/engines.json" 2> "$OUT/engines.stderr"
 bless "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr"
 echo "run exit $?" | tee "$OUT/run.rc"
 HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null)
@@ -34,8 +36,13 @@ for _ in $(seq 1 600); do
   sleep 1
 done
 sleep 2
-kill -INT "$pid" 2>/dev/null
-wait "$pid"; echo "serve-full exit $?" | tee "$OUT/serve.rc"
+t_stop=$(date +%s.%N)
+kill -"${STOP_SIGNAL:-TERM}" "$pid" 2>/dev/null
+wait "$pid"; echo "serve-full exit $? after SIG${STOP_SIGNAL:-TERM}" | tee "$OUT/serve.rc"
+echo "stop took $(python3 -c "import sys,time; print(round(time.time()-float(sys.argv[1]),2))" "$t_stop") s" | tee -a "$OUT/serve.rc"
+# After the stop: no engine process left, and the serve dir (the overlay's upper layer) discarded.
+{ echo "engine processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
+  echo "serve dirs left: $(ls -A "$ROOT/serve" 2>/dev/null | wc -l)"; } | tee "$OUT/after-stop.txt"
 
 # a tampered copy of the store: one byte of the AOT model flipped -> refused before any start
 cp -a "$ROOT" /tmp/bless-vllm-tampered

@@ -2,7 +2,8 @@
 
 Every fenced ``bash`` block is checked: each ``bless`` / ``serve-full`` line must parse against the real
 command tree (every command and option exists, values convert, files a flag requires exist), each
-``bash scripts/...`` line must name a script that exists and parses (``bash -n``). A block marked on
+``bash scripts/...`` line must name a script that exists and parses (``bash -n``), each ``python3 scripts/...``
+line a Python script that exists and compiles. A block marked on
 the line before its fence runs for real, as a user would type it:
 
 * ``<!-- readme-test: offline -->``: in the unit tests (no Docker, no network);
@@ -98,9 +99,14 @@ def check_parses(line: str) -> None:
         assert script.is_file(), f"{line!r}: no {args[0]} in the checkout"
         subprocess.run(["bash", "-n", str(script)], check=True)
         return
+    if program == "python3" and args and args[0].startswith("scripts/"):
+        script = REPO / args[0]
+        assert script.is_file(), f"{line!r}: no {args[0]} in the checkout"
+        compile(script.read_text(encoding="utf-8"), str(script), "exec")
+        return
     if program in OTHER_TOOLS:
         return  # not ours: its options are its own documentation's business
-    assert program in PROGRAMS, f"{line!r}: the README test knows bless, serve-full, bash scripts and {OTHER_TOOLS}"
+    assert program in PROGRAMS, f"{line!r}: the README test knows bless, serve-full, scripts and {OTHER_TOOLS}"
     expanded: list[str] = []
     for arg in args:
         if any(char in arg for char in "*?["):

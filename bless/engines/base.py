@@ -93,6 +93,18 @@ class EngineAdapter(Protocol):
         """What the adapter's rules rest on, for run output and provenance (e.g. an unknown engine version)."""
         ...
 
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        """Refuse (UnknownEngineVersionError) an engine version the adapter has no rules for, unless allowed."""
+        ...
+
+    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """Engine switches that change what is compiled to disk, resolved for a runtime factor and the env."""
+        ...
+
+    def replay_env(self) -> dict[str, str]:
+        """Env of a start that must load the blessed cache (trials, serving): e.g. fail loudly on a cache miss."""
+        ...
+
     def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         """Validate serve arguments and return their canonical form (raises InputInvalidError)."""
         ...

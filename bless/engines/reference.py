@@ -63,6 +63,17 @@ class ReferenceAdapter:
     def notes(self) -> tuple[str, ...]:
         return ()
 
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        """The reference engine ships with bless: its version is always the one these rules describe."""
+
+    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """No engine switch beyond the serve arguments and env (already factors)."""
+        return {}
+
+    def replay_env(self) -> dict[str, str]:
+        """No force-load switch: the reference engine's markers and the upper layer say whether it loaded."""
+        return {}
+
     def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         unknown = sorted(set(serve) - set(SERVE_ARGS))
         if unknown:

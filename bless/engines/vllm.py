@@ -20,6 +20,7 @@ the code, and where they were seen:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -27,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bless.engines import vllm_versions
 from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
-from bless.errors import BootstrapFailedError, InputInvalidError
+from bless.engines.vllm_versions import VllmVersionRules
+from bless.errors import BootstrapFailedError, InputInvalidError, UnknownEngineVersionError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 from bless.profile import Profile
 from bless.verify import TreeListing
@@ -81,20 +84,10 @@ FATAL_MARKERS: tuple[str, ...] = (
     "Engine core initialization failed",
 )
 
+_AOT_LOAD_PATH = re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")
 _USING_CACHE_DIR = re.compile(r"Using cache directory: (?P<path>\S+) for vLLM's torch\.compile")
 _BACKBONE_IN_PATH = re.compile(r"torch_compile_cache/(?P<key>[0-9a-f]{10})/(?P<rank>rank_\d+_\d+)/")
 _AOT_IN_PATH = re.compile(r"torch_compile_cache/torch_aot_compile/(?P<key>[0-9a-f]{64})/(?P<rank>rank_\d+_\d+)/model")
-# (timing name, pattern, how repeated lines combine). Sums: a model with several compiled
-# components (e.g. a drafter) logs one line per component.
-_TIMINGS: tuple[tuple[str, re.Pattern[str], Literal["sum", "last"]], ...] = (
-    ("torch_compile_s", re.compile(r"torch\.compile took (?P<s>[0-9.]+) s in total"), "sum"),
-    ("init_engine_s", re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]+) s"),
-     "last"),
-    ("dynamo_transform_s", re.compile(r"Dynamo bytecode transform time: (?P<s>[0-9.]+) s"), "sum"),
-    ("graph_compile_s", re.compile(r"Compiling a graph for compile range .* takes (?P<s>[0-9.]+) s"), "sum"),
-    ("graph_load_s", re.compile(r"Directly load the compiled graph\(s\) for compile range .* took (?P<s>[0-9.]+) s"),
-     "sum"),
-)  # fmt: skip
 
 # --- artifact layout -------------------------------------------------------------------------------
 
@@ -131,26 +124,42 @@ class UpperRules:
     evidence: str
 
 
-#: Keyed by vLLM "major.minor". Only rewrites of EXISTING paths are ever expected: a new path under
-#: ``torch_compile_cache/`` is a compile or a re-keyed entry, never part of a plain load.
+#: Rewrites a warm load makes inside the AOT dir's ``inductor_cache/`` (which vLLM forces
+#: ``TORCHINDUCTOR_CACHE_DIR`` to). Only rewrites of EXISTING paths are ever expected: a new path
+#: under ``torch_compile_cache/`` is a compile or a re-keyed entry, never part of a plain load.
+_INDUCTOR_REWRITES: tuple[re.Pattern[str], ...] = (
+    # Loading the standalone artifacts re-populates Inductor's caches through write_atomic
+    # (tmp file + rename), so each entry is rewritten in place with the same key.
+    re.compile(_INDUCTOR_CACHE + r"aotautograd/[a-z0-9]+/[a-z0-9]+$"),
+    re.compile(_INDUCTOR_CACHE + r"fxgraph/[a-z0-9]{2}/[a-z0-9]+/[a-z0-9]+$"),
+    # Autotune results (their timings differ run to run; the chosen config is the key).
+    re.compile(_INDUCTOR_CACHE + r"[a-z0-9]{2}/[0-9a-f]{64}\.best_config$"),
+)
+_REWRITES_SEEN = (
+    "vLLM 0.20.0, torch 2.11, H200, tiny random Llama: two overlay starts (different cache paths) "
+    "each wrote exactly 12 rewrites: 3 aotautograd, 3 fxgraph, 6 .best_config, no new paths"
+)
+
+
+def upper_rules_for(entry: VllmVersionRules) -> UpperRules:
+    """The expected rewrites of one vLLM release: the observed Inductor set, where its source forces that dir.
+
+    Every release from 0.20 on forces ``TORCHINDUCTOR_CACHE_DIR`` into the AOT dir (its entry's
+    ``layout.inductor_cache_forced``, read from source), so a warm load's Inductor rewrites land at
+    the same paths. The set itself was observed on GPUs (see ``gpu_proven``); any other write fails a trial.
+    """
+    evidence = f"observed: {_REWRITES_SEEN}"
+    if entry.gpu_proven:
+        evidence += f"; vLLM {entry.version} on a GPU: {entry.gpu_proven}"
+    else:
+        evidence += f"; vLLM {entry.version}: the same inductor_cache layout, from source only"
+    return UpperRules(vllm_version=entry.version, expected_rewrites=_INDUCTOR_REWRITES, evidence=evidence)
+
+
+#: Kept for callers that name a minor version: vLLM 0.20's rules.
 UPPER_RULES: dict[str, UpperRules] = {
-    "0.20": UpperRules(
-        vllm_version="0.20",
-        expected_rewrites=(
-            # Loading the standalone artifacts re-populates Inductor's caches through write_atomic
-            # (tmp file + rename), so each entry is rewritten in place with the same key.
-            re.compile(_INDUCTOR_CACHE + r"aotautograd/[a-z0-9]+/[a-z0-9]+$"),
-            re.compile(_INDUCTOR_CACHE + r"fxgraph/[a-z0-9]{2}/[a-z0-9]+/[a-z0-9]+$"),
-            # Autotune results (their timings differ run to run; the chosen config is the key).
-            re.compile(_INDUCTOR_CACHE + r"[a-z0-9]{2}/[0-9a-f]{64}\.best_config$"),
-        ),
-        evidence=(
-            "vLLM 0.20.0, torch 2.11, H200, tiny random Llama: two overlay starts (different cache paths) "
-            "each wrote exactly 12 rewrites: 3 aotautograd, 3 fxgraph, 6 .best_config, no new paths"
-        ),
-    ),
+    "0.20": UpperRules(vllm_version="0.20", expected_rewrites=_INDUCTOR_REWRITES, evidence=_REWRITES_SEEN)
 }
-_NEWEST_RULES = "0.20"
 
 
 # --- serve arguments -------------------------------------------------------------------------------
@@ -236,10 +245,6 @@ _UNSAFE_IF_SET: dict[str, str] = {
 # The load/save markers bless reads are INFO/WARNING lines: without them reuse cannot be proven.
 _QUIET_LOG_LEVELS = ("ERROR", "CRITICAL")
 
-#: Names vLLM 0.20 itself hashes into its compile key that match one of our ignore patterns. vLLM's
-#: key is the floor: they stay hashed (recorded in the cold run's cache_key_factors.json).
-VLLM_HASHED_DESPITE_PATTERN = frozenset({"VLLM_MOONCAKE_BOOTSTRAP_PORT", "VLLM_NIXL_SIDE_CHANNEL_PORT"})
-
 
 #: Names vLLM 0.20 hashes that the default secret patterns (``*TOKEN*``) would redact: they are
 #: tuning knobs, not secrets, and redacting them would let two configs vLLM tells apart hash alike.
@@ -296,9 +301,19 @@ _ENV_POLICY = VllmEnvPolicy(
         "DO_NOT_TRACK",
         "PYTHONUNBUFFERED",
     ),
-    always_hashed=VLLM_HASHED_DESPITE_PATTERN,
     not_secrets=VLLM_NOT_SECRETS,
 )
+#: Names some known vLLM release hashes into its own compile key although one of our ignore
+#: patterns matches them (side-channel ports): vLLM's key is the floor, so they stay hashed. The
+#: union over every release (hashing a name a release ignores costs a spurious mismatch, never a
+#: wrong hit), because the env is split before the vLLM version is resolved.
+VLLM_HASHED_DESPITE_PATTERN = frozenset(
+    name
+    for version in vllm_versions.known_versions()
+    for name in vllm_versions.all_rules()[version].hashed_env
+    if _ENV_POLICY.is_ignored(name) and not _ENV_POLICY.is_secret(name)
+)
+_ENV_POLICY = dataclasses.replace(_ENV_POLICY, always_hashed=VLLM_HASHED_DESPITE_PATTERN)
 
 # Env the adapter pins on every start. Not hashed as env: they are adapter constants (a change
 # bumps ``adapter_version``) or already factors (``cache.mount_path``, ``cache.home``).
@@ -315,43 +330,67 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
 class VllmAdapter:
-    """Policy for vLLM (validated against vLLM 0.20.0; other versions use the newest known rules).
+    """Policy for vLLM, specialized to one release by its entry in :mod:`bless.engines.vllm_versions`.
 
-    ``vllm_version`` selects the expected-rewrite rules (:data:`UPPER_RULES`). Unknown or unset
-    versions get the newest known rules, unchanged: conservative, because any write the rules do
-    not expect fails the trial. Build one for a resolved environment with :meth:`for_environment`.
+    ``vllm_version`` selects the entry (markers, timings, force-AOT-load switch, AOT defaults,
+    expected rewrites). A version without an entry uses the nearest older entry (or the newest,
+    when the version is not known at all, e.g. inside a Docker image) and ``rules_known`` is False:
+    :meth:`require_known_version` refuses it unless the caller allows unknown versions. Build one
+    for a resolved environment with :meth:`for_environment` / :meth:`for_factors`.
     """
 
     name = "vllm"
-    adapter_version = "1"
+    # 2: per-version rules from each release's source; the effective AOT switches are factors.
+    adapter_version = "2"
     cache_mount_path = CACHE_MOUNT_PATH
-    # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH: pin it.
+    # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH up to 0.26: pin it.
     home = "/root"
-    # vLLM 0.20 rewrites inductor_cache entries while loading: a read-only bind dies with EROFS.
+    # vLLM rewrites inductor_cache entries while loading: a read-only bind dies with EROFS.
     readonly_bind_ok = False
     env_policy: EnvPolicy = _ENV_POLICY
     environment_packages: tuple[str, ...] = ("vllm", "torch", "triton", "transformers")
 
-    def __init__(self, vllm_version: str | None = None) -> None:
+    def __init__(self, vllm_version: str | None = None, *, torch_version: str | None = None) -> None:
         self.vllm_version = vllm_version
-        minor = _minor_version(vllm_version)
-        self.rules_known = minor in UPPER_RULES
-        self.rules = UPPER_RULES[minor if self.rules_known else _NEWEST_RULES]
+        self.torch_version = torch_version
+        exact = vllm_versions.rules_for(vllm_version)
+        self.rules_known = exact is not None
+        nearest = exact or vllm_versions.nearest_older(vllm_version)
+        #: True when no entry is older than the version (older than every supported release).
+        self.too_old = nearest is None
+        self.version_rules: VllmVersionRules = nearest or vllm_versions.all_rules()[vllm_versions.known_versions()[0]]
+        self.rules = upper_rules_for(self.version_rules)
 
     @classmethod
     def for_environment(cls, runtime_factor: Mapping[str, Any]) -> VllmAdapter:
         """An adapter for the vLLM version in a resolved ``runtime`` factor (local runtime: ``packages.vllm``)."""
         packages = runtime_factor.get("packages")
-        version = packages.get("vllm") if isinstance(packages, Mapping) else None
-        return cls(version if isinstance(version, str) else None)
+        packages = packages if isinstance(packages, Mapping) else {}
+        version, torch = packages.get("vllm"), packages.get("torch")
+        return cls(
+            version if isinstance(version, str) else None,
+            torch_version=torch if isinstance(torch, str) else None,
+        )
 
     def for_factors(self, factors: Mapping[str, Any]) -> VllmAdapter:
-        """The adapter for the vLLM version in the resolved factors (unknown under Docker: newest rules)."""
+        """The adapter for the vLLM version in the resolved factors (unknown under Docker)."""
         runtime = factors.get("runtime")
         return self.for_environment(runtime if isinstance(runtime, Mapping) else {})
 
     def notes(self) -> tuple[str, ...]:
-        return (self.rules_note,)
+        return (self.version_note, self.rules_note)
+
+    @property
+    def version_note(self) -> str:
+        """Which per-version entry applies, where it comes from, and whether it is the installed version's own."""
+        entry = self.version_rules
+        if self.rules_known:
+            return f"vLLM {self.vllm_version}: rules of vLLM {entry.version} from {entry.provenance}"
+        shown = self.vllm_version or "unknown (not probed)"
+        return (
+            f"vLLM {shown} has no entry; using the rules of vLLM {entry.version}, the nearest older known "
+            f"release ({entry.provenance}), as allowed by --allow-unknown-engine-version"
+        )
 
     @property
     def rules_note(self) -> str:
@@ -363,6 +402,60 @@ class VllmAdapter:
             f"vLLM {shown} has no recorded rewrite set; using vLLM {self.rules.vllm_version}'s, "
             "conservatively (any other write fails the trial)"
         )
+
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        """Refuse a vLLM version without an entry (exit 33) unless ``allow_unknown``; never one older than all."""
+        if self.rules_known:
+            return
+        known = vllm_versions.known_versions()
+        listed = f"{known[0]} ... {known[-1]} ({len(known)} releases; bless engines lists them)"
+        how = (
+            "add an entry: python3 scripts/vllm_rules.py fetch VERSION && python3 scripts/vllm_rules.py update "
+            "VERSION (reads that release's source; review the diff it prints), then run the unit tests"
+        )
+        if self.too_old:
+            raise UnknownEngineVersionError(
+                f"vLLM {self.vllm_version} is older than every release bless has rules for: {listed}",
+                hint=f"use vLLM {known[0]} or newer",
+                details={"installed": self.vllm_version, "known": list(known)},
+            )
+        if allow_unknown:
+            return
+        if self.vllm_version is None:
+            what = (
+                "the vLLM version cannot be read before the start (Docker: the image is not probed), so "
+                "bless cannot tell which release's markers, hashed env and layout apply"
+            )
+        else:
+            what = f"vLLM {self.vllm_version} has no entry in bless's per-version rules"
+        raise UnknownEngineVersionError(
+            f"{what}; known: {listed}",
+            hint=f"{how}; or pass --allow-unknown-engine-version to use the nearest older entry "
+            f"(vLLM {self.version_rules.version}; recorded in the manifest)",
+            details={"installed": self.vllm_version, "nearest": self.version_rules.version, "known": list(known)},
+        )
+
+    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """The effective AOT-compile and mega-artifact switches: they change what vLLM writes to disk.
+
+        Computed as the release's ``envs.py`` does, from the probed torch version and the env. Under
+        Docker the versions are not probed: the image ID (a factor) fixes them, so nothing is added.
+        """
+        adapter = self.for_environment(runtime)
+        if adapter.vllm_version is None or adapter.torch_version is None:
+            return {}
+        switches = adapter.version_rules.aot_switches(adapter.torch_version, env)
+        return {"aot": switches.to_factor()}
+
+    def replay_env(self) -> dict[str, str]:
+        """``VLLM_FORCE_AOT_LOAD=1`` where the release has it and AOT compile is on.
+
+        A replay must load the blessed AOT artifact: with the switch a failed load raises (the
+        engine fails to start) instead of logging a warning and recompiling. vLLM excludes it from
+        its own key, so it changes no key. A bootstrap never sets it (there is nothing to load yet).
+        """
+        switches = self.version_rules.aot_switches(self.torch_version, {})
+        return {switches.force_load_env: "1"} if switches.force_load_env else {}
 
     # --- serve arguments ---------------------------------------------------------------------------
 
@@ -600,15 +693,19 @@ class VllmAdapter:
         backbone_keys: set[str] = set()
         aot_keys: set[str] = set()
         ranks: set[str] = set()
+        aot_load_paths: list[str] = []
+        rules = self.version_rules
         for line in log.splitlines():
             marked = False
-            if any(marker in line for marker in LOAD_MARKERS):
+            if any(marker in line for marker in rules.load_markers):
                 load.append(line.strip())
                 marked = True
-            elif any(marker in line for marker in COMPILE_MARKERS):
+                if aot_load := _AOT_LOAD_PATH.search(line):
+                    aot_load_paths.append(aot_load["path"])
+            elif any(marker in line for marker in rules.compile_markers):
                 compile_.append(line.strip())
                 marked = True
-            elif any(marker in line for marker in FATAL_MARKERS):
+            elif any(marker in line for marker in rules.fatal_markers):
                 fatal.append(line.strip())
             if marked:
                 for match in _AOT_IN_PATH.finditer(line):
@@ -619,16 +716,18 @@ class VllmAdapter:
                 if backbone := _BACKBONE_IN_PATH.search(using["path"] + "/"):
                     backbone_keys.add(backbone["key"])
                     ranks.add(backbone["rank"])
-            for name, pattern, combine in _TIMINGS:
-                if timing := pattern.search(line):
+            for timing_rule in rules.timings:
+                if timing := next((m for p in timing_rule.patterns if (m := p.search(line))), None):
                     seconds = float(timing["s"])
-                    sums[name] = sums.get(name, 0.0) + seconds if combine == "sum" else seconds
+                    name = timing_rule.name
+                    sums[name] = sums.get(name, 0.0) + seconds if timing_rule.combine == "sum" else seconds
         timings = {name: round(value, 6) for name, value in sums.items()}
         keys: dict[str, Any] = {
             "cache_dirs": list(dict.fromkeys(cache_dirs)),
             "backbone_keys": sorted(backbone_keys),
             "aot_keys": sorted(aot_keys),
             "ranks": sorted(ranks),
+            "aot_load_paths": list(dict.fromkeys(aot_load_paths)),
         }
         return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
 
@@ -667,6 +766,19 @@ class VllmAdapter:
         outside = [path for path in cache_dirs if not path.startswith(root)]
         if outside:
             reasons.append(f"vLLM's cache directory {', '.join(outside)} is not under {self.cache_mount_path}")
+        # The AOT artifact is what a replay must load, from the blessed tree and nowhere else.
+        aot_loads = _strings(log_keys.get("aot_load_paths"))
+        foreign_loads = [path for path in aot_loads if not path.startswith(root)]
+        if foreign_loads:
+            reasons.append(
+                f"vLLM loaded its AOT compilation from {', '.join(foreign_loads)}, outside the blessed tree "
+                f"at {self.cache_mount_path}"
+            )
+        if blessed_aot and not aot_loads:
+            reasons.append(
+                "the blessing holds an AOT-compiled model but the engine log has no 'Directly load AOT "
+                "compilation from path' line under the blessed tree: the AOT artifact was not loaded"
+            )
         return reasons
 
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
@@ -706,13 +818,6 @@ class VllmAdapter:
 def compilation_config_json(config: Mapping[str, Any]) -> str:
     """The ``--compilation-config`` value: compact JSON with sorted keys (same dict, same argv)."""
     return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _minor_version(version: str | None) -> str:
-    if not version:
-        return ""
-    match = re.match(r"^v?(\d+)\.(\d+)", version)
-    return f"{match[1]}.{match[2]}" if match else ""
 
 
 def _strings(value: Any) -> list[str]:

@@ -454,6 +454,7 @@ def plan(
     runtime: Runtime,
     adapter: EngineAdapter,
     debug: bool = False,
+    allow_unknown_engine_version: bool = False,
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
 ) -> LaunchPlan:
@@ -492,6 +493,11 @@ def plan(
         adapter=adapter,
         hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
     )
+    # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
+    # versions are refused here, before anything starts, unless allowed.
+    adapter = adapter.for_factors(resolved.factors)
+    adapter.require_known_version(allow_unknown=allow_unknown_engine_version)
+    warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
     manifest: Manifest | None = None
     manifest_path: Path | None = None
     if not debug:
@@ -562,6 +568,8 @@ def plan(
         ),
         cache_mount=mount,
         image=image_id,
+        # Serving must load the blessed cache: a failed load fails the start instead of recompiling.
+        extra_env=adapter.replay_env() if not debug else None,
         debug=debug,
         host_ip=profile.serving_host,
         host_port=profile.serving_port,

@@ -61,6 +61,8 @@ class RunOptions:
     wait_lock: bool = False
     #: Publish even when the blessing replaced by ``rebless`` had a stronger failure-rate bound.
     allow_weaker: bool = False
+    #: Bless with an engine version the adapter has no rules for (its nearest older rules are used and recorded).
+    allow_unknown_engine_version: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class Orchestrator:
     def run(self, options: RunOptions) -> RunResult:
         """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
         started = time.monotonic()
+        self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
         allowed_unsafe = check_unsafe(self.profile, self.adapter)
         self.runtime.ping()
         config_hash = self.resolved.config_hash
@@ -344,7 +347,14 @@ class Orchestrator:
             },
             cache_mount=mount,
             image=self.image,
-            extra_env={"BLESS_RUN_ID": self.run_id, "BLESS_PHASE": phase, "BLESS_CANDIDATE": str(candidate)},
+            extra_env={
+                # A trial must load the blessed cache: the engine's force-load switch turns a failed
+                # load into a failed start instead of a silent recompile (never for the bootstrap).
+                **(self.adapter.replay_env() if phase != labels.PHASE_BOOTSTRAP else {}),
+                "BLESS_RUN_ID": self.run_id,
+                "BLESS_PHASE": phase,
+                "BLESS_CANDIDATE": str(candidate),
+            },
             log_path=log_path,
         )
         return EngineSession(

@@ -670,3 +670,59 @@ def test_error_details_that_json_cannot_hold_are_still_reported(
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 31  # RESOLUTION_FAILED
     assert parse(result)["error"]["details"] == {"where": "/somewhere"}
+
+
+# --- engines -------------------------------------------------------------------------------------------
+
+
+def fake_interpreter(tmp_path: Path, vllm: str | None, torch: str | None) -> Path:
+    """An executable that answers the package probe like a Python with these versions would."""
+    script = tmp_path / "python-fake"
+    answer = json.dumps({"python_version": "3.12.3", "packages": {"vllm": vllm, "torch": torch}})
+    script.write_text(f"#!/bin/sh\ncat <<'JSON'\n{answer}\nJSON\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("vllm", "torch", "known", "rules", "torch_matches", "said"),
+    [
+        ("0.26.0", "2.11.0+cu130", True, "0.26.0", True, "known"),
+        ("0.26.1", "2.11.0", False, "0.26.0", True, "UNKNOWN: refused without --allow-unknown-engine-version"),
+        ("0.19.1", "2.10.0", False, None, None, "older than every supported release"),
+        (None, "2.11.0", False, None, None, "no vLLM installed"),
+    ],
+)
+def test_engines_lists_versions_and_the_local_vllm(
+    runner: CliRunner,
+    tmp_path: Path,
+    vllm: str | None,
+    torch: str | None,
+    known: bool,
+    rules: str | None,
+    torch_matches: bool | None,
+    said: str,
+) -> None:
+    python = str(fake_interpreter(tmp_path, vllm, torch))
+    result = runner.invoke(app, ["engines", "--python", python, "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    vllm_row = next(engine for engine in data["engines"] if engine["name"] == "vllm")
+    versions = [row["version"] for row in vllm_row["versions"]]
+    assert versions[0] == "0.20.0" and "0.26.0" in versions and "0.33.0" in versions
+    assert {row["proven"] for row in vllm_row["versions"]} <= {"gpu", "source"}
+    local = data["local"]
+    assert (local["vllm"], local["known"], local["rules"], local["torch_matches_pin"]) == (
+        vllm,
+        known,
+        rules,
+        torch_matches,
+    )
+    human = runner.invoke(app, ["engines", "--python", python])
+    assert human.exit_code == 0 and said in human.stderr and "0.33.0" in human.stderr
+
+
+def test_engines_says_when_the_interpreter_cannot_be_read(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing"), "--json"])
+    assert result.exit_code == 0
+    assert "cannot read package versions" in json.loads(result.stdout)["local"]["error"]

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -33,6 +34,7 @@ from bless.errors import (
     ImageMissingError,
     InsufficientGpuError,
     RuntimeUnavailableError,
+    UnknownEngineVersionError,
 )
 from bless.evidence import UpperEntry
 from bless.factors import REDACTED, GpuInfo
@@ -307,6 +309,36 @@ def test_plan_of_a_blessing(store: Store, tmp_path: Path) -> None:
     assert plan.spec.env["HOME"] == ReferenceAdapter.home
     assert set(plan.timings) == {"preflight_s", "resolve_s", "verify_s"}
     json.dumps(plan.to_dict())  # JSON-ready
+
+
+class VersionedAdapter(ReferenceAdapter):
+    """A fake of the adapter interface: an engine version it does not know, and a force-load switch."""
+
+    def for_factors(self, factors: Mapping[str, Any]) -> VersionedAdapter:
+        return self
+
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        if not allow_unknown:
+            raise UnknownEngineVersionError("engine 9.9 has no entry", hint="--allow-unknown-engine-version")
+
+    def replay_env(self) -> dict[str, str]:
+        return {"FAKE_FORCE_LOAD": "1"}
+
+
+def test_unknown_engine_version_is_refused_unless_allowed_and_serving_forces_the_load(
+    store: Store, tmp_path: Path
+) -> None:
+    profile = make_profile(port=18124)
+    bless(store, profile, tmp_path)
+    runtime = FakeRuntime()
+    plan_with = partial(launcher.plan, profile, store=store, runtime=runtime, gpu_probe=lambda: [H100])
+    with pytest.raises(UnknownEngineVersionError) as excinfo:
+        plan_with(adapter=VersionedAdapter())
+    assert code_of(excinfo) == 33
+    plan = plan_with(adapter=VersionedAdapter(), allow_unknown_engine_version=True)
+    assert plan.spec.env["FAKE_FORCE_LOAD"] == "1"
+    debug = plan_with(adapter=VersionedAdapter(), allow_unknown_engine_version=True, debug=True)
+    assert "FAKE_FORCE_LOAD" not in debug.spec.env  # a debug start loads nothing
 
 
 def test_ro_bind_when_the_profile_asks_and_the_adapter_allows(store: Store, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from bless.errors import (
     ExitCode,
     InterruptedByUserError,
     LockHeldError,
+    UnknownEngineVersionError,
     UnsafeEnvError,
     WeakerBlessingError,
 )
@@ -328,12 +329,12 @@ class Harness:
     def config_hash(self) -> str:
         return self.resolved.config_hash
 
-    def run(self, trials: int = 3, **options: Any) -> RunResult:
+    def run(self, trials: int = 3, adapter: ReferenceAdapter | None = None, **options: Any) -> RunResult:
         orchestrator = Orchestrator(
             self.resolved,
             store=self.store,
             runtime=self.runtime,
-            adapter=ReferenceAdapter(),
+            adapter=adapter or ReferenceAdapter(),
             events=self.events.append,
         )
         return orchestrator.run(RunOptions(trials=trials, **options))
@@ -370,6 +371,33 @@ def h12(harness: Harness) -> str:
 
 
 # --- accept --------------------------------------------------------------------------------------------
+
+
+class VersionedAdapter(ReferenceAdapter):
+    """A fake of the adapter interface with an engine version it does not know and a replay switch."""
+
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        if not allow_unknown:
+            raise UnknownEngineVersionError("engine 9.9 has no entry", hint="--allow-unknown-engine-version")
+
+    def replay_env(self) -> dict[str, str]:
+        return {"FAKE_FORCE_LOAD": "1"}
+
+
+def test_unknown_engine_version_is_refused_before_any_engine_starts(make: Callable[..., Harness]) -> None:
+    harness = make()
+    with pytest.raises(UnknownEngineVersionError):
+        harness.run(trials=1, adapter=VersionedAdapter())
+    assert harness.runtime.engines == [] and harness.store.find(harness.config_hash) is None
+
+
+def test_allowed_unknown_version_runs_and_only_replays_get_the_force_load_env(make: Callable[..., Harness]) -> None:
+    harness = make()
+    result = harness.run(trials=2, adapter=VersionedAdapter(), allow_unknown_engine_version=True)
+    assert result.published
+    boot, *trials = harness.runtime.engines
+    assert "FAKE_FORCE_LOAD" not in boot.spec.env  # the bootstrap compiles: nothing to load yet
+    assert [t.spec.env["FAKE_FORCE_LOAD"] for t in trials] == ["1", "1"]
 
 
 def test_clean_run_publishes_manifest_with_k_trials_and_golden(make: Callable[..., Harness]) -> None:

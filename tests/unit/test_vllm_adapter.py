@@ -129,7 +129,7 @@ def upper_entries(name: str, kind: UpperKind) -> list[UpperEntry]:
 def test_adapter_identity() -> None:
     a = get_adapter("vllm")
     assert isinstance(a, VllmAdapter)
-    assert (a.name, a.adapter_version) == ("vllm", "1")
+    assert (a.name, a.adapter_version) == ("vllm", "2")
     assert a.cache_mount_path == CACHE_MOUNT_PATH == "/var/cache/bless-engine"
     assert a.home == "/root"
     assert a.readonly_bind_ok is False  # vLLM 0.20 rewrites inductor_cache entries while loading
@@ -454,7 +454,7 @@ def test_env_vars_the_profile_sets_are_factors(name: str) -> None:
 def test_cache_path_and_home_are_factors() -> None:
     r = resolved(base_doc())
     assert r.factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": "/root"}
-    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "1"}
+    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "2"}
 
 
 @pytest.mark.parametrize(
@@ -638,6 +638,7 @@ def test_cold_log_shows_compile_and_save_no_load() -> None:
         "backbone_keys": [COLD1_BACKBONE],
         "aot_keys": [COLD1_AOT],
         "ranks": ["rank_0_0"],
+        "aot_load_paths": [],
     }
     report = classify_reuse(signals, None, None)
     assert not report.passed
@@ -692,6 +693,7 @@ def test_same_keys_are_no_drift() -> None:
     blessed = {"backbone_keys": [COLD1_BACKBONE], "aot_keys": [COLD1_AOT], "ranks": ["rank_0_0"]}
     logged = dict(a.read_log(log("warm_rw")).engine_keys)
     logged["cache_dirs"] = [CACHE_MOUNT_PATH + f"/torch_compile_cache/{COLD1_BACKBONE}/rank_0_0/backbone"]
+    logged["aot_load_paths"] = [CACHE_MOUNT_PATH + f"/torch_compile_cache/torch_aot_compile/{COLD1_AOT}/rank_0_0/model"]
     assert a.drift_reasons(blessed, logged) == []
 
 
@@ -895,8 +897,10 @@ def resolved_local(p: Profile) -> ResolvedConfig:
 
 def test_for_factors_picks_the_rules_of_the_resolved_vllm_version_and_says_so() -> None:
     known = VllmAdapter().for_factors({"runtime": {"kind": "local", "packages": {"vllm": "0.20.0"}}})
-    assert known.rules_known and known.notes() == (known.rules_note,)
-    assert "expected rewrites of vLLM 0.20" in known.notes()[0]
+    assert known.rules_known and known.notes() == (known.version_note, known.rules_note)
+    assert "rules of vLLM 0.20.0 from source" in known.notes()[0]
+    assert "expected rewrites of vLLM 0.20" in known.notes()[1]
     unknown = VllmAdapter().for_factors({"runtime": {"kind": "docker", "image_id": "sha256:" + "ab" * 32}})
     assert not unknown.rules_known
-    assert "no recorded rewrite set" in unknown.notes()[0] and "conservatively" in unknown.notes()[0]
+    assert "no entry" in unknown.notes()[0] and "--allow-unknown-engine-version" in unknown.notes()[0]
+    assert "no recorded rewrite set" in unknown.notes()[1] and "conservatively" in unknown.notes()[1]

@@ -1,0 +1,214 @@
+"""Per-version vLLM knowledge, as data: one entry per vLLM release, derived from that release's source.
+
+The entries live in ``vllm_versions.json`` beside this module. ``scripts/vllm_rules.py`` writes them:
+it reads each release's wheel from the package index, keeps trimmed excerpts of the source files
+it needs as test fixtures (``tests/fixtures/vllm/source/<version>/``) and derives from them
+
+* the env names vLLM hashes into its compile key (``envs.compile_factors``: every known name but
+  its ``ignored_factors``, plus the Ray "noset" names) and the names it ignores;
+* the torch versions from which AOT compile and the "mega" AOT artifact are on by default
+  (``use_aot_compile`` / ``use_mega_aot_artifact``), and the force-AOT-load switch;
+* the exact logger format strings of the load / compile / fatal markers and of the timings;
+* the cache layout (backbone and AOT dirs, the forced ``inductor_cache``, ``dummy_cache``);
+* the ``CompilationConfig`` fields (with their defaults as written) that enter vLLM's key.
+
+Entries with ``gpu_proven`` were also run on a GPU through bless (``docs/evidence/``); the others
+come from source only. Nothing here is imported by the core: the vLLM adapter reads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal
+
+__all__ = [
+    "AotSwitches",
+    "TimingRule",
+    "VllmVersionRules",
+    "all_rules",
+    "format_pattern",
+    "known_versions",
+    "nearest_older",
+    "release_of",
+    "rules_for",
+]
+
+_DATA_FILE = "vllm_versions.json"
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class TimingRule:
+    """A timing vLLM logs: the seconds are the last number of any of ``formats``."""
+
+    name: str
+    patterns: tuple[re.Pattern[str], ...]
+    combine: Literal["sum", "last"]
+
+
+@dataclass(frozen=True)
+class AotSwitches:
+    """What vLLM will effectively do about AOT compile for a torch version and an env (it changes what is on disk)."""
+
+    aot_compile: bool
+    mega_artifact: bool
+    force_load_env: str | None
+
+    def to_factor(self) -> dict[str, bool]:
+        """The factor form: the effective switches (the force-load switch is bless's own, not a factor)."""
+        return {"aot_compile": self.aot_compile, "mega_artifact": self.mega_artifact}
+
+
+@dataclass(frozen=True)
+class VllmVersionRules:
+    """Everything bless knows about one vLLM release."""
+
+    version: str
+    torch: str
+    hashed_env: frozenset[str]
+    ignored_env: frozenset[str]
+    load_markers: tuple[str, ...]
+    compile_markers: tuple[str, ...]
+    fatal_markers: tuple[str, ...]
+    marker_formats: Mapping[str, tuple[str, ...]]
+    timings: tuple[TimingRule, ...]
+    cache_dir_patterns: tuple[re.Pattern[str], ...]
+    aot_compile_default_from_torch: str
+    mega_artifact_default_from_torch: str
+    force_load_env: str | None
+    layout: Mapping[str, bool]
+    compilation_hashed_fields: Mapping[str, str]
+    wheel: str
+    wheel_sha256: str
+    gpu_proven: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def provenance(self) -> str:
+        """Where this entry's rules come from, in words."""
+        if self.gpu_proven:
+            return f"source ({self.wheel}) and a GPU run: {self.gpu_proven}"
+        return f"source only ({self.wheel})"
+
+    def aot_switches(self, torch_version: str | None, env: Mapping[str, str]) -> AotSwitches:
+        """The effective AOT-compile and mega-artifact switches, computed as this release's ``envs.py`` does.
+
+        ``use_aot_compile``: ``VLLM_USE_AOT_COMPILE`` if set, else on when torch >= the threshold and
+        the compile cache is not disabled. ``use_mega_aot_artifact``: ``VLLM_USE_MEGA_AOT_ARTIFACT`` if
+        set, else on when torch >= its threshold and AOT compile is on. An unknown torch version
+        (Docker: not probed) counts as this release's pinned torch.
+        """
+        torch_key = _version_tuple(torch_version or self.torch)
+        cache_disabled = env.get("VLLM_DISABLE_COMPILE_CACHE", "0").strip() not in ("", "0")
+        aot_default = torch_key >= _version_tuple(self.aot_compile_default_from_torch) and not cache_disabled
+        aot = env.get("VLLM_USE_AOT_COMPILE", "1" if aot_default else "0") == "1"
+        mega_default = torch_key >= _version_tuple(self.mega_artifact_default_from_torch) and aot
+        mega = env.get("VLLM_USE_MEGA_AOT_ARTIFACT", "1" if mega_default else "0") == "1"
+        return AotSwitches(aot_compile=aot, mega_artifact=mega, force_load_env=self.force_load_env if aot else None)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``2.12.0.dev`` -> (2, 12, 0, -1): a dev release sorts before the release (what packaging does)."""
+    base = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(.*)$", version.split("+", 1)[0])
+    if not base:
+        return (0,)
+    numbers = tuple(int(part or 0) for part in base.groups()[:3])
+    return (*numbers, -1 if "dev" in base[4] else 0)
+
+
+def format_pattern(fmt: str, *, capture_last_number: bool = False) -> re.Pattern[str]:
+    """A regex matching what ``logger.x(fmt, ...)`` prints (``%s`` any text, ``%d``/``%.2f`` a number).
+
+    With ``capture_last_number`` the last numeric placeholder is the group ``s`` (a timing's seconds).
+    A leading ``%s`` (newer vLLM prefixes some messages) matches any text, so the pattern is searched.
+    """
+    parts = re.split(r"(%(?:\.\d+)?[sdf])", fmt)
+    numeric = [i for i, part in enumerate(parts) if part in ("%d",) or re.fullmatch(r"%(\.\d+)?f", part)]
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if part == "%s":
+            out.append(r".*?")
+        elif index in numeric:
+            out.append(r"(?P<s>[0-9.]+)" if capture_last_number and index == numeric[-1] else r"[0-9.]+")
+        else:
+            out.append(re.escape(part))
+    return re.compile("".join(out).rstrip())
+
+
+def release_of(version: str | None) -> str | None:
+    """``0.26.0+cu130`` -> ``0.26.0``; anything that is not a release number -> None."""
+    if not version:
+        return None
+    match = _RELEASE.match(version.strip())
+    return f"{match[1]}.{match[2]}.{match[3]}" if match else None
+
+
+def _entry(raw: Mapping[str, Any]) -> VllmVersionRules:
+    markers = raw["markers"]
+    formats = {item["marker"]: tuple(item["formats"]) for role in markers.values() for item in role}
+    timings = tuple(
+        TimingRule(
+            name=name,
+            patterns=tuple(format_pattern(fmt, capture_last_number=True) for fmt in spec["formats"]),
+            combine="sum" if spec["combine"] == "sum" else "last",
+        )
+        for name, spec in raw["timings"].items()
+    )
+    return VllmVersionRules(
+        version=raw["version"],
+        torch=raw["torch"],
+        hashed_env=frozenset(raw["env"]["hashed"]),
+        ignored_env=frozenset(raw["env"]["ignored_by_vllm"]),
+        load_markers=tuple(item["marker"] for item in markers["load"]),
+        compile_markers=tuple(item["marker"] for item in markers["compile"]),
+        fatal_markers=tuple(item["marker"] for item in markers["fatal"]),
+        marker_formats=formats,
+        timings=timings,
+        cache_dir_patterns=tuple(format_pattern(fmt) for fmt in raw["cache_dir_line"]["formats"]),
+        aot_compile_default_from_torch=raw["aot"]["aot_compile_default_from_torch"],
+        mega_artifact_default_from_torch=raw["aot"]["mega_artifact_default_from_torch"],
+        force_load_env=raw["aot"]["force_load_env"],
+        layout=dict(raw["layout"]),
+        compilation_hashed_fields=dict(raw["compilation_config"]["hashed_fields"]),
+        wheel=raw["source"]["wheel"],
+        wheel_sha256=raw["source"]["wheel_sha256"],
+        gpu_proven=raw.get("gpu_proven"),
+        raw=raw,
+    )
+
+
+@functools.cache
+def _all() -> dict[str, VllmVersionRules]:
+    text = resources.files(__package__).joinpath(_DATA_FILE).read_text(encoding="utf-8")
+    return {version: _entry(raw) for version, raw in json.loads(text)["versions"].items()}
+
+
+def all_rules() -> Mapping[str, VllmVersionRules]:
+    """Every entry, by release."""
+    return _all()
+
+
+def known_versions() -> tuple[str, ...]:
+    """Every vLLM release bless has an entry for, oldest first."""
+    return tuple(sorted(_all(), key=_version_tuple))
+
+
+def rules_for(version: str | None) -> VllmVersionRules | None:
+    """The entry of exactly this release (a local build suffix such as ``+cu130`` is ignored), or None."""
+    release = release_of(version)
+    return _all().get(release) if release else None
+
+
+def nearest_older(version: str | None) -> VllmVersionRules | None:
+    """The entry of the newest known release not newer than ``version`` (unknown or unparsable: the newest)."""
+    versions = known_versions()
+    release = release_of(version)
+    if release is None:
+        return _all()[versions[-1]]
+    older = [known for known in versions if _version_tuple(known) <= _version_tuple(release)]
+    return _all()[older[-1]] if older else None
