@@ -19,7 +19,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from bless.errors import InputInvalidError, VerifyFailedError
+from bless.errors import InputInvalidError, ManifestInvalidError, VerifyFailedError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
 from bless.store.faults import FaultHook, no_fault
@@ -355,6 +355,15 @@ class Store:
                 if manifest.config_hash == config_hash:
                     referenced.add(manifest.cache.dir_id)
         return referenced
+
+    def referenced_dir_ids_if_sure(self, config_hash: str) -> set[str] | None:
+        """:meth:`referenced_dir_ids`, or None when that cannot be known (a manifest or dir unreadable)."""
+        if self.unreadable_manifests_dirs():
+            return None
+        try:
+            return self.referenced_dir_ids(config_hash)
+        except ManifestInvalidError:
+            return None
 
     # ------------------------------------------------------------------------ writer operations
 

@@ -20,7 +20,7 @@ from bless.errors import InputInvalidError
 from bless.factors import is_config_hash
 from bless.store.faults import FaultHook
 from bless.store.fsutil import TMP_MARK, age_s, fsync_dir, listdir, read_json_object, remove_tree, tree_bytes
-from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX
+from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
 from bless.store.procid import process_alive
 
 if TYPE_CHECKING:
@@ -82,9 +82,21 @@ def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
     """Crash debris of one hash: (path, reason, finalize) where finalize = complete, do not delete."""
     paths = store.paths
     found: list[tuple[Path, str, bool]] = []
+    referenced: set[str] | None = None
     for entry in listdir(paths.blessed / config_hash):
         if entry.name.startswith(PARTIAL_PREFIX):
             found.append((Path(entry.path), "partial copy of an interrupted publish", False))
+        elif entry.name.startswith(PUBLISHING_PREFIX):
+            dir_id = entry.name[len(PUBLISHING_PREFIX) :]
+            if referenced is None:
+                referenced = store.referenced_dir_ids_if_sure(config_hash)
+                if referenced is None:
+                    continue  # cannot tell whether that publish committed: leave it to a later run
+            tree = paths.blessed / config_hash / dir_id
+            if dir_id not in referenced and is_dir_id(dir_id) and os.path.lexists(tree):
+                # Before its marker, so that a crash here leaves the marker to retry with.
+                found.append((tree, "tree of an interrupted publish (no manifest references it)", False))
+            found.append((Path(entry.path), "marker of an interrupted publish", False))
     for directory, what in ((paths.manifests_dir, "manifest"), (paths.locks, "lock holder")):
         for entry in listdir(directory):
             if _hashed_tmp(entry.name) == config_hash:

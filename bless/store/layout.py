@@ -17,6 +17,7 @@ __all__ = [
     "NEW_STAGING_PREFIX",
     "OWNER_FILE",
     "PARTIAL_PREFIX",
+    "PUBLISHING_PREFIX",
     "StorePaths",
     "check_dir_id",
     "check_hash",
@@ -25,6 +26,8 @@ __all__ = [
 ]
 
 PARTIAL_PREFIX = ".partial-"
+#: ``blessed/<hash>/.publishing-<dir_id>``: a publish of that tree is under way (until it commits).
+PUBLISHING_PREFIX = ".publishing-"
 NEW_STAGING_PREFIX = ".new-"
 OWNER_FILE = ".owner"
 

@@ -41,7 +41,7 @@ from bless.store.fsutil import (
     set_tree_modes,
     write_tmp,
 )
-from bless.store.layout import PARTIAL_PREFIX, check_hash
+from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, check_hash
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
 if TYPE_CHECKING:
@@ -96,6 +96,11 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
             remove_tree(target)
         # Recorded before the commit: gc must know every manifests dir a blessing can be named in.
         store.remember_manifests_dir()
+        # Durable before the tree moves: a tree a crash leaves behind with no manifest is debris
+        # recover() removes, told apart from a superseded version (which only gc removes).
+        ensure_dir(target.parent)
+        intent = target.parent / f"{PUBLISHING_PREFIX}{target.name}"
+        atomic_write_bytes(intent, b"")
 
         renamed: bool | None = None  # None: nothing moved yet
         tmp: Path | None = None
@@ -139,9 +144,11 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                     tmp.unlink()
             # Give the tree back unless the commit happened after all (an interrupt landing
             # right after os.replace): then the live manifest references it.
-            if renamed is not None and not holds(manifest_target, document):
+            if not holds(manifest_target, document):
                 with contextlib.suppress(OSError):
-                    _undo_move(target, staged_dir, renamed, fault)
+                    if renamed is not None:
+                        _undo_move(target, staged_dir, renamed, fault)
+                    intent.unlink()
             if isinstance(exc, OSError):
                 raise BlessError(
                     f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
@@ -157,6 +164,9 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                 hint="the blessing is visible but may not survive a power loss; run bless verify",
             ) from exc
         store.note_published(manifest_target, config_hash)
+        fault("clear-intent")
+        with contextlib.suppress(OSError):
+            intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
 
         fault("done")
         return PublishResult(

@@ -2,14 +2,22 @@
 
 Usage (run with PYTHONPATH at the repo root):
     store_child.py hold-lock ROOT HASH SECONDS     take the lock, print "locked", sleep, exit
-    store_child.py publish ROOT STAGED MANIFEST [POINT]
-                                                   publish STAGED as MANIFEST (a manifest file); with
-                                                   POINT, SIGKILL itself at that fault point
+    store_child.py publish ROOT STAGED MANIFEST    publish STAGED as MANIFEST (a manifest file)
+    store_child.py reject ROOT STAGED HASH RUN_ID  keep STAGED as rejected evidence of HASH
+    store_child.py gc ROOT                         gc with keep=0
     store_child.py make-staging ROOT RUN_ID        create a staging dir owned by this process, exit
+
+Crash options (publish, reject, gc), through the store's fault seam (bless.store.faults):
+    --kill-at POINT     SIGKILL this process at the first fault point named POINT
+    --kill-after N      SIGKILL this process at the N-th fault point reached (1-based)
+    --raise-at POINT    raise OSError at POINT (drives the undo path), then keep counting
+    --trace             print the fault points reached, one per line, then "done"
 """
 
 from __future__ import annotations
 
+import argparse
+import errno
 import os
 import signal
 import sys
@@ -17,39 +25,66 @@ import time
 from pathlib import Path
 
 from bless.manifest import load_manifest
-from bless.store import FaultHook, Store
+from bless.store import Store
 
 
-def kill_at(point: str | None) -> FaultHook | None:
-    """The crash seam: a hook that SIGKILLs this process at fault point ``point``."""
-    if point is None:
-        return None
+class Crash:
+    """A fault hook that kills (or fails) this process where the options say."""
 
-    def hook(reached: str) -> None:
-        if reached == point:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.kill_at: str | None = args.kill_at
+        self.kill_after: int | None = args.kill_after
+        self.raise_at: str | None = args.raise_at
+        self.trace: bool = args.trace
+        self.reached = 0
+
+    def __call__(self, point: str) -> None:
+        self.reached += 1
+        if self.trace:
+            print(point, flush=True)
+        if point == self.kill_at or self.reached == self.kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
+        if point == self.raise_at:
+            self.raise_at = None
+            raise OSError(errno.EIO, f"injected failure at {point}")
 
 
 def main(argv: list[str]) -> int:
-    command, root = argv[0], Path(argv[1])
-    store = Store(root)
-    if command == "hold-lock":
-        with store.lock(argv[2]):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("rest", nargs="*")
+    parser.add_argument("--kill-at")
+    parser.add_argument("--kill-after", type=int)
+    parser.add_argument("--raise-at")
+    parser.add_argument("--trace", action="store_true")
+    args = parser.parse_args(argv)
+    store, rest, crash = Store(args.root), args.rest, Crash(args)
+    if args.command == "hold-lock":
+        with store.lock(rest[0]):
             print("locked", flush=True)
-            time.sleep(float(argv[3]))
+            time.sleep(float(rest[1]))
         return 0
-    if command == "publish":
-        point = argv[4] if len(argv) > 4 else None
-        result = store.publish(Path(argv[2]), load_manifest(Path(argv[3])), fault=kill_at(point))
-        print(result.manifest_path, flush=True)
+    if args.command == "publish":
+        try:
+            result = store.publish(Path(rest[0]), load_manifest(Path(rest[1])), fault=crash)
+            print(result.manifest_path, flush=True)
+        except Exception as exc:  # the undo-path cases fail on purpose
+            print(f"failed: {exc}", flush=True)
+    elif args.command == "reject":
+        store.reject(
+            Path(rest[0]), config_hash=rest[1], run_id=rest[2], candidate=1, summary_md="no", evidence={}, fault=crash
+        )
+    elif args.command == "gc":
+        store.gc(keep=0, fault=crash)
+    elif args.command == "make-staging":
+        print(store.new_staging_dir(rest[0]), flush=True)
         return 0
-    if command == "make-staging":
-        print(store.new_staging_dir(argv[2]), flush=True)
-        return 0
-    print(f"unknown command {command!r}", file=sys.stderr)
-    return 2
+    else:
+        print(f"unknown command {args.command!r}", file=sys.stderr)
+        return 2
+    print("done", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ and the store stays usable.
 from __future__ import annotations
 
 import os
+import random
 import signal
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from store_helpers import make_manifest, run_child, write_tree
 from bless.errors import AlreadyBlessedError
 from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, TMP_MARK, Store
+from bless.store.layout import PUBLISHING_PREFIX
 from bless.verify import verify_tree
 
 # The manifest rename is the commit point: a kill before the "done" fault point leaves the old
@@ -54,12 +56,18 @@ def assert_state(store: Store, config_hash: str, expected: Manifest | None) -> N
     assert len(names) == 1, names
 
 
+def blessed_versions(store: Store, config_hash: str) -> list[str]:
+    """The blessed dir ids of a hash on disk (dot names excluded)."""
+    hash_dir = store.root / "blessed" / config_hash
+    return sorted(p.name for p in hash_dir.iterdir() if not p.name.startswith(".")) if hash_dir.is_dir() else []
+
+
 def leftovers(*roots: Path) -> list[str]:
     found = []
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:
-                if TMP_MARK in name or name.startswith(PARTIAL_PREFIX):
+                if TMP_MARK in name or name.startswith((PARTIAL_PREFIX, PUBLISHING_PREFIX)):
                     found.append(os.path.join(dirpath, name))
     return found
 
@@ -79,7 +87,7 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
     manifest_file = tmp_path / "new-manifest.json"
     manifest_file.write_bytes(new.to_json_bytes())
 
-    child = run_child("publish", str(store.root), str(new_tree), str(manifest_file), step)
+    child = run_child("publish", str(store.root), str(new_tree), str(manifest_file), "--kill-at", step)
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
 
     expected = new if step == COMMITTED_AT else old
@@ -91,6 +99,11 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
     removed = store.recover()
     assert_state(store, new.config_hash, expected)
     assert leftovers(store.root) == []
+    # A tree moved into blessed/ but never committed is debris: recover removes it; a superseded
+    # version (the old one after a committed rebless) is gc's to remove, not recover's.
+    assert blessed_versions(store, new.config_hash) == sorted(
+        {m.cache.dir_id for m in (old, expected) if m is not None}
+    )
     if step == "rename-manifest":
         assert any(TMP_MARK in path.name for path in removed), removed
     if step in ("validate", "move-tree"):
@@ -106,3 +119,126 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
         assert (result.archived_manifest is not None) == rebless
     assert_state(store, new.config_hash, new)
     assert leftovers(store.root) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Random fault points inside the steps (each file copied, the undo path, reject, gc), not only between
+# them: the child reports the points it reaches, then a fresh store is killed at a random sample of
+# them (BLESS_CRASH_SEED=<n> replays a failing sample; the seed is in every assertion message).
+
+SEED = int(os.environ.get("BLESS_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
+SAMPLE = 5
+
+
+def kill_points(points: list[str]) -> list[int]:
+    """1-based indices of a random sample of ``points`` (all of them when there are few)."""
+    indices = list(range(1, len(points) + 1))
+    return sorted(random.Random(SEED).sample(indices, min(SAMPLE, len(indices))))
+
+
+def trace(*args: str) -> list[str]:
+    """The fault points a child run reaches, in order (the child runs to the end)."""
+    child = run_child(*args, "--trace")
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    assert lines[-1] == "done", lines
+    return [line for line in lines[:-1] if not line.startswith(("failed:", "/"))]
+
+
+def publish_case(tmp_path: Path, *, rebless: bool) -> tuple[Store, Manifest | None, Manifest, Path, Path]:
+    """A store (with an old blessing when ``rebless``) and a new tree OUTSIDE the store (copied in)."""
+    store = Store(tmp_path / "root")
+    old: Manifest | None = None
+    if rebless:
+        old_tree = write_tree(store.new_staging_dir("old-run") / "cache", "old")
+        old = make_manifest(old_tree, dir_id="20240101T000000Z-000000000001")
+        store.publish(old_tree, old)
+    new_tree = write_tree(tmp_path / "outside" / "cache", "new")
+    new = make_manifest(new_tree, dir_id="20240102T000000Z-000000000002")
+    manifest_file = tmp_path / "new-manifest.json"
+    manifest_file.write_bytes(new.to_json_bytes())
+    return store, old, new, new_tree, manifest_file
+
+
+def fresh(tmp_path: Path, index: int) -> Path:
+    path = tmp_path / f"case-{index}"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("undo", [False, True], ids=["commit", "undo"])
+def test_kill_at_every_point_inside_publish(tmp_path: Path, undo: bool) -> None:
+    # "undo": an I/O error after the tree is read-only drives the undo path, then the kill lands in it.
+    extra = ("--raise-at", "archive-old") if undo else ()
+    store, _, _, tree, manifest_file = publish_case(fresh(tmp_path, 0), rebless=True)
+    points = trace("publish", str(store.root), str(tree), str(manifest_file), *extra)
+    assert points.count("move-tree:copy-file") == 4  # one per file of the tree
+    if undo:
+        assert "undo" in points and "rename-manifest" not in points
+    for index in kill_points(points):
+        store, old, new, tree, manifest_file = publish_case(fresh(tmp_path, index), rebless=True)
+        assert old is not None
+        child = run_child("publish", str(store.root), str(tree), str(manifest_file), *extra, "--kill-after", str(index))
+        assert child.returncode == -signal.SIGKILL, (SEED, points[index - 1], child.stdout, child.stderr)
+        committed = not undo and points.index("rename-manifest:before-fsync") < index
+        expected = new if committed else old
+        assert_state(store, new.config_hash, expected)
+        store.recover()
+        assert_state(store, new.config_hash, expected)
+        assert leftovers(store.root) == [], (SEED, points[index - 1])
+        assert blessed_versions(store, new.config_hash) == sorted({old.cache.dir_id, expected.cache.dir_id})
+        assert tree.is_dir()  # copied, never consumed
+
+
+def test_kill_at_every_point_of_reject_loses_no_evidence(tmp_path: Path) -> None:
+    def case(index: int) -> tuple[Store, Path, str]:
+        store = Store(fresh(tmp_path, index) / "root")
+        tree = write_tree(store.new_staging_dir("bad-run") / "cache", "bad")
+        return store, tree, make_manifest(tree).config_hash
+
+    store, tree, config_hash = case(0)
+    points = trace("reject", str(store.root), str(tree), config_hash, "bad-run")
+    assert points[-1] == "reject-done"
+    for index in kill_points(points):
+        store, tree, config_hash = case(index)
+        expected = make_manifest(tree)
+        child = run_child("reject", str(store.root), str(tree), config_hash, "bad-run", "--kill-after", str(index))
+        assert child.returncode == -signal.SIGKILL, (SEED, points[index - 1], child.stderr)
+        store.recover()
+        assert leftovers(store.root) == [], (SEED, points[index - 1])
+        kept = store.root / "rejected" / config_hash / "bad-run-c1"
+        # The candidate is in exactly one place: still staged, or kept as evidence.
+        where = [p for p in (tree, kept / "tree") if p.is_dir()]
+        assert len(where) == 1, (SEED, points[index - 1], where)
+        assert verify_tree(where[0], expected.cache.files, expected.cache.dirs, expect_read_only=False).ok
+
+
+def test_kill_at_every_point_of_gc_never_touches_the_live_blessing(tmp_path: Path) -> None:
+    def case(index: int) -> tuple[Store, Manifest]:
+        store = Store(fresh(tmp_path, index) / "root")
+        live: Manifest | None = None
+        for number, variant in enumerate(("v1", "v2", "v3"), start=1):
+            tree = write_tree(store.new_staging_dir(f"run{number}") / "cache", variant)
+            live = make_manifest(tree, dir_id=f"2024010{number}T000000Z-00000000000{number}")
+            store.publish(tree, live)
+        assert live is not None
+        for number in (1, 2):
+            bad = write_tree(store.new_staging_dir(f"rej{number}") / "cache", f"r{number}")
+            store.reject(
+                bad, config_hash=live.config_hash, run_id=f"rej{number}", candidate=1, summary_md="", evidence={}
+            )
+        return store, live
+
+    store, live = case(0)
+    points = trace("gc", str(store.root))
+    assert points.count("gc-remove") == 4  # two superseded versions, two evidence dirs
+    for index in kill_points(points):
+        store, live = case(index)
+        child = run_child("gc", str(store.root), "--kill-after", str(index))
+        assert child.returncode == -signal.SIGKILL, (SEED, points[index - 1], child.stderr)
+        assert_state(store, live.config_hash, live)
+        report = store.gc(keep=0)  # the next gc finishes the job
+        assert_state(store, live.config_hash, live)
+        assert blessed_versions(store, live.config_hash) == [live.cache.dir_id], report
+        assert not any((store.root / "rejected" / live.config_hash).iterdir())
+        assert leftovers(store.root) == []
