@@ -1,8 +1,9 @@
-"""``bless trust init|rotate`` and ``bless sign``: signed blessings (TUF), for serving fleets."""
+"""Fleet commands: ``bless trust init|rotate``, ``bless sign`` (TUF), ``bless push`` and ``bless pull`` (OCI)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +11,11 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from bless.errors import NoManifestError
+from bless.flows.pull import PullResult, pull_blessing
+from bless.flows.push import push_blessing
 from bless.manifest import Manifest
+from bless.registry import parse_reference
 from bless.store import Store
 from bless.trust import (
     DEFAULT_EXPIRES,
@@ -25,6 +30,7 @@ from bless.trust import (
     sign_blessing,
     trust_state_dir,
 )
+from cli import render
 from cli.boundary import Report, command
 from cli.common import JsonOption, app_state, lookup_manifest
 
@@ -47,6 +53,15 @@ ExpiresOption = Annotated[
     typer.Option(
         "--expires",
         help=f"How long the signed targets, snapshot and timestamp stay valid (default {DEFAULT_EXPIRES.days}d).",
+    ),
+]
+
+PlainHttpOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--plain-http/--https",
+        help="Talk HTTP instead of HTTPS (default: HTTP only for loopback registries such as localhost:5000).",
+        show_default=False,
     ),
 ]
 
@@ -196,9 +211,144 @@ def sign_command(
     return Report(data, _render_sign)
 
 
+def _render_push(console: Console, data: Mapping[str, Any]) -> None:
+    console.print(Text.assemble(("pushed", "bold green"), f" {data['reference']}"))
+    console.print(f"  digest {data['digest']}  (pull by digest: {data['pinned']})")
+    console.print(
+        f"  {data['blobs_uploaded']} of {data['blobs_total']} blobs uploaded, "
+        f"{render.human_bytes(data['bytes_uploaded'])} of {render.human_bytes(data['bytes_total'])} "
+        "(the registry had the rest)"
+    )
+    if data["signatures"]:
+        console.print(f"  signatures (TUF metadata) under tag {data['signatures']}")
+    else:
+        console.print(Text("note: pushed without signatures (--metadata DIR attaches them)", style="yellow"))
+
+
+@command
+def push_command(
+    ctx: typer.Context,
+    config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
+    reference: Annotated[str, typer.Argument(help="REGISTRY/REPOSITORY[:TAG], e.g. localhost:5000/caches/llama:v1.")],
+    metadata: Annotated[
+        Path | None,
+        typer.Option(
+            "--metadata",
+            help="Attach the TUF metadata that signs this blessing (the signing repository's DIR/metadata).",
+            file_okay=False,
+        ),
+    ] = None,
+    plain_http: PlainHttpOption = None,
+    json_output: JsonOption = False,
+) -> Report:
+    """Push a blessing to an OCI registry as a reproducible artifact (application/vnd.bless.cache.v1).
+
+    The blessed tree is verified first. One blob per file (reblesses share unchanged files' blobs), the
+    manifest as config; the same blessing pushed from any host has the same digest. Credentials come
+    from the docker config (docker login); none is ever written anywhere by bless.
+    """
+    store = app_state(ctx).store()
+    manifest = lookup_manifest(store, config_hash)
+    result = push_blessing(store, manifest, parse_reference(reference), metadata_dir=metadata, plain_http=plain_http)
+    return Report(result.to_dict(), _render_push)
+
+
+def pull_report(result: PullResult) -> dict[str, Any]:
+    """The JSON of a pull (also embedded in serve-full --from's)."""
+    return {**result.to_dict(), "trust": trust_report(result.trust)}
+
+
+def render_pull(console: Console, data: Mapping[str, Any]) -> None:
+    """A pull: installed or already present, the resolved digest, the trust verdict."""
+    if data["installed"]:
+        console.print(
+            Text.assemble(
+                ("pulled", "bold green"),
+                f" {data['config_hash'][:16]}... ({data['dir_id']}): {data['blobs_downloaded']} blobs, "
+                f"{render.human_bytes(data['bytes_downloaded'])}, verified and installed",
+            )
+        )
+    else:
+        console.print(
+            Text.assemble(("already present", "bold green"), f" {data['config_hash'][:16]}... ({data['dir_id']})")
+        )
+    console.print(f"  resolved {data['reference']} -> {data['digest']}")
+    render_trust(console, data["trust"])
+
+
+@command
+def pull_command(
+    ctx: typer.Context,
+    reference: Annotated[
+        str, typer.Argument(help="REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST (preferred).")
+    ],
+    trust: TrustOption = None,
+    plain_http: PlainHttpOption = None,
+    json_output: JsonOption = False,
+) -> Report:
+    """Pull a blessing into the store: every blob checked while it streams, installed atomically.
+
+    With --trust DIR the blessing must be a validly signed, fresh, current TUF target (exit 60-66) before
+    any file is downloaded. A blessing already present is a no-op. A tag is resolved to a digest, printed
+    (--json: "digest" and "pinned").
+    """
+    store = app_state(ctx).store()
+    result = pull_blessing(store, parse_reference(reference), trust_dir=trust, plain_http=plain_http)
+    return Report(pull_report(result), render_pull)
+
+
+@dataclass(frozen=True)
+class FleetSource:
+    """serve-full's ``--from REF`` / ``--trust DIR``: pull first, and require a signature when trusted."""
+
+    reference: str | None = None
+    trust: Path | None = None
+    plain_http: bool | None = None
+
+    def pull(self, store: Store, console: Console) -> PullResult | None:
+        """Pull ``--from`` into the store (a no-op when present); None without ``--from``."""
+        if self.reference is None:
+            return None
+        result = pull_blessing(
+            store, parse_reference(self.reference), trust_dir=self.trust, plain_http=self.plain_http
+        )
+        render_pull(console, pull_report(result))
+        return result
+
+    def check(self, store: Store, manifest: Manifest | None, pulled: PullResult | None) -> dict[str, Any]:
+        """The plan's ``from`` and ``trust`` sections; refuses a profile that is not the pulled blessing."""
+        if manifest is None:  # --debug: nothing blessed is served
+            return {}
+        if pulled is not None and (pulled.config_hash, pulled.dir_id) != (manifest.config_hash, manifest.cache.dir_id):
+            raise NoManifestError(
+                f"--from {self.reference} holds blessing {pulled.config_hash[:16]}... ({pulled.dir_id}), but the "
+                f"profile resolves here to {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
+                hint="serve the profile that blessing was made from, on matching hardware; bless diff shows "
+                "which factors differ",
+                details={"pulled": pulled.config_hash, "profile": manifest.config_hash},
+            )
+        data: dict[str, Any] = {"trust": trust_report(trust_check(store, manifest, self.trust))}
+        if pulled is not None:
+            data["from"] = pull_report(pulled)
+        return data
+
+
 #: The ``trust`` sub-commands.
 TRUST_COMMANDS = (("init", trust_init_command), ("rotate", trust_rotate_command))
 for _name, _command in TRUST_COMMANDS:
     trust_app.command(_name)(_command)
 
-__all__ = ["TrustOption", "render_trust", "sign_command", "trust_app", "trust_check", "trust_report"]
+__all__ = [
+    "FleetSource",
+    "PlainHttpOption",
+    "TrustOption",
+    "pull_command",
+    "pull_report",
+    "push_command",
+    "render_pull",
+    "render_trust",
+    "sign_command",
+    "trust_app",
+    "trust_check",
+    "trust_report",
+]

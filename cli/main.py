@@ -35,7 +35,17 @@ from cli.common import (
     lookup_manifest,
     resolve_profile_file,
 )
-from cli.fleet import TRUST_COMMANDS, TrustOption, render_trust, sign_command, trust_app, trust_check, trust_report
+from cli.fleet import (
+    TRUST_COMMANDS,
+    TrustOption,
+    pull_command,
+    push_command,
+    render_trust,
+    sign_command,
+    trust_app,
+    trust_check,
+    trust_report,
+)
 from cli.gate import gate_command
 from cli.run import run_command
 
@@ -396,6 +406,8 @@ COMMANDS = (
     ("show", show_command),
     ("verify", verify_command),
     ("sign", sign_command),
+    ("push", push_command),
+    ("pull", pull_command),
     ("run", run_command),
     ("gc", gc_command),
     ("gate", gate_command),

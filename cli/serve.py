@@ -48,6 +48,7 @@ from cli.common import (
     RootOption,
     VerboseOption,
 )
+from cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
 
 app = typer.Typer(
     name="serve-full",
@@ -216,6 +217,7 @@ def _serve(
     debug: bool,
     no_canary: bool,
     keep_upper: bool,
+    source: FleetSource,
     allow_unknown_engine_version: bool = False,
 ) -> Report:
     loaded = load_profile(profile)
@@ -225,6 +227,7 @@ def _serve(
     console = render.err_console()
     gate = SignalGate()
     with gate.installed():
+        pulled = source.pull(store, console)
         the_plan = launcher.plan(
             loaded,
             store=store,
@@ -233,10 +236,12 @@ def _serve(
             debug=debug,
             allow_unknown_engine_version=allow_unknown_engine_version,
         )
-        plan_dict = the_plan.to_dict()
+        plan_dict = {**the_plan.to_dict(), **source.check(store, the_plan.manifest, pulled)}
         if dry_run:
             return Report({"dry_run": True, "no_canary": no_canary, "plan": plan_dict}, render_dry_run)
         render_plan(console, plan_dict)
+        if "trust" in plan_dict:
+            render_trust(console, plan_dict["trust"])
         render_banners(console, plan_dict, no_canary=no_canary)
         try:
             result = launcher.start(
@@ -312,6 +317,15 @@ def serve_full(
         bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
     ] = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
+    from_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Pull the blessing from this OCI reference first (no-op when present), then serve it as usual.",
+        ),
+    ] = None,
+    trust: TrustOption = None,
+    plain_http: PlainHttpOption = None,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -338,6 +352,7 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
+        source=FleetSource(from_ref, trust, plain_http),
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)
     raise typer.Exit(code)

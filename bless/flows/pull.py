@@ -1,0 +1,247 @@
+"""``bless pull``: a blessing from an OCI registry into the local store, verified, atomically.
+
+Steps (:data:`PULL_STEPS`, each announced to ``on_step`` before it runs):
+
+``resolve``   the OCI manifest by digest (its bytes must hash to it) or by tag (the digest is printed),
+              the blessing manifest (config blob, checked against its digest while it streams, canonical,
+              listing exactly the artifact's files);
+``trust``     with ``trust_dir``: the signatures artifact (``sha256-<hex>.bless-trust``) through TUF
+              (:func:`bless.trust.check_blessing`): unsigned, untrusted key, below threshold, expired,
+              rolled back or manifest differing from the signed target are refused before any file moves;
+``stage``     a present blessing of this very version ends the pull here (a no-op); else a staging dir
+              ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
+``download``  every blob the manifest names, checked against its digest and size while it streams;
+``publish``   :meth:`bless.store.Store.publish`: the same atomic publish as ``bless run`` (re-hash, move,
+              read-only, manifest last as the commit point). A kill at any step leaves the old or the new
+              blessing, never a half; the next pull removes the dead pull's staging dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bless.artifact import (
+    BlessingArtifact,
+    BlobRef,
+    parse_blessing_artifact,
+    parse_blessing_config,
+    parse_trust_artifact,
+    trust_tag,
+)
+from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMismatchError
+from bless.manifest import Manifest
+from bless.registry import Reference, RegistryClient
+from bless.store import Store, process_alive
+from bless.trust import TrustVerdict, check_blessing, trust_state_dir
+
+__all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
+
+PULL_STEPS: tuple[str, ...] = ("resolve", "trust", "stage", "download", "publish", "done")
+STAGING_PREFIX = "pull-"
+DOWNLOAD_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """A pull: what was resolved, whether it was installed (False: it was already present)."""
+
+    reference: str
+    digest: str
+    pinned: str
+    config_hash: str
+    dir_id: str
+    installed: bool
+    blobs_downloaded: int
+    bytes_downloaded: int
+    blessed_dir: Path
+    trust: TrustVerdict | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "digest": self.digest,
+            "pinned": self.pinned,
+            "config_hash": self.config_hash,
+            "dir_id": self.dir_id,
+            "installed": self.installed,
+            "blobs_downloaded": self.blobs_downloaded,
+            "bytes_downloaded": self.bytes_downloaded,
+            "blessed_dir": str(self.blessed_dir),
+        }
+
+
+def _resolve(client: RegistryClient, reference: Reference) -> tuple[BlessingArtifact, Manifest]:
+    data, header_digest = client.get_manifest(reference.digest or reference.tag or "latest")
+    artifact = parse_blessing_artifact(data, reference.digest)
+    if reference.digest is None and header_digest is not None and header_digest != artifact.digest:
+        raise DigestMismatchError(
+            f"the registry says tag {reference.tag} is {header_digest}, but its bytes hash to {artifact.digest}",
+            hint="the registry is inconsistent or tampered with; pull by digest from a trusted source",
+        )
+    config_bytes = client.read_blob(artifact.config.digest, artifact.config.size)
+    return artifact, parse_blessing_config(artifact, config_bytes)
+
+
+def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str, bytes] | None:
+    """The TUF metadata pushed with the blessing, or None when it has none."""
+    try:
+        data, _digest = client.get_manifest(trust_tag(artifact.digest))
+    except ArtifactNotFoundError:
+        return None
+    trust = parse_trust_artifact(data, artifact.digest)
+    return {blob.title: client.read_blob(blob.digest, blob.size) for blob in trust.blobs}
+
+
+def _already_present(store: Store, manifest: Manifest) -> bool:
+    live = store.find(manifest.config_hash)
+    return (
+        live is not None
+        and live.cache.dir_id == manifest.cache.dir_id
+        and live.cache.tree_sha256 == manifest.cache.tree_sha256
+    )
+
+
+def _remove_dead_pulls(store: Store) -> None:
+    """Staging dirs of pulls whose process is gone (killed mid-pull): their debris, ours to remove."""
+    staging = store.root / "staging"
+    if not staging.is_dir():
+        return
+    for entry in staging.iterdir():
+        if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir():
+            continue
+        try:
+            owner = json.loads((entry / ".owner").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # no owner record: not provably dead; gc's age rule handles it
+        if isinstance(owner, dict) and process_alive(owner) is False:
+            _remove_tree(entry)
+
+
+def _remove_tree(path: Path) -> None:
+    def make_writable(function: Any, name: str, _exc: Any) -> None:
+        # A tree made read-only by a publish that was interrupted before it moved it.
+        with contextlib.suppress(OSError):
+            Path(name).parent.chmod(0o755)
+            function(name)
+
+    shutil.rmtree(path, onerror=make_writable)
+
+
+def _download(
+    reference: Reference,
+    plain_http: bool | None,
+    tree: Path,
+    files: tuple[BlobRef, ...],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, int]:
+    """Every file of the tree, each distinct blob fetched once; returns (blobs, bytes) downloaded."""
+    by_digest: dict[str, list[BlobRef]] = {}
+    for blob in files:
+        by_digest.setdefault(blob.digest, []).append(blob)
+    for blob in files:
+        (tree / blob.title).parent.mkdir(parents=True, exist_ok=True)
+    local = threading.local()
+    lock = threading.Lock()
+
+    def client() -> RegistryClient:
+        if not hasattr(local, "client"):
+            local.client = RegistryClient(reference, plain_http=plain_http)
+        return local.client  # type: ignore[no-any-return]
+
+    def report(size: int) -> None:
+        if progress is not None:
+            with lock:
+                progress(size)
+
+    def fetch(group: list[BlobRef]) -> None:
+        first = tree / group[0].title
+        fd = os.open(first, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as sink:
+            client().download_blob(group[0].digest, group[0].size, sink, report)
+        for twin in group[1:]:
+            shutil.copyfile(first, tree / twin.title, follow_symlinks=False)
+
+    groups = list(by_digest.values())
+    with ThreadPoolExecutor(max_workers=DOWNLOAD_WORKERS) as pool:
+        for future in [pool.submit(fetch, group) for group in groups]:
+            future.result()  # the first failure is raised; the pool drains the rest
+    return len(groups), sum(group[0].size for group in groups)
+
+
+def pull_blessing(
+    store: Store,
+    reference: Reference,
+    *,
+    trust_dir: Path | None = None,
+    plain_http: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> PullResult:
+    """Pull, verify and install a blessing (see the module docstring); a present one is a no-op."""
+
+    def step(name: str) -> None:
+        if on_step is not None:
+            on_step(name)
+
+    step("resolve")
+    client = RegistryClient(reference, plain_http=plain_http)
+    artifact, manifest = _resolve(client, reference)
+
+    step("trust")
+    verdict = None
+    if trust_dir is not None:
+        verdict = check_blessing(
+            manifest,
+            trust_dir=trust_dir,
+            state_dir=trust_state_dir(store.root),
+            candidate=_signatures(client, artifact),
+        )
+
+    def result(installed: bool, blobs: int = 0, size: int = 0) -> PullResult:
+        return PullResult(
+            reference=str(reference),
+            digest=artifact.digest,
+            pinned=str(reference.with_digest(artifact.digest)),
+            config_hash=manifest.config_hash,
+            dir_id=manifest.cache.dir_id,
+            installed=installed,
+            blobs_downloaded=blobs,
+            bytes_downloaded=size,
+            blessed_dir=store.blessed_dir(manifest),
+            trust=verdict,
+        )
+
+    step("stage")
+    if _already_present(store, manifest):
+        return result(False)
+    _remove_dead_pulls(store)
+    staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
+    try:
+        tree = staging / "tree"
+        tree.mkdir()
+        for directory in manifest.cache.dirs:
+            (tree / directory).mkdir(parents=True, exist_ok=True)
+
+        step("download")
+        blobs, size = _download(reference, plain_http, tree, artifact.files, progress)
+
+        step("publish")
+        try:
+            store.publish(tree, manifest)
+        except AlreadyBlessedError:
+            return result(False, blobs, size)  # another pull installed this very version meanwhile
+        step("done")
+        return result(True, blobs, size)
+    finally:
+        with contextlib.suppress(OSError):
+            _remove_tree(staging)

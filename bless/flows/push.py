@@ -1,0 +1,143 @@
+"""``bless push``: a blessing (and optionally its signatures) to an OCI registry.
+
+The blessed tree is verified first (never push bytes that differ from their manifest); then every
+blob the registry lacks is uploaded (the manifest as config, one blob per file: see
+:mod:`bless.artifact`), then the OCI manifest under the tag. With ``metadata_dir`` the TUF metadata
+that signs the blessing is pushed as its signatures artifact (tag ``sha256-<hex>.bless-trust``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bless.artifact import (
+    EMPTY_CONFIG,
+    OCI_MANIFEST_MEDIA_TYPE,
+    BlobRef,
+    blessing_artifact,
+    digest_of,
+    trust_artifact,
+    trust_tag,
+    unique_blobs,
+)
+from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
+from bless.manifest import Manifest
+from bless.registry import Reference, RegistryClient
+from bless.store import Store
+from bless.trust import manifest_target, metadata_from_dir
+from bless.verify import verify_tree
+
+__all__ = ["PushResult", "push_blessing"]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push did: the artifact's digest, and how much of it the registry did not have yet."""
+
+    reference: str
+    pinned: str
+    digest: str
+    config_hash: str
+    blobs_total: int
+    blobs_uploaded: int
+    bytes_total: int
+    bytes_uploaded: int
+    signatures: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "digest": self.digest,
+            "pinned": self.pinned,
+            "config_hash": self.config_hash,
+            "blobs_total": self.blobs_total,
+            "blobs_uploaded": self.blobs_uploaded,
+            "bytes_total": self.bytes_total,
+            "bytes_uploaded": self.bytes_uploaded,
+            "signatures": self.signatures,
+        }
+
+
+def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes]:
+    """The TUF files to attach; refused unless their targets list this very blessing."""
+    files = metadata_from_dir(metadata_dir)
+    if "targets.json" not in files or "root.json" not in files:
+        raise TrustInvalidError(
+            f"{metadata_dir} holds no targets.json/root.json",
+            hint="--metadata names the signing repository's metadata directory (DIR/metadata)",
+        )
+    name, _data = manifest_target(manifest)
+    try:
+        listed = name in json.loads(files["targets.json"])["signed"]["targets"]
+    except (ValueError, KeyError, TypeError):
+        raise TrustInvalidError(f"{metadata_dir / 'targets.json'} is not TUF targets metadata") from None
+    if not listed:
+        raise UnsignedError(
+            f"the metadata in {metadata_dir} does not sign {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
+            hint=f"sign it first: bless sign {manifest.config_hash[:16]} --keys DIR",
+        )
+    return files
+
+
+def push_blessing(
+    store: Store,
+    manifest: Manifest,
+    reference: Reference,
+    *,
+    metadata_dir: Path | None = None,
+    plain_http: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PushResult:
+    """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given)."""
+    signing = _signing_metadata(metadata_dir, manifest) if metadata_dir is not None else None
+    blessed_dir = store.blessed_dir(manifest)
+    check = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
+    if not check.ok:
+        shown = "; ".join(f"{p.path}: {p.detail}" for p in check.problems[:5])
+        raise VerifyFailedError(
+            f"the blessed tree differs from its manifest, not pushing: {shown}",
+            hint="bless verify lists every problem; re-bless the configuration",
+            details={"problems": [p.to_dict() for p in check.problems]},
+        )
+    artifact = blessing_artifact(manifest)
+    client = RegistryClient(reference, plain_http=plain_http)
+    uploaded = 0
+    uploaded_bytes = 0
+    sources: list[tuple[BlobRef, Path | bytes]] = [(artifact.config, manifest.to_json_bytes())]
+    sources += [(blob, blessed_dir / blob.title) for blob in unique_blobs(artifact.files)]
+    for blob, source in sources:
+        if not client.blob_exists(blob.digest):
+            client.upload_blob(blob.digest, blob.size, source)
+            uploaded += 1
+            uploaded_bytes += blob.size
+        if progress is not None:
+            progress(blob.size)
+    tag = reference.tag or artifact.digest
+    client.put_manifest(artifact.manifest_bytes, tag, OCI_MANIFEST_MEDIA_TYPE)
+    signatures = None
+    if signing is not None:
+        trust = trust_artifact(artifact, signing)
+        blobs: list[tuple[BlobRef, bytes]] = [
+            (BlobRef(digest_of(EMPTY_CONFIG), len(EMPTY_CONFIG), ""), EMPTY_CONFIG),
+            *((blob, signing[blob.title]) for blob in trust.blobs),
+        ]
+        for blob, data in blobs:
+            if not client.blob_exists(blob.digest):
+                client.upload_blob(blob.digest, blob.size, data)
+        signatures = trust_tag(artifact.digest)
+        client.put_manifest(trust.manifest_bytes, signatures, OCI_MANIFEST_MEDIA_TYPE)
+    return PushResult(
+        reference=str(reference),
+        pinned=str(reference.with_digest(artifact.digest)),
+        digest=artifact.digest,
+        config_hash=manifest.config_hash,
+        blobs_total=len(sources),
+        blobs_uploaded=uploaded,
+        bytes_total=sum(blob.size for blob, _ in sources),
+        bytes_uploaded=uploaded_bytes,
+        signatures=signatures,
+    )

@@ -1,0 +1,292 @@
+"""The OCI registry edge: the only module that talks to a registry (through ``oras``).
+
+``oras`` (0.2.x) gives reference parsing, the distribution API's URLs, and authentication (docker
+config files, credential helpers, bearer tokens). What it does not do, done here:
+
+* every blob is checked against its digest **while it streams** (oras does not check), into a file
+  the caller owns, with its size enforced;
+* OCI manifests are sent as exact bytes (``artifactType`` included; oras' ``push`` takes none);
+* no retries with sleeps: oras retries a failed request five times, sleeping 3 s to 83 s, which would
+  hang a pull on a registry that is down for minutes; here a failure is reported at once;
+* every request has a timeout; plain HTTP only for loopback registries (or when asked for).
+
+Credentials stay inside oras' session: nothing here logs, stores or returns them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import ipaddress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import oras.container
+import oras.provider
+import requests
+
+from bless.errors import (
+    ArtifactNotFoundError,
+    DigestMismatchError,
+    RegistryUnavailableError,
+    TransferIncompleteError,
+    UsageError,
+)
+
+__all__ = ["CHUNK", "Reference", "RegistryClient", "parse_reference"]
+
+CHUNK = 1 << 20
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+_MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """``registry/repository[:tag][@sha256:...]``."""
+
+    registry: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    def __str__(self) -> str:
+        text = f"{self.registry}/{self.repository}"
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+    def with_digest(self, digest: str) -> Reference:
+        return Reference(self.registry, self.repository, None, digest)
+
+    @property
+    def loopback(self) -> bool:
+        host = urlsplit(f"//{self.registry}").hostname or ""  # host:port, [::1]:port
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse ``REGISTRY/REPO[:TAG][@sha256:HEX]``; a registry host is required (no Docker Hub default)."""
+    raw = text.strip()
+    first = raw.split("/", 1)[0]
+    if "/" not in raw or not ("." in first or ":" in first or first == "localhost"):
+        raise UsageError(
+            f"{text!r} names no registry host",
+            hint="write the registry too, e.g. localhost:5000/caches/llama:v1 or ghcr.io/org/caches:v1",
+        )
+    try:
+        container = oras.container.Container(raw)
+    except ValueError as exc:
+        raise UsageError(f"{text!r} is not a registry reference: {exc}") from None
+    digest = container.digest
+    if digest is not None and not (digest.startswith("sha256:") and len(digest) == 71):
+        raise UsageError(f"{text!r}: only sha256 digests are supported")
+    name_part = raw.split("@", 1)[0]
+    tag = container.tag if ":" in name_part.rsplit("/", 1)[-1] else None
+    repository = f"{container.namespace}/{container.repository}" if container.namespace else container.repository
+    return Reference(container.registry, repository, tag, digest)
+
+
+class _Oras(oras.provider.Registry):  # type: ignore[misc]
+    """oras' client without its sleeping retries (see the module docstring)."""
+
+    do_request = oras.provider.Registry.do_request.__wrapped__
+
+
+def _session_timeouts(session: requests.Session) -> None:
+    """Give every request of the session a connect and read timeout (oras sets none)."""
+    request = session.request
+    session.request = functools.partial(request, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # type: ignore[method-assign]
+
+
+class RegistryClient:
+    """Blob and manifest operations on one repository of a registry."""
+
+    def __init__(self, reference: Reference, *, plain_http: bool | None = None) -> None:
+        self.reference = reference
+        insecure = reference.loopback if plain_http is None else plain_http
+        self._oras = _Oras(hostname=reference.registry, insecure=insecure)
+        _session_timeouts(self._oras.session)
+        self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
+        self._prefix = "http" if insecure else "https"
+        with self._errors("reading credentials"):
+            self._oras.auth.load_configs(self._container)
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except requests.exceptions.Timeout as exc:
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: timed out {what} ({type(exc).__name__})",
+                hint="check that the registry is up and reachable from here, then retry",
+            ) from None
+        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+            raise TransferIncompleteError(
+                f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
+                hint="nothing was installed; retry when the registry is healthy",
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: cannot connect while {what} ({_short(exc)})",
+                hint="check the registry address and that it runs; loopback registries are reached over plain "
+                "HTTP, others over HTTPS (--plain-http to force HTTP)",
+            ) from None
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnavailableError(f"{self.reference.registry}: {what} failed: {_short(exc)}") from None
+        except ValueError as exc:  # oras: "Cannot respond to request for authentication."
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: {what} failed: {exc}",
+                hint="log in (docker login REGISTRY writes the credentials oras reads) or check permissions",
+            ) from None
+
+    def _url(self, kind: str, reference: str) -> str:
+        return f"{self._prefix}://{self.reference.registry}/v2/{self.reference.repository}/{kind}/{reference}"
+
+    def _request(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        with self._errors(what):
+            response: requests.Response = self._oras.do_request(url, method, **kwargs)
+        return response
+
+    def _fail(self, response: requests.Response, what: str) -> None:
+        if response.status_code in (200, 201, 202, 204):
+            return
+        detail = _registry_message(response)
+        if response.status_code == 404:
+            raise ArtifactNotFoundError(
+                f"{self.reference}: {what}: not found ({detail})",
+                hint="check the repository, tag or digest (bless push prints what it pushed)",
+            )
+        if response.status_code in (401, 403):
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: {what}: access denied ({response.status_code})",
+                hint="log in with docker login REGISTRY (oras reads the docker config) or check permissions",
+            )
+        raise RegistryUnavailableError(f"{self.reference.registry}: {what}: HTTP {response.status_code} ({detail})")
+
+    # ------------------------------------------------------------------------------ manifests
+
+    def get_manifest(self, reference: str) -> tuple[bytes, str | None]:
+        """The exact bytes of a manifest (by tag or digest) and the registry's Docker-Content-Digest."""
+        url = self._url("manifests", reference)
+        response = self._request("GET", url, f"reading manifest {reference}", headers={"Accept": _MANIFEST_ACCEPT})
+        self._fail(response, f"manifest {reference}")
+        with self._errors(f"reading manifest {reference}"):
+            data = response.content
+        return data, response.headers.get("Docker-Content-Digest")
+
+    def put_manifest(self, data: bytes, reference: str, media_type: str) -> None:
+        """Store an OCI manifest's exact bytes under a tag or its digest."""
+        url = self._url("manifests", reference)
+        headers = {"Content-Type": media_type}
+        response = self._request("PUT", url, f"writing manifest {reference}", data=data, headers=headers)
+        self._fail(response, f"writing manifest {reference}")
+
+    # ---------------------------------------------------------------------------------- blobs
+
+    def blob_exists(self, digest: str) -> bool:
+        response = self._request("HEAD", self._url("blobs", digest), f"checking blob {digest[:19]}")
+        if response.status_code == 404:
+            return False
+        self._fail(response, f"blob {digest}")
+        return True
+
+    def upload_blob(self, digest: str, size: int, source: Path | bytes) -> None:
+        """Monolithic upload (POST a session, PUT the bytes with their digest); a file streams from disk."""
+        start = self._oras.prefix + f"://{self._container.upload_blob_url()}"
+        response = self._request("POST", start, "starting an upload", headers={"Content-Length": "0"})
+        self._fail(response, "starting an upload")
+        location = response.headers.get("Location", "")
+        if not location.startswith("http"):
+            location = f"{self._prefix}://{self.reference.registry}{location}"
+        separator = "&" if "?" in location else "?"
+        url = f"{location}{separator}digest={digest}"
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        if size == 0:  # requests sends an empty file chunked, which registries wait on: send no body
+            source = b""
+        if isinstance(source, bytes):
+            response = self._request("PUT", url, f"uploading {digest[:19]}", data=source, headers=headers)
+        else:
+            with source.open("rb") as handle:
+                response = self._request("PUT", url, f"uploading {digest[:19]}", data=handle, headers=headers)
+        self._fail(response, f"uploading blob {digest}")
+
+    def read_blob(self, digest: str, size: int) -> bytes:
+        """A small blob in memory, checked like :meth:`download_blob`."""
+        chunks: list[bytes] = []
+        self._stream_blob(digest, size, chunks.append)
+        return b"".join(chunks)
+
+    def download_blob(
+        self, digest: str, size: int, sink: IO[bytes], progress: Callable[[int], None] | None = None
+    ) -> None:
+        """Stream a blob into ``sink``, hashing as it arrives; refuse a wrong size or digest.
+
+        Raises:
+            DigestMismatchError: the bytes hash to another digest, or there are more than ``size``.
+            TransferIncompleteError: the stream ended early.
+        """
+
+        def write(chunk: bytes) -> None:
+            sink.write(chunk)
+            if progress is not None:
+                progress(len(chunk))
+
+        self._stream_blob(digest, size, write)
+
+    def _stream_blob(self, digest: str, size: int, write: Callable[[bytes], None]) -> None:
+        what = f"downloading blob {digest[:19]}"
+        response = self._request("GET", self._url("blobs", digest), what, stream=True)
+        with response:
+            self._fail(response, what)
+            hasher = hashlib.sha256()
+            received = 0
+            with self._errors(what):
+                for chunk in response.iter_content(chunk_size=CHUNK):
+                    received += len(chunk)
+                    if received > size:
+                        raise DigestMismatchError(
+                            f"blob {digest} is larger than the {size} bytes its descriptor states",
+                            hint="the registry content was altered; nothing was installed",
+                        )
+                    hasher.update(chunk)
+                    write(chunk)
+        if received < size:
+            raise TransferIncompleteError(
+                f"blob {digest}: {received} of {size} bytes arrived",
+                hint="nothing was installed; retry when the registry is healthy",
+            )
+        actual = "sha256:" + hasher.hexdigest()
+        if actual != digest:
+            raise DigestMismatchError(
+                f"blob {digest[:19]}... arrived as {actual[:19]}... ({size} bytes)",
+                hint="the registry holds altered content under this digest; nothing was installed. Tell the "
+                "registry's operator and push the blessing again",
+                details={"expected": digest, "actual": actual},
+            )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+def _registry_message(response: requests.Response) -> str:
+    try:
+        errors = response.json().get("errors", [])
+        return "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict)) or "no detail"
+    except (ValueError, AttributeError):
+        return response.reason or "no detail"

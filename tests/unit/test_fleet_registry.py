@@ -1,0 +1,440 @@
+"""bless push / pull against a real registry (Docker Distribution on 127.0.0.1), with small real blessings.
+
+The attack matrix: every attack is a distinct refusal, nothing is installed, and the blessing the
+host already had is untouched. Crash: a pull SIGKILLed at each step leaves the store valid (old or
+new) and the next pull cleans up and installs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import child_env, make_factors, make_manifest, write_tree
+from typer.testing import CliRunner
+
+from bless.artifact import ARTIFACT_TYPE, blessing_artifact, trust_tag
+from bless.errors import (
+    ArtifactInvalidError,
+    BelowThresholdError,
+    BlessError,
+    DigestMismatchError,
+    ExitCode,
+    MetadataExpiredError,
+    RegistryUnavailableError,
+    RollbackError,
+    SignatureUntrustedError,
+    TransferIncompleteError,
+    UnsignedError,
+)
+from bless.flows.pull import PULL_STEPS, pull_blessing
+from bless.flows.push import push_blessing
+from bless.manifest import Manifest
+from bless.registry import parse_reference
+from bless.store import FAULT_ENV, PUBLISH_STEPS, Store
+from bless.trust import RoleKeys, init_repository, sign_blessing
+from bless.verify import verify_tree
+from cli.main import app
+from tests.registry import Registry
+
+PULL_CHILD = Path(__file__).resolve().parent / "pull_child.py"
+OLD_ID = "20250101T000000Z-aaaaaaaaaaaa"
+NEW_ID = "20250102T000000Z-bbbbbbbbbbbb"
+
+
+def bless_version(store: Store, work: Path, variant: str, dir_id: str) -> Manifest:
+    """Publish a small real blessing (same config hash for every variant: a rebless)."""
+    tree = write_tree(work / f"tree-{variant}-{dir_id}", variant)
+    (tree / "big.bin").write_bytes(os.urandom(1 << 20) if variant == "big" else variant.encode() * 4096)
+    # A fixed creation time: the same blessing made on two hosts has the same manifest bytes.
+    manifest = make_manifest(tree, dir_id=dir_id, created=f"{dir_id[:4]}-{dir_id[4:6]}-{dir_id[6:8]}T00:00:00Z")
+    store.publish(tree, manifest)
+    return manifest
+
+
+def provision(tmp_path: Path, keys: Path) -> Path:
+    trust = tmp_path / "host-trust"
+    trust.mkdir(exist_ok=True)
+    shutil.copy(keys / "metadata" / "root.json", trust / "root.json")
+    return trust
+
+
+def assert_untouched(host: Store, old: Manifest | None) -> None:
+    """The host still serves exactly what it had, and no pull debris is left."""
+    if old is None:
+        assert host.records() == []
+    else:
+        live = host.find(old.config_hash)
+        assert live is not None and live.cache.dir_id == old.cache.dir_id
+        assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs).ok
+    staging = host.root / "staging"
+    assert not staging.exists() or [p.name for p in staging.iterdir()] == []
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Store:
+    return Store(tmp_path / "origin")
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Store:
+    return Store(tmp_path / "host")
+
+
+# --------------------------------------------------------------------------------------------
+# push / pull
+
+
+def test_push_pull_roundtrip_reproducible_and_noop(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+    pushed = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")))
+    # Reproducible: the digest is a function of the blessing alone (another host computes the same).
+    assert pushed.digest == blessing_artifact(manifest).digest
+    other_host = Store(tmp_path / "other-origin")
+    copy = bless_version(other_host, tmp_path / "elsewhere", "a", OLD_ID)
+    assert push_blessing(other_host, copy, parse_reference(registry.ref("caches/tiny:v1b"))).digest == pushed.digest
+    again = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")))
+    assert again.blobs_uploaded == 0 and again.bytes_uploaded == 0
+
+    assert _get_manifest(registry, "caches/tiny", "v1")["artifactType"] == ARTIFACT_TYPE
+
+    pulled = pull_blessing(host, parse_reference(registry.ref("caches/tiny:v1")))
+    assert pulled.installed and pulled.digest == pushed.digest
+    live = host.find(manifest.config_hash)
+    assert live is not None and live.to_json_bytes() == manifest.to_json_bytes()
+    assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs, expect_read_only=True).ok
+    assert_untouched(host, manifest)
+    # Already present: a no-op, by tag or by digest.
+    noop = pull_blessing(host, parse_reference(pulled.pinned))
+    assert not noop.installed and noop.bytes_downloaded == 0
+
+
+def test_rebless_moves_only_changed_files(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    first = bless_version(origin, tmp_path, "a", OLD_ID)
+    ref = parse_reference(registry.ref("caches/tiny:prod"))
+    full = push_blessing(origin, first, ref)
+    pull_blessing(host, ref)
+    tree = write_tree(tmp_path / "tree-rebless", "a")
+    (tree / "big.bin").write_bytes(b"a" * 4096)
+    (tree / "nested" / "index.json").write_text('{"variant": "changed"}\n')
+    second = make_manifest(tree, dir_id=NEW_ID)
+    origin.publish(tree, second)
+    delta = push_blessing(origin, second, ref)
+    assert delta.blobs_uploaded == 2  # the new manifest and the one changed file
+    assert delta.bytes_uploaded < full.bytes_uploaded
+    pulled = pull_blessing(host, ref)
+    assert pulled.installed and pulled.blobs_downloaded == len({f.sha256 for f in second.cache.files})
+    live = host.find(second.config_hash)
+    assert live is not None and live.cache.dir_id == NEW_ID
+
+
+def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: Registry, origin: Store):
+    manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+    runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
+    pushed = runner.invoke(
+        app, ["--root", str(origin.root), "push", manifest.config_hash[:12], registry.ref("c/t:v1"), "--json"]
+    )
+    assert pushed.exit_code == 0, pushed.stderr
+    digest = json.loads(pushed.stdout)["digest"]
+    result = runner.invoke(app, ["--root", str(tmp_path / "h"), "pull", registry.ref("c/t:v1"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["digest"] == digest and document["installed"] is True
+    assert document["trust"]["signed"] is False
+    human = runner.invoke(app, ["--root", str(tmp_path / "h"), "pull", registry.ref("c/t:v1")])
+    assert digest in human.stderr and "already present" in human.stderr
+    missing = runner.invoke(app, ["--root", str(tmp_path / "h"), "pull", registry.ref("c/t:nope"), "--json"])
+    assert missing.exit_code == ExitCode.ARTIFACT_NOT_FOUND
+    bad = runner.invoke(app, ["--root", str(tmp_path / "h"), "pull", "no-registry-here", "--json"])
+    assert bad.exit_code == ExitCode.USAGE
+
+
+# --------------------------------------------------------------------------------------------
+# Signed pulls and the attack matrix
+
+
+def signed_push(origin: Store, manifest: Manifest, keys: Path, ref: str, **sign: object) -> str:
+    sign_blessing(keys, manifest, **sign)  # type: ignore[arg-type]
+    return push_blessing(origin, manifest, parse_reference(ref), metadata_dir=keys / "metadata").digest
+
+
+def test_signed_pull_and_rollback_by_moving_the_tag(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    keys = tmp_path / "keys"
+    init_repository(keys)
+    trust = provision(tmp_path, keys)
+    ref = registry.ref("caches/tiny:prod")
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    old_digest = signed_push(origin, old, keys, ref)
+    assert pull_blessing(host, parse_reference(ref), trust_dir=trust).trust is not None
+    new = bless_version(origin, tmp_path, "b", NEW_ID)
+    signed_push(origin, new, keys, ref)
+    pulled = pull_blessing(host, parse_reference(ref), trust_dir=trust)
+    assert pulled.installed and pulled.trust is not None and pulled.trust.versions["targets"] == 3
+
+    # The attacker moves the tag back to the older, validly signed artifact.
+    old_bytes = _manifest_bytes(registry, "caches/tiny", old_digest)
+    put = urllib.request.Request(
+        f"http://{registry.host}/v2/caches/tiny/manifests/prod",
+        data=old_bytes,
+        method="PUT",
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    urllib.request.urlopen(put).close()
+    with pytest.raises(RollbackError):
+        pull_blessing(host, parse_reference(ref), trust_dir=trust)
+    assert_untouched(host, new)
+    # ...and also points the old artifact's signatures at the newest metadata: delisted, unsigned.
+    newest = push_blessing(origin, new, parse_reference(ref), metadata_dir=keys / "metadata")
+    newest_trust = _get_manifest(registry, "caches/tiny", trust_tag(newest.digest))
+    newest_trust["subject"] = {**newest_trust["subject"], "digest": old_digest, "size": len(old_bytes)}  # type: ignore[dict-item]
+    body = json.dumps(newest_trust).encode()
+    urllib.request.urlopen(
+        urllib.request.Request(
+            f"http://{registry.host}/v2/caches/tiny/manifests/{trust_tag(old_digest)}",
+            data=body,
+            method="PUT",
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
+    ).close()
+    with pytest.raises(UnsignedError):
+        pull_blessing(host, parse_reference(f"{registry.ref('caches/tiny')}@{old_digest}"), trust_dir=trust)
+    assert_untouched(host, new)
+
+
+@pytest.mark.parametrize("attack", ["expired", "untrusted-key", "below-threshold", "unsigned"])
+def test_signature_attacks_are_refused_before_download(
+    attack: str, tmp_path: Path, registry: Registry, origin: Store, host: Store
+):
+    keys = tmp_path / "keys"
+    init_repository(keys, roles={"targets": RoleKeys(3, 2)})
+    trust = provision(tmp_path, keys)
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    signed_push(origin, old, keys, registry.ref("c/t:old"))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), trust_dir=trust)
+    new = bless_version(origin, tmp_path, "b", NEW_ID)
+    ref = registry.ref("c/t:new")
+    expected: type[BlessError]
+    if attack == "expired":
+        signed_push(origin, new, keys, ref, now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1))
+        expected = MetadataExpiredError
+    elif attack == "untrusted-key":
+        impostor = tmp_path / "impostor"
+        init_repository(impostor, roles={"targets": RoleKeys(3, 2)})
+        signed_push(origin, new, impostor, ref)
+        expected = SignatureUntrustedError
+    elif attack == "below-threshold":
+        for path in sorted((keys / "keys").glob("targets-*.pem"))[1:]:
+            path.unlink()
+        signed_push(origin, new, keys, ref)
+        expected = BelowThresholdError
+    else:
+        push_blessing(origin, new, parse_reference(ref))
+        expected = UnsignedError
+    with pytest.raises(expected) as info:
+        pull_blessing(host, parse_reference(ref), trust_dir=trust)
+    assert info.value.exit_code == expected.exit_code
+    assert_untouched(host, old)
+
+
+def _put_manifest(registry: Registry, repository: str, tag: str, document: dict[str, object]) -> None:
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repository}/manifests/{tag}",
+        data=json.dumps(document).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    urllib.request.urlopen(request).close()
+
+
+def _manifest_bytes(registry: Registry, repository: str, reference: str) -> bytes:
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repository}/manifests/{reference}",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+    )
+    with urllib.request.urlopen(request) as reply:
+        data: bytes = reply.read()
+    return data
+
+
+def _get_manifest(registry: Registry, repository: str, reference: str) -> dict[str, Any]:
+    document = json.loads(_manifest_bytes(registry, repository, reference))
+    assert isinstance(document, dict)
+    return document
+
+
+def test_registry_content_attacks(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    new = bless_version(origin, tmp_path, "b", NEW_ID)
+    pushed = push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+
+    # A manifest swapped for another blessing's: the config blob of another config, layers unchanged.
+    other_store = Store(tmp_path / "other")
+    other_tree = write_tree(tmp_path / "other-tree", "b")
+    (other_tree / "big.bin").write_bytes(b"b" * 4096)
+    other = make_manifest(other_tree, make_factors(seed=7), dir_id=NEW_ID)
+    other_store.publish(other_tree, other)
+    push_blessing(other_store, other, parse_reference(registry.ref("c/t:other")))
+    swapped = _get_manifest(registry, "c/t", "new")
+    swapped["config"] = _get_manifest(registry, "c/t", "other")["config"]
+    _put_manifest(registry, "c/t", "swapped", swapped)
+    with pytest.raises(ArtifactInvalidError):
+        pull_blessing(host, parse_reference(registry.ref("c/t:swapped")))
+    assert_untouched(host, old)
+
+    # Crafted paths: a layer that would land outside the cache.
+    for evil in ("../escape", "/etc/evil", "nested/../../x"):
+        crafted = _get_manifest(registry, "c/t", "new")
+        crafted["layers"][0]["annotations"]["org.opencontainers.image.title"] = evil  # type: ignore[index]
+        _put_manifest(registry, "c/t", "crafted", crafted)
+        with pytest.raises(ArtifactInvalidError):
+            pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))
+        assert_untouched(host, old)
+
+    # The OCI manifest altered in the registry's storage: by digest or by tag, its bytes must hash right.
+    stored_manifest = registry.blob_path(pushed.digest)
+    original = stored_manifest.read_bytes()
+    stored_manifest.write_bytes(original + b" ")
+    for reference in (pushed.pinned, registry.ref("c/t:new")):
+        with pytest.raises(DigestMismatchError):
+            pull_blessing(host, parse_reference(reference))
+        assert_untouched(host, old)
+    stored_manifest.write_bytes(original)
+
+    # A blob altered in the registry's storage (same length, other bytes): refused while streaming.
+    big = next(f for f in new.cache.files if f.path == "big.bin")
+    stored = registry.blob_path(f"sha256:{big.sha256}")
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    with pytest.raises(DigestMismatchError):
+        pull_blessing(host, parse_reference(pushed.pinned))
+    assert_untouched(host, old)
+
+
+def test_registry_down_and_killed_mid_pull(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    new = bless_version(origin, tmp_path, "big", NEW_ID)
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+
+    # Truncated download: a loopback relay kills the registry once 256 KiB of the big blob went through.
+    with _killing_relay(registry, after_bytes=256 << 10) as relay_host, pytest.raises(TransferIncompleteError):
+        pull_blessing(host, parse_reference(f"{relay_host}/c/t:new"))
+    assert_untouched(host, old)
+
+    # The registry is down: refused at once, nothing touched.
+    with pytest.raises(RegistryUnavailableError):
+        pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+    assert_untouched(host, old)
+
+
+class _Relay:
+    def __init__(self, registry: Registry, after_bytes: int) -> None:
+        self.registry = registry
+        self.after_bytes = after_bytes
+        self.sent = 0
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.stopping = False
+
+    def serve(self) -> None:
+        while not self.stopping:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.registry.port))
+            threading.Thread(target=self.pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(upstream, client, True), daemon=True).start()
+
+    def pipe(self, source: socket.socket, sink: socket.socket, counted: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+                if counted and len(chunk) > 0:
+                    with self.lock:
+                        self.sent += len(chunk)
+                        if self.sent > self.after_bytes + (64 << 10):
+                            self.registry.kill()
+                            break
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+@contextmanager
+def _killing_relay(registry: Registry, after_bytes: int) -> Iterator[str]:
+    relay = _Relay(registry, after_bytes)
+    thread = threading.Thread(target=relay.serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{relay.server.getsockname()[1]}"
+    finally:
+        relay.stopping = True
+        relay.server.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Crash: SIGKILL at each step of a pull
+
+
+def test_pull_killed_at_each_step_leaves_old_or_new(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    new = bless_version(origin, tmp_path, "big", NEW_ID)
+    ref = registry.ref("c/t:new")
+    push_blessing(origin, new, parse_reference(ref))
+    points = [step for step in PULL_STEPS if step != "done"] + ["download-half"]
+    points += [f"publish:{step}" for step in PUBLISH_STEPS]
+    for point in points:
+        extra = {FAULT_ENV: point.split(":", 1)[1]} if point.startswith("publish:") else {}
+        kill_at = "-" if point.startswith("publish:") else point
+        child = subprocess.run(
+            [sys.executable, str(PULL_CHILD), str(host.root), ref, kill_at, str(new.cache.total_size)],
+            env=child_env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert child.returncode == -9, (point, child.stdout, child.stderr)
+        live = host.find(old.config_hash)
+        assert live is not None and live.cache.dir_id in (OLD_ID, NEW_ID), point
+        assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs).ok, point
+        if live.cache.dir_id == NEW_ID:
+            # The commit happened before the kill: put the old one back for the next point.
+            host.publish(_tree_copy(origin, old, tmp_path / f"restore-{point}"), old)
+    # The next pull cleans up after the dead ones and installs.
+    result = pull_blessing(host, parse_reference(ref))
+    assert result.installed
+    assert_untouched(host, new)
+    assert host.gc(dry_run=True).actions == () or all(
+        "staging" not in str(action.path) for action in host.gc(dry_run=True).actions
+    )
+
+
+def _tree_copy(store: Store, manifest: Manifest, target: Path) -> Path:
+    shutil.copytree(store.blessed_dir(manifest), target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
