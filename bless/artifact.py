@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bless.errors import ArtifactInvalidError, DigestMismatchError
+from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, manifest_from_dict
 from bless.verify import check_relative_path
 
@@ -68,7 +69,6 @@ DIR_ID_ANNOTATION = "org.bless.dir-id"
 MAX_OCI_MANIFEST_BYTES = 64 << 20
 MAX_CONFIG_BYTES = MAX_MANIFEST_BYTES
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TUF_NAME = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
 
@@ -101,6 +101,11 @@ class TrustArtifact:
     manifest_bytes: bytes
     digest: str
     blobs: tuple[BlobRef, ...]
+
+
+def is_sha256_digest(value: object) -> bool:
+    """``sha256:`` and 64 lowercase hex (the hex rule is the config hash's: one sha256 format)."""
+    return isinstance(value, str) and value.startswith("sha256:") and is_config_hash(value.removeprefix("sha256:"))
 
 
 def digest_of(data: bytes) -> str:
@@ -176,7 +181,7 @@ def _blob(descriptor: Any, media_type: str, what: str, *, titled: bool) -> BlobR
     if descriptor.get("mediaType") != media_type:
         raise ArtifactInvalidError(f"{what}: media type {descriptor.get('mediaType')!r}, expected {media_type}")
     digest, size = descriptor.get("digest"), descriptor.get("size")
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not isinstance(digest, str) or not is_sha256_digest(digest):
         raise ArtifactInvalidError(f"{what}: digest {digest!r} is not sha256:<64 hex>")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ArtifactInvalidError(f"{what}: size {size!r} is not a non-negative integer")

@@ -29,6 +29,7 @@ import oras.container
 import oras.provider
 import requests
 
+from bless.artifact import is_sha256_digest
 from bless.errors import (
     ArtifactNotFoundError,
     DigestMismatchError,
@@ -90,7 +91,7 @@ def parse_reference(text: str) -> Reference:
     except ValueError as exc:
         raise UsageError(f"{text!r} is not a registry reference: {exc}") from None
     digest = container.digest
-    if digest is not None and not (digest.startswith("sha256:") and len(digest) == 71):
+    if digest is not None and not is_sha256_digest(digest):
         raise UsageError(f"{text!r}: only sha256 digests are supported")
     name_part = raw.split("@", 1)[0]
     tag = container.tag if ":" in name_part.rsplit("/", 1)[-1] else None

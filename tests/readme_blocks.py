@@ -34,7 +34,7 @@ MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRAMS = {"bless": "cli.main", "serve-full": "cli.serve"}
 #: Programs that are not bless's, which README lines may use around it (copying metadata, Docker).
-OTHER_TOOLS = ("scp", "rsync", "cp", "docker", "git")
+OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "docker", "git")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 

@@ -1,6 +1,7 @@
 """``bless pull``: a blessing from an OCI registry into the local store, verified, atomically.
 
-Steps (:data:`PULL_STEPS`, each announced to ``on_step`` before it runs):
+Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the crash tests' seam,
+``fault``: see :mod:`bless.store.faults`; production callers pass nothing):
 
 ``resolve``   the OCI manifest by digest (its bytes must hash to it) or by tag (the digest is printed),
               the blessing manifest (config blob, checked against its digest while it streams, canonical,
@@ -12,8 +13,9 @@ Steps (:data:`PULL_STEPS`, each announced to ``on_step`` before it runs):
               ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
 ``download``  every blob the manifest names, checked against its digest and size while it streams;
 ``publish``   :meth:`bless.store.Store.publish`: the same atomic publish as ``bless run`` (re-hash, move,
-              read-only, manifest last as the commit point). A kill at any step leaves the old or the new
-              blessing, never a half; the next pull removes the dead pull's staging dir.
+              read-only, manifest last as the commit point; ``fault`` is passed on to its own points). A
+              kill at any step leaves the old or the new blessing, never a half; the next pull removes the
+              dead pull's staging dir.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from bless.artifact import (
 from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMismatchError
 from bless.manifest import Manifest
 from bless.registry import Reference, RegistryClient
-from bless.store import Store, process_alive
+from bless.store import FaultHook, Store, process_alive
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
@@ -143,8 +145,13 @@ def _download(
     tree: Path,
     files: tuple[BlobRef, ...],
     progress: Callable[[int], None] | None,
+    workers: int,
 ) -> tuple[int, int]:
-    """Every file of the tree, each distinct blob fetched once; returns (blobs, bytes) downloaded."""
+    """Every file of the tree, each distinct blob fetched once; returns (blobs, bytes) downloaded.
+
+    After the first failure no further blob is started, and that first failure is what is raised
+    (the others are usually its consequences, e.g. a registry that died mid-transfer).
+    """
     by_digest: dict[str, list[BlobRef]] = {}
     for blob in files:
         by_digest.setdefault(blob.digest, []).append(blob)
@@ -163,7 +170,19 @@ def _download(
             with lock:
                 progress(size)
 
+    failures: list[BaseException] = []
+
     def fetch(group: list[BlobRef]) -> None:
+        with lock:
+            if failures:
+                return
+        try:
+            fetch_group(group)
+        except BaseException as exc:
+            with lock:
+                failures.append(exc)
+
+    def fetch_group(group: list[BlobRef]) -> None:
         first = tree / group[0].title
         fd = os.open(first, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as sink:
@@ -172,9 +191,11 @@ def _download(
             shutil.copyfile(first, tree / twin.title, follow_symlinks=False)
 
     groups = list(by_digest.values())
-    with ThreadPoolExecutor(max_workers=DOWNLOAD_WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for future in [pool.submit(fetch, group) for group in groups]:
-            future.result()  # the first failure is raised; the pool drains the rest
+            future.result()
+    if failures:
+        raise failures[0]
     return len(groups), sum(group[0].size for group in groups)
 
 
@@ -185,13 +206,14 @@ def pull_blessing(
     trust_dir: Path | None = None,
     plain_http: bool | None = None,
     progress: Callable[[int], None] | None = None,
-    on_step: Callable[[str], None] | None = None,
+    fault: FaultHook | None = None,
+    workers: int = DOWNLOAD_WORKERS,
 ) -> PullResult:
     """Pull, verify and install a blessing (see the module docstring); a present one is a no-op."""
 
     def step(name: str) -> None:
-        if on_step is not None:
-            on_step(name)
+        if fault is not None:
+            fault(f"pull:{name}")
 
     step("resolve")
     client = RegistryClient(reference, plain_http=plain_http)
@@ -233,11 +255,11 @@ def pull_blessing(
             (tree / directory).mkdir(parents=True, exist_ok=True)
 
         step("download")
-        blobs, size = _download(reference, plain_http, tree, artifact.files, progress)
+        blobs, size = _download(reference, plain_http, tree, artifact.files, progress, workers)
 
         step("publish")
         try:
-            store.publish(tree, manifest)
+            store.publish(tree, manifest, fault=fault)
         except AlreadyBlessedError:
             return result(False, blobs, size)  # another pull installed this very version meanwhile
         step("done")

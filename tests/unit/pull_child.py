@@ -1,8 +1,9 @@
-"""Subprocess entry point for the pull crash tests: ``pull_child.py ROOT REF STEP``.
+"""Subprocess entry point for the pull crash tests: ``pull_child.py ROOT REF POINT TOTAL_BYTES``.
 
-Pulls REF into the store at ROOT and SIGKILLs itself when the pull announces STEP (one of
-``bless.flows.pull.PULL_STEPS``; ``download`` also has ``download-half``: half of the bytes written).
-Run with PYTHONPATH at the repository root.
+Pulls REF into the store at ROOT and SIGKILLs itself at fault point POINT: ``pull:<step>`` (see
+``bless.flows.pull.PULL_STEPS``), a publish point the store passes to the same hook (``validate``,
+``rename-manifest``...), or ``pull:download-half`` (half of TOTAL_BYTES written). Run with PYTHONPATH
+at the repository root.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def on_step(step: str) -> None:
-        print(step, flush=True)
-        if step == kill_at:
+    def fault(point: str) -> None:
+        print(point, flush=True)
+        if point == kill_at:
             die()
 
     def progress(size: int) -> None:
         nonlocal received
         received += size
-        if kill_at == "download-half" and received >= int(argv[3]) // 2:
+        if kill_at == "pull:download-half" and received >= int(argv[3]) // 2:
             die()
 
-    pull_blessing(Store(root), parse_reference(reference), on_step=on_step, progress=progress)
+    pull_blessing(Store(root), parse_reference(reference), fault=fault, progress=progress)
     print("finished", flush=True)
     return 0
 
