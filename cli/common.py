@@ -63,12 +63,14 @@ class AppState:
     """The global options of ``bless`` (set by the app callback, read by every command).
 
     ``root`` None means :func:`bless.store.default_root` (``$BLESS_ROOT`` or ``~/.cache/bless``);
-    ``manifests_dir`` None means ``<root>/manifests``.
+    ``manifests_dir`` None means ``<root>/manifests``. ``allow_test_knobs`` is no option: only a
+    Python caller of :func:`cli.main.main` sets it (bless's own integration tests).
     """
 
     root: Path | None = None
     manifests_dir: Path | None = None
     verbose: bool = False
+    allow_test_knobs: bool = False
 
     def store(self) -> Store:
         """The store these options name. Creating it touches nothing on disk."""

@@ -9,6 +9,7 @@ function wrapped in :func:`cli.boundary.command`, registered on the app in one t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -85,7 +86,8 @@ def main_options(
     verbose: VerboseOption = False,
 ) -> None:
     """Bless and verify compiled torch.compile caches for LLM serving, fail closed."""
-    ctx.obj = AppState(root=root, manifests_dir=manifests_dir, verbose=verbose)
+    # What the entry point preset (main()'s parameters), completed by the global options.
+    ctx.obj = dataclasses.replace(app_state(ctx), root=root, manifests_dir=manifests_dir, verbose=verbose)
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,9 +424,14 @@ for _name, _group, _commands in GROUPS:
     app.add_typer(_group, name=_name)
 
 
-def main() -> None:
-    """Entry point of the ``bless`` console script."""
-    app(prog_name="bless")
+def main(*, allow_test_knobs: bool = False) -> None:
+    """Entry point of the ``bless`` console script (which calls it without arguments).
+
+    ``allow_test_knobs`` lets ``bless run`` accept the reference engine's test knobs. No option or
+    environment variable sets it: only a Python caller can, and only bless's own integration tests
+    do (``tests/integration/knobs_entry.py``), so nothing around a production run can weaken it.
+    """
+    app(prog_name="bless", obj=AppState(allow_test_knobs=allow_test_knobs))
 
 
 if __name__ == "__main__":

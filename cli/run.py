@@ -124,7 +124,8 @@ def run_command(
             raise UsageError(str(exc)) from None
     else:
         k = trials or loaded.trials.count
-    store = app_state(ctx).store()
+    state = app_state(ctx)
+    store = state.store()
     runtime = get_runtime(loaded.runtime_kind)
     adapter = get_adapter(loaded.engine)
     console = render.err_console()
@@ -145,6 +146,7 @@ def run_command(
                 wait_lock=wait,
                 allow_weaker=allow_weaker,
                 allow_unknown_engine_version=allow_unknown_engine_version,
+                allow_test_knobs=state.allow_test_knobs,
             ),
             events=progress,
         )

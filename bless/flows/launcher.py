@@ -457,6 +457,7 @@ def plan(
     allow_unknown_engine_version: bool = False,
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
+    allow_test_knobs: bool = False,
 ) -> LaunchPlan:
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
@@ -464,7 +465,8 @@ def plan(
     (52), unsafe debug settings (30, allowed with ``debug``), serving container name free (12),
     factors and config hash, manifest (20 with the nearest blessing's diff, 22, 23), blessed
     files verified (21) and unchanged while verified (43). With ``debug`` no manifest is
-    looked up and no cache is mounted.
+    looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
+    through (bless's own tests; the serve-full command never sets it).
     """
     clock = time.perf_counter
     t0 = clock()
@@ -478,7 +480,11 @@ def plan(
         check_gpu_memory(profile.hardware, gpus)
     warnings: list[str] = []
     # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
-    allowed = [u.describe() for u in adapter.unsafe_settings(profile)] if debug else check_unsafe(profile, adapter)
+    allowed = (
+        [u.describe() for u in adapter.unsafe_settings(profile)]
+        if debug
+        else check_unsafe(profile, adapter, allow_test_knobs=allow_test_knobs)
+    )
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
     name = serve_container_name(profile)

@@ -63,6 +63,8 @@ class RunOptions:
     allow_weaker: bool = False
     #: Bless with an engine version the adapter has no rules for (its nearest older rules are used and recorded).
     allow_unknown_engine_version: bool = False
+    #: Let the reference engine's test knobs through (bless's own tests only; no option or env var sets it).
+    allow_test_knobs: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class Orchestrator:
         """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
         started = time.monotonic()
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
-        allowed_unsafe = check_unsafe(self.profile, self.adapter)
+        allowed_unsafe = check_unsafe(self.profile, self.adapter, allow_test_knobs=options.allow_test_knobs)
         self.runtime.ping()
         config_hash = self.resolved.config_hash
         with self.store.lock(config_hash, wait=options.wait_lock):

@@ -1,28 +1,31 @@
-"""The unsafe-settings check shared by ``bless run`` and ``serve-full``."""
+"""The unsafe-settings check shared by ``bless run`` and ``serve-full``.
+
+Debug and cache-disabling settings are always refused: a start with them is not the one blessed.
+The reference engine's test knobs (``UnsafeSetting.test_knob``) are refused too, unless the caller
+passes ``allow_test_knobs=True``: a parameter of the library, never read from the environment or
+the command line, so that nothing around a production run can weaken it. bless's own integration
+tests pass it through :func:`cli.main.main` (see README, "Test knobs").
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from bless.engines.base import EngineAdapter, UnsafeSetting
 from bless.errors import UnsafeEnvError
 from bless.profile import Profile
 
-ALLOW_UNSAFE_ENV = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 
-
-def check_unsafe(profile: Profile, adapter: EngineAdapter) -> list[str]:
-    """Refuse unsafe settings unless the documented test-only override is set; returns what was allowed."""
+def check_unsafe(profile: Profile, adapter: EngineAdapter, *, allow_test_knobs: bool = False) -> list[str]:
+    """Refuse unsafe settings; with ``allow_test_knobs`` only test knobs pass. Returns what was allowed."""
     unsafe = adapter.unsafe_settings(profile)
-    if not unsafe:
-        return []
-    described = [u.describe() for u in unsafe]
-    if os.environ.get(ALLOW_UNSAFE_ENV) == "1":
-        return described
+    refused = [u for u in unsafe if not (allow_test_knobs and u.test_knob)]
+    if not refused:
+        return [u.describe() for u in unsafe]
+    described = [u.describe() for u in refused]
     raise UnsafeEnvError(
         f"{profile.label} sets: " + "; ".join(described),
-        hint=unsafe_hint(unsafe),
+        hint=unsafe_hint(refused),
         details={"unsafe": described},
     )
 
@@ -39,7 +42,7 @@ def unsafe_hint(unsafe: Sequence[UnsafeSetting]) -> str:
         )
     if knobs:
         hints.append(
-            f"remove {', '.join(knobs)}: these knobs exist to test bless itself "
-            f"({ALLOW_UNSAFE_ENV}=1 allows them in bless's own tests only)"
+            f"remove {', '.join(knobs)}: these knobs exist to test bless itself, and no bless or serve-full "
+            "command accepts them"
         )
     return "; ".join(hints)

@@ -29,14 +29,27 @@ class CliResult:
         return json.loads(self.stdout)
 
 
+KNOBS_ENTRY = Path(__file__).with_name("knobs_entry.py")
+
+
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 900, program: str = "cli.main"
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+    program: str = "cli.main",
+    allow_test_knobs: bool = False,
 ) -> CliResult:
-    """Run ``bless`` (or ``serve-full`` with program="cli.serve") as a real process."""
+    """Run ``bless`` (or ``serve-full`` with program="cli.serve") as a real process.
+
+    ``allow_test_knobs`` runs ``bless`` through ``knobs_entry.py``, the only way to let the
+    reference engine's test knobs through (no option or environment variable does).
+    """
+    command = [str(KNOBS_ENTRY)] if allow_test_knobs else ["-m", program]
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", program, *args],
+        [sys.executable, *command, *args],
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PYTHONPATH": pythonpath, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -33,11 +33,11 @@ from helpers import REPO, CliResult, run_cli, write_profile
 pytestmark = pytest.mark.integration
 
 OWNER = "org.bless.owner=bless"
-ALLOW = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 # Wide rich output: messages (engine log tails) are not wrapped on stderr.
 WIDE = {"COLUMNS": "500"}
-UNSAFE_OK = {**WIDE, ALLOW: "1"}
-UNSAFE_NOT_OK = {**WIDE, ALLOW: ""}  # only exactly "1" allows, whatever the caller's environment has
+# The environment variable that allowed test knobs before they became a parameter of the entry
+# point: it must not weaken a run any more.
+FORMER_OVERRIDE = {"BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS": "1"}
 RUN_PHASES = ("bless-bootstrap-", "bless-trial-")
 
 
@@ -51,8 +51,11 @@ def case_profile(tmp_path: Path, case: str, env: dict[str, str] | None = None, *
     return path, name
 
 
-def bless(root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> CliResult:
-    return run_cli("--root", str(root), *args, env={**WIDE, **(env or {})}, timeout=timeout)
+def bless(
+    root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 900, knobs: bool = False
+) -> CliResult:
+    """``bless --root ROOT ARGS``; ``knobs`` runs it through the test entry point that allows test knobs."""
+    return run_cli("--root", str(root), *args, env={**WIDE, **(env or {})}, timeout=timeout, allow_test_knobs=knobs)
 
 
 def config_hash_of(profile: Path) -> str:
@@ -200,11 +203,13 @@ def test_unsafe_knob_without_override_is_refused_before_any_container(tmp_path: 
     profile, name = case_profile(tmp_path, "nondet", {"BLESS_REFERENCE_NONDETERMINISTIC": "1"})
     root = tmp_path / "root"
     since = time.time()
-    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", env=UNSAFE_NOT_OK, timeout=60)
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", env=FORMER_OVERRIDE, timeout=60)
     elapsed = time.time() - since
     document = json_failure(result, 30)
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in document["error"]["message"]
-    assert "BLESS_REFERENCE_NONDETERMINISTIC" in flat(result.stderr) and ALLOW in flat(result.stderr)
+    assert "BLESS_REFERENCE_NONDETERMINISTIC" in flat(result.stderr)
+    assert "no bless or serve-full command accepts them" in flat(result.stderr)
+    assert "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS" not in result.stderr, "no environment variable weakens a run"
     assert elapsed < 20, f"an unsafe profile must be refused at once, took {elapsed:.1f} s"
     assert manifests(root) == [] and not (root / "rejected").exists() and not (root / "locks").exists()
     assert created_between(since - 1, time.time() + 1, f"org.bless.profile={name}") == []
@@ -213,7 +218,7 @@ def test_unsafe_knob_without_override_is_refused_before_any_container(tmp_path: 
 def test_nondeterminism_knob_rejects_with_evidence_and_publishes_nothing(tmp_path: Path) -> None:
     profile, name = case_profile(tmp_path, "nondet", {"BLESS_REFERENCE_NONDETERMINISTIC": "1"})
     root = tmp_path / "root"
-    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", env=UNSAFE_OK)
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", knobs=True)
     # --json of a failing run: one document, ok=false, the error's exit code, and the full result.
     document = json_failure(result, 41)
     h = document["config_hash"]
@@ -248,7 +253,7 @@ def test_nondeterminism_knob_rejects_with_evidence_and_publishes_nothing(tmp_pat
 def test_ignore_cache_knob_fails_reuse_although_outputs_match(tmp_path: Path) -> None:
     profile, _ = case_profile(tmp_path, "ignorecache", {"BLESS_REFERENCE_IGNORE_CACHE": "1"})
     root = tmp_path / "root"
-    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", env=UNSAFE_OK)
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", knobs=True)
     document = json_failure(result, 41)
     h = document["config_hash"]
     assert manifests(root) == []
@@ -277,9 +282,7 @@ def test_ignore_cache_knob_fails_reuse_although_outputs_match(tmp_path: Path) ->
 def test_candidates_two_first_poisoned_rejected_second_published(tmp_path: Path) -> None:
     profile, _ = case_profile(tmp_path, "candidates", {"BLESS_REFERENCE_POISON_CANDIDATES": "1"})
     root = tmp_path / "root"
-    result = bless(
-        root, "run", "--profile", str(profile), "--trials", "1", "--candidates", "2", "--json", env=UNSAFE_OK
-    )
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--candidates", "2", "--json", knobs=True)
     assert result.code == 0, result.stderr[-5000:]
     data = result.json()
     h = data["config_hash"]
@@ -487,7 +490,7 @@ def test_foreign_container_with_our_name_is_refused_and_untouched(
 def test_engine_crash_at_boot_is_a_bootstrap_failure_with_the_log_tail(tmp_path: Path) -> None:
     profile, _ = case_profile(tmp_path, "crash", {"BLESS_REFERENCE_CRASH_AT_BOOT": "1"})
     root = tmp_path / "root"
-    result = bless(root, "run", "--profile", str(profile), "--trials", "1", env=UNSAFE_OK, timeout=300)
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", knobs=True, timeout=300)
     assert result.code == 40, result.stderr[-4000:]
     stderr = result.stderr
     assert "bless-reference: FATAL simulated crash at boot" in stderr, stderr[-4000:]
@@ -505,7 +508,7 @@ def test_engine_never_ready_is_a_bootstrap_failure_after_the_timeout(tmp_path: P
     )
     root = tmp_path / "root"
     began = time.monotonic()
-    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", env=UNSAFE_OK, timeout=300)
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", knobs=True, timeout=300)
     took = time.monotonic() - began
     document = json_failure(result, 40)
     assert "not ready after 8 s" in document["error"]["message"]

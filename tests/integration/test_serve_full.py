@@ -402,7 +402,7 @@ def test_refuses_unsafe_debug_env(blessed: Any, tmp_path: Path) -> None:
         30,
         "unsafe environment",
         "TORCH_LOGS",
-        env={"BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS": ""},
+        env={"BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS": "1"},  # the former override weakens nothing
     )
 
 

@@ -41,13 +41,13 @@ from bless.factors import REDACTED, GpuInfo
 from bless.flows import launcher
 from bless.flows.events import Event
 from bless.flows.launcher import Snapshot, Stamp, check_gpu_memory, describe_change
-from bless.flows.safety import ALLOW_UNSAFE_ENV
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store
 
 IMAGE = "bless-reference:0.1.0"
+FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 IMAGE_ID = "sha256:" + "cd" * 32
 GIB = 1024
 ARTIFACT_KEY = "0123456789abcdef"
@@ -354,10 +354,17 @@ def test_unsafe_env_test_override(store: Store, tmp_path: Path, monkeypatch: pyt
     with pytest.raises(BlessError) as excinfo:
         do_plan(profile, store, FakeRuntime())
     assert code_of(excinfo) == ExitCode.UNSAFE_ENV
-    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "1")
-    with pytest.raises(BlessError) as excinfo2:  # allowed now: the next refusal is the missing blessing
+    monkeypatch.setenv(FORMER_OVERRIDE, "1")  # no environment variable weakens a start
+    with pytest.raises(BlessError) as still:
         do_plan(profile, store, FakeRuntime())
+    assert code_of(still) == ExitCode.UNSAFE_ENV
+    with pytest.raises(BlessError) as excinfo2:  # allowed now: the next refusal is the missing blessing
+        do_plan(profile, store, FakeRuntime(), allow_test_knobs=True)
     assert code_of(excinfo2) == ExitCode.NO_MANIFEST
+    debug_setting = make_profile(env={"TORCH_LOGS": "+dynamo"})
+    with pytest.raises(BlessError) as never:  # the test seam lets test knobs through, nothing else
+        do_plan(debug_setting, store, FakeRuntime(), allow_test_knobs=True)
+    assert code_of(never) == ExitCode.UNSAFE_ENV
 
 
 # --------------------------------------------------------------------------------------------- GPU

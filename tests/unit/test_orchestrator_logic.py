@@ -43,7 +43,6 @@ from bless.evidence import UpperEntry
 from bless.factors import ResolvedConfig, resolve
 from bless.flows.events import Event
 from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
-from bless.flows.safety import ALLOW_UNSAFE_ENV
 from bless.profile import Profile, load_profile
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store
@@ -51,6 +50,7 @@ from bless.trials import failure_rate_bound
 from bless.verify import verify_tree
 
 REPO = Path(__file__).resolve().parents[2]
+FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 IMAGE_ID = "sha256:" + "ab" * 32
 ARTIFACT_KEY = "0123456789abcdef"
 ARTIFACT = f"reference/{ARTIFACT_KEY}/megacache.bin"
@@ -712,7 +712,6 @@ def test_rebless_with_a_weaker_bound_is_refused_unless_allowed(make: Callable[..
 def test_unsafe_settings_refused_unless_the_test_override_is_set(
     make: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(ALLOW_UNSAFE_ENV, raising=False)
     profile = make_profile(BLESS_REFERENCE_NONDETERMINISTIC="1")
     refused = make(profile=profile)
     with pytest.raises(UnsafeEnvError) as caught:
@@ -723,13 +722,12 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     assert refused.runtime.engines == [] and refused.runtime.pinged == 0, "refused before touching the runtime"
     assert not (refused.store.root / "locks").exists(), "refused before taking the lock"
 
-    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "0")  # only exactly "1" allows
+    monkeypatch.setenv(FORMER_OVERRIDE, "1")  # no environment variable weakens a run
     with pytest.raises(UnsafeEnvError):
         make(profile=profile).run(trials=1)
 
-    monkeypatch.setenv(ALLOW_UNSAFE_ENV, "1")
     allowed = make(profile=profile)  # the fake engine ignores the knob: the run blesses
-    result = allowed.run(trials=1)
+    result = allowed.run(trials=1, allow_test_knobs=True)
     assert result.published
     manifest = allowed.store.find(allowed.config_hash)
     assert manifest is not None
@@ -738,16 +736,13 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     assert {e.spec.env["BLESS_REFERENCE_NONDETERMINISTIC"] for e in allowed.runtime.engines} == {"1"}
 
 
-def test_unsafe_debug_setting_hint_does_not_call_it_a_test_knob(
-    make: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unsafe_debug_setting_hint_does_not_call_it_a_test_knob(make: Callable[..., Harness]) -> None:
     """TORCH_COMPILE_DEBUG is an engine debug switch, not one of bless's test knobs: the hint says so."""
-    monkeypatch.delenv(ALLOW_UNSAFE_ENV, raising=False)
     with pytest.raises(UnsafeEnvError) as caught:
-        make(profile=make_profile(TORCH_COMPILE_DEBUG="1")).run(trials=1)
+        make(profile=make_profile(TORCH_COMPILE_DEBUG="1")).run(trials=1, allow_test_knobs=True)
     hint = caught.value.hint or ""
     assert "remove TORCH_COMPILE_DEBUG from the profile" in hint and "serve-full --debug" in hint
-    assert "test bless itself" not in hint and ALLOW_UNSAFE_ENV not in hint
+    assert "test bless itself" not in hint and FORMER_OVERRIDE not in hint
     with pytest.raises(UnsafeEnvError) as both:
         make(profile=make_profile(TORCH_COMPILE_DEBUG="1", BLESS_REFERENCE_CRASH_AT_BOOT="1")).run(trials=1)
     assert "remove TORCH_COMPILE_DEBUG from the profile" in (both.value.hint or "")
