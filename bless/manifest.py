@@ -17,6 +17,7 @@ from bless import __version__
 from bless.errors import ManifestInvalidError
 from bless.factors import canonical_json, config_hash, is_config_hash
 from bless.schemas import schema_errors
+from bless.text import shown
 from bless.verify import FileEntry, TreeListing, check_relative_path
 
 SCHEMA_VERSION = 1
@@ -52,13 +53,20 @@ class Manifest:
 
     @property
     def engine(self) -> str:
-        return str(self.factors.get("engine", {}).get("name", "?"))
+        """The engine's name, ``?`` when the factors do not say (read defensively: factors are data)."""
+        name = factor_field(self.factors, "engine", "name")
+        return name if isinstance(name, str) else "?"
 
     @property
     def model_label(self) -> str:
-        model = self.factors.get("model", {})
-        rev = model.get("revision") or model.get("content_sha256") or ""
-        return f"{model.get('id', '?')}@{rev[:12]}" if rev else str(model.get("id", "?"))
+        """``id@revision12`` (or the local dir's content hash), ``?`` for what the factors do not say."""
+        model_id = factor_field(self.factors, "model", "id")
+        label = model_id if isinstance(model_id, str) else "?"
+        for key in ("revision", "content_sha256"):
+            revision = factor_field(self.factors, "model", key)
+            if isinstance(revision, str) and revision:
+                return f"{label}@{revision[:12]}"
+        return label
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (schema ``manifest.v1``)."""
@@ -88,6 +96,12 @@ class Manifest:
         document = self.to_dict()
         validate_document(document, where="manifest being written")
         return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def factor_field(factors: Mapping[str, Any], section: str, key: str) -> Any:
+    """``factors[section][key]``, or None when the section is not an object or lacks the key."""
+    part = factors.get(section)
+    return part.get(key) if isinstance(part, Mapping) else None
 
 
 def tree_sha256(files: Sequence[FileEntry], dirs: Sequence[str]) -> str:
@@ -220,32 +234,33 @@ def _reject_constant(name: str) -> Any:
 
 def load_manifest(path: Path) -> Manifest:
     """Read and validate one manifest file; every failure is a ManifestInvalidError naming the file."""
+    where = shown(str(path))  # a file name is data: messages show it escaped, on one line
     try:
         # O_NONBLOCK: a FIFO named *.json must not hang a reader; O_NOFOLLOW: a manifest is never a link.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise ManifestInvalidError(f"{path}: cannot open: {exc.strerror or exc}") from None
+        raise ManifestInvalidError(f"{where}: cannot open: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
-                raise ManifestInvalidError(f"{path}: not a regular file")
+                raise ManifestInvalidError(f"{where}: not a regular file")
             if info.st_size > MAX_MANIFEST_BYTES:
-                raise ManifestInvalidError(f"{path}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
+                raise ManifestInvalidError(f"{where}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
-        raise ManifestInvalidError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
         document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
-        raise ManifestInvalidError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ManifestInvalidError(
-            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+            f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
             hint="the file is truncated or corrupted; restore it from the store's archive or re-bless",
         ) from None
     except RecursionError:
-        raise ManifestInvalidError(f"{path}: JSON nested too deeply") from None
+        raise ManifestInvalidError(f"{where}: JSON nested too deeply") from None
     except ValueError as exc:  # from _reject_constant
-        raise ManifestInvalidError(f"{path}: not valid JSON ({exc})") from None
-    return manifest_from_dict(document, where=str(path))
+        raise ManifestInvalidError(f"{where}: not valid JSON ({exc})") from None
+    return manifest_from_dict(document, where=where)

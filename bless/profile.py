@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from bless.errors import InputInvalidError
 from bless.schemas import schema_errors
+from bless.text import shown
 
 MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_PROMPTS = (
@@ -113,7 +114,7 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
             hint="fix the named field(s); the schema is manifests/schema/profile.v1.json",
             details={"file": where, "errors": errors},
         )
-    _check_finite(where, document)
+    _check_values(where, document)
     runtime = document["runtime"]
     model = document["model"]
     _check_runtime(where, runtime)
@@ -142,11 +143,22 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
     )
 
 
-def _check_finite(where: str, document: Mapping[str, Any]) -> None:
-    """Refuse NaN and infinity anywhere: they pass schema bounds and cannot be hashed as factors."""
+def _check_values(where: str, document: Mapping[str, Any]) -> None:
+    """Refuse what the schema lets through but nothing downstream can take.
+
+    NaN and infinity pass schema bounds and cannot be hashed as factors. A NUL character cannot be
+    part of a command line, an environment variable or a path (the OS refuses it late, or a C
+    library truncates at it), so it is refused in every string and every name, where the profile
+    is read.
+    """
     pending: list[tuple[str, Any]] = [(str(key), value) for key, value in document.items()]
     while pending:
         name, value = pending.pop()
+        if "\0" in name or (isinstance(value, str) and "\0" in value):
+            raise InputInvalidError(
+                f"{where}: {shown(name)}: a NUL character is not valid in a profile",
+                hint="remove the NUL character (written \\u0000 in TOML) from the name or value",
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise InputInvalidError(f"{where}: {name}: {value!r} is not a finite number")
         if isinstance(value, Mapping):

@@ -11,6 +11,7 @@ import jsonschema
 from jsonschema import Draft202012Validator
 
 import manifests
+from bless.text import shown
 
 # Shipped as package data of the ``manifests`` package, so a wheel install finds them too.
 SCHEMA_DIR = Path(manifests.__file__).resolve().parent / "schema"
@@ -32,7 +33,7 @@ def schema_errors(name: str, document: Any, *, limit: int = 10) -> list[str]:
 
 def describe(error: jsonschema.ValidationError) -> str:
     """One readable line for a schema error, naming the field by its dotted path."""
-    field = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    field = ".".join(shown(str(part)) for part in error.absolute_path) or "(top level)"
     message = error.message
     if len(message) > 300:
         message = message[:300] + "..."

@@ -164,9 +164,7 @@ def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``2w``, ``3600s`` -> timedelta; anything else is a usage error."""
     match = _DURATION.match(text.strip())
     if not match:
-        raise UsageError(
-            f"bad duration {text!r}", hint="write a number and a unit: 30d, 12h, 90m, 2w or 3600s"
-        )
+        raise UsageError(f"bad duration {text!r}", hint="write a number and a unit: 30d, 12h, 90m, 2w or 3600s")
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -587,8 +585,7 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
                 continue
             if result.signed:
                 return BelowThresholdError(
-                    f"{role} metadata has {len(result.signed)} valid signature(s); its threshold is "
-                    f"{result.threshold}",
+                    f"{role} metadata has {len(result.signed)} valid signature(s); its threshold is {result.threshold}",
                     hint=f"{result.missing} more key holder(s) of role {role} must sign",
                     details={"role": role, "signed": len(result.signed), "threshold": result.threshold},
                 )
@@ -648,9 +645,7 @@ def check_blessing(
     with FileLock(str(state_dir.parent / "trust.lock")):
         _check_anchor(state_dir, anchor)
         try:
-            updater = Updater(
-                str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(candidate), bootstrap=anchor
-            )
+            updater = Updater(str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(candidate), bootstrap=anchor)
             updater.refresh()
             info = updater.get_targetinfo(name)
         except tuf_errors.ExpiredMetadataError as exc:
@@ -706,4 +701,3 @@ def check_blessing(
         expires=min(expiries) if expiries else "",
         custom=info.custom if isinstance(info.custom, dict) else {},
     )
-

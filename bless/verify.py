@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bless.text import shown
+
 __all__ = [
+    "BIDI_CONTROLS",
     "ROOT_PATH",
     "FileEntry",
     "Notice",
@@ -78,6 +81,8 @@ _OPEN_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
+#: Bidi embeddings, overrides, isolates and marks: refused in paths with the C0/C1 controls.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _MAX_SEGMENT_BYTES = 255  # NAME_MAX on Linux and most POSIX file systems
 _MAX_PATH_BYTES = 4095  # PATH_MAX - 1 (room for the NUL) on Linux
 
@@ -125,7 +130,11 @@ class TreeListing:
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a tree does not match its listing. ``detail`` is a human sentence."""
+    """One reason a tree does not match its listing.
+
+    ``path`` is the name as it is on disk or in the listing (data: escape it with
+    :func:`bless.text.shown` to show it); ``detail`` is a human sentence whose names are escaped.
+    """
 
     kind: ProblemKind
     path: str
@@ -197,9 +206,10 @@ def check_relative_path(path: str) -> str:
 
     Accepted paths cannot name anything outside the directory they are joined to: they are not
     absolute, contain no ``..`` (and no ``.``) segment, no empty segment (``a//b``, trailing
-    ``/``), no backslash (a separator elsewhere), no NUL or other control character (they corrupt
-    logs and terminals), are valid UTF-8 (so a manifest can hold them), and respect the usual
-    255-byte segment / 4095-byte path limits.
+    ``/``), no backslash (a separator elsewhere), no NUL, C0 or C1 control character and no bidi
+    control (they corrupt logs and forge terminal output), are valid UTF-8 (so a manifest can hold
+    them), and respect the usual 255-byte segment / 4095-byte path limits. The manifest schema's
+    ``relpath`` rejects the same characters.
 
     Raises:
         ValueError: with the reason, for any rejected path.
@@ -212,8 +222,10 @@ def check_relative_path(path: str) -> str:
         code = ord(ch)
         if code == 0:
             raise ValueError("contains a NUL character")
-        if code < 0x20 or code == 0x7F:
+        if code < 0x20 or 0x7F <= code <= 0x9F:
             raise ValueError(f"contains a control character (U+{code:04X})")
+        if ch in BIDI_CONTROLS:
+            raise ValueError(f"contains a bidi control character (U+{code:04X}), which reorders how names display")
     if "\\" in path:
         raise ValueError("contains a backslash (not a POSIX path)")
     try:
@@ -243,6 +255,11 @@ def _parents(path: str) -> Iterable[str]:
         path = path[:idx]
         yield path
         idx = path.rfind("/")
+
+
+def _quoted(name: str) -> str:
+    """A name from disk inside a problem's detail: quoted, non-printables escaped (details are shown to humans)."""
+    return f"'{shown(name)}'"
 
 
 def _join(parent: str, name: str) -> str:
@@ -281,7 +298,7 @@ class _OpenFailure(Exception):
         self.detail = detail
 
 
-def _classify_open_error(exc: OSError, dir_fd: int, name: str, shown: str) -> _OpenFailure:
+def _classify_open_error(exc: OSError, dir_fd: int, name: str, rel: str) -> _OpenFailure:
     """Turn an ``os.open`` error on ``name`` (relative to ``dir_fd``) into a problem kind.
 
     With ``O_NOFOLLOW`` Linux reports a symlink as ELOOP (plain open) or ENOTDIR (with
@@ -294,13 +311,13 @@ def _classify_open_error(exc: OSError, dir_fd: int, name: str, shown: str) -> _O
         except OSError:
             st = None
         if code == errno.ELOOP or (st is not None and stat.S_ISLNK(st.st_mode)):
-            return _OpenFailure("symlink", f"'{shown}' became a symbolic link during verification")
-        return _OpenFailure("missing", f"'{shown}' is no longer a directory")
+            return _OpenFailure("symlink", f"{_quoted(rel)} became a symbolic link during verification")
+        return _OpenFailure("missing", f"{_quoted(rel)} is no longer a directory")
     if code == errno.ENOENT:
-        return _OpenFailure("missing", f"'{shown}' vanished during verification")
+        return _OpenFailure("missing", f"{_quoted(rel)} vanished during verification")
     if code == errno.ENXIO:
-        return _OpenFailure("not_regular", f"'{shown}' is not a regular file (socket or device)")
-    return _OpenFailure("unreadable", f"cannot open '{shown}': {exc.strerror or exc}")
+        return _OpenFailure("not_regular", f"{_quoted(rel)} is not a regular file (socket or device)")
+    return _OpenFailure("unreadable", f"cannot open {_quoted(rel)}: {exc.strerror or exc}")
 
 
 def _open_below(root_fd: int, rel: str, final_flags: int) -> int:
@@ -414,9 +431,9 @@ def _scan(root_fd: int) -> _Scan:
                 with os.scandir(dir_fd) as entries:
                     listed = list(entries)
             except OSError as exc:
-                shown = rel or ROOT_PATH
-                scan.unreadable[shown] = f"cannot list directory '{shown}': {exc.strerror or exc}"
-                scan.blocked[shown] = "could not be listed"
+                where = rel or ROOT_PATH
+                scan.unreadable[where] = f"cannot list directory {_quoted(where)}: {exc.strerror or exc}"
+                scan.blocked[where] = "could not be listed"
                 continue
             for entry in listed:
                 child = _join(rel, entry.name)
@@ -425,7 +442,7 @@ def _scan(root_fd: int) -> _Scan:
                 except FileNotFoundError:
                     continue  # vanished between listing and stat: it is simply not there
                 except OSError as exc:
-                    scan.unreadable[child] = f"cannot stat '{child}': {exc.strerror or exc}"
+                    scan.unreadable[child] = f"cannot stat {_quoted(child)}: {exc.strerror or exc}"
                     continue
                 mode = st.st_mode
                 if stat.S_ISREG(mode):
@@ -546,7 +563,7 @@ def _sort_problems(problems: Iterable[Problem]) -> tuple[Problem, ...]:
 def _blocked_ancestor(path: str, blocked: dict[str, str]) -> str | None:
     for parent in _parents(path):
         if parent in blocked:
-            return f"parent '{parent}' {blocked[parent]}"
+            return f"parent {_quoted(parent)} {blocked[parent]}"
     if ROOT_PATH in blocked:
         return f"the cache root {blocked[ROOT_PATH]}"
     return None
@@ -586,7 +603,7 @@ def hash_tree(
         outcomes: list[_HashOutcome] = []
         problems: list[Problem] = []
         problems += [
-            Problem("symlink", p, f"symbolic link to {t!r} (a staged cache must hold plain files)")
+            Problem("symlink", p, f"symbolic link to {_quoted(t)} (a staged cache must hold plain files)")
             for p, t in scan.symlinks.items()
         ]
         problems += [Problem("not_regular", p, f"is {d}") for p, d in scan.specials.items()]
@@ -603,9 +620,9 @@ def hash_tree(
         os.close(root_fd)
     if problems:
         ordered = _sort_problems(problems)
-        shown = "; ".join(f"{p.path}: {p.detail}" for p in ordered[:5])
+        named = "; ".join(f"{shown(p.path)}: {p.detail}" for p in ordered[:5])
         more = f" (and {len(ordered) - 5} more)" if len(ordered) > 5 else ""
-        raise TreeError(f"cannot record tree {str(root)!r}: {shown}{more}", ordered)
+        raise TreeError(f"cannot record tree {_quoted(str(root))}: {named}{more}", ordered)
     entries = tuple(
         sorted(
             (FileEntry(o.path, o.size, o.digest) for o in outcomes if o.digest is not None),
@@ -759,7 +776,7 @@ def _compare_entries(scan: _Scan, expected: _Expected, findings: _Findings) -> l
     (``scan.blocked``), so that those are reported as not checked rather than missing.
     """
     for path, target in scan.symlinks.items():
-        findings.report("symlink", path, f"symbolic link to {target!r} (symlinks are never followed)")
+        findings.report("symlink", path, f"symbolic link to {_quoted(target)} (symlinks are never followed)")
     for path, what in scan.specials.items():
         findings.report("not_regular", path, f"is {what}, not a regular file")
     for path, why in scan.unreadable.items():

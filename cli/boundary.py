@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bless.errors import BlessError, ExitCode, InterruptedByUserError
+from bless.text import json_safe, shown
 from cli.common import AppState
 from cli.render import err_console
 
@@ -108,16 +109,23 @@ def emit_json(doc: Mapping[str, Any], *, lenient: bool = False) -> None:
     """Write one JSON document (and a newline) to stdout. Serialization happens before any write.
 
     ``lenient`` (error documents) writes values JSON cannot hold (a Path in some error's details)
-    as strings: a failure must always be reported, never turned into a second one.
+    as strings: a failure must always be reported, never turned into a second one. A string that
+    is not valid Unicode (a file name that is not UTF-8) is written the way humans see it
+    (:func:`bless.text.json_safe`), so stdout is always valid UTF-8 JSON.
     """
-    text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False, default=str if lenient else None)
+    text = json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False, default=str if lenient else None)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
 def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> None:
-    """A failure's ``diagnostics()`` for humans: the title in red, the hint highlighted."""
-    lines = err.diagnostics().splitlines() or [err.title]
+    """A failure's ``diagnostics()`` for humans: the title in red, the hint highlighted.
+
+    Lines are split on newlines only, and every line is shown escaped (:func:`bless.text.shown`):
+    messages carry names from disk and engine log lines, whose control characters, carriage
+    returns or line separators must not draw or erase lines of their own.
+    """
+    lines = [shown(line) for line in err.diagnostics().split("\n")] or [err.title]
     for index, line in enumerate(lines):
         text = Text()
         if index == 0 and line.startswith(f"{err.title}:"):
@@ -130,7 +138,7 @@ def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> No
             text.append(line)
         console.print(text)
     if verbose and err.details:
-        console.print(Text("details: " + json.dumps(err.details, ensure_ascii=False, default=str), style="dim"))
+        console.print(Text("details: " + shown(json.dumps(err.details, ensure_ascii=False, default=str)), style="dim"))
 
 
 def _fail(console: Console, err: BlessError, *, json_output: bool, verbose: bool) -> int:
@@ -143,7 +151,7 @@ def _fail(console: Console, err: BlessError, *, json_output: bool, verbose: bool
 
 
 def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: bool) -> int:
-    summary = f"{type(exc).__name__}: {exc}"
+    summary = shown(f"{type(exc).__name__}: {exc}")
     if verbose:
         console.print(Text("".join(traceback.format_exception(exc)), style="dim"))
         console.print(Text.assemble(("internal error", "bold red"), f": {summary}"))

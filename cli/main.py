@@ -22,6 +22,7 @@ from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageErro
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
+from bless.text import shown
 from bless.verify import verify_tree
 from cli import render
 from cli.boundary import Report, command
@@ -222,8 +223,8 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     failure: ManifestInvalidError | ManifestDuplicateError | None = None
     if invalid:
         failure = ManifestInvalidError(
-            f"{len(invalid)} manifest file(s) in {store.manifests_dir} are invalid: "
-            + ", ".join(item["path"] for item in invalid),
+            f"{len(invalid)} manifest file(s) in {shown(str(store.manifests_dir))} are invalid: "
+            + ", ".join(shown(item["path"]) for item in invalid),
             hint="restore them from the store's archive or version control, or move them out of the "
             "manifests dir; until then every lookup (verify, serve-full) refuses",
             details={"invalid": [item["path"] for item in invalid]},
@@ -293,10 +294,10 @@ def verify_command(
     }
     failure = None
     if not result.ok:
-        shown = ", ".join(f"{problem.path} ({problem.kind})" for problem in result.problems[:5])
+        named = ", ".join(f"{shown(problem.path)} ({problem.kind})" for problem in result.problems[:5])
         more = f" and {len(result.problems) - 5} more" if len(result.problems) > 5 else ""
         failure = VerifyFailedError(
-            f"{len(result.problems)} problem(s) in {blessed_dir}: {shown}{more}",
+            f"{len(result.problems)} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
             hint="do not serve this cache; re-bless the configuration (bless run --profile ... --rebless), "
             "and find out what changed the read-only blessed files",
             details={

@@ -28,6 +28,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from bless.errors import EXIT_CODES
+from bless.manifest import factor_field
+from bless.text import shown
 
 #: Verification shows a progress bar when the blessed cache is larger than this (bytes).
 PROGRESS_THRESHOLD_BYTES = 100_000_000
@@ -65,31 +67,24 @@ def human_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def shown(text: str) -> str:
-    """``text`` safe to print: every non-printable character (controls, bidi overrides, ...) escaped.
+def cell(value: object, style: str = "") -> Text:
+    """A value from a document as one line of plain text: non-printables escaped (:func:`bless.text.shown`).
 
-    ``\\x1b`` for C0/C1 controls, ``\\u202e`` / ``\\U000e0001`` above; a backslash is doubled so an
-    escape can always be told from the same characters in the text. Printable text (any script)
-    stays as it is.
+    Names and fields come from disk and manifests that someone else may have written: a newline or an
+    escape sequence in one must not draw a line of its own.
     """
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif char.isprintable():
-            out.append(char)
-        else:
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return "".join(out)
+    return Text(shown(str(value)), style=style)
 
 
 def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    """``value`` as JSON, with the characters JSON leaves raw (C1 controls, bidi, ...) as ``\\u`` escapes."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
 
 
 def _table(title: str | None, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold", expand=False)
+    # The title as plain Text: a string would be read as rich markup ("[bold]" in a path).
+    table = Table(title=Text(title) if title else None, title_justify="left", header_style="bold", expand=False)
     for name in columns:
         table.add_column(name, overflow="fold")
     return table
@@ -100,12 +95,12 @@ def kv_table(rows: Sequence[tuple[str, str]]) -> Table:
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in rows:
-        table.add_row(key, Text(value))
+        table.add_row(cell(key), cell(value))
     return table
 
 
 def _warn(console: Console, message: str) -> None:
-    console.print(Text.assemble(("warning", "bold yellow"), ": ", message))
+    console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(message)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,15 +111,15 @@ def _factor_tree(tree: Tree, value: Mapping[str, Any]) -> None:
     for key in sorted(value):
         item = value[key]
         if isinstance(item, Mapping) and item:
-            _factor_tree(tree.add(Text(key, style="bold")), item)
+            _factor_tree(tree.add(cell(key, style="bold")), item)
         else:
-            tree.add(Text.assemble((key, "cyan"), " = ", _json_text(item)))
+            tree.add(Text.assemble((shown(key), "cyan"), " = ", _json_text(item)))
 
 
 def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
     """``bless hash``: the config hash, the hashed factors, and the recorded (not hashed) env."""
     console.print(Text.assemble("config hash ", (str(data["config_hash"]), "bold")))
-    console.print(Text(f"profile     {data['profile']}", style="dim"))
+    console.print(cell(f"profile     {data['profile']}", style="dim"))
     tree = Tree(Text("factors (canonical, hashed)", style="bold"))
     _factor_tree(tree, data["factors"])
     console.print(tree)
@@ -132,7 +127,7 @@ def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
     if ignored:
         table = _table("env recorded but not hashed (ignored or secret)", "name", "value")
         for name in sorted(ignored):
-            table.add_row(Text(name), Text(ignored[name]))
+            table.add_row(cell(name), cell(ignored[name]))
         console.print(table)
     else:
         console.print(Text("no env is left out of the hash", style="dim"))
@@ -153,15 +148,15 @@ def render_diff(console: Console, data: Mapping[str, Any]) -> None:
     a, b = data["a"], data["b"]
     current = b["kind"] == "profile"
     head_a, head_b = ("blessed", "current") if current else ("a", "b")
-    console.print(Text.assemble((f"{head_a}: ", "bold"), _describe_side(a)))
-    console.print(Text.assemble((f"{head_b}: ", "bold"), _describe_side(b)))
+    console.print(Text.assemble((f"{head_a}: ", "bold"), shown(_describe_side(a))))
+    console.print(Text.assemble((f"{head_b}: ", "bold"), shown(_describe_side(b))))
     changes: Sequence[Mapping[str, Any]] = data["changes"]
     if not changes:
         console.print(Text("identical", style="bold green"))
         return
     table = _table(f"{len(changes)} factor(s) differ", "field", head_a, head_b)
     for change in changes:
-        table.add_row(Text(str(change["field"]), style="cyan"), _side(change, "before"), _side(change, "after"))
+        table.add_row(cell(change["field"], style="cyan"), _side(change, "before"), _side(change, "after"))
     console.print(table)
 
 
@@ -180,28 +175,28 @@ def render_list(console: Console, data: Mapping[str, Any]) -> None:
     manifests: Sequence[Mapping[str, Any]] = data["manifests"]
     if manifests:
         table = _table(
-            f"blessings in {data['manifests_dir']}",
+            f"blessings in {shown(data['manifests_dir'])}",
             "hash", "engine", "model", "profile", "created", "trials", "size",
         )  # fmt: skip
         for item in manifests:
             duplicate = item["config_hash"] in data["duplicates"]
             table.add_row(
-                Text(item["config_hash"][:16], style="bold red" if duplicate else "bold"),
-                Text(item["engine"]),
-                Text(item["model"]),
-                Text(item["profile_name"]),
-                Text(item["created"]),
+                cell(item["config_hash"][:16], style="bold red" if duplicate else "bold"),
+                cell(item["engine"]),
+                cell(item["model"]),
+                cell(item["profile_name"]),
+                cell(item["created"]),
                 Text(f"{item['trials_passed']}/{item['trials_planned']}"),
                 Text(human_bytes(item["total_size"])),
             )
         console.print(table)
     else:
-        console.print(Text(f"no valid blessings in {data['manifests_dir']}", style="dim"))
+        console.print(cell(f"no valid blessings in {data['manifests_dir']}", style="dim"))
     invalid: Sequence[Mapping[str, Any]] = data["invalid"]
     if invalid:
         table = _table("invalid manifest files (ignored by lookups, which fail closed)", "file", "error")
         for item in invalid:
-            table.add_row(Text(item["path"], style="yellow"), Text(item["error"]["message"]))
+            table.add_row(cell(item["path"], style="yellow"), cell(item["error"]["message"]))
         console.print(table)
     for config_hash, paths in sorted(data["duplicates"].items()):
         _warn(console, f"config hash {config_hash} is claimed by {len(paths)} files: {', '.join(paths)}")
@@ -215,20 +210,21 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     """``bless show``: summary, trials, golden outputs, provenance."""
     cache = data["cache"]
     factors = data["factors"]
-    model = factors.get("model", {})
-    revision = model.get("revision") or model.get("content_sha256")
+    model_id = factor_field(factors, "model", "id")
+    revision = factor_field(factors, "model", "revision") or factor_field(factors, "model", "content_sha256")
+    engine = factor_field(factors, "engine", "name")
     rows = [
         ("config hash", str(data["config_hash"])),
         ("profile", str(data["profile_name"])),
-        ("engine", str(factors.get("engine", {}).get("name", "?"))),
-        ("model", f"{model.get('id', '?')}" + (f"@{revision}" if revision else "")),
+        ("engine", str(engine) if engine is not None else "?"),
+        ("model", f"{model_id if model_id is not None else '?'}" + (f"@{revision}" if revision else "")),
         ("created", str(data["created"])),
         ("tool version", str(data["tool"]["version"])),
         ("size", f"{human_bytes(cache['total_size'])} ({cache['total_size']} bytes)"),
         ("files", f"{len(cache['files'])} files, {len(cache['dirs'])} directories"),
         ("tree sha256", str(cache["tree_sha256"])),
         ("mount path", str(cache["mount_path"])),
-        ("artifacts", ", ".join(data["artifacts"].get("items", [])) or "(none)"),
+        ("artifacts", ", ".join(str(item) for item in data["artifacts"].get("items", [])) or "(none)"),
         ("manifest", str(data["manifest_path"])),
         ("blessed dir", str(data["blessed_dir"])),
     ]
@@ -238,10 +234,10 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     for result in trials.get("results", []):
         ready = result.get("start_to_ready_s")
         table.add_row(
-            Text(str(result.get("index", "?"))),
+            cell(result.get("index", "?")),
             Text("pass", style="green") if result.get("passed") else Text("FAIL", style="bold red"),
             Text(f"{ready:.1f} s" if isinstance(ready, int | float) else "-"),
-            Text("; ".join(str(reason) for reason in result.get("reasons", [])) or "-"),
+            cell("; ".join(str(reason) for reason in result.get("reasons", [])) or "-"),
         )
     console.print(table)
     bound = trials.get("failure_rate_bound")
@@ -255,8 +251,8 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     golden = _table("golden outputs", "prompt", "max tokens", "text", "token ids")
     for item in data["golden"]:
         golden.add_row(
-            Text(shown(str(item["prompt"]))),
-            Text(str(item["max_tokens"])),
+            cell(item["prompt"]),
+            cell(item["max_tokens"]),
             _golden_text(item),
             Text(_token_ids(item.get("token_ids")), style="dim"),
         )
@@ -277,10 +273,10 @@ def _golden_text(item: Mapping[str, Any]) -> Text:
     the bytes were not UTF-8, so the token ids are what identifies the output: said in the cell.
     """
     text = str(item.get("text", ""))
-    cell = Text(f'"{shown(text)}"')
+    out = Text(f'"{shown(text)}"')
     if "\ufffd" in text and item.get("token_ids"):
-        cell.append(" (not UTF-8 text: compared by token ids)", style="dim")
-    return cell
+        out.append(" (not UTF-8 text: compared by token ids)", style="dim")
+    return out
 
 
 def _token_ids(ids: Any) -> str:
@@ -335,9 +331,9 @@ def render_verify(console: Console, data: Mapping[str, Any]) -> None:
     problems: Sequence[Mapping[str, str]] = result["problems"]
     notices: Sequence[Mapping[str, str]] = result["notices"]
     if problems:
-        table = _table(f"{len(problems)} problem(s) in {data['blessed_dir']}", "kind", "path", "detail")
+        table = _table(f"{len(problems)} problem(s) in {shown(data['blessed_dir'])}", "kind", "path", "detail")
         for problem in problems:
-            table.add_row(Text(problem["kind"], style="red"), Text(problem["path"]), Text(problem["detail"]))
+            table.add_row(cell(problem["kind"], style="red"), cell(problem["path"]), cell(problem["detail"]))
         console.print(table)
     for notice in notices[:MAX_NOTICES_SHOWN]:
         _warn(console, f"{notice['path']}: {notice['detail']}")
@@ -349,7 +345,7 @@ def render_verify(console: Console, data: Mapping[str, Any]) -> None:
                 ("verified", "bold green"),
                 f" {data['config_hash']}: {result['files_checked']} files, "
                 f"{human_bytes(result['bytes_hashed'])} hashed in {result['elapsed_s']:.2f} s "
-                f"({data['blessed_dir']})",
+                f"({shown(data['blessed_dir'])})",
             )
         )
 
@@ -366,7 +362,7 @@ def render_gc(console: Console, data: Mapping[str, Any]) -> None:
         title = "gc (dry run: nothing removed)" if data["dry_run"] else "gc"
         table = _table(title, "path", "reason", "size")
         for action in actions:
-            table.add_row(Text(action["path"]), Text(action["reason"]), Text(human_bytes(action["bytes"])))
+            table.add_row(cell(action["path"]), cell(action["reason"]), Text(human_bytes(action["bytes"])))
         console.print(table)
         console.print(Text.assemble((verb, "bold"), f" {human_bytes(data['total_bytes'])} in {len(actions)} item(s)"))
     else:

@@ -43,6 +43,7 @@ from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, Store
+from bless.text import shown as shown_text
 from bless.verify import verify_tree
 
 Status = Literal["blessed", "failed"]
@@ -268,7 +269,7 @@ def gate_profile(
             result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
             verified = result.ok
             if not result.ok:
-                shown = "; ".join(f"{p.path} ({p.kind})" for p in result.problems[:_MAX_PROBLEMS])
+                shown = "; ".join(f"{shown_text(p.path)} ({p.kind})" for p in result.problems[:_MAX_PROBLEMS])
                 return failed(
                     f"blessed cache in {blessed_dir} fails verification: {shown}",
                     VerifyFailedError(shown),
@@ -306,9 +307,7 @@ def run_gate(
         runtime_factory = get_runtime
     index = store.index()
     runtimes = Runtimes(runtime_factory)
-    rows = tuple(
-        gate_profile(path, store=store, index=index, runtimes=runtimes, verify=verify) for path in profiles
-    )
+    rows = tuple(gate_profile(path, store=store, index=index, runtimes=runtimes, verify=verify) for path in profiles)
     return GateReport(
         rows=rows,
         manifests_dir=str(store.manifests_dir),

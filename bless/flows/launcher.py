@@ -96,6 +96,7 @@ from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.store import Store
+from bless.text import shown
 from bless.trials import EngineClient, golden_token_map
 from bless.verify import ROOT_PATH, VerifyResult, verify_tree
 
@@ -430,13 +431,14 @@ def _serve_dir(store: Store, profile: Profile, now: datetime | None) -> Path:
 
 
 def _verify_failed(result: VerifyResult, blessed_dir: Path, config_hash: str) -> VerifyFailedError:
-    shown = "; ".join(
-        f"{problem.path} ({problem.kind}: {problem.detail})" for problem in result.problems[:_MAX_PROBLEMS_IN_MESSAGE]
+    named = "; ".join(
+        f"{shown(problem.path)} ({problem.kind}: {problem.detail})"
+        for problem in result.problems[:_MAX_PROBLEMS_IN_MESSAGE]
     )
     count = len(result.problems)
     more = f" and {count - _MAX_PROBLEMS_IN_MESSAGE} more" if count > _MAX_PROBLEMS_IN_MESSAGE else ""
     return VerifyFailedError(
-        f"{count} problem(s) in {blessed_dir}: {shown}{more}",
+        f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
         hint="do not serve this cache: re-bless the configuration (bless run --profile ... --rebless) and find "
         "out what changed the read-only blessed files (bless verify lists every problem)",
         details={

@@ -18,7 +18,7 @@ from bless.factors import (
     diff_factors,
     resolve,
 )
-from bless.manifest import Manifest
+from bless.manifest import Manifest, factor_field
 from bless.probes import hardware_factor, probe_python_environment, read_model_dir, revision_lookup
 from bless.profile import Profile
 from bless.store import Store
@@ -67,13 +67,13 @@ class Nearest:
 
 def nearest_blessing(manifests: Sequence[Manifest], factors: dict[str, Any] | Any) -> Nearest | None:
     """Fewest differing factor leaves, among manifests of the same engine and model id."""
-    engine = factors.get("engine", {}).get("name")
-    model = factors.get("model", {}).get("id")
+    engine = factor_field(factors, "engine", "name")
+    model = factor_field(factors, "model", "id")
     best: Nearest | None = None
     for manifest in manifests:
-        if manifest.factors.get("engine", {}).get("name") != engine:
+        if factor_field(manifest.factors, "engine", "name") != engine:
             continue
-        if manifest.factors.get("model", {}).get("id") != model:
+        if factor_field(manifest.factors, "model", "id") != model:
             continue
         changes = tuple(diff_factors(manifest.factors, factors))
         if best is None or len(changes) < len(best.changes):

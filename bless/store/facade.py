@@ -456,5 +456,3 @@ class Store:
         """
         with os_errors(f"gc of {self.root}"):
             return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)
-
-

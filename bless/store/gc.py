@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bless.errors import InputInvalidError
-from bless.factors import is_config_hash
+from bless.factors import CONFIG_HASH, is_config_hash
 from bless.store.faults import FaultHook
 from bless.store.fsutil import TMP_MARK, age_s, fsync_dir, listdir, read_json_object, remove_tree, tree_bytes
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
@@ -33,7 +33,7 @@ __all__ = ["STALE_S", "GcAction", "GcReport", "gc", "recover"]
 STALE_S = 3600.0
 
 # Temp files whose name carries the config hash they belong to (manifests dir, locks dir).
-_HASHED_TMP = re.compile(r"\.(?P<hash>[0-9a-f]{64})(?:\.holder|\.json)?" + re.escape(TMP_MARK))
+_HASHED_TMP = re.compile(r"\.(?P<hash>" + CONFIG_HASH.pattern + r")(?:\.holder|\.json)?" + re.escape(TMP_MARK))
 
 
 @dataclass(frozen=True)

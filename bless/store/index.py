@@ -22,8 +22,10 @@ from pathlib import Path
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, NoManifestError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
+from bless.text import shown
 
 __all__ = ["ManifestIndex", "ManifestRecord"]
+
 
 @dataclass(frozen=True)
 class ManifestRecord:
@@ -99,15 +101,15 @@ class ManifestIndex:
             error = unknown[0].error
             if error is not None:
                 raise error
-            raise ManifestInvalidError(f"{unknown[0].path}: cannot tell which config hash it claims")
+            raise ManifestInvalidError(f"{shown(str(unknown[0].path))}: cannot tell which config hash it claims")
 
     def _duplicate_error(self, config_hash: str, paths: Sequence[Path]) -> ManifestDuplicateError:
-        shown = [str(p) for p in paths]
+        named = [str(p) for p in paths]
         return ManifestDuplicateError(
-            f"{len(shown)} manifests claim config hash {config_hash}: " + ", ".join(shown),
+            f"{len(named)} manifests claim config hash {config_hash}: " + ", ".join(map(shown, named)),
             hint="the store is corrupt: keep the one that is right, move the other(s) out of "
-            f"{self.directory}, then run bless verify",
-            details={"config_hash": config_hash, "paths": shown},
+            f"{shown(str(self.directory))}, then run bless verify",
+            details={"config_hash": config_hash, "paths": named},
         )
 
     def find(self, config_hash: str) -> ManifestRecord | None:

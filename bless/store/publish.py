@@ -42,6 +42,7 @@ from bless.store.fsutil import (
     write_tmp,
 )
 from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, check_hash
+from bless.text import shown
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
 if TYPE_CHECKING:
@@ -121,9 +122,9 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
             # that still had a staged file open): the commit must cover exactly these bytes.
             check = verify_tree(target, manifest.cache.files, manifest.cache.dirs)
             if not check.ok:
-                shown = "; ".join(f"{p.path}: {p.detail}" for p in check.problems[:5])
+                named = "; ".join(f"{shown(p.path)}: {p.detail}" for p in check.problems[:5])
                 raise VerifyFailedError(
-                    f"the staged tree changed while it was being published: {shown}",
+                    f"the staged tree changed while it was being published: {named}",
                     hint="make sure no process still writes the staged cache, then bless again",
                     details={"problems": [p.to_dict() for p in check.problems]},
                 )

@@ -24,6 +24,7 @@ from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
 from bless.store.fsutil import atomic_write_bytes, ensure_dir, listdir, read_json_object
 from bless.store.index import ManifestIndex, ManifestRecord
+from bless.text import shown
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 
@@ -148,12 +149,12 @@ def scan_manifests(
         try:
             st = path.stat()
         except OSError as exc:
-            error = ManifestInvalidError(f"{path}: cannot read: {exc.strerror or exc}")
+            error = ManifestInvalidError(f"{shown(str(path))}: cannot read: {exc.strerror or exc}")
             records.append(ManifestRecord(path, None, error))
             continue
         if not stat.S_ISREG(st.st_mode):
             # Never open a FIFO or device (opening a FIFO blocks until a writer shows up).
-            records.append(ManifestRecord(path, None, ManifestInvalidError(f"{path}: not a regular file")))
+            records.append(ManifestRecord(path, None, ManifestInvalidError(f"{shown(str(path))}: not a regular file")))
             continue
         claim: str | None = None
         if candidate is not None:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hypothesis import strategies as st
+
 from bless.factors import config_hash
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
 from bless.verify import hash_tree
@@ -103,3 +105,27 @@ def start_child(*args: str, **env: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path (keys and list indexes) inside a JSON value, the value itself first: what fuzz tests mutate."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += paths_of(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += paths_of(item, (*prefix, index))
+    return found
+
+
+def mutate_json(document: Any, data: st.DataObject, values: st.SearchStrategy[Any]) -> None:
+    """Fuzz one place of ``document`` in place: a drawn path (not the root) deleted, or set to a drawn value."""
+    target = data.draw(st.sampled_from(paths_of(document)[1:]), label="path")
+    parent: Any = document
+    for key in target[:-1]:
+        parent = parent[key]
+    if data.draw(st.booleans(), label="delete"):
+        del parent[target[-1]]
+    else:
+        parent[target[-1]] = data.draw(values, label="value")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_helpers import mutate_json
 
 from bless import manifest as manifest_mod
 from bless.errors import ExitCode, ManifestInvalidError
@@ -503,17 +504,6 @@ json_values = st.recursive(
 )
 
 
-def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += paths_of(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += paths_of(item, (*prefix, index))
-    return found
-
-
 def only_manifest_invalid(path: Path) -> None:
     try:
         loaded = load_manifest(path)
@@ -550,14 +540,7 @@ def test_random_bytes_only_raise_manifest_invalid(tmp_path, raw):
 @given(data=st.data())
 def test_mutated_manifests_only_raise_manifest_invalid(tmp_path, pristine, data):
     document = copy.deepcopy(pristine)
-    target = data.draw(st.sampled_from(paths_of(document)[1:]), label="path")
-    parent: Any = document
-    for key in target[:-1]:
-        parent = parent[key]
-    if data.draw(st.booleans(), label="delete"):
-        del parent[target[-1]]
-    else:
-        parent[target[-1]] = data.draw(json_values, label="value")
+    mutate_json(document, data, json_values)
     path = tmp_path / "fuzz.json"
     path.write_text(json.dumps(document))
     only_manifest_invalid(path)

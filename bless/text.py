@@ -1,0 +1,63 @@
+"""Names from disk and manifests shown safely: to a terminal as visible escapes, in JSON as valid UTF-8.
+
+A file name or a manifest field is data that someone else may have chosen. Printed raw, a name
+holding a newline and ANSI escapes can forge a "verified" line, erase the real one, or reorder text
+with bidi overrides; and a file name that is not UTF-8 cannot be written into a JSON document at
+all. :func:`shown` is the one rule for humans, :func:`json_safe` the one rule for ``--json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# surrogateescape (how Python decodes a file name that is not UTF-8) maps byte 0xNN to U+DCNN.
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print: every non-printable character (controls, bidi overrides, ...) escaped.
+
+    ``\\x1b`` for C0 controls and DEL, ``\\u0085`` / ``\\u202e`` / ``\\U000e0001`` above; a byte of
+    a file name that is not UTF-8 shows as ``\\xNN`` (always 80-ff, so it cannot be mistaken for a
+    control). A backslash is doubled so an escape can always be told from the same characters in the
+    text. Newlines are escaped too: one shown name is one line. Printable text (any script) stays.
+    """
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif char.isprintable():
+            out.append(char)
+        elif code in _ESCAPED_BYTES:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (no lone surrogate, e.g. from a non-UTF-8 file name)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every string (and key) that is not valid Unicode replaced by its :func:`shown` form.
+
+    Valid strings pass unchanged (JSON escapes their control characters itself), so only names that
+    could not be written at all change, and they change the way a human sees them.
+    """
+    if isinstance(value, str):
+        return value if is_unicode(value) else shown(value)
+    if isinstance(value, Mapping):
+        return {json_safe(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
