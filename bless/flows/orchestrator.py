@@ -323,11 +323,9 @@ class Orchestrator:
             return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected))
         manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
         self._published = self.store.publish(tree, manifest)
-        # The engine logs of an accepted run stay readable next to the store (not in the manifest).
-        logs = self.store.root / "runs" / self.run_id
-        logs.mkdir(parents=True, exist_ok=True)
-        for log in sorted(evidence.glob("*.log")):
-            shutil.copy2(log, logs / log.name)
+        # The engine logs of an accepted run stay readable next to the store (not in the manifest),
+        # until gc removes the blessed version they made.
+        self.store.keep_run_logs(self.run_id, self._published, sorted(evidence.glob("*.log")))
         self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
         return CandidateResult(index, True, bootstrap, tuple(trials), ())
 

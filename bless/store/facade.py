@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,12 @@ from bless.store.fsutil import (
     remove_tree,
     unsafe_to_trust,
 )
-from bless.store.gc import GcReport
+from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
 from bless.store.index import ManifestIndex, ManifestRecord
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_hash, check_run_id
+from bless.store.lease import Lease, LeaseBook
 from bless.store.locks import HashLocks
 from bless.store.procid import process_identity
 from bless.store.publish import PublishResult
@@ -73,6 +75,7 @@ class Store:
             Path(manifests_dir).absolute() if manifests_dir is not None else absolute_root / "manifests",
         )
         self._locks = HashLocks(self._paths.locks)
+        self._leases = LeaseBook(self._paths.leases)
         self._reader = reader or ManifestReader()
 
     @property
@@ -84,6 +87,48 @@ class Store:
     def manifests_dir(self) -> Path:
         """Where live manifests are (``root/manifests`` unless given)."""
         return self._paths.manifests_dir
+
+    @property
+    def leases(self) -> LeaseBook:
+        """Serving leases (:mod:`bless.store.lease`): what gc must keep while a server runs."""
+        return self._leases
+
+    @contextmanager
+    def serving_lease(self, manifest: Manifest, *, name: str, serve_dir: Path | None = None) -> Iterator[Lease]:
+        """Hold a lease on ``manifest``'s blessed tree for the ``with`` body (this process is the holder).
+
+        Take it BEFORE verifying the tree: gc never removes a leased version, and a gc that runs
+        concurrently either finished before the lease (verification then sees what it removed) or
+        sees it. A crashed holder's lease is stale: gc detects it by process identity and drops it.
+
+        Raises:
+            InputInvalidError, ManifestInvalidError: a bad name or manifest.
+            BlessError: the lease cannot be written.
+        """
+        self.blessed_dir(manifest)  # checks the names
+        with os_errors(f"taking a serving lease in {self._paths.leases}"):
+            ensure_dir(self._paths.leases)
+            lease = self._leases.acquire(manifest.config_hash, manifest.cache.dir_id, name=name, serve_dir=serve_dir)
+        try:
+            yield lease
+        finally:
+            with contextlib.suppress(OSError):
+                self._leases.release(lease)
+
+    def keep_run_logs(self, run_id: str, published: PublishResult, logs: Iterable[Path]) -> Path:
+        """Copy an accepted run's engine logs to ``runs/<run_id>/``, recording which blessing they made.
+
+        gc removes them with that blessed version (see :mod:`bless.store.gc`).
+        """
+        check_run_id(run_id)
+        directory = self._paths.runs / run_id
+        with os_errors(f"keeping the engine logs in {directory}"):
+            ensure_dir(directory)
+            for log in logs:
+                shutil.copy2(log, directory / log.name)
+            record = {"config_hash": published.config_hash, "dir_id": published.blessed_dir.name}
+            atomic_write_bytes(directory / RUN_RECORD, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+        return directory
 
     @property
     def paths(self) -> StorePaths:

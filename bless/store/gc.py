@@ -21,16 +21,22 @@ from bless.factors import CONFIG_HASH, is_config_hash
 from bless.store.faults import FaultHook
 from bless.store.fsutil import TMP_MARK, age_s, fsync_dir, listdir, read_json_object, remove_tree, tree_bytes
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
+from bless.store.lease import Lease
 from bless.store.procid import process_alive
 
 if TYPE_CHECKING:
     from bless.store.facade import Store
 
-__all__ = ["STALE_S", "GcAction", "GcReport", "gc", "recover"]
+__all__ = ["RUN_LOGS_MAX_AGE_S", "RUN_RECORD", "STALE_S", "GcAction", "GcReport", "gc", "recover"]
 
 # A leftover we cannot attribute to a process (no owner record) is only removed once it is this old,
 # so that we never race its creator.
 STALE_S = 3600.0
+
+# Engine logs of an accepted run that names no blessing go once they are this old.
+RUN_LOGS_MAX_AGE_S = 30 * 24 * 3600.0
+#: ``runs/<run_id>/.blessing.json``: which blessed version a run's logs belong to.
+RUN_RECORD = ".blessing.json"
 
 # Temp files whose name carries the config hash they belong to (manifests dir, locks dir).
 _HASHED_TMP = re.compile(r"\.(?P<hash>" + CONFIG_HASH.pattern + r")(?:\.holder|\.json)?" + re.escape(TMP_MARK))
@@ -186,6 +192,101 @@ def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAc
     return sweep.actions, sweep.notes
 
 
+def _holder_text(lease: Lease) -> str:
+    holder = lease.holder or {}
+    return f"{lease.name!r} (pid {holder.get('pid', '?')} on {holder.get('host', '?')})"
+
+
+def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: bool) -> None:
+    """One hash, under its writer lock and its lease guard: superseded versions, stale leases, evidence."""
+    paths = store.paths
+    with store.leases.guard(config_hash):
+        # Under the lease guard: a server takes its lease before it verifies, so a version leased
+        # from here on is one this pass has not removed, and one leased before is seen here.
+        leased: dict[str, Lease] = {}
+        for lease in store.leases.leases(config_hash):
+            if lease.alive is False:
+                holder = lease.holder or {}
+                sweep.drop(lease.path, f"stale serving lease: pid {holder.get('pid', '?')} is gone", point="gc-remove")
+            else:
+                leased.setdefault(lease.dir_id, lease)
+        if sure:
+            # Under the writer lock, so a publish cannot commit between this read and the removals.
+            referenced = store.referenced_dir_ids(config_hash)
+            versions = sorted(
+                (
+                    Path(e.path)
+                    for e in listdir(paths.blessed / config_hash)
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in referenced
+                ),
+                key=lambda p: p.name,
+                reverse=True,
+            )
+            for path in versions[keep:]:
+                if path.name in leased:
+                    sweep.notes.append(f"{path}: kept, being served by {_holder_text(leased[path.name])}")
+                else:
+                    sweep.drop(path, "blessed version no manifest references", point="gc-remove")
+        if not sweep.dry_run:
+            store.leases.prune_empty(config_hash)
+    evidence = [
+        Path(e.path)
+        for e in listdir(paths.rejected / config_hash)
+        if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+    ]
+    evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
+    for path in evidence[keep:]:
+        sweep.drop(path, "rejected evidence beyond the newest kept", point="gc-remove")
+
+
+def _gc_staging(store: Store, sweep: _Sweep) -> None:
+    for entry in listdir(store.paths.staging):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        owner = read_json_object(path / OWNER_FILE)
+        alive = process_alive(owner) if owner is not None else None
+        if alive is False:
+            assert owner is not None
+            sweep.drop(
+                path, f"staging of a run that is not running (pid {owner.get('pid')} is gone)", point="gc-remove"
+            )
+        elif owner is None and age_s(path) > STALE_S:
+            sweep.drop(path, "staging dir without an owner record, untouched for over an hour", point="gc-remove")
+        elif alive is None and owner is not None:
+            sweep.notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
+
+
+def _gc_serve_dirs(store: Store, sweep: _Sweep) -> None:
+    """``serve/<name>-<stamp>-<token>/`` of serves that are not running: no live lease names them."""
+    serving = {lease.serve_dir for lease in store.leases.leases() if lease.alive is not False and lease.serve_dir}
+    for entry in listdir(store.paths.serve):
+        path = Path(entry.path)
+        if entry.name.startswith(".") or str(path) in serving:
+            continue
+        # A serve-full that is starting may not have written its lease yet: only old dirs go.
+        if age_s(path) > STALE_S:
+            sweep.drop(path, "serve dir of a serve that is not running (no live lease), untouched for over an hour",
+                       point="gc-remove")  # fmt: skip
+
+
+def _gc_run_logs(store: Store, sweep: _Sweep) -> None:
+    """``runs/<run_id>/``: engine logs go with the blessed version they produced, or when very old."""
+    removed = {action.path for action in sweep.actions}
+    for entry in listdir(store.paths.runs):
+        path = Path(entry.path)
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        record = read_json_object(path / RUN_RECORD) or {}
+        config_hash, dir_id = record.get("config_hash"), record.get("dir_id")
+        if is_config_hash(config_hash) and is_dir_id(dir_id):
+            blessed = store.paths.blessed / str(config_hash) / str(dir_id)
+            if blessed in removed or not os.path.lexists(blessed):
+                sweep.drop(path, "engine logs of a blessed version that no longer exists", point="gc-remove")
+        elif age_s(path) > RUN_LOGS_MAX_AGE_S:
+            sweep.drop(path, "engine logs without a blessing record, untouched for over 30 days", point="gc-remove")
+
+
 def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     """See :meth:`Store.gc`."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
@@ -205,49 +306,17 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
             "version, so none is removed; make it readable again, or forget it with "
             "bless gc --forget-manifests-dir DIR"
         )
-
-    def drop(path: Path, reason: str) -> None:
-        sweep.drop(path, reason, point="gc-remove")
-
     hashes = {e.name for e in listdir(paths.blessed) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
+    hashes |= {e.name for e in listdir(paths.leases) if is_config_hash(e.name)}
     for config_hash in sorted(hashes):
         with store.try_lock(config_hash) as locked:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
                 continue
-            if not unsure:
-                # Under the lock, so a publish cannot commit between this read and the removals.
-                referenced = store.referenced_dir_ids(config_hash)
-                versions = [
-                    Path(e.path)
-                    for e in listdir(paths.blessed / config_hash)
-                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in referenced
-                ]
-                versions.sort(key=lambda p: p.name, reverse=True)
-                for path in versions[keep:]:
-                    drop(path, "blessed version no manifest references")
-            evidence = [
-                Path(e.path)
-                for e in listdir(paths.rejected / config_hash)
-                if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
-            ]
-            evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
-            for path in evidence[keep:]:
-                drop(path, "rejected evidence beyond the newest kept")
-
-    for entry in listdir(paths.staging):
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-            continue
-        path = Path(entry.path)
-        owner = read_json_object(path / OWNER_FILE)
-        alive = process_alive(owner) if owner is not None else None
-        if alive is False:
-            assert owner is not None
-            drop(path, f"staging of a run that is not running (pid {owner.get('pid')} is gone)")
-        elif owner is None and age_s(path) > STALE_S:
-            drop(path, "staging dir without an owner record, untouched for over an hour")
-        elif alive is None and owner is not None:
-            sweep.notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
+            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure)
+    _gc_staging(store, sweep)
+    _gc_serve_dirs(store, sweep)
+    _gc_run_logs(store, sweep)
     fault("gc-done")
     return GcReport(actions=tuple(sweep.actions), dry_run=dry_run, notes=tuple(sweep.notes))

@@ -6,6 +6,8 @@ Usage (run with PYTHONPATH at the repo root):
     store_child.py reject ROOT STAGED HASH RUN_ID  keep STAGED as rejected evidence of HASH
     store_child.py gc ROOT                         gc with keep=0
     store_child.py make-staging ROOT RUN_ID        create a staging dir owned by this process, exit
+    store_child.py hold-lease ROOT HASH SERVE_DIR SECONDS
+                                                   hold a serving lease on HASH's blessing, print "leased", sleep
 
 Crash options (publish, reject, gc), through the store's fault seam (bless.store.faults):
     --kill-at POINT     SIGKILL this process at the first fault point named POINT
@@ -64,6 +66,13 @@ def main(argv: list[str]) -> int:
         with store.lock(rest[0]):
             print("locked", flush=True)
             time.sleep(float(rest[1]))
+        return 0
+    if args.command == "hold-lease":
+        manifest = store.find(rest[0])
+        assert manifest is not None
+        with store.serving_lease(manifest, name="child", serve_dir=Path(rest[1])):
+            print("leased", flush=True)
+            time.sleep(float(rest[2]))
         return 0
     if args.command == "publish":
         try:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_helpers import make_factors, make_manifest, write_tree
+from store_helpers import make_factors, make_manifest, start_child, write_tree
 from typer.testing import CliRunner
 
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
 from bless.manifest import Manifest
-from bless.store import Store
+from bless.store import Store, process_identity
 from bless.store.scan import ManifestReader
 from bless.verify import verify_tree
 from cli.main import app
@@ -242,3 +243,96 @@ def test_verify_refuses_a_group_writable_manifests_dir_and_a_symlinked_blessed_d
     (store.root / "blessed").symlink_to(tmp_path / "real-blessed")
     with pytest.raises(VerifyFailedError, match="symlink"):
         store.check_permissions(manifest)
+
+
+# ------------------------------------------------------------------------------- serving leases
+
+
+def make_old(path: Path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def test_gc_keeps_a_superseded_tree_while_a_server_holds_a_lease_and_drops_a_crashed_servers_lease(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "root")
+    served = publish(store, "run1", "old", dir_id="20240101T000000Z-000000000001")
+    serve_dir = store.root / "serve" / "tiny-20240101T000000Z-abc123"
+    serve_dir.mkdir(parents=True)
+    make_old(serve_dir, 7200)
+    server = start_child("hold-lease", str(store.root), served.config_hash, str(serve_dir), "60")
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "leased"
+        live = publish(store, "run2", "new", dir_id="20240102T000000Z-000000000002")  # rebless supersedes it
+
+        report = store.gc(keep=0)
+        assert report.actions == ()
+        assert any("being served by 'child'" in note for note in report.notes), report.notes
+        assert intact(store, served) and intact(store, live)
+        assert serve_dir.is_dir()  # the running serve's scratch dir too
+        (lease,) = store.leases.leases(served.config_hash)
+        assert lease.alive is True and lease.serve_dir == str(serve_dir)
+    finally:
+        server.kill()  # a crash: the lease file stays behind
+        server.wait()
+
+    (stale,) = store.leases.leases(served.config_hash)
+    assert stale.alive is False
+    removed = {action.path for action in store.gc(keep=0).actions}
+    assert {stale.path, store.blessed_dir(served), serve_dir} <= removed
+    assert intact(store, live)
+    assert store.leases.leases() == []
+
+
+def test_a_lease_whose_pid_was_recycled_is_stale_and_one_from_another_host_is_honoured(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    served = publish(store, "run1", "old", dir_id="20240101T000000Z-000000000001")
+    publish(store, "run2", "new", dir_id="20240102T000000Z-000000000002")
+    recycled = {**process_identity(), "proc_start": -1}  # this pid, but another process's start time
+    store.leases.acquire(served.config_hash, served.cache.dir_id, name="recycled", holder=recycled)
+    elsewhere = {**process_identity(), "host": "another-host"}
+    remote = store.leases.acquire(served.config_hash, served.cache.dir_id, name="remote", holder=elsewhere)
+    assert {lease.name: lease.alive for lease in store.leases.leases()} == {"recycled": False, "remote": None}
+
+    report = store.gc(keep=0)
+    assert store.blessed_dir(served).is_dir()  # the other host's server may be serving it
+    assert [lease.name for lease in store.leases.leases()] == ["remote"]
+    assert any("being served by 'remote'" in note for note in report.notes)
+
+    store.leases.release(remote)
+    assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
+
+
+def test_gc_removes_stale_serve_dirs_and_the_logs_of_removed_versions(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    first_tree = stage(store, "run1", "old")
+    first = make_manifest(first_tree, dir_id="20240101T000000Z-000000000001")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "bootstrap.log").write_text("compiled\n")
+    first_logs = store.keep_run_logs("run1", store.publish(first_tree, first), [logs / "bootstrap.log"])
+    second_tree = stage(store, "run2", "new")
+    second = make_manifest(second_tree, dir_id="20240102T000000Z-000000000002")
+    second_logs = store.keep_run_logs("run2", store.publish(second_tree, second), [logs / "bootstrap.log"])
+    unrecorded_old = store.root / "runs" / "legacy-old"
+    unrecorded_new = store.root / "runs" / "legacy-new"
+    for path in (unrecorded_old, unrecorded_new):
+        path.mkdir()
+        (path / "bootstrap.log").write_text("x\n")
+    make_old(unrecorded_old, 40 * 24 * 3600)
+    stale_serve = store.root / "serve" / "tiny-20240101T000000Z-aaaaaa"
+    fresh_serve = store.root / "serve" / "tiny-20240102T000000Z-bbbbbb"
+    for path in (stale_serve, fresh_serve):
+        (path / "upper").mkdir(parents=True)
+        (path / "engine.log").write_text("served\n")
+    make_old(stale_serve, 7200)
+
+    planned = {action.path for action in store.gc(keep=0, dry_run=True).actions}
+    assert planned == {store.blessed_dir(first), first_logs, unrecorded_old, stale_serve}
+    assert all(path.exists() for path in planned)
+    removed = {action.path for action in store.gc(keep=0).actions}
+    assert removed == planned
+    assert not any(path.exists() for path in removed)
+    assert second_logs.is_dir() and unrecorded_new.is_dir() and fresh_serve.is_dir()
+    assert intact(store, second)
