@@ -21,6 +21,8 @@ from rich.text import Text
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
 from bless.store import atomic_write_bytes
+from bless.text import shown
+from cli import render
 from cli.boundary import Report, command
 from cli.common import JsonOption, ManifestsDirOption, RootOption, command_store
 
@@ -28,7 +30,8 @@ from cli.common import JsonOption, ManifestsDirOption, RootOption, command_store
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
     """The gate table (profile, hash, status, reason), notes, a summary; annotations under GitHub Actions."""
     rows: Sequence[Mapping[str, Any]] = data["rows"]
-    table = Table(title=f"bless gate: {data['manifests_dir']}", title_justify="left", header_style="bold", expand=False)
+    title = render.cell(f"bless gate: {data['manifests_dir']}")
+    table = Table(title=title, title_justify="left", header_style="bold", expand=False)
     for column in ("profile", "hash", "status", "reason"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -37,15 +40,15 @@ def render_gate(console: Console, data: Mapping[str, Any]) -> None:
         if row["hardware"] == "probed":
             reason += " (hardware probed on this machine)"
         table.add_row(
-            Text(row["profile"]),
-            Text((row["config_hash"] or "-")[:16]),
+            render.cell(row["profile"]),
+            render.cell((row["config_hash"] or "-")[:16]),
             Text("blessed" if ok else "FAILED", style="bold green" if ok else "bold red"),
-            Text(reason),
+            render.cell(reason),
         )
     console.print(table)
     for row in rows:
         for note in row["notes"]:
-            console.print(Text.assemble(("note", "bold yellow"), f": {row['profile']}: {note}"))
+            console.print(Text.assemble(("note", "bold yellow"), shown(f": {row['profile']}: {note}")))
     failed = data["failed"]
     if data["passed"]:
         console.print(Text(f"all {data['profiles']} profile(s) blessed", style="bold green"))

@@ -21,6 +21,7 @@ from bless.flows.orchestrator import RunOptions, run_bless
 from bless.flows.resolve import resolve_profile
 from bless.profile import load_profile
 from bless.runtime import get_runtime
+from bless.text import shown
 from bless.trials import trials_for
 from cli import render
 from cli.boundary import Report, command
@@ -61,21 +62,23 @@ class RunProgress:
     def __call__(self, event: Event) -> None:
         if event.kind in ("phase", "trial-start"):
             self.status.update(f"{event.message} {self.elapsed()}")
-            self.console.print(Text(f"{self.elapsed()} {event.message}", style="cyan"))
+            self.console.print(Text(f"{self.elapsed()} {shown(event.message)}", style="cyan"))
         elif event.kind == "trial-end":
             result = event.data.get("result", {})
             passed = bool(result.get("passed"))
-            line = Text(f"{self.elapsed()} {event.message}", style="green" if passed else "bold red")
+            line = Text(f"{self.elapsed()} {shown(event.message)}", style="green" if passed else "bold red")
             ready = result.get("start_to_ready_s")
             if ready is not None:
                 line.append(f"  start->ready {ready:.1f} s", style="dim")
             self.console.print(line)
             for reason in result.get("reasons", [])[:5]:
-                self.console.print(Text(f"    {reason}", style="red"))
+                self.console.print(Text(f"    {shown(str(reason))}", style="red"))
         elif event.kind == "warning":
-            self.console.print(Text.assemble(f"{self.elapsed()} ", ("warning", "bold yellow"), f": {event.message}"))
+            self.console.print(
+                Text.assemble(f"{self.elapsed()} ", ("warning", "bold yellow"), f": {shown(event.message)}")
+            )
         else:
-            self.console.print(Text(f"{self.elapsed()} {event.message}"))
+            self.console.print(Text(f"{self.elapsed()} {shown(event.message)}"))
 
 
 @command
@@ -195,7 +198,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
                 _num(trial.get("start_to_ready_s")),
                 _num(trial.get("timings", {}).get("torch_compile_s")),
                 str((trial.get("coherence") or {}).get("requests", "")),
-                "; ".join(trial["reasons"])[:200],
+                render.cell("; ".join(trial["reasons"])[:200]),
             )
     console.print(table)
     overhead = data.get("orchestration_overhead")
@@ -205,15 +208,15 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
     )
     if data["published"]:
         console.print(Text.assemble(("published ", "bold green"), (data["config_hash"], "bold")))
-        console.print(f"manifest: {data['manifest_path']}")
+        console.print(render.cell(f"manifest: {data['manifest_path']}"))
         console.print(
             f"failure-rate bound: <= {data['failure_rate_bound']:.1%} per start at {data['confidence']:.0%} "
             f"confidence ({data['trials_planned']}/{data['trials_planned']} trials passed)"
         )
         if data.get("archived_manifest"):
-            console.print(f"prior blessing archived: {data['archived_manifest']}")
+            console.print(render.cell(f"prior blessing archived: {data['archived_manifest']}"))
     for warning in data.get("warnings", []):
-        console.print(Text.assemble(("warning", "bold yellow"), f": {warning}"))
+        console.print(Text.assemble(("warning", "bold yellow"), f": {shown(warning)}"))
 
 
 def _num(value: Any) -> str:

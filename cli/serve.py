@@ -38,6 +38,7 @@ from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
+from bless.text import shown
 from cli import boundary, render
 from cli.boundary import Report
 from cli.common import (
@@ -103,7 +104,7 @@ def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool
     elif no_canary:
         console.print(render.banner(launcher.NO_CANARY_BANNER, title="NO CANARY", style="bold yellow"))
     for warning in plan.get("warnings", []):
-        console.print(Text.assemble(("warning", "bold yellow"), ": ", warning))
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
 
 
 def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
@@ -158,10 +159,12 @@ def render_detached(console: Console, data: Mapping[str, Any]) -> None:
     """``--detach``: where it serves and how to stop it."""
     result = data["result"]
     name = result["container"]["name"]
-    console.print(Text.assemble(("serving (detached) ", "bold green"), f"{result['url']}  container {name}"))
+    console.print(Text.assemble(("serving (detached) ", "bold green"), shown(f"{result['url']}  container {name}")))
     console.print(
-        f"stop it with: docker stop {name} && docker rm {name} && docker volume rm {name}-overlay; "
-        f"then remove {result['serve_dir']} (its upper layer)"
+        render.cell(
+            f"stop it with: docker stop {name} && docker rm {name} && docker volume rm {name}-overlay; "
+            f"then remove {result['serve_dir']} (its upper layer)"
+        )
     )
 
 
@@ -177,13 +180,15 @@ def render_finished(console: Console, data: Mapping[str, Any]) -> None:
         )
     )
     if finish["upper_kept"]:
-        console.print(f"upper layer kept: {finish['upper_dir']} ({finish['upper_written']} path(s) written)")
+        console.print(
+            render.cell(f"upper layer kept: {finish['upper_dir']} ({finish['upper_written']} path(s) written)")
+        )
         for entry in finish["upper_entries"][:20]:
-            console.print(Text(f"  {entry['kind']:<9} {entry['path']} ({entry['size']} B)", style="dim"))
+            console.print(Text(f"  {entry['kind']:<9} {shown(entry['path'])} ({entry['size']} B)", style="dim"))
     else:
         console.print(Text("upper layer discarded", style="dim"))
     for note in finish["notes"]:
-        console.print(Text.assemble(("warning", "bold yellow"), ": ", note))
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(note)))
 
 
 class Progress:
@@ -194,7 +199,7 @@ class Progress:
 
     def __call__(self, event: Event) -> None:
         style = {"warning": "bold yellow", "ready": "green"}.get(event.kind, "cyan")
-        self.console.print(Text(event.message, style=style))
+        self.console.print(render.cell(event.message, style=style))
 
 
 def _write_log(text: str) -> None:

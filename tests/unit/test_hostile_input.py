@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import io
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from rich.console import Console
 from store_helpers import make_manifest, mutate_json, paths_of, write_tree
 from typer.testing import CliRunner, Result
 
@@ -34,7 +36,10 @@ from bless.schemas import SCHEMA_DIR
 from bless.store import Store
 from bless.text import json_safe, shown
 from bless.verify import BIDI_CONTROLS, check_relative_path
+from cli.gate import render_gate
 from cli.main import app
+from cli.run import render_run
+from cli.serve import render_finished
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -440,3 +445,55 @@ def test_fuzzed_profiles_through_bless_hash(runner: CliRunner, tmp_path: Path, d
         result = bless("hash", "--profile", str(profile), "--offline", "--declared-hardware", *extra)
         assert_documented_outcome(result, bool(extra))
         no_raw_controls(result.stderr)
+
+
+# --- item 7 beyond list/show/verify: run, gate and serve-full views ---------------------------------------
+
+
+def captured(render_view: Callable[[Console, Any], None], data: Any) -> str:
+    buffer = io.StringIO()
+    render_view(Console(file=buffer, width=300, highlight=False, soft_wrap=False), data)
+    return buffer.getvalue()
+
+
+def test_run_view_shows_engine_reasons_as_text_not_markup() -> None:
+    """A trial reason quotes the engine's log: "[/x]" in it was read as rich markup (and raised), ESC went raw."""
+    reason = f"log said [/x] {FORGED}"
+    trial = {"index": 1, "passed": False, "reasons": [reason], "timings": {}, "coherence": None}
+    candidate = {"index": 1, "bootstrap": {"timings": {}}, "trials": [trial]}
+    data = {"candidates": [candidate], "wall_seconds": 1.0, "engine_seconds": 1.0, "published": False}
+    out = captured(render_run, data)
+    no_raw_controls(out)
+    no_forged_line(out)
+    assert "log said [/x]" in out
+
+
+def test_gate_view_shows_profile_paths_and_reasons_escaped() -> None:
+    row = {
+        "profile": f"profiles/{FORGED}.toml",
+        "config_hash": None,
+        "status": "failed",
+        "reason": f"nearest blessing ({FORGED}) differs",
+        "hardware": "declared",
+        "notes": [FORGED],
+    }
+    data = {"manifests_dir": "m", "rows": [row], "failed": 1, "passed": False, "profiles": 1}
+    out = captured(render_gate, data)
+    no_raw_controls(out)
+    no_forged_line(out)
+
+
+def test_serve_view_shows_upper_layer_paths_escaped() -> None:
+    """Paths the engine wrote to the overlay's upper layer are names on disk like any other."""
+    finish = {
+        "stopped_gracefully": True,
+        "exit_code": 0,
+        "upper_kept": True,
+        "upper_dir": "/srv/upper",
+        "upper_written": 1,
+        "upper_entries": [{"kind": "new", "path": FORGED, "size": 1}],
+        "notes": [],
+    }
+    out = captured(render_finished, {"finish": finish, "ended_by": "SIGTERM"})
+    no_raw_controls(out)
+    no_forged_line(out)
