@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,17 +65,31 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    docker = subprocess.run(
-        ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     return {
         "cpus": os.cpu_count(),
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_model": model,
         "python": platform.python_version(),
         "kernel": platform.release(),
-        "docker": docker or "?",
+        "docker": docker_server_version() or "none",
     }
+
+
+def docker_server_version() -> str | None:
+    """The Docker server's version, or None on a host without Docker (a GPU host on the local runtime)."""
+    if shutil.which("docker") is None:
+        return None
+    try:
+        proc = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() or None
 
 
 def bless_fresh(profile: Path, root: Path) -> None:

@@ -3,7 +3,8 @@
 # the local runtime, as root, presents the cache at a fixed path in a private mount namespace
 # (overlay for trials). Writes the run and verify JSON plus a summary into $OUT (default ./gpu-proof).
 # Needs: python3 with torch (CUDA), typer, rich, filelock, huggingface_hub; jsonschema from .whl/ if missing.
-set -uo pipefail
+# -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
+set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-proof}
 mkdir -p "$OUT"
@@ -14,15 +15,15 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
 ROOT=${BLESS_ROOT:-/tmp/bless-gpu-root}
-nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
+nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
 python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
-python3 -m cli.main --root "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr"
-echo "run exit $?" | tee "$OUT/run.rc"
-HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null)
+rc=0; python3 -m cli.main --root "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
+echo "run exit $rc" | tee "$OUT/run.rc"
+HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null || true)
 if [ -n "$HASH" ]; then
-  python3 -m cli.main --root "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr"
-  echo "verify exit $?" | tee "$OUT/verify.rc"
-  python3 -m cli.main --root "$ROOT" show "$HASH" --json > "$OUT/manifest.json" 2>/dev/null
+  rc=0; python3 -m cli.main --root "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
+  echo "verify exit $rc" | tee "$OUT/verify.rc"
+  python3 -m cli.main --root "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
 fi
-[ -d "$ROOT/rejected" ] && tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected
+if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected; fi
 tail -5 "$OUT/run.stderr"

@@ -4,7 +4,8 @@
 #   default TERM) -> serve-full on a tampered copy (refused).
 # Expects vLLM importable by python3 (e.g. a site tree at /tmp/site on PYTHONPATH, see docs/evidence/vllm-h100*/)
 # and the tiny model at /tmp/tiny-llama. Writes everything into $OUT (default ./gpu-proof-vllm).
-set -uo pipefail
+# -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
+set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-proof-vllm}
 mkdir -p "$OUT"
@@ -15,16 +16,18 @@ bless() { python3 -m cli.main --root "$1" "${@:2}"; }
 serve_full() { python3 -m cli.serve --root "$1" "${@:2}"; }
 
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
-bless "$ROOT" engines --json > "$OUT/engines.json" 2> "$OUT/engines.stderr"
-bless "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr"
-echo "run exit $?" | tee "$OUT/run.rc"
-HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null)
-[ -d "$ROOT/runs" ] && tar -C "$ROOT" -czf "$OUT/run-logs.tgz" runs
-[ -d "$ROOT/rejected" ] && tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected --exclude='*/tree/*'
+rc=0; bless "$ROOT" engines --json > "$OUT/engines.json" 2> "$OUT/engines.stderr" || rc=$?
+echo "engines exit $rc" | tee "$OUT/engines.rc"
+rc=0; bless "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
+echo "run exit $rc" | tee "$OUT/run.rc"
+HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null || true)
+# tar options before the member names: GNU tar applies --exclude only to names that follow it.
+if [ -d "$ROOT/runs" ]; then tar -C "$ROOT" -czf "$OUT/run-logs.tgz" runs; fi
+if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" --exclude='*/tree/*' rejected; fi
 [ -n "$HASH" ] || { tail -30 "$OUT/run.stderr"; exit 1; }
-bless "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr"
-echo "verify exit $?" | tee "$OUT/verify.rc"
-bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json" 2>/dev/null
+rc=0; bless "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
+echo "verify exit $rc" | tee "$OUT/verify.rc"
+bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
 
 # serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
 # Started directly (not through the shell function): $! must be serve-full's own pid for the signal to reach it.
@@ -37,8 +40,9 @@ for _ in $(seq 1 600); do
 done
 sleep 2
 t_stop=$(date +%s.%N)
-kill -"${STOP_SIGNAL:-TERM}" "$pid" 2>/dev/null
-wait "$pid"; echo "serve-full exit $? after SIG${STOP_SIGNAL:-TERM}" | tee "$OUT/serve.rc"
+kill -"${STOP_SIGNAL:-TERM}" "$pid" 2>/dev/null || true
+rc=0; wait "$pid" || rc=$?
+echo "serve-full exit $rc after SIG${STOP_SIGNAL:-TERM}" | tee "$OUT/serve.rc"
 echo "stop took $(python3 -c "import sys,time; print(round(time.time()-float(sys.argv[1]),2))" "$t_stop") s" | tee -a "$OUT/serve.rc"
 # After the stop: no engine process left, and the serve dir (the overlay's upper layer) discarded.
 { echo "engine processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
@@ -46,9 +50,9 @@ echo "stop took $(python3 -c "import sys,time; print(round(time.time()-float(sys
 
 # a tampered copy of the store: one byte of the AOT model flipped -> refused before any start
 cp -a "$ROOT" /tmp/bless-vllm-tampered
-target=$(find /tmp/bless-vllm-tampered/blessed -path '*torch_aot_compile*' -name model | head -1)
+target=$(find /tmp/bless-vllm-tampered/blessed -path '*torch_aot_compile*' -name model -print -quit)
 chmod u+w "$target"
 python3 -c 'import sys; p=sys.argv[1]; b=bytearray(open(p,"rb").read()); b[len(b)//2]^=1; open(p,"wb").write(b)' "$target"
-serve_full /tmp/bless-vllm-tampered --profile "$PROFILE" --json > "$OUT/tampered.json" 2> "$OUT/tampered.stderr"
-echo "tampered serve-full exit $?" | tee "$OUT/tampered.rc"
+rc=0; serve_full /tmp/bless-vllm-tampered --profile "$PROFILE" --json > "$OUT/tampered.json" 2> "$OUT/tampered.stderr" || rc=$?
+echo "tampered serve-full exit $rc" | tee "$OUT/tampered.rc"
 tail -3 "$OUT/serve.stderr"
