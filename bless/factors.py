@@ -203,12 +203,22 @@ class FactorSource(Protocol):
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One GPU as a probe saw it (``bless.probes.probe_gpus``)."""
+    """One GPU as a probe saw it (``bless.probes.probe_gpus``).
+
+    ``index`` is nvidia-smi's (PCI order); ``uuid`` names the GPU for good (CUDA's own order may differ).
+    """
 
     name: str
     compute_capability: str
     memory_total_mib: int
     memory_free_mib: int
+    index: int = 0
+    uuid: str = ""
+
+    @property
+    def label(self) -> str:
+        """How messages name this GPU: ``GPU 1 (GPU-8f2c...)``."""
+        return f"GPU {self.index} ({self.uuid})" if self.uuid else f"GPU {self.index}"
 
 
 @dataclass(frozen=True)

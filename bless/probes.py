@@ -71,7 +71,7 @@ def probe_gpus() -> list[GpuInfo]:
         out = subprocess.run(
             [
                 "nvidia-smi",
-                "--query-gpu=name,compute_cap,memory.total,memory.free",
+                "--query-gpu=index,uuid,name,compute_cap,memory.total,memory.free",
                 "--format=csv,noheader,nounits",
             ],
             capture_output=True,
@@ -81,14 +81,19 @@ def probe_gpus() -> list[GpuInfo]:
         ).stdout
     except (subprocess.SubprocessError, OSError) as exc:
         raise ResolutionError(f"nvidia-smi failed: {exc}", hint="check the NVIDIA driver on this host") from None
+    return parse_gpu_query(out)
+
+
+def parse_gpu_query(out: str) -> list[GpuInfo]:
+    """GPUs from ``nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total,memory.free`` CSV."""
     gpus = []
     for line in out.strip().splitlines():
         parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 4:
+        if len(parts) != 6:
             raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}")
-        name, capability, total, free = parts
+        index, uuid, name, capability, total, free = parts
         try:
-            gpus.append(GpuInfo(name, capability, int(float(total)), int(float(free))))
+            gpus.append(GpuInfo(name, capability, int(float(total)), int(float(free)), int(index), uuid))
         except ValueError:
             raise ResolutionError(f"unexpected nvidia-smi output line: {line!r}") from None
     return gpus

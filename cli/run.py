@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -10,7 +11,8 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -48,25 +50,50 @@ def signals_as_interrupt() -> Iterator[None]:
 
 
 class RunProgress:
-    """Renders orchestrator events on stderr: the current phase as a spinner, one line per verdict."""
+    """Renders orchestrator events on stderr: one line per phase and verdict, and a live table of the
+    running trials (trial, GPU, phase, elapsed) under them while any runs."""
 
     def __init__(self, console: Console):
         self.console = console
         self.started = time.monotonic()
-        self.status = console.status("resolving")
+        self.status = "resolving"
+        # trial -> (GPU set, phase, started at), for the trials running now
+        self.running: dict[tuple[int, int], tuple[str, str, float]] = {}
+        self.live = Live(self, console=console, refresh_per_second=4, transient=True)
 
-    def elapsed(self) -> str:
-        seconds = int(time.monotonic() - self.started)
+    def elapsed(self, since: float | None = None) -> str:
+        seconds = int(time.monotonic() - (self.started if since is None else since))
         return f"[{seconds // 60:02d}:{seconds % 60:02d}]"
 
+    def __rich__(self) -> RenderableType:
+        """What the live region shows: the current step, then the running trials."""
+        line = Text(f"{shown(self.status)} {self.elapsed()}", style="cyan")
+        if not self.running:
+            return line
+        table = Table(box=None, padding=(0, 2), header_style="bold")
+        for column in ("trial", "GPU", "phase", "elapsed"):
+            table.add_column(column)
+        for (candidate, trial), (gpus, phase, since) in sorted(self.running.items()):
+            table.add_row(f"c{candidate} t{trial}", gpus, phase, self.elapsed(since).strip("[]"))
+        return Group(line, table)
+
     def __call__(self, event: Event) -> None:
-        if event.kind in ("phase", "trial-start"):
-            self.status.update(f"{event.message} {self.elapsed()}")
+        key = (int(event.data.get("candidate", 0)), int(event.data.get("trial", 0)))
+        if event.kind == "trial-phase":
+            gpus, _, since = self.running.get(key, (str(event.data.get("gpus", "")), "", time.monotonic()))
+            self.running[key] = (gpus, str(event.data.get("phase", "")), since)
+        elif event.kind in ("phase", "trial-start"):
+            self.status = event.message
+            if event.kind == "trial-start":
+                self.running[key] = (str(event.data.get("gpus", "")), "queued", time.monotonic())
             self.console.print(Text(f"{self.elapsed()} {shown(event.message)}", style="cyan"))
         elif event.kind == "trial-end":
+            self.running.pop(key, None)
             result = event.data.get("result", {})
             passed = bool(result.get("passed"))
             line = Text(f"{self.elapsed()} {shown(event.message)}", style="green" if passed else "bold red")
+            if event.data.get("gpus") not in (None, "", "cpu"):
+                line.append(f"  GPU {event.data['gpus']}", style="dim")
             ready = result.get("start_to_ready_s")
             if ready is not None:
                 line.append(f"  start->ready {ready:.1f} s", style="dim")
@@ -79,6 +106,7 @@ class RunProgress:
             )
         else:
             self.console.print(Text(f"{self.elapsed()} {shown(event.message)}"))
+        self.live.refresh()
 
 
 @command
@@ -108,6 +136,16 @@ def run_command(
     ] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            min=1,
+            max=64,
+            help="Trials at once, one per GPU set of hardware.gpu_count GPUs (default: as many as the GPUs "
+            "present fit; CPU: 1). --parallel 1 runs them one after another.",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> Report:
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
@@ -133,7 +171,7 @@ def run_command(
     adapter = get_adapter(loaded.engine)
     console = render.err_console()
     progress = RunProgress(console)
-    with signals_as_interrupt(), progress.status:
+    with signals_as_interrupt(), progress.live:
         resolved = resolve_profile(loaded, image_resolver=runtime.resolve_image, adapter=adapter)
         console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(
@@ -150,8 +188,10 @@ def run_command(
                 allow_weaker=allow_weaker,
                 allow_unknown_engine_version=allow_unknown_engine_version,
                 allow_test_knobs=state.allow_test_knobs,
+                parallel=parallel,
             ),
             events=progress,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
     data = result.to_dict()
     failure = None
@@ -172,6 +212,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
     for column in (
         "candidate",
         "trial",
+        "GPU",
         "verdict",
         "start->ready s",
         "torch.compile s",
@@ -184,6 +225,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
         table.add_row(
             str(candidate["index"]),
             "bootstrap",
+            _gpus(boot.get("gpus")),
             "-",
             _num(boot.get("start_to_ready_s")),
             _num(boot.get("timings", {}).get("torch_compile_s")),
@@ -194,6 +236,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
             table.add_row(
                 str(candidate["index"]),
                 str(trial["index"]),
+                _gpus(trial.get("gpus")),
                 Text("pass", style="green") if trial["passed"] else Text("FAIL", style="bold red"),
                 _num(trial.get("start_to_ready_s")),
                 _num(trial.get("timings", {}).get("torch_compile_s")),
@@ -202,6 +245,8 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
             )
     console.print(table)
     overhead = data.get("orchestration_overhead")
+    if data.get("parallel", 1) > 1:
+        console.print(f"trials ran {data['parallel']} at a time on: " + "; ".join(s["label"] for s in data["slots"]))
     console.print(
         f"wall {data['wall_seconds']:.1f} s, engine {data['engine_seconds']:.1f} s"
         + (f", orchestration overhead {overhead:.1%}" if overhead is not None else "")
@@ -217,6 +262,15 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
             console.print(render.cell(f"prior blessing archived: {data['archived_manifest']}"))
     for warning in data.get("warnings", []):
         console.print(Text.assemble(("warning", "bold yellow"), f": {shown(warning)}"))
+
+
+def _gpus(records: Any) -> str:
+    """``0`` / ``2,3`` with the first UUID's head (``0 GPU-5d2c1a4e``); ``-`` on CPU."""
+    if not isinstance(records, list) or not records:
+        return "-"
+    indices = ",".join(str(record.get("index")) for record in records)
+    uuid = str(records[0].get("uuid") or "")
+    return f"{indices} {uuid[:12]}" if uuid else indices
 
 
 def _num(value: Any) -> str:

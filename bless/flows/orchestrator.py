@@ -8,19 +8,30 @@ as a read-only lower layer (overlay) and must reuse it: coherent outputs equal t
 golden ones, a load marker, no compile marker, no new artifacts in the upper layer, and
 the tree byte-identical afterwards. Accept publishes through the store (manifest last);
 reject keeps the evidence. ``--candidates N`` bootstraps afresh after a rejection.
+
+Trials run ``--parallel N`` at a time, one per GPU slot (see bless/devices.py): each has its
+own GPU set, overlay upper layer, port and log. A failed trial stops new ones from starting
+(those running finish and count); Ctrl-C stops every running engine. The outputs are also
+compared across devices: a cache that answers differently on another GPU than where it was
+compiled is rejected.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bless import __version__, labels
+from bless.devices import GpuSlot, Output, check_slot_memory, cross_device_reasons, plan_slots, visible_gpus
 from bless.engines.base import EngineAdapter
 from bless.errors import (
     AlreadyBlessedError,
@@ -30,11 +41,12 @@ from bless.errors import (
     NotReadyError,
     WeakerBlessingError,
 )
-from bless.factors import ResolvedConfig
+from bless.factors import GpuInfo, ResolvedConfig
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
 from bless.flows.safety import check_unsafe
 from bless.flows.session import EngineSession, engine_spec, log_tail
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.probes import probe_gpus
 from bless.reuse import ReuseReport, classify_reuse
 from bless.runtime.base import ContainerInfo, Mount, Runtime
 from bless.store import PublishResult, Store, atomic_write_bytes, process_alive, process_identity
@@ -65,6 +77,8 @@ class RunOptions:
     allow_unknown_engine_version: bool = False
     #: Let the reference engine's test knobs through (bless's own tests only; no option or env var sets it).
     allow_test_knobs: bool = False
+    #: Trials at once, one per GPU slot; None: as many slots as the GPUs present fit (CPU: 1).
+    parallel: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +91,22 @@ class TrialResult:
     engine: dict[str, Any]
     timings: dict[str, float]
     upper: dict[str, Any]
+    slot: GpuSlot = field(default_factory=lambda: GpuSlot(0))
+
+    def outputs_seen(self) -> dict[str, set[Output]]:
+        """Every distinct output per prompt this trial saw (all protocol modes)."""
+        seen: dict[str, set[Output]] = {}
+        for observation in self.coherence.observations if self.coherence else ():
+            seen.setdefault(observation.prompt, set()).add((observation.text, observation.token_ids))
+        return seen
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "passed": self.passed,
             "reasons": list(self.reasons),
+            "slot": self.slot.index,
+            "gpus": self.slot.records(),
             **self.engine,
             "timings": self.timings,
             "coherence": self.coherence.to_dict() if self.coherence else None,
@@ -128,8 +152,12 @@ class RunResult:
     wall_seconds: float
     engine_seconds: float
     warnings: tuple[str, ...] = ()
+    slots: tuple[GpuSlot, ...] = (GpuSlot(0),)
 
     def to_dict(self) -> dict[str, Any]:
+        # Parallel trials overlap: their summed engine time can exceed the wall time, so the
+        # overhead ratio only means something when trials ran one at a time.
+        serial = len(self.slots) <= 1
         return {
             "config_hash": self.config_hash,
             "run_id": self.run_id,
@@ -144,8 +172,10 @@ class RunResult:
             "wall_seconds": round(self.wall_seconds, 3),
             "engine_seconds": round(self.engine_seconds, 3),
             "orchestration_overhead": round(1 - self.engine_seconds / self.wall_seconds, 4)
-            if self.wall_seconds
+            if self.wall_seconds and serial
             else None,
+            "parallel": len(self.slots),
+            "slots": [{"slot": slot.index, "label": slot.label, "gpus": slot.records()} for slot in self.slots],
             "candidates": [candidate.to_dict() for candidate in self.candidates],
         }
 
@@ -161,13 +191,25 @@ class Orchestrator:
         runtime: Runtime,
         adapter: EngineAdapter,
         events: EventSink = ignore_events,
+        gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
+        cuda_visible_devices: str | None = None,
     ):
+        """``gpu_probe`` lists this host's GPUs (nvidia-smi); ``cuda_visible_devices`` is the operator's
+        restriction of them (indices or UUIDs), None for all."""
         self.resolved = resolved
         self.profile = resolved.profile
         self.store = store
         self.runtime = runtime
         self.adapter = adapter.for_factors(resolved.factors)
-        self.events = events
+        self._events = events
+        self._events_lock = threading.Lock()
+        self.gpu_probe = gpu_probe
+        self.cuda_visible_devices = cuda_visible_devices
+        self.slots: tuple[GpuSlot, ...] = (GpuSlot(0),)
+        # Parallel trials: the running sessions (stopped all at once on Ctrl-C) and the cancel flag.
+        self._trial_lock = threading.Lock()
+        self._running: dict[int, EngineSession] = {}
+        self._cancelled = False
         self.run_id = new_run_id()
         self.image = resolved.factors["runtime"].get("image_id")
         self.engine_seconds = 0.0
@@ -178,7 +220,22 @@ class Orchestrator:
             {key: identity[key] for key in ("host", "pid", "proc_start")}, sort_keys=True, separators=(",", ":")
         )
 
+    def events(self, event: Event) -> None:
+        """Hand an event to the sink; parallel trials report from several threads, one at a time."""
+        with self._events_lock:
+            self._events(event)
+
     # --- top level -------------------------------------------------------------------------------
+
+    def _plan_slots(self, options: RunOptions) -> tuple[GpuSlot, ...]:
+        """Trial slots on this host's GPUs, each with enough free memory now (else 52, naming the GPU)."""
+        hardware = self.profile.hardware
+        if hardware.accelerator != "cuda":
+            return plan_slots(hardware, [], requested=options.parallel, trials=options.trials)
+        gpus = visible_gpus(self.gpu_probe(), self.cuda_visible_devices)
+        slots = plan_slots(hardware, gpus, requested=options.parallel, trials=options.trials)
+        check_slot_memory(hardware, slots, gpus)
+        return slots
 
     def run(self, options: RunOptions) -> RunResult:
         """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
@@ -186,6 +243,7 @@ class Orchestrator:
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
         allowed_unsafe = check_unsafe(self.profile, self.adapter, allow_test_knobs=options.allow_test_knobs)
         self.runtime.ping()
+        self.slots = self._plan_slots(options)
         config_hash = self.resolved.config_hash
         with self.store.lock(config_hash, wait=options.wait_lock):
             self.store.recover()
@@ -280,6 +338,7 @@ class Orchestrator:
             wall_seconds=time.monotonic() - started,
             engine_seconds=self.engine_seconds,
             warnings=tuple(self._warnings),
+            slots=self.slots,
         )
 
     # --- one candidate ---------------------------------------------------------------------------
@@ -294,30 +353,27 @@ class Orchestrator:
         self.adapter.prepare_cache_dir(tree)
         trials: list[TrialResult] = []
         bootstrap: dict[str, Any] = {}
-        step = "the bootstrap"  # what an interruption stops: said in the rejection's summary
+        self._step = "the bootstrap"  # what an interruption stops: said in the rejection's summary
         try:
             self.events(Event("phase", f"candidate {index}: phase 1, bootstrap compile", {"candidate": index}))
             bootstrap, golden_report, listing, artifacts = self._bootstrap(index, tree, evidence)
             golden = golden_from(golden_report, self.profile.trials.max_tokens)
-            for trial in range(1, options.trials + 1):
-                step = f"trial {trial}"
-                self.events(Event("trial-start", f"candidate {index}: trial {trial}/{options.trials}",
-                                  {"candidate": index, "trial": trial, "of": options.trials}))  # fmt: skip
-                result = self._trial(index, trial, tree, listing, golden, artifacts.engine_keys, work, evidence)
-                trials.append(result)
-                self.events(Event("trial-end", f"trial {trial}/{options.trials}: {'pass' if result.passed else 'FAIL'}",
-                                  {"candidate": index, "trial": trial, "result": result.to_dict()}))  # fmt: skip
-                if not result.passed:
-                    break
+            proof = _TrialInputs(index, tree, listing, golden, artifacts.engine_keys, work, evidence)
+            self._run_trials(proof, options, trials)
         except BootstrapFailedError as exc:
             self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
             raise
         except KeyboardInterrupt:
-            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=step)
+            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=self._step)
             raise
+        trials.sort(key=lambda t: t.index)
+        reference = {p: (c.text, c.token_ids) for p, c in golden_report.outputs.items()}
+        cross_device = cross_device_reasons(
+            self.slots[0].label, reference, [(t.slot.label, t.outputs_seen()) for t in trials]
+        )
         failed = [t for t in trials if not t.passed]
-        if failed:
-            reasons = tuple(f"trial {t.index}: {r}" for t in failed for r in t.reasons)
+        if failed or cross_device:
+            reasons = tuple([*(f"trial {t.index}: {r}" for t in failed for r in t.reasons), *cross_device])
             rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
             self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
             return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected))
@@ -329,7 +385,9 @@ class Orchestrator:
         self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
         return CandidateResult(index, True, bootstrap, tuple(trials), ())
 
-    def _session(self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path) -> EngineSession:
+    def _session(
+        self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path, slot: GpuSlot
+    ) -> EngineSession:
         plan = self.profile.trials
         spec = engine_spec(
             self.profile,
@@ -356,6 +414,7 @@ class Orchestrator:
                 "BLESS_CANDIDATE": str(candidate),
             },
             log_path=log_path,
+            gpu_ids=slot.device_ids or None,
         )
         return EngineSession(
             self.runtime,
@@ -376,7 +435,9 @@ class Orchestrator:
     ) -> tuple[dict[str, Any], CoherenceReport, TreeListing, Any]:
         mount = Mount("rw", tree, self.adapter.cache_mount_path)
         log_path = evidence / "bootstrap.log"
-        session = self._session(labels.PHASE_BOOTSTRAP, self._name("bootstrap", candidate), mount, candidate, log_path)
+        slot = self.slots[0]  # the golden outputs come from this slot's GPUs: the cross-device reference
+        name = self._name("bootstrap", candidate)
+        session = self._session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot)
         report: CoherenceReport | None = None
         failure: str | None = None
         try:
@@ -391,7 +452,7 @@ class Orchestrator:
         finally:
             # Also when interrupted (Ctrl-C/SIGTERM): the engine log is evidence the rejection keeps.
             self._write_log(log_path, session.log)
-        info = session.evidence()
+        info = {**session.evidence(), "slot": slot.index, "gpus": slot.records()}
         self._count_engine_time(session, report)
         if failure is not None:
             raise BootstrapFailedError(failure, hint="read the engine log above; fix the profile or the image")
@@ -418,49 +479,113 @@ class Orchestrator:
         )
         return info, report, listing, artifacts
 
-    def _trial(
-        self,
-        candidate: int,
-        index: int,
-        tree: Path,
-        listing: TreeListing,
-        golden: list[dict[str, Any]],
-        engine_keys: Mapping[str, Any],
-        work: Path,
-        evidence: Path,
-    ) -> TrialResult:
-        scratch = work / f"trial-{index}"
+    def _run_trials(self, proof: _TrialInputs, options: RunOptions, results: list[TrialResult]) -> None:
+        """Run K trials, up to one per slot at a time, appending each verdict to ``results``.
+
+        A failed trial frees its slot and stops new trials from starting (those running finish
+        and count: more evidence for the rejection). Any exception in this thread (Ctrl-C
+        arrives here) or in a trial stops every running engine, waits for the trials to unwind,
+        and is raised again.
+        """
+        upcoming = deque(range(1, options.trials + 1))
+        free = deque(self.slots)
+        running: dict[Future[TrialResult], tuple[int, GpuSlot]] = {}
+        self._cancelled = False
+        with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="bless-trial") as pool:
+            try:
+                while True:
+                    stop_starting = any(not result.passed for result in results)
+                    while free and upcoming and not stop_starting:
+                        trial, slot = upcoming.popleft(), free.popleft()
+                        self.events(Event("trial-start", f"candidate {proof.candidate}: trial {trial}/{options.trials}"
+                                          + (f" on {slot.label}" if slot.gpus else ""),
+                                          {"candidate": proof.candidate, "trial": trial, "of": options.trials,
+                                           "slot": slot.index, "gpus": slot.short}))  # fmt: skip
+                        running[pool.submit(self._trial, proof, trial, slot)] = (trial, slot)
+                    self._step = _running_step(running.values())
+                    if not running:
+                        return
+                    done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        trial, slot = running.pop(future)
+                        free.append(slot)
+                        result = future.result()
+                        results.append(result)
+                        verdict = "pass" if result.passed else "FAIL"
+                        self.events(Event("trial-end", f"trial {trial}/{options.trials}: {verdict}",
+                                          {"candidate": proof.candidate, "trial": trial, "slot": slot.index,
+                                           "gpus": slot.short, "result": result.to_dict()}))  # fmt: skip
+            except BaseException:
+                self._stop_running_trials()
+                _wait_out(running)
+                raise
+
+    def _stop_running_trials(self) -> None:
+        """Stop every running trial's engine at once (Ctrl-C, or a trial raised); later starts stop themselves."""
+        with self._trial_lock:
+            self._cancelled = True
+            sessions = list(self._running.values())
+        threads = [threading.Thread(target=_stop_quietly, args=(session,), daemon=True) for session in sessions]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            _join_quietly(thread)
+
+    def _trial(self, proof: _TrialInputs, index: int, slot: GpuSlot) -> TrialResult:
+        scratch = proof.work / f"trial-{index}"
         if self.profile.cache_mount == "ro-bind" and self.adapter.readonly_bind_ok:
-            mount = Mount("ro", tree, self.adapter.cache_mount_path)
+            mount = Mount("ro", proof.tree, self.adapter.cache_mount_path)
         else:
-            mount = Mount("overlay", tree, self.adapter.cache_mount_path, scratch=scratch)
-        log_path = evidence / f"trial-{index}.log"
-        session = self._session(labels.PHASE_TRIAL, self._name("trial", candidate, index), mount, candidate, log_path)
+            mount = Mount("overlay", proof.tree, self.adapter.cache_mount_path, scratch=scratch)
+        log_path = proof.evidence / f"trial-{index}.log"
+        name = self._name("trial", proof.candidate, index)
+        session = self._session(labels.PHASE_TRIAL, name, mount, proof.candidate, log_path, slot)
         coherence: CoherenceReport | None = None
         reasons: list[str] = []
+
+        def phase(what: str) -> None:
+            data = {"candidate": proof.candidate, "trial": index, "phase": what, "gpus": slot.short}
+            self.events(Event("trial-phase", f"trial {index}: {what}", data))
+
         try:
+            phase("starting")
             with session:
+                with self._trial_lock:
+                    cancelled = self._cancelled
+                    if not cancelled:
+                        self._running[index] = session
                 try:
-                    session.wait_ready()
-                    coherence = run_protocol(
-                        session.client,
-                        self.profile.trials,
-                        golden=golden_token_map(golden),
-                        golden_text=golden_text_map(golden),
-                    )
+                    if cancelled:
+                        reasons.append("interrupted before it became ready")
+                    else:
+                        phase("loading")
+                        session.wait_ready()
+                        phase("replaying")
+                        coherence = run_protocol(
+                            session.client,
+                            self.profile.trials,
+                            golden=golden_token_map(proof.golden),
+                            golden_text=golden_text_map(proof.golden),
+                        )
                 except NotReadyError as exc:
                     reasons.append(session.not_ready_message(exc))
                 except EngineHttpError as exc:
                     reasons.append(f"request failed: {exc.message}")
+                finally:
+                    phase("stopping")
         finally:
+            with self._trial_lock:
+                self._running.pop(index, None)
             self._write_log(log_path, session.log)  # kept as evidence when interrupted too
+        phase("checking")
+        tree, listing = proof.tree, proof.listing
         self._count_engine_time(session, coherence)
         if coherence is not None:
             reasons.extend(coherence.reasons)
         signals = self.adapter.read_log(session.log)
         upper = self.adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
         tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
-        drift = self.adapter.drift_reasons(engine_keys, signals.engine_keys)
+        drift = self.adapter.drift_reasons(proof.engine_keys, signals.engine_keys)
         reuse = classify_reuse(signals, upper, tree_check, drift)
         reasons.extend(reuse.reasons)
         if session.stop_result is not None and not session.stop_result.graceful:
@@ -474,6 +599,7 @@ class Orchestrator:
             reuse=reuse,
             engine=session.evidence(),
             timings=dict(signals.timings),
+            slot=slot,
             upper={
                 "written": len(session.upper),
                 "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
@@ -514,6 +640,9 @@ class Orchestrator:
                     "cache_mount": "ro" if self.profile.cache_mount == "ro-bind" else "overlay",
                 },
                 "results": [trial.to_dict() for trial in trials],
+                "parallel": len(self.slots),
+                # Every GPU a trial proved the cache on (the cross-device check compared them all).
+                "devices": list({g["uuid"] or str(g["index"]): g for t in trials for g in t.slot.records()}.values()),
             },
             golden=golden,
             provenance=default_provenance(
@@ -572,6 +701,52 @@ class Orchestrator:
         self.engine_seconds += (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
         if session.stop_result is not None:
             self.engine_seconds += session.stop_result.seconds
+
+
+@dataclass(frozen=True)
+class _TrialInputs:
+    """What every trial of one candidate proves against: the staged tree and the bootstrap's facts."""
+
+    candidate: int
+    tree: Path
+    listing: TreeListing
+    golden: list[dict[str, Any]]
+    engine_keys: Mapping[str, Any]
+    work: Path
+    evidence: Path
+
+
+def _running_step(running: Any) -> str:
+    """``trial 3`` / ``trials 2, 3``: the trials an interruption would stop, for the rejection's summary."""
+    trials = sorted(trial for trial, _ in running)
+    if not trials:
+        return "the trials (none running)"
+    return ("trial " if len(trials) == 1 else "trials ") + ", ".join(str(trial) for trial in trials)
+
+
+def _stop_quietly(session: EngineSession) -> None:
+    """Stop one engine from a helper thread; its own trial reports whatever went wrong."""
+    with contextlib.suppress(Exception):  # the trial's own stop, in its thread, raises it again
+        session.stop()
+
+
+def _join_quietly(thread: threading.Thread) -> None:
+    """Join, even through another Ctrl-C: the engines must be stopped before the run gives up."""
+    while thread.is_alive():
+        try:
+            thread.join()
+        except KeyboardInterrupt:
+            continue
+
+
+def _wait_out(running: Mapping[Future[TrialResult], Any]) -> None:
+    """Wait for every running trial to unwind (their engines are being stopped), through more Ctrl-Cs."""
+    pending = set(running)
+    while pending:
+        try:
+            _, pending = wait(pending, timeout=0.5)
+        except KeyboardInterrupt:
+            continue
 
 
 def existing_passes(manifest: Manifest) -> int:
@@ -676,9 +851,18 @@ def run_bless(
     adapter: EngineAdapter,
     options: RunOptions,
     events: EventSink = ignore_events,
+    cuda_visible_devices: str | None = None,
 ) -> RunResult:
-    """Convenience entry point: one orchestrator, one run."""
-    return Orchestrator(resolved, store=store, runtime=runtime, adapter=adapter, events=events).run(options)
+    """Convenience entry point: one orchestrator, one run (on the GPUs ``cuda_visible_devices`` leaves)."""
+    orchestrator = Orchestrator(
+        resolved,
+        store=store,
+        runtime=runtime,
+        adapter=adapter,
+        events=events,
+        cuda_visible_devices=cuda_visible_devices,
+    )
+    return orchestrator.run(options)
 
 
 __all__ = ["Event", "Orchestrator", "RunOptions", "RunResult", "run_bless"]

@@ -6,6 +6,7 @@ start carries our labels, pins the cache path and HOME, and is stopped the same 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,11 +39,13 @@ def engine_spec(
     host_ip: str = "127.0.0.1",
     host_port: int | None = None,
     log_path: Path | None = None,
+    gpu_ids: tuple[str, ...] | None = None,
 ) -> ContainerSpec:
     """The container spec for one engine start of ``profile``.
 
     ``host_port`` is where the engine must be reachable on the host (serving); None picks a free one.
-    Docker maps it to the fixed container port; a local engine listens on it itself.
+    Docker maps it to the fixed container port; a local engine listens on it itself. ``gpu_ids``
+    pins the engine to those GPUs (a parallel trial's slot); None gives it the first ``gpu_count``.
     """
     if runtime.kind == "local" and host_port is not None:
         port, host_port = host_port, None
@@ -63,6 +66,7 @@ def engine_spec(
         host_ip=host_ip,
         host_port=host_port,
         gpus=gpus,
+        gpu_ids=gpu_ids if gpus else None,
         shm_size=profile.shm_size,
         ipc_host=profile.ipc_host,
         workdir=launch.workdir,
@@ -94,6 +98,8 @@ class EngineSession:
     upper: list[UpperEntry] = field(default_factory=list)
     _t0: float = 0.0
     _client: EngineClient | None = None
+    # stop() may come from another thread too (Ctrl-C stops every parallel trial from the main thread).
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> EngineSession:
         self._t0 = time.monotonic()
@@ -132,13 +138,15 @@ class EngineSession:
         return self.start_to_ready_s
 
     def stop(self) -> StopResult | None:
-        """Graceful stop (idempotent); captures the full log and the upper-layer writes."""
-        if self.started is None or self.stop_result is not None:
+        """Graceful stop (idempotent, thread-safe); captures the full log and the upper-layer writes."""
+        with self._stop_lock:
+            if self.started is None or self.stop_result is not None:
+                return self.stop_result
+            stopped = self.runtime.stop(self.started, self.stop_timeout_s)
+            self.log = self.runtime.logs(self.started)
+            self.upper = self.runtime.upper_entries(self.started)
+            self.stop_result = stopped  # last: a reader that sees it also sees the log and the upper
             return self.stop_result
-        self.stop_result = self.runtime.stop(self.started, self.stop_timeout_s)
-        self.log = self.runtime.logs(self.started)
-        self.upper = self.runtime.upper_entries(self.started)
-        return self.stop_result
 
     def current_log(self) -> str:
         """The log so far (the full log once stopped)."""

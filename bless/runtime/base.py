@@ -46,6 +46,9 @@ class ContainerSpec:
     host_ip: str = "127.0.0.1"
     host_port: int | None = None
     gpus: int | None = None
+    #: Which GPUs (UUIDs or nvidia-smi indices), when the engine must use these and no others (parallel
+    #: trials: one GPU set each). None: the first ``gpus`` GPUs, as Docker's ``count`` gives them.
+    gpu_ids: tuple[str, ...] | None = None
     shm_size: str | None = None
     ipc_host: bool = False
     workdir: str | None = None

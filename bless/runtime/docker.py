@@ -168,6 +168,20 @@ def _check_overlay_path(path: Path, role: str) -> None:
         )
 
 
+def device_requests(spec: ContainerSpec) -> list[Any]:
+    """The GPUs a container gets (SDK ``DeviceRequest`` values).
+
+    Exactly ``spec.gpu_ids`` when given (one GPU set per parallel trial), else the first
+    ``spec.gpus`` (Docker's ``count``), else none.
+    """
+    docker = _docker_module()
+    if spec.gpu_ids:
+        return [docker.types.DeviceRequest(device_ids=list(spec.gpu_ids), capabilities=[["gpu"]])]
+    if spec.gpus:
+        return [docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
+    return []
+
+
 class DockerRuntime:
     """Engines as Docker containers (implements :class:`bless.runtime.base.Runtime`).
 
@@ -391,8 +405,9 @@ class DockerRuntime:
             }
             if spec.port is not None:
                 kwargs["ports"] = {f"{spec.port}/tcp": (spec.host_ip, spec.host_port)}
-            if spec.gpus:
-                kwargs["device_requests"] = [docker.types.DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])]
+            requests = device_requests(spec)
+            if requests:
+                kwargs["device_requests"] = requests
             if spec.shm_size is not None:
                 kwargs["shm_size"] = spec.shm_size
             if spec.ipc_host:

@@ -35,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -141,6 +142,10 @@ class LocalRuntime:
         possible = _mount_namespace_possible()
         self.uses_mount_namespace = possible if use_mount_namespace is None else use_mount_namespace
         self._procs: dict[str, _Proc] = {}
+        # Ports handed to engines not removed yet: parallel trials pick theirs before any binds it,
+        # and the kernel may hand the same free port out twice in a row.
+        self._ports_handed_out: set[int] = set()
+        self._ports_lock = threading.Lock()
 
     # -- about this runtime ---------------------------------------------------------
 
@@ -175,14 +180,19 @@ class LocalRuntime:
         """A free TCP port on 127.0.0.1 for the engine to listen on directly.
 
         ``preferred`` is ignored: engines of several runs may share this host. The port
-        is free when chosen; another process could take it before the engine binds,
-        which then shows up as an engine that fails to start.
+        is free when chosen and never one already handed to an engine of this instance that
+        was not removed yet (parallel trials); another process could take it before the
+        engine binds, which then shows up as an engine that fails to start.
         """
         del preferred
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        return port
+        with self._ports_lock:
+            while True:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    port: int = sock.getsockname()[1]
+                if port not in self._ports_handed_out:
+                    self._ports_handed_out.add(port)
+                    return port
 
     # -- start ----------------------------------------------------------------------
 
@@ -194,7 +204,10 @@ class LocalRuntime:
         env.update(spec.env)
         if home is not None:
             env["HOME"] = home
-        if spec.gpus and spec.gpus > 0 and "CUDA_VISIBLE_DEVICES" not in env:
+        if spec.gpu_ids:
+            # This engine's GPU set and no other, whatever the host's CUDA_VISIBLE_DEVICES said.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_ids)
+        elif spec.gpus and spec.gpus > 0 and "CUDA_VISIBLE_DEVICES" not in env:
             # Docker's count=N gives the first N GPUs; do the same on a bare host.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.gpus))
         return env
@@ -506,6 +519,8 @@ class LocalRuntime:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         del self._procs[started.name]
+        with self._ports_lock:
+            self._ports_handed_out.discard(started.spec.port or 0)
 
     @staticmethod
     def _undo_copies(copies: list[tuple[Path, bool]]) -> None:

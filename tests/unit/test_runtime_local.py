@@ -596,3 +596,25 @@ def test_copy_mode_failed_start_undoes_copy(copy_rt: LocalRuntime, tmp_path: Pat
     with pytest.raises(RuntimeUnavailableError):
         copy_rt.start(spec)
     assert not target.exists()
+
+
+def test_a_parallel_trials_gpu_set_replaces_the_hosts_visible_devices(
+    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each parallel trial sees its own GPUs only, whatever CUDA_VISIBLE_DEVICES the host had."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    code = "import os; print('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', '-'), flush=True)"
+    started = rt.start(make_spec(tmp_path, code, gpus=1, gpu_ids=("GPU-aaaa", "GPU-bbbb")))
+    assert wait_exit(rt, started) == 0
+    assert "CVD=GPU-aaaa,GPU-bbbb" in rt.logs(started)
+    finish(rt, started)
+
+
+def test_ports_handed_out_are_never_handed_out_twice_until_removed(rt: LocalRuntime, tmp_path: Path) -> None:
+    """Parallel trials each pick a port before any engine binds one: no two may get the same."""
+    ports = [rt.engine_port(8000) for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    started = rt.start(make_spec(tmp_path, "pass", port=ports[0]))
+    wait_exit(rt, started)
+    finish(rt, started)
+    assert ports[0] not in rt._ports_handed_out  # free again once its engine is removed

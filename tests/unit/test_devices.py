@@ -1,0 +1,136 @@
+"""GPU slots for parallel trials, the per-slot memory check, and cross-device agreement (pure logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, plan_slots, visible_gpus
+from bless.errors import InsufficientGpuError, ResolutionError
+from bless.factors import GpuInfo
+from bless.probes import parse_gpu_query
+from bless.profile import HardwareSpec
+from bless.runtime.base import ContainerSpec
+from bless.runtime.docker import device_requests
+
+GIB = 1024
+
+
+def gpus(count: int, name: str = "NVIDIA H200", free_gib: float = 100) -> list[GpuInfo]:
+    return [GpuInfo(name, "9.0", 140 * GIB, int(free_gib * GIB), i, f"GPU-{i}abc") for i in range(count)]
+
+
+CUDA = HardwareSpec(accelerator="cuda", gpu_count=1)
+
+
+def test_nvidia_smi_query_gives_index_and_uuid() -> None:
+    out = (
+        "0, GPU-5d2c1a4e-0000-1111-2222-333344445555, NVIDIA H200, 9.0, 143771, 143190\n"
+        "1, GPU-9f00aa11-0000-1111-2222-333344445555, NVIDIA H200, 9.0, 143771, 12000\n"
+    )
+    first, second = parse_gpu_query(out)
+    assert (first.index, first.uuid, first.memory_free_mib) == (0, "GPU-5d2c1a4e-0000-1111-2222-333344445555", 143190)
+    assert second.label == "GPU 1 (GPU-9f00aa11-0000-1111-2222-333344445555)"
+    with pytest.raises(ResolutionError):
+        parse_gpu_query("NVIDIA H200, 9.0, 143771, 143190")  # the old 4-column form: not silently misread
+
+
+@pytest.mark.parametrize(
+    ("per_trial", "requested", "trials", "expected"),
+    [
+        (1, None, 8, [[0], [1], [2], [3], [4], [5], [6], [7]]),  # default: one slot per GPU
+        (2, None, 8, [[0, 1], [2, 3], [4, 5], [6, 7]]),  # tensor parallel 2: 4 slots
+        (4, None, 8, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+        (8, None, 3, [[0, 1, 2, 3, 4, 5, 6, 7]]),
+        (3, None, 8, [[0, 1, 2], [3, 4, 5]]),  # 2 GPUs left over
+        (1, 3, 8, [[0], [1], [2]]),
+        (1, 1, 8, [[0]]),  # --parallel 1: today's behaviour, the first GPU
+        (1, None, 2, [[0], [1]]),  # never more slots than trials
+    ],
+)
+def test_slots_on_8_gpus(per_trial: int, requested: int | None, trials: int, expected: list[list[int]]) -> None:
+    spec = HardwareSpec(accelerator="cuda", gpu_count=per_trial)
+    slots = plan_slots(spec, gpus(8), requested=requested, trials=trials)
+    assert [[gpu.index for gpu in slot.gpus] for slot in slots] == expected
+    assert [slot.index for slot in slots] == list(range(len(expected)))
+    every = [gpu.index for slot in slots for gpu in slot.gpus]
+    assert len(every) == len(set(every)), "no GPU in two slots"
+
+
+def test_too_many_slots_is_refused_with_what_fits() -> None:
+    with pytest.raises(InsufficientGpuError) as caught:
+        plan_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(8), requested=5, trials=8)
+    assert caught.value.exit_code == 52
+    assert "--parallel 5 needs 10 GPUs (2 per trial)" in caught.value.message
+    assert "--parallel 4" in (caught.value.hint or "")
+    with pytest.raises(InsufficientGpuError, match="a trial needs 4 GPU"):
+        plan_slots(HardwareSpec(accelerator="cuda", gpu_count=4), gpus(2), requested=None, trials=1)
+
+
+def test_only_gpus_of_the_first_gpus_model_make_slots() -> None:
+    mixed = [*gpus(2), *[GpuInfo("NVIDIA A100", "8.0", 80 * GIB, 70 * GIB, 2 + i, f"GPU-a{i}") for i in range(2)]]
+    slots = plan_slots(CUDA, mixed, requested=None, trials=8)
+    assert [slot.short for slot in slots] == ["0", "1"]
+
+
+def test_cpu_profiles_get_slots_without_gpus() -> None:
+    cpu = HardwareSpec(accelerator="cpu")
+    assert plan_slots(cpu, [], requested=None, trials=5) == (GpuSlot(0),)
+    assert plan_slots(cpu, [], requested=3, trials=5) == (GpuSlot(0), GpuSlot(1), GpuSlot(2))
+    assert GpuSlot(0).label == "cpu" and GpuSlot(0).device_ids == ()
+
+
+def test_slot_names_its_gpus_by_uuid_for_the_runtime() -> None:
+    slot = plan_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(4), requested=None, trials=4)[1]
+    assert slot.device_ids == ("GPU-2abc", "GPU-3abc")
+    assert slot.label == "GPUs 2,3" and slot.short == "2,3"
+    assert slot.records() == [
+        {"index": 2, "uuid": "GPU-2abc", "name": "NVIDIA H200"},
+        {"index": 3, "uuid": "GPU-3abc", "name": "NVIDIA H200"},
+    ]
+    no_uuid = GpuSlot(0, (GpuInfo("NVIDIA H200", "9.0", 1, 1, 5, ""),))
+    assert no_uuid.device_ids == ("5",)
+
+
+def test_the_operators_cuda_visible_devices_limits_the_gpus() -> None:
+    host = gpus(8)
+    assert [g.index for g in visible_gpus(host, None)] == list(range(8))
+    assert [g.index for g in visible_gpus(host, "6,2")] == [6, 2]
+    assert [g.index for g in visible_gpus(host, "GPU-3abc, GPU-5")] == [3, 5]  # full UUID, then a prefix
+    assert visible_gpus(host, "") == [] and visible_gpus(host, "9") == []
+
+
+def test_memory_is_checked_per_slot_and_names_the_gpu() -> None:
+    spec = HardwareSpec(accelerator="cuda", gpu_count=2, min_gpu_memory_gib=40)
+    planned = plan_slots(spec, gpus(8), requested=None, trials=8)
+    now = gpus(8)
+    now[5] = GpuInfo("NVIDIA H200", "9.0", 140 * GIB, 3 * GIB, 5, "GPU-5abc")
+    with pytest.raises(InsufficientGpuError) as caught:
+        check_slot_memory(spec, planned, now)
+    assert caught.value.exit_code == 52
+    assert "GPU 5 (GPU-5abc) (slot 2): 3.0 GiB free of 140.0" in caught.value.message
+    assert caught.value.details["short"] == [{"slot": 2, "index": 5, "uuid": "GPU-5abc", "free_mib": 3 * GIB}]
+    check_slot_memory(spec, planned[:2], now)  # slots 0 and 1 do not use GPU 5
+    check_slot_memory(HardwareSpec(accelerator="cuda", gpu_count=2), planned, now)  # no minimum declared
+
+
+def test_cross_device_disagreement_names_the_device() -> None:
+    reference = {"a": ("x", (1,)), "b": ("y", (2,))}
+    same = {"a": {("x", (1,))}, "b": {("y", (2,))}}
+    other = {"a": {("x", (1,))}, "b": {("z", (3,))}}
+    assert cross_device_reasons("GPU 0", reference, [("GPU 0", same), ("GPU 1", same)]) == []
+    (reason,) = cross_device_reasons("GPU 0", reference, [("GPU 0", same), ("GPU 1", same), ("GPU 1", other)])
+    assert reason.startswith("cross-device: GPU 1 answers 1 prompt(s) differently from GPU 0")
+    assert "'b'" in reason
+    # The compile device's own mismatches are the golden check's business, not a device disagreement.
+    assert cross_device_reasons("GPU 0", reference, [("GPU 0", other)]) == []
+
+
+def test_docker_gets_exactly_the_slots_gpus() -> None:
+    pinned = ContainerSpec(name="t", command=("x",), env={}, labels={}, gpus=2, gpu_ids=("GPU-2abc", "GPU-3abc"))
+    (request,) = device_requests(pinned)
+    assert request["DeviceIDs"] == ["GPU-2abc", "GPU-3abc"] and request["Count"] == 0
+    (counted,) = device_requests(ContainerSpec(name="t", command=("x",), env={}, labels={}, gpus=1))
+    assert counted["Count"] == 1 and not counted["DeviceIDs"]
+    assert device_requests(ContainerSpec(name="t", command=("x",), env={}, labels={}, log_path=Path("/x"))) == []
