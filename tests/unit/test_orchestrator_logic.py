@@ -40,7 +40,7 @@ from bless.errors import (
     WeakerBlessingError,
 )
 from bless.evidence import UpperEntry
-from bless.factors import ResolvedConfig, resolve
+from bless.factors import GpuInfo, ResolvedConfig, resolve
 from bless.flows.events import Event
 from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
 from bless.profile import Profile, load_profile
@@ -324,6 +324,7 @@ class Harness:
     runtime: FakeRuntime
     resolved: ResolvedConfig
     events: list[Event]
+    gpus: list[GpuInfo] = field(default_factory=list)  # what the GPU probe lists (none: a CPU host)
 
     @property
     def config_hash(self) -> str:
@@ -336,6 +337,7 @@ class Harness:
             runtime=self.runtime,
             adapter=adapter or ReferenceAdapter(),
             events=self.events.append,
+            gpu_probe=lambda: list(self.gpus),
         )
         return orchestrator.run(RunOptions(trials=trials, **options))
 

@@ -20,6 +20,7 @@ from test_orchestrator_logic import (
     ARTIFACT,
     Behavior,
     FakeRuntime,
+    Harness,
     make_profile,
     real_sigint,
     tokens_for,
@@ -29,8 +30,6 @@ from bless.devices import GpuSlot
 from bless.engines.reference import ReferenceAdapter
 from bless.errors import ExitCode, InsufficientGpuError, InterruptedByUserError
 from bless.factors import GpuInfo, ResolvedConfig, resolve
-from bless.flows.events import Event
-from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.schemas import schema_errors
@@ -112,27 +111,11 @@ def cuda_resolved(profile: Profile, runtime: FakeRuntime) -> ResolvedConfig:
     )  # fmt: skip
 
 
-@dataclasses.dataclass
-class ParallelHarness:
-    store: Store
+class ParallelHarness(Harness):
     runtime: GpuFakeRuntime
-    resolved: ResolvedConfig
-    gpus: list[GpuInfo]
-    events: list[Event]
-
-    def run(self, trials: int, parallel: int | None = None) -> RunResult:
-        orchestrator = Orchestrator(
-            self.resolved,
-            store=self.store,
-            runtime=self.runtime,
-            adapter=ReferenceAdapter(),
-            events=self.events.append,
-            gpu_probe=lambda: list(self.gpus),
-        )
-        return orchestrator.run(RunOptions(trials=trials, parallel=parallel))
 
     def rejected(self) -> Path:
-        (only,) = sorted((self.store.root / "rejected" / self.resolved.config_hash).iterdir())
+        (only,) = self.rejected_dirs()
         return only
 
 
@@ -145,7 +128,7 @@ def make(tmp_path: Path) -> Iterator[Callable[..., ParallelHarness]]:
     ) -> ParallelHarness:
         runtime = GpuFakeRuntime(by_gpu)
         resolved = cuda_resolved(profile or cuda_profile(), runtime)
-        harness = ParallelHarness(Store(tmp_path / "root"), runtime, resolved, gpus or host_gpus(), [])
+        harness = ParallelHarness(Store(tmp_path / "root"), runtime, resolved, [], gpus or host_gpus())
         made.append(harness)
         return harness
 
