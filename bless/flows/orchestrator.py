@@ -123,12 +123,15 @@ class CandidateResult:
     trials: tuple[TrialResult, ...]
     reasons: tuple[str, ...]
     rejected_dir: str | None = None
+    #: Wall time of phase 2 (all K trials, parallel ones overlapping): what --parallel shortens.
+    trials_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "accepted": self.accepted,
             "reasons": list(self.reasons),
+            "trials_seconds": round(self.trials_seconds, 3) if self.trials_seconds is not None else None,
             "bootstrap": self.bootstrap,
             "trials": [trial.to_dict() for trial in self.trials],
             "rejected_dir": self.rejected_dir,
@@ -359,7 +362,9 @@ class Orchestrator:
             bootstrap, golden_report, listing, artifacts = self._bootstrap(index, tree, evidence)
             golden = golden_from(golden_report, self.profile.trials.max_tokens)
             proof = _TrialInputs(index, tree, listing, golden, artifacts.engine_keys, work, evidence)
+            trials_started = time.monotonic()
             self._run_trials(proof, options, trials)
+            trials_seconds = time.monotonic() - trials_started
         except BootstrapFailedError as exc:
             self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
             raise
@@ -376,14 +381,14 @@ class Orchestrator:
             reasons = tuple([*(f"trial {t.index}: {r}" for t in failed for r in t.reasons), *cross_device])
             rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
             self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
-            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected))
+            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected), trials_seconds)
         manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
         self._published = self.store.publish(tree, manifest)
         # The engine logs of an accepted run stay readable next to the store (not in the manifest),
         # until gc removes the blessed version they made.
         self.store.keep_run_logs(self.run_id, self._published, sorted(evidence.glob("*.log")))
         self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
-        return CandidateResult(index, True, bootstrap, tuple(trials), ())
+        return CandidateResult(index, True, bootstrap, tuple(trials), (), trials_seconds=trials_seconds)
 
     def _session(
         self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path, slot: GpuSlot

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Benchmark: the reference engine's cold vs blessed start, like for like, and where a start's time goes.
+
+``--engine`` (default): real engine processes (``python3 -m bless.engines.reference_engine``), timed
+from spawn to the ``ready`` marker. One untimed warm-up start first (it writes the interpreter's
+bytecode for torch and fills nothing that a timed start reuses), and it saves the artifact the
+blessed starts load. Then ``--pairs`` pairs of one cold start (empty cache dir) and one blessed start
+(the saved artifact), alternating which goes first. Every start gets a fresh Inductor and Triton
+cache dir, so a cold start never hits a cache a previous start left. Reported: median and range of
+each side, the ratio of the medians and each pair's ratio.
+
+``--breakdown``: the same model booted step by step in child processes, each step timed: interpreter +
+``import torch``, building the seeded model on the GPU, loading the Mega-Cache artifact, the first
+compiled call (Dynamo tracing, the Inductor cache hit, the CUDA graph warm-up), the next calls (graph
+capture), for a cold compile, a Mega-Cache load, and AOT compile (``aot_compile`` +
+``save_compiled_function`` / ``torch.compiler.load_compiled_function``, torch >= 2.11) with and without
+CUDA graphs. Each child prints one JSON line; a step that fails is recorded with its error.
+
+    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+READY = "bless-reference: ready on port "
+COMPILE_TIME = "bless-reference: torch.compile took "
+# The GPU profile's model (profiles/reference-cuda-local.toml).
+MODEL_ARGS = ["--seed", "0", "--layers", "8", "--d-model", "1024", "--heads", "16", "--max-seq-len", "128"]
+
+
+def fresh_env(scratch: Path) -> dict[str, str]:
+    """Our environment with Inductor's and Triton's caches in a fresh dir: no start reuses another's."""
+    inductor, triton = scratch / "inductor", scratch / "triton"
+    inductor.mkdir(parents=True)
+    triton.mkdir(parents=True)
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TORCHINDUCTOR_CACHE_DIR": str(inductor),
+        "TRITON_CACHE_DIR": str(triton),
+    }
+
+
+def engine_start(device: str, cache_dir: Path, timeout_s: float = 600) -> dict[str, Any]:
+    """Spawn the engine, time spawn -> ready marker, stop it; returns the timing and its compile time."""
+    with tempfile.TemporaryDirectory(prefix="bless-bench-start-") as tmp:
+        env = fresh_env(Path(tmp))
+        command = [sys.executable, "-m", "bless.engines.reference_engine", "--device", device, "--port", "0",
+                   "--host", "127.0.0.1", "--cache-dir", str(cache_dir), *MODEL_ARGS]  # fmt: skip
+        started = time.monotonic()
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        lines: list[str] = []
+        ready_s = None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if line.startswith(READY):
+                ready_s = time.monotonic() - started
+                break
+            if time.monotonic() - started > timeout_s:
+                break
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rest, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+        lines.extend(rest.splitlines())
+    if ready_s is None:
+        raise SystemExit("engine never became ready:\n" + "\n".join(lines[-40:]))
+    compile_s = next((float(x[len(COMPILE_TIME) :].split()[0]) for x in lines if x.startswith(COMPILE_TIME)), None)
+    return {
+        "ready_s": round(ready_s, 3),
+        "compile_s": compile_s,
+        "loaded": any("Directly load compiled artifact" in x for x in lines),
+        "saved": any("saved compiled artifact" in x for x in lines),
+    }
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def bench_engine(device: str, pairs: int) -> dict[str, Any]:
+    blessed_dir = Path(tempfile.mkdtemp(prefix="bless-bench-blessed-"))
+    try:
+        print("warm-up start (untimed; saves the artifact the blessed starts load) ...", file=sys.stderr)
+        warmup = engine_start(device, blessed_dir)
+        if not warmup["saved"]:
+            raise SystemExit(f"the warm-up start saved no artifact: {warmup}")
+        rows = []
+        for index in range(pairs):
+            order = ("cold", "blessed") if index % 2 == 0 else ("blessed", "cold")
+            pair: dict[str, Any] = {"order": list(order)}
+            for side in order:
+                print(f"pair {index + 1}/{pairs}: {side} ...", file=sys.stderr)
+                if side == "cold":
+                    with tempfile.TemporaryDirectory(prefix="bless-bench-cold-") as cold_dir:
+                        pair[side] = engine_start(device, Path(cold_dir))
+                else:
+                    pair[side] = engine_start(device, blessed_dir)
+                    if not pair[side]["loaded"]:
+                        raise SystemExit(f"a blessed start did not load the artifact: {pair[side]}")
+            pair["ratio"] = round(pair["blessed"]["ready_s"] / pair["cold"]["ready_s"], 3)
+            rows.append(pair)
+    finally:
+        shutil.rmtree(blessed_dir, ignore_errors=True)
+    cold = [r["cold"]["ready_s"] for r in rows]
+    blessed = [r["blessed"]["ready_s"] for r in rows]
+    return {
+        "warmup": warmup,
+        "pairs": rows,
+        "cold_ready_s": spread(cold),
+        "blessed_ready_s": spread(blessed),
+        "cold_compile_s": spread([r["cold"]["compile_s"] for r in rows]),
+        "blessed_compile_s": spread([r["blessed"]["compile_s"] for r in rows]),
+        "ratio_of_medians": round(statistics.median(blessed) / statistics.median(cold), 3),
+        "pair_ratios": spread([r["ratio"] for r in rows]),
+    }
+
+
+# --- breakdown (child processes) -----------------------------------------------------------------------
+
+
+def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
+    """Boot the model step by step in this process (a fresh child); every step timed."""
+    steps: dict[str, Any] = {"mode": mode}
+    mark = time.monotonic()
+
+    def step(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        steps[name] = round(now - mark, 3)
+        mark = now
+
+    import torch
+
+    from bless.engines.reference_engine.artifact import compile_model
+    from bless.engines.reference_engine.model import ModelArgs, build_model
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    step("import_torch_s")
+    torch.zeros(1, device=device)
+    step("cuda_init_s")
+    # BENCH_TINY_MODEL=1: a one-layer model, to check the code paths quickly on a CPU.
+    tiny = os.environ.get("BENCH_TINY_MODEL") == "1"
+    args = ModelArgs(seed=0, layers=1 if tiny else 8, d_model=64 if tiny else 1024, heads=4 if tiny else 16,
+                     max_seq_len=128)  # fmt: skip
+    model = build_model(args, device)
+    ids = torch.zeros((1, args.max_seq_len), dtype=torch.int64, device=device)
+    sync()
+    step("build_model_s")
+
+    def calls(forward: Callable[[Any], Any]) -> None:
+        with torch.no_grad():
+            forward(ids)
+            sync()
+            step("first_call_s")
+            for _ in range(2):
+                forward(ids)
+            sync()
+            step("calls_2_3_s")
+            steps["checksum"] = float(forward(ids).double().sum())  # same on every path when they agree
+
+    try:
+        if mode in ("mega-cold", "mega-load"):
+            if mode == "mega-load":
+                torch.compiler.load_cache_artifacts(artifact.read_bytes())
+                step("load_artifact_s")
+            calls(compile_model(model, device))
+            if mode == "mega-cold":
+                data = torch.compiler.save_cache_artifacts()
+                assert data is not None
+                artifact.write_bytes(data[0])
+                step("save_artifact_s")
+        elif mode.startswith("aot-"):
+            cudagraphs = mode.endswith("-graphs")
+            options = {"mode": "reduce-overhead"} if cudagraphs else {}
+            if mode.startswith("aot-save"):
+                compiled = torch.compile(model, fullgraph=True, dynamic=False, **options)
+                with torch.no_grad():
+                    aot = compiled.forward.aot_compile(((ids,), {}))
+                step("aot_compile_s")
+                save = getattr(aot, "save_compiled_function", None)
+                if save is not None:
+                    save(str(artifact), external_data={"model": model})
+                else:  # the free function of torch 2.11
+                    torch.compiler.save_compiled_function(aot, str(artifact), external_data={"model": model})  # type: ignore[attr-defined]
+                step("save_artifact_s")
+                steps["artifact_bytes"] = artifact.stat().st_size
+                loaded = aot
+            else:
+                with artifact.open("rb") as handle:
+                    loaded = torch.compiler.load_compiled_function(
+                        io.BytesIO(handle.read()), external_data={"model": model}
+                    )
+                step("load_artifact_s")
+
+            def function(x: Any) -> Any:  # the compiled Module.__call__: the module is its first argument
+                return loaded(model, x)
+
+            def stepped(x: Any) -> Any:  # each call a new CUDA-graph step, as the engine does
+                torch.compiler.cudagraph_mark_step_begin()
+                return function(x).clone()
+
+            calls(stepped if cudagraphs else function)
+        from torch._dynamo.utils import counters
+
+        steps["counters"] = {g: dict(counters[g]) for g in ("inductor", "aot_autograd") if counters[g]}
+    except Exception as exc:  # recorded: which paths work on this torch is part of the finding
+        steps["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+    return steps
+
+
+def run_child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bless-bench-child-") as tmp:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", mode, "--device", device, "--artifact", str(artifact)],
+            cwd=REPO, env=fresh_env(Path(tmp)), capture_output=True, text=True, check=False, timeout=900,
+        )  # fmt: skip
+        wall = time.monotonic() - started
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+    try:
+        result: dict[str, Any] = json.loads(last)
+    except json.JSONDecodeError:
+        result = {"mode": mode, "error": f"exit {proc.returncode}: {proc.stderr[-800:]}"}
+    result["process_wall_s"] = round(wall, 3)
+    return result
+
+
+def bench_breakdown(device: str, repeats: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="bless-bench-art-") as tmp:
+        mega, aot, aot_graphs = Path(tmp, "mega.bin"), Path(tmp, "aot.bin"), Path(tmp, "aot-graphs.bin")
+        plan = [("mega-cold", mega), ("aot-save", aot), ("aot-save-graphs", aot_graphs)]
+        plan += [("mega-load", mega), ("aot-load", aot), ("aot-load-graphs", aot_graphs)] * repeats
+        plan += [("mega-cold", Path(tmp, "mega2.bin"))]
+        results = []
+        for mode, artifact in plan:
+            print(f"breakdown: {mode} ...", file=sys.stderr)
+            results.append(run_child(mode, device, artifact))
+        return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--breakdown", action="store_true", help="also time each boot step (cold, load, AOT)")
+    parser.add_argument("--breakdown-repeats", type=int, default=2)
+    parser.add_argument("--no-engine", action="store_true", help="skip the engine start pairs")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--artifact", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.device, args.artifact)))
+        return 0
+    summary: dict[str, Any] = {"python": sys.version.split()[0]}
+    if shutil.which("nvidia-smi"):
+        summary["gpu"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip().splitlines()[:1]  # fmt: skip
+    if not args.no_engine:
+        summary["engine"] = bench_engine(args.device, args.pairs)
+    if args.breakdown:
+        summary["breakdown"] = bench_breakdown(args.device, args.breakdown_repeats)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    if "engine" in summary:
+        engine = summary["engine"]
+        print(f"cold ready s: {engine['cold_ready_s']}; blessed ready s: {engine['blessed_ready_s']}")
+        print(f"blessed/cold, ratio of medians {engine['ratio_of_medians']}, per pair {engine['pair_ratios']}")
+    for row in summary.get("breakdown", []):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU proof of `bless run --parallel` (issue 12) and the reference engine's like-for-like start benchmark,
+# on a host without Docker (local runtime, root, private mount namespace). Writes into $OUT (default
+# ./gpu-proof-parallel): gpu.csv, versions.txt, bench-parallel.json (K trials, --parallel 1 vs N, side by side,
+# plus the parallel run's result and manifest), bench-start.json (cold vs blessed starts, alternating pairs,
+# and the step-by-step breakdown).
+# Needs: python3 with torch (CUDA), typer, rich, filelock, huggingface_hub; jsonschema from .whl/ if missing.
+# -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-proof-parallel}
+mkdir -p "$OUT"
+if ! python3 -c 'import jsonschema' 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
+nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
+python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
+nproc >> "$OUT/versions.txt"
+rc=0
+python3 scripts/bench_parallel.py --profile "$PROFILE" --trials "${TRIALS:-4}" --parallel "${PARALLEL:-2}" \
+  --pairs "${PAIRS:-1}" --evidence "$OUT/parallel" --json > "$OUT/bench-parallel.json" 2> "$OUT/bench-parallel.stderr" || rc=$?
+echo "bench_parallel exit $rc" | tee "$OUT/bench-parallel.rc"
+if [ "${START_BENCH:-1}" = 1 ]; then
+  rc=0
+  python3 scripts/bench_reference_start.py --pairs "${START_PAIRS:-3}" ${BREAKDOWN:+--breakdown} --json \
+    > "$OUT/bench-start.json" 2> "$OUT/bench-start.stderr" || rc=$?
+  echo "bench_reference_start exit $rc" | tee "$OUT/bench-start.rc"
+fi
+tail -3 "$OUT/bench-parallel.stderr"
