@@ -158,6 +158,7 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
             torch.cuda.synchronize()
 
     step("import_torch_s")
+    steps["torch"] = str(torch.__version__)
     torch.zeros(1, device=device)
     step("cuda_init_s")
     # BENCH_TINY_MODEL=1: a one-layer model, to check the code paths quickly on a CPU.
@@ -196,22 +197,30 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
             options = {"mode": "reduce-overhead"} if cudagraphs else {}
             if mode.startswith("aot-save"):
                 compiled = torch.compile(model, fullgraph=True, dynamic=False, **options)
+                module_aot = getattr(compiled.forward, "aot_compile", None)
                 with torch.no_grad():
-                    aot = compiled.forward.aot_compile(((ids,), {}))
+                    if module_aot is not None:  # torch 2.13: the compiled Module.__call__, module first
+                        steps["aot_path"] = "module"
+                        aot = module_aot(((ids,), {}))
+                    else:  # torch 2.11: compile the unbound forward; the module is its first argument
+                        steps["aot_path"] = "unbound forward"
+                        unbound = torch.compile(type(model).forward, fullgraph=True, dynamic=False, **options)
+                        aot = unbound.aot_compile(((model, ids), {}))
                 step("aot_compile_s")
-                save = getattr(aot, "save_compiled_function", None)
-                if save is not None:
-                    save(str(artifact), external_data={"model": model})
-                else:  # the free function of torch 2.11
-                    torch.compiler.save_compiled_function(aot, str(artifact), external_data={"model": model})  # type: ignore[attr-defined]
+                try:
+                    aot.save_compiled_function(str(artifact), external_data={"model": model})
+                except TypeError:  # no external_data parameter in this torch
+                    aot.save_compiled_function(str(artifact))
                 step("save_artifact_s")
                 steps["artifact_bytes"] = artifact.stat().st_size
                 loaded = aot
             else:
                 with artifact.open("rb") as handle:
-                    loaded = torch.compiler.load_compiled_function(
-                        io.BytesIO(handle.read()), external_data={"model": model}
-                    )
+                    data = io.BytesIO(handle.read())
+                try:
+                    loaded = torch.compiler.load_compiled_function(data, external_data={"model": model})
+                except TypeError:  # no external_data parameter in this torch
+                    loaded = torch.compiler.load_compiled_function(io.BytesIO(data.getvalue()))
                 step("load_artifact_s")
 
             def function(x: Any) -> Any:  # the compiled Module.__call__: the module is its first argument

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,12 @@ class LocalRuntime:
         # and the kernel may hand the same free port out twice in a row.
         self._ports_handed_out: set[int] = set()
         self._ports_lock = threading.Lock()
+        # Mount targets of our live engines (namespace mode), and mount-point dirs our engines created.
+        # Parallel engines mount at the same target, each in its own namespace; removing one must not
+        # rmdir a mount point another still uses: Linux then detaches that engine's mount.
+        self._mounts_lock = threading.Lock()
+        self._targets_in_use: Counter[Path] = Counter()
+        self._dirs_to_remove: set[Path] = set()
 
     # -- about this runtime ---------------------------------------------------------
 
@@ -360,8 +367,11 @@ class LocalRuntime:
         copies: list[tuple[Path, bool]] = []
         notes: tuple[str, ...] = ()
         cwd: str | None = None
+        targets = [Path(mount.target) for mount in spec.mounts] if self.uses_mount_namespace else []
         try:
             if self.uses_mount_namespace:
+                with self._mounts_lock:
+                    self._targets_in_use.update(targets)  # before the spawn: its prologue mounts there
                 argv = self._namespace_argv(spec, created_dirs)
             else:
                 notes = self._materialize(spec, copies)
@@ -386,6 +396,7 @@ class LocalRuntime:
                 ) from exc
         except BaseException:
             self._undo_copies(copies)
+            self._release_mount_points(targets, created_dirs)
             raise
         started = Started(
             id=str(popen.pid),
@@ -514,13 +525,28 @@ class LocalRuntime:
             )
         self._reap(proc)
         self._undo_copies(proc.copies)
-        for directory in reversed(proc.created_dirs):
-            # Only empty ones: after the namespace is gone a mount point is empty again.
-            with contextlib.suppress(OSError):
-                directory.rmdir()
         del self._procs[started.name]
+        if self.uses_mount_namespace:
+            self._release_mount_points([Path(m.target) for m in started.spec.mounts], proc.created_dirs)
         with self._ports_lock:
             self._ports_handed_out.discard(started.spec.port or 0)
+
+    def _release_mount_points(self, targets: list[Path], created_dirs: list[Path]) -> None:
+        """An engine is gone: remove the mount-point dirs our engines created that no live engine uses.
+
+        Only empty ones (after a namespace is gone its mount points are empty again), deepest first;
+        one still under another engine's mount target waits for that engine's removal.
+        """
+        with self._mounts_lock:
+            self._targets_in_use.subtract(targets)
+            self._targets_in_use = +self._targets_in_use  # drop zero counts
+            self._dirs_to_remove.update(created_dirs)
+            for directory in sorted(self._dirs_to_remove, key=lambda d: len(d.parts), reverse=True):
+                if any(target == directory or directory in target.parents for target in self._targets_in_use):
+                    continue
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+                self._dirs_to_remove.discard(directory)
 
     @staticmethod
     def _undo_copies(copies: list[tuple[Path, bool]]) -> None:

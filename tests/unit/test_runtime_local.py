@@ -7,6 +7,8 @@ with ``LocalRuntime(use_mount_namespace=False)`` so it is tested as root too.
 
 from __future__ import annotations
 
+import dataclasses
+
 import errno
 import hashlib
 import json
@@ -522,6 +524,41 @@ def test_ns_forced_is_available_as_root(tmp_path: Path) -> None:
     runtime = LocalRuntime(use_mount_namespace=True)
     runtime.ping()
     assert "enforced" in runtime.notes[0]
+
+
+@needs_root
+def test_ns_parallel_engines_on_one_target_keep_their_mounts_when_one_is_removed(
+    rt: LocalRuntime, tmp_path: Path
+) -> None:
+    """Parallel trials mount the cache at the same target, each in its own namespace. Removing one
+    must not rmdir the mount point the others still use: on Linux that detaches their mounts, and
+    the next engine there saw an empty cache (seen on a 2-GPU run: "no compiled artifact")."""
+    lower = make_lower(tmp_path)
+    target = tmp_path / "not-yet" / "cache"  # created by the first engine's prologue
+    reader = (
+        "import pathlib, sys, time\n"
+        "t, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+        "print('up', flush=True)\n"
+        "while not go.exists(): time.sleep(0.02)\n"
+        "print('a.txt=' + ((t / 'a.txt').read_text() if (t / 'a.txt').exists() else 'MISSING'), flush=True)\n"
+    )
+    go = tmp_path / "go"
+
+    def overlay_spec(scratch: str) -> ContainerSpec:
+        mount = Mount("overlay", lower, str(target), scratch=tmp_path / scratch)
+        return dataclasses.replace(argv_spec(tmp_path, reader, str(target), str(go)), mounts=(mount,))
+
+    first = rt.start(overlay_spec("s1"))
+    wait_log(rt, first, "up")
+    second = rt.start(overlay_spec("s2"))
+    wait_log(rt, second, "up")
+    rt.stop(first, 5)
+    rt.remove(first)  # while the second engine still has its overlay at the target
+    go.touch()
+    assert wait_exit(rt, second) == 0
+    assert "a.txt=original a" in rt.logs(second), rt.logs(second)
+    finish(rt, second)
+    assert not target.exists() and not target.parent.exists(), "the last one out removes the mount points"
 
 
 # -- copy mode (no mount namespace) -------------------------------------------------------
