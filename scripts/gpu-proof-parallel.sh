@@ -25,7 +25,9 @@ python3 scripts/bench_parallel.py --profile "$PROFILE" --trials "${TRIALS:-4}" -
 echo "bench_parallel exit $rc" | tee "$OUT/bench-parallel.rc"
 if [ "${START_BENCH:-1}" = 1 ]; then
   rc=0
-  python3 scripts/bench_reference_start.py --pairs "${START_PAIRS:-3}" ${BREAKDOWN:+--breakdown} --json \
+  # BREAKDOWN=1 adds the per-step boot breakdown; START_ENGINE=0 skips the engine start pairs.
+  python3 scripts/bench_reference_start.py --pairs "${START_PAIRS:-3}" ${BREAKDOWN:+--breakdown} \
+    $([ "${START_ENGINE:-1}" = 0 ] && echo --no-engine) --json \
     > "$OUT/bench-start.json" 2> "$OUT/bench-start.stderr" || rc=$?
   echo "bench_reference_start exit $rc" | tee "$OUT/bench-start.rc"
 fi
