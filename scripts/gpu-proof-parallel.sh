@@ -10,13 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-proof-parallel}
 mkdir -p "$OUT"
-if ! python3 -c 'import jsonschema' 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+source scripts/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
-nvidia-smi --query-gpu=index,uuid,name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
 python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
 nproc >> "$OUT/versions.txt"
 rc=0

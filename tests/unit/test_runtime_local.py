@@ -8,7 +8,6 @@ with ``LocalRuntime(use_mount_namespace=False)`` so it is tested as root too.
 from __future__ import annotations
 
 import dataclasses
-
 import errno
 import hashlib
 import json
