@@ -12,6 +12,8 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 ``stage``     a present blessing of this very version ends the pull here (a no-op); else a staging dir
               ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
 ``download``  every blob the manifest names, checked against its digest and size while it streams;
+              files the live blessing of this config already holds (a rebless's unchanged files) are
+              copied from it instead, hashed while copied (downloaded after all if they do not match);
 ``publish``   :meth:`bless.store.Store.publish`: the same atomic publish as ``bless run`` (re-hash, move,
               read-only, manifest last as the commit point; ``fault`` is passed on to its own points). A
               kill at any step leaves the old or the new blessing, never a half; the next pull removes the
@@ -21,16 +23,17 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bless.artifact import (
     BlessingArtifact,
@@ -42,7 +45,7 @@ from bless.artifact import (
 )
 from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMismatchError
 from bless.manifest import Manifest
-from bless.registry import Reference, RegistryClient
+from bless.registry import CHUNK, Reference, RegistryClient
 from bless.store import FaultHook, Store, process_alive
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
@@ -146,11 +149,15 @@ def _download(
     files: tuple[BlobRef, ...],
     progress: Callable[[int], None] | None,
     workers: int,
+    local_copies: Mapping[str, Path],
 ) -> tuple[int, int]:
-    """Every file of the tree, each distinct blob fetched once; returns (blobs, bytes) downloaded.
+    """Every file of the tree, each distinct blob once; returns (blobs, bytes) downloaded.
 
-    After the first failure no further blob is started, and that first failure is what is raised
-    (the others are usually its consequences, e.g. a registry that died mid-transfer).
+    A blob whose bytes the store already holds (``local_copies``: digest -> a file of the live
+    blessing of this config) is copied from there, hashed while it is copied, and downloaded only
+    when that copy does not hash right. After the first failure no further blob is started, and
+    that first failure is what is raised (the others are usually its consequences, e.g. a
+    registry that died mid-transfer).
     """
     by_digest: dict[str, list[BlobRef]] = {}
     for blob in files:
@@ -171,6 +178,7 @@ def _download(
                 progress(size)
 
     failures: list[BaseException] = []
+    downloaded: list[BlobRef] = []
 
     def fetch(group: list[BlobRef]) -> None:
         with lock:
@@ -184,9 +192,12 @@ def _download(
 
     def fetch_group(group: list[BlobRef]) -> None:
         first = tree / group[0].title
-        fd = os.open(first, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as sink:
-            client().download_blob(group[0].digest, group[0].size, sink, report)
+        source = local_copies.get(group[0].digest)
+        if source is None or not _copy_verified(source, first, group[0]):
+            with _new_file(first) as sink:
+                client().download_blob(group[0].digest, group[0].size, sink, report)
+            with lock:
+                downloaded.append(group[0])
         for twin in group[1:]:
             shutil.copyfile(first, tree / twin.title, follow_symlinks=False)
 
@@ -196,7 +207,41 @@ def _download(
             future.result()
     if failures:
         raise failures[0]
-    return len(groups), sum(group[0].size for group in groups)
+    return len(downloaded), sum(blob.size for blob in downloaded)
+
+
+def _new_file(path: Path) -> IO[bytes]:
+    """A new file of ours (never over an existing name or through a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "wb")
+
+
+def _copy_verified(source: Path, target: Path, blob: BlobRef) -> bool:
+    """Copy a local file that should hold ``blob``, hashing it; False (and nothing left) when it does not."""
+    hasher = hashlib.sha256()
+    size = 0
+    try:
+        with source.open("rb") as reader, _new_file(target) as sink:
+            while chunk := reader.read(CHUNK):
+                hasher.update(chunk)
+                size += len(chunk)
+                sink.write(chunk)
+    except OSError:
+        target.unlink(missing_ok=True)
+        return False
+    if size != blob.size or f"sha256:{hasher.hexdigest()}" != blob.digest:
+        target.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _local_copies(store: Store, config_hash: str) -> dict[str, Path]:
+    """Digest -> file of the live blessing of this config: a rebless's unchanged files need no download."""
+    live = store.find(config_hash)
+    if live is None:
+        return {}
+    blessed_dir = store.blessed_dir(live)
+    return {f"sha256:{entry.sha256}": blessed_dir / entry.path for entry in live.cache.files}
 
 
 def pull_blessing(
@@ -255,7 +300,8 @@ def pull_blessing(
             (tree / directory).mkdir(parents=True, exist_ok=True)
 
         step("download")
-        blobs, size = _download(reference, plain_http, tree, artifact.files, progress, workers)
+        local = _local_copies(store, manifest.config_hash)
+        blobs, size = _download(reference, plain_http, tree, artifact.files, progress, workers, local)
 
         step("publish")
         try:

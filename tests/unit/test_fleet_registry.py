@@ -134,10 +134,20 @@ def test_rebless_moves_only_changed_files(tmp_path: Path, registry: Registry, or
     delta = push_blessing(origin, second, ref)
     assert delta.blobs_uploaded == 2  # the new manifest and the one changed file
     assert delta.bytes_uploaded < full.bytes_uploaded
+    # A local copy that no longer hashes right is downloaded after all, never trusted.
+    live_first = host.find(first.config_hash)
+    assert live_first is not None
+    kernel = host.blessed_dir(live_first) / "nested" / "deep" / "kernel.so"
+    kernel.chmod(0o644)
+    kernel.write_bytes(b"x" * kernel.stat().st_size)
     pulled = pull_blessing(host, ref)
-    assert pulled.installed and pulled.blobs_downloaded == len({f.sha256 for f in second.cache.files})
+    changed = next(f for f in second.cache.files if f.path == "nested/index.json")
+    kept_but_damaged = next(f for f in second.cache.files if f.path == "nested/deep/kernel.so")
+    assert pulled.installed and pulled.blobs_downloaded == 2  # the changed file and the damaged one
+    assert pulled.bytes_downloaded == changed.size + kept_but_damaged.size
     live = host.find(second.config_hash)
     assert live is not None and live.cache.dir_id == NEW_ID
+    assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs).ok
 
 
 def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: Registry, origin: Store):
