@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import re
 import stat
@@ -79,6 +80,7 @@ __all__ = [
     "TrustVerdict",
     "check_blessing",
     "init_repository",
+    "manifest_file_bytes",
     "metadata_from_dir",
     "parse_duration",
     "rotate_role",
@@ -457,26 +459,44 @@ def init_repository(
     return InitResult(keys_dir, metadata_path, tuple(key_files), chosen)
 
 
-def manifest_target(manifest: Manifest) -> tuple[str, bytes]:
-    """The target name and the exact bytes that are signed for a blessing."""
-    return target_path(manifest.config_hash, manifest.cache.dir_id), manifest.to_json_bytes()
+def manifest_file_bytes(path: Path, manifest: Manifest) -> bytes:
+    """The bytes that are signed and checked: the manifest file as the store wrote it.
+
+    They must still be ``manifest`` (the file could have changed since it was read). Hashing the file
+    costs far less than serializing a 2,000-file manifest again (indented JSON is encoded in Python).
+
+    Raises:
+        TargetMismatchError: the file no longer holds this manifest.
+    """
+    try:
+        with path.open("rb") as handle:
+            data = handle.read()
+        same = json.loads(data) == manifest.to_dict()
+    except (OSError, ValueError) as exc:
+        raise TargetMismatchError(f"cannot read the manifest {path} again: {exc}") from None
+    if not same:
+        raise TargetMismatchError(
+            f"{path} changed while it was being checked", hint="run the command again; find out what writes manifests"
+        )
+    return data
 
 
 def sign_blessing(
     keys_dir: Path,
     manifest: Manifest,
+    data: bytes,
     *,
     expires: timedelta = DEFAULT_EXPIRES,
     keep_previous: bool = False,
     now: datetime | None = None,
 ) -> SignResult:
-    """List ``manifest`` as a target and re-sign targets, snapshot and timestamp with new versions.
+    """List ``manifest`` (whose file bytes are ``data``) as a target; re-sign targets, snapshot and timestamp.
 
     Other versions of the same config hash are delisted unless ``keep_previous``: a superseded
     blessing then fails verification under ``--trust`` (exit UNSIGNED).
     """
     now = now or datetime.now(UTC)
-    name, data = manifest_target(manifest)
+    name = target_path(manifest.config_hash, manifest.cache.dir_id)
     with _repository(keys_dir) as repo:
         targets = repo.targets.signed.targets
         prefix = f"{_TARGET_PREFIX}/{manifest.config_hash}/"
@@ -613,12 +633,13 @@ def _check_anchor(state_dir: Path, anchor: bytes) -> None:
 
 def check_blessing(
     manifest: Manifest,
+    data: bytes,
     *,
     trust_dir: Path,
     state_dir: Path,
     candidate: Mapping[str, bytes] | None = None,
 ) -> TrustVerdict:
-    """Verify ``manifest`` is a signed, fresh, un-rolled-back TUF target, and record what was trusted.
+    """Verify ``manifest`` (file bytes ``data``) is a signed, fresh, current TUF target; record what was trusted.
 
     ``trust_dir`` holds the trusted ``root.json`` (the anchor). New metadata comes from ``candidate``
     (e.g. a pulled artifact), else from ``trust_dir`` when it holds ``timestamp.json``, else from
@@ -641,7 +662,7 @@ def check_blessing(
         raise TrustInvalidError(f"cannot create {state_dir}: {exc.strerror or exc}") from None
     if candidate is None:
         candidate = trust_files if "timestamp.json" in trust_files else metadata_from_dir(state_dir)
-    name, data = manifest_target(manifest)
+    name = target_path(manifest.config_hash, manifest.cache.dir_id)
     with FileLock(str(state_dir.parent / "trust.lock")):
         _check_anchor(state_dir, anchor)
         try:

@@ -25,6 +25,7 @@ from bless.trust import (
     TrustVerdict,
     check_blessing,
     init_repository,
+    manifest_file_bytes,
     parse_duration,
     rotate_role,
     sign_blessing,
@@ -80,7 +81,16 @@ def trust_check(store: Store, manifest: Manifest, trust: Path | None) -> TrustVe
     """Under ``--trust``: the verdict, or a refusal with its exit code. Without it: None (unsigned)."""
     if trust is None:
         return None
-    return check_blessing(manifest, trust_dir=trust, state_dir=trust_state_dir(store.root))
+    data = stored_manifest_bytes(store, manifest)
+    return check_blessing(manifest, data, trust_dir=trust, state_dir=trust_state_dir(store.root))
+
+
+def stored_manifest_bytes(store: Store, manifest: Manifest) -> bytes:
+    """The live manifest file's bytes (what is signed), still holding ``manifest``."""
+    path = store.manifest_path(manifest.config_hash)
+    if path is None:
+        raise NoManifestError(f"the manifest of {manifest.config_hash[:16]}... is gone from {store.manifests_dir}")
+    return manifest_file_bytes(path, manifest)
 
 
 def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:
@@ -206,7 +216,8 @@ def sign_command(
     """
     store = app_state(ctx).store()
     manifest = lookup_manifest(store, config_hash)
-    result = sign_blessing(keys, manifest, expires=parse_duration(expires), keep_previous=keep_previous)
+    signed_bytes = stored_manifest_bytes(store, manifest)
+    result = sign_blessing(keys, manifest, signed_bytes, expires=parse_duration(expires), keep_previous=keep_previous)
     data = {"config_hash": manifest.config_hash, **_sign_data(result)}
     return Report(data, _render_sign)
 

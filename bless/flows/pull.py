@@ -85,7 +85,7 @@ class PullResult:
         }
 
 
-def _resolve(client: RegistryClient, reference: Reference) -> tuple[BlessingArtifact, Manifest]:
+def _resolve(client: RegistryClient, reference: Reference) -> tuple[BlessingArtifact, Manifest, bytes]:
     data, header_digest = client.get_manifest(reference.digest or reference.tag or "latest")
     artifact = parse_blessing_artifact(data, reference.digest)
     if reference.digest is None and header_digest is not None and header_digest != artifact.digest:
@@ -94,7 +94,7 @@ def _resolve(client: RegistryClient, reference: Reference) -> tuple[BlessingArti
             hint="the registry is inconsistent or tampered with; pull by digest from a trusted source",
         )
     config_bytes = client.read_blob(artifact.config.digest, artifact.config.size)
-    return artifact, parse_blessing_config(artifact, config_bytes)
+    return artifact, parse_blessing_config(artifact, config_bytes), config_bytes
 
 
 def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str, bytes] | None:
@@ -262,13 +262,14 @@ def pull_blessing(
 
     step("resolve")
     client = RegistryClient(reference, plain_http=plain_http)
-    artifact, manifest = _resolve(client, reference)
+    artifact, manifest, manifest_bytes = _resolve(client, reference)
 
     step("trust")
     verdict = None
     if trust_dir is not None:
         verdict = check_blessing(
             manifest,
+            manifest_bytes,
             trust_dir=trust_dir,
             state_dir=trust_state_dir(store.root),
             candidate=_signatures(client, artifact),

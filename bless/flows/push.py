@@ -28,7 +28,7 @@ from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
 from bless.manifest import Manifest
 from bless.registry import Reference, RegistryClient
 from bless.store import Store
-from bless.trust import manifest_target, metadata_from_dir
+from bless.trust import metadata_from_dir, target_path
 from bless.verify import verify_tree
 
 __all__ = ["PushResult", "push_blessing"]
@@ -70,7 +70,7 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
             f"{metadata_dir} holds no targets.json/root.json",
             hint="--metadata names the signing repository's metadata directory (DIR/metadata)",
         )
-    name, _data = manifest_target(manifest)
+    name = target_path(manifest.config_hash, manifest.cache.dir_id)
     try:
         listed = name in json.loads(files["targets.json"])["signed"]["targets"]
     except (ValueError, KeyError, TypeError):

@@ -71,3 +71,22 @@ def test_init_sign_verify_with_trust_and_without(tmp_path: Path) -> None:
 
     code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--expires", "forever")
     assert code == ExitCode.USAGE and "30d" in stderr
+
+
+def test_a_manifest_edited_after_signing_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    assert invoke(root, "sign", manifest.config_hash, "--keys", str(keys))[0] == 0
+    path = store.manifest_path(manifest.config_hash)
+    assert path is not None
+    document = json.loads(path.read_text())
+    document["golden"][0]["text"] = "edited"  # still a valid manifest of the same config hash
+    path.chmod(0o644)
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == ExitCode.TARGET_MISMATCH, data

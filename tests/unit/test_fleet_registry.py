@@ -176,7 +176,7 @@ def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: Registry,
 
 
 def signed_push(origin: Store, manifest: Manifest, keys: Path, ref: str, **sign: object) -> str:
-    sign_blessing(keys, manifest, **sign)  # type: ignore[arg-type]
+    sign_blessing(keys, manifest, manifest.to_json_bytes(), **sign)  # type: ignore[arg-type]
     return push_blessing(origin, manifest, parse_reference(ref), metadata_dir=keys / "metadata").digest
 
 

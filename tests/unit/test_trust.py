@@ -77,7 +77,7 @@ def test_init_creates_private_keys_0600_and_refuses_to_overwrite(tmp_path: Path)
 
 
 def test_sign_then_verify_with_only_the_root(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    signed = sign_blessing(repo, manifest, expires=timedelta(days=3))
+    signed = sign_blessing(repo, manifest, manifest.to_json_bytes(), expires=timedelta(days=3))
     assert signed.target == target_path(manifest.config_hash, manifest.cache.dir_id)
     assert signed.versions["targets"] == 2 and signed.versions["timestamp"] == 2
     targets = json.loads((repo / "metadata" / "targets.json").read_text())
@@ -85,81 +85,115 @@ def test_sign_then_verify_with_only_the_root(tmp_path: Path, repo: Path, manifes
     assert custom["config_hash"] == manifest.config_hash and custom["engine"] == "reference"
     trust = provision(tmp_path, repo)
     verdict = check_blessing(
-        manifest, trust_dir=trust, state_dir=tmp_path / "state", candidate=snapshot_metadata(repo)
+        manifest,
+        manifest.to_json_bytes(),
+        trust_dir=trust,
+        state_dir=tmp_path / "state",
+        candidate=snapshot_metadata(repo),
     )
     assert verdict.target == signed.target
     assert verdict.versions["targets"] == 2
     # A later check with no new metadata re-verifies what the host trusted, offline.
-    again = check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "state")
+    again = check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "state")
     assert again.versions == verdict.versions
 
 
 def test_unsigned_blessing_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)
     with pytest.raises(UnsignedError) as info:
-        check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "state", candidate=snapshot_metadata(repo))
+        check_blessing(
+            manifest,
+            manifest.to_json_bytes(),
+            trust_dir=trust,
+            state_dir=tmp_path / "state",
+            candidate=snapshot_metadata(repo),
+        )
     assert info.value.exit_code == ExitCode.UNSIGNED
     # No metadata at all: unsigned too, not a crash.
     with pytest.raises(UnsignedError):
-        check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "state2")
+        check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "state2")
 
 
 def test_rebless_delists_the_old_version_unless_kept(tmp_path: Path, repo: Path) -> None:
     tree = write_tree(tmp_path / "tree")
     old = make_manifest(tree, dir_id="20250101T000000Z-aaaaaaaaaaaa")
     new = make_manifest(tree, dir_id="20250102T000000Z-bbbbbbbbbbbb")
-    sign_blessing(repo, old)
-    result = sign_blessing(repo, new)
+    sign_blessing(repo, old, old.to_json_bytes())
+    result = sign_blessing(repo, new, new.to_json_bytes())
     assert result.removed_targets == (target_path(old.config_hash, old.cache.dir_id),)
     trust = provision(tmp_path, repo)
-    check_blessing(new, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    check_blessing(
+        new, new.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     with pytest.raises(UnsignedError):
-        check_blessing(old, trust_dir=trust, state_dir=tmp_path / "s")
-    sign_blessing(repo, old, keep_previous=True)
-    check_blessing(new, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
-    check_blessing(old, trust_dir=trust, state_dir=tmp_path / "s")
+        check_blessing(old, old.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
+    sign_blessing(repo, old, old.to_json_bytes(), keep_previous=True)
+    check_blessing(
+        new, new.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
+    check_blessing(old, old.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
 
 
 def test_manifest_changed_after_signing_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest)
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
     altered = Manifest(**{**manifest.__dict__, "golden": [{**manifest.golden[0], "text": "other"}]})
     with pytest.raises(TargetMismatchError) as info:
         check_blessing(
-            altered, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+            altered,
+            altered.to_json_bytes(),
+            trust_dir=provision(tmp_path, repo),
+            state_dir=tmp_path / "s",
+            candidate=snapshot_metadata(repo),
         )
     assert info.value.exit_code == ExitCode.TARGET_MISMATCH
 
 
 def test_rollback_to_older_validly_signed_metadata_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest)
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
     old_metadata = snapshot_metadata(repo)
-    sign_blessing(repo, manifest)  # a newer signing of the same blessing
+    sign_blessing(repo, manifest, manifest.to_json_bytes())  # a newer signing of the same blessing
     trust = provision(tmp_path, repo)
-    check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     with pytest.raises(RollbackError) as info:
-        check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=old_metadata)
+        check_blessing(
+            manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=old_metadata
+        )
     assert info.value.exit_code == ExitCode.ROLLBACK
 
 
 def test_expired_metadata_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest, now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1))
+    sign_blessing(
+        repo, manifest, manifest.to_json_bytes(), now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1)
+    )
     with pytest.raises(MetadataExpiredError) as info:
         check_blessing(
-            manifest, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+            manifest,
+            manifest.to_json_bytes(),
+            trust_dir=provision(tmp_path, repo),
+            state_dir=tmp_path / "s",
+            candidate=snapshot_metadata(repo),
         )
     assert info.value.exit_code == ExitCode.METADATA_EXPIRED
 
 
-def test_metadata_that_expires_after_it_was_trusted_is_refused(
-    tmp_path: Path, repo: Path, manifest: Manifest
-) -> None:
-    sign_blessing(repo, manifest, now=datetime.now(UTC) - timedelta(hours=1), expires=timedelta(hours=1, seconds=2))
+def test_metadata_that_expires_after_it_was_trusted_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
+    sign_blessing(
+        repo,
+        manifest,
+        manifest.to_json_bytes(),
+        now=datetime.now(UTC) - timedelta(hours=1),
+        expires=timedelta(hours=1, seconds=2),
+    )
     trust = provision(tmp_path, repo)
-    check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     deadline = datetime.now(UTC) + timedelta(seconds=10)
     while datetime.now(UTC) < deadline:
         try:
-            check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s")
+            check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
         except MetadataExpiredError:
             return
     pytest.fail("trusted metadata past its expiry was still accepted")
@@ -168,10 +202,11 @@ def test_metadata_that_expires_after_it_was_trusted_is_refused(
 def test_signature_by_an_untrusted_key_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     impostor = tmp_path / "impostor"
     init_repository(impostor)
-    sign_blessing(impostor, manifest)
+    sign_blessing(impostor, manifest, manifest.to_json_bytes())
     with pytest.raises(SignatureUntrustedError) as info:
         check_blessing(
             manifest,
+            manifest.to_json_bytes(),
             trust_dir=provision(tmp_path, repo),
             state_dir=tmp_path / "s",
             candidate=snapshot_metadata(impostor),
@@ -185,12 +220,16 @@ def test_threshold_two_with_one_signature_is_refused(tmp_path: Path, manifest: M
     targets_keys = sorted((repo / "keys").glob("targets-*.pem"))
     for path in targets_keys[1:]:
         path.unlink()  # only one key holder present at signing
-    result = sign_blessing(repo, manifest)
+    result = sign_blessing(repo, manifest, manifest.to_json_bytes())
     assert result.signatures["targets"] == (1, 2)
     assert result.warnings
     with pytest.raises(BelowThresholdError) as info:
         check_blessing(
-            manifest, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+            manifest,
+            manifest.to_json_bytes(),
+            trust_dir=provision(tmp_path, repo),
+            state_dir=tmp_path / "s",
+            candidate=snapshot_metadata(repo),
         )
     assert info.value.exit_code == ExitCode.BELOW_THRESHOLD
 
@@ -199,21 +238,29 @@ def test_threshold_two_of_three_met(tmp_path: Path, manifest: Manifest) -> None:
     repo = tmp_path / "k"
     init_repository(repo, roles={"root": RoleKeys(3, 2), "targets": RoleKeys(3, 2)})
     (sorted((repo / "keys").glob("targets-*.pem"))[0]).unlink()  # two of three are enough
-    assert sign_blessing(repo, manifest).signatures["targets"] == (2, 2)
+    assert sign_blessing(repo, manifest, manifest.to_json_bytes()).signatures["targets"] == (2, 2)
     check_blessing(
-        manifest, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+        manifest,
+        manifest.to_json_bytes(),
+        trust_dir=provision(tmp_path, repo),
+        state_dir=tmp_path / "s",
+        candidate=snapshot_metadata(repo),
     )
 
 
 def test_key_rotation_through_a_new_root(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)  # provisioned with root v1
-    sign_blessing(repo, manifest)
-    check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     old_targets_keys = sorted((repo / "keys").glob("targets-*.pem"))
     rotated = rotate_role(repo, "targets")
     assert rotated.versions["root"] == 2
     # The host follows the rotation from its v1 root, through 2.root.json.
-    verdict = check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    verdict = check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     assert verdict.versions["root"] == 2
     # Metadata signed with the revoked targets key is now refused, even with a higher version.
     stale = tmp_path / "stale"
@@ -223,45 +270,64 @@ def test_key_rotation_through_a_new_root(tmp_path: Path, repo: Path, manifest: M
     for path in old_targets_keys:
         shutil.copy(path, stale / "keys" / path.name)
     with pytest.raises(TrustInvalidError):
-        sign_blessing(stale, manifest)  # no key of the current targets role: refused at signing
+        sign_blessing(
+            stale, manifest, manifest.to_json_bytes()
+        )  # no key of the current targets role: refused at signing
 
 
 def test_rotate_root_keys(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)
     rotate_role(repo, "root")
-    sign_blessing(repo, manifest)
-    verdict = check_blessing(manifest, trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo))
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    verdict = check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+    )
     assert verdict.versions["root"] == 2
 
 
 def test_another_root_for_the_same_store_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest)
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
     check_blessing(
-        manifest, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+        manifest,
+        manifest.to_json_bytes(),
+        trust_dir=provision(tmp_path, repo),
+        state_dir=tmp_path / "s",
+        candidate=snapshot_metadata(repo),
     )
     other = tmp_path / "other"
     init_repository(other)
     with pytest.raises(TrustInvalidError):
-        check_blessing(manifest, trust_dir=provision(tmp_path, other, "other-trust"), state_dir=tmp_path / "s")
+        check_blessing(
+            manifest,
+            manifest.to_json_bytes(),
+            trust_dir=provision(tmp_path, other, "other-trust"),
+            state_dir=tmp_path / "s",
+        )
 
 
 def test_trust_dir_without_root_and_malformed_metadata(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(TrustInvalidError):
-        check_blessing(manifest, trust_dir=empty, state_dir=tmp_path / "s")
-    sign_blessing(repo, manifest)
+        check_blessing(manifest, manifest.to_json_bytes(), trust_dir=empty, state_dir=tmp_path / "s")
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
     broken = snapshot_metadata(repo)
     broken["timestamp.json"] = b"{not json"
     with pytest.raises(TrustInvalidError):
-        check_blessing(manifest, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s2", candidate=broken)
+        check_blessing(
+            manifest,
+            manifest.to_json_bytes(),
+            trust_dir=provision(tmp_path, repo),
+            state_dir=tmp_path / "s2",
+            candidate=broken,
+        )
 
 
 def test_group_readable_private_key_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     key = next((repo / "keys").glob("targets-*.pem"))
     key.chmod(0o644)
     with pytest.raises(TrustInvalidError):
-        sign_blessing(repo, manifest)
+        sign_blessing(repo, manifest, manifest.to_json_bytes())
 
 
 def test_parse_duration() -> None:
@@ -276,8 +342,12 @@ def test_other_config_is_not_signed_by_a_signing_of_this_one(tmp_path: Path, rep
     tree = write_tree(tmp_path / "tree")
     one = make_manifest(tree, make_factors(seed=1))
     two = make_manifest(tree, make_factors(seed=2))
-    sign_blessing(repo, one)
+    sign_blessing(repo, one, one.to_json_bytes())
     with pytest.raises(UnsignedError):
         check_blessing(
-            two, trust_dir=provision(tmp_path, repo), state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
+            two,
+            two.to_json_bytes(),
+            trust_dir=provision(tmp_path, repo),
+            state_dir=tmp_path / "s",
+            candidate=snapshot_metadata(repo),
         )
