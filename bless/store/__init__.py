@@ -17,6 +17,10 @@ Layout under a root (``$BLESS_ROOT``, default ``~/.cache/bless``)::
     <root>/locks/<config_hash>.lock              per-hash lock (flock, released by the kernel when the
                                                  holder dies) + ``<config_hash>.holder`` (pid, host,
                                                  started) so a refusal can name the holder
+    <root>/runs/<run_id>/                        engine logs of accepted runs + ``.blessing.json``
+    <root>/serve/<name>-<stamp>-<token>/         serve-full scratch and evidence
+    <root>/leases/<config_hash>/<dir_id>/<token>.json
+                                                 serving leases (gc keeps what a live server holds)
     <root>/state/manifests-dirs.json             every manifests dir this store has published to (gc
                                                  consults them all)
     <root>/state/claims-<key>.json               which config hash each manifest file claims, keyed by
@@ -28,8 +32,9 @@ elsewhere (``cp -a``) keeps every blessing valid.
 
 Modules: :mod:`.fsutil` (durable file-system helpers), :mod:`.procid` (process identity from
 /proc), :mod:`.layout` (paths and names), :mod:`.index` (the pure lookup rules) and :mod:`.scan`
-(reading a manifests dir), :mod:`.locks`, :mod:`.publish`, :mod:`.reject`, :mod:`.gc` (recover and
-gc), :mod:`.faults` (the crash tests' seam) and :mod:`.facade` (:class:`Store`).
+(reading a manifests dir), :mod:`.dirs_record` (the manifests dirs published to), :mod:`.locks`,
+:mod:`.lease` (serving leases), :mod:`.publish`, :mod:`.reject`, :mod:`.gc` (recover and gc),
+:mod:`.faults` (the crash tests' seam) and :mod:`.facade` (:class:`Store`).
 
 Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publish` and
 :meth:`Store.reject` take it themselves (re-entrantly, so an orchestrator that already holds it for

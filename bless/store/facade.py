@@ -18,19 +18,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from bless.errors import InputInvalidError, ManifestInvalidError, VerifyFailedError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
+from bless.store.dirs_record import ManifestsDirsRecord
 from bless.store.faults import FaultHook, no_fault
 from bless.store.fsutil import (
-    FILE_MODE,
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
     os_errors,
-    read_json_object,
     remove_tree,
     unsafe_to_trust,
 )
@@ -48,9 +45,6 @@ from bless.store.reject import reject as run_reject
 from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
 
 __all__ = ["Store", "default_root"]
-
-_DIRS_RECORD = "manifests-dirs.json"
-
 
 def default_root() -> Path:
     """The store root: ``$BLESS_ROOT`` when set and non-empty, else ``~/.cache/bless``."""
@@ -76,6 +70,7 @@ class Store:
         )
         self._locks = HashLocks(self._paths.locks)
         self._leases = LeaseBook(self._paths.leases)
+        self._dirs_record = ManifestsDirsRecord(self._paths.state)
         self._reader = reader or ManifestReader()
 
     @property
@@ -330,47 +325,19 @@ class Store:
 
     # --------------------------------------------------------------------- manifests dirs record
 
-    def _dirs_record(self) -> Path:
-        return self._paths.state / _DIRS_RECORD
-
     def recorded_manifests_dirs(self) -> list[Path]:
-        """The manifests dirs this store has published to, as recorded in ``state/``."""
-        document = read_json_object(self._dirs_record()) or {}
-        dirs = document.get("dirs")
-        return [Path(d) for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
-
-    def _write_dirs_record(self, dirs: list[Path]) -> None:
-        document = {"version": 1, "dirs": sorted({str(d) for d in dirs})}
-        atomic_write_bytes(self._dirs_record(), (json.dumps(document, indent=2) + "\n").encode("utf-8"))
-
-    @contextmanager
-    def _dirs_record_lock(self) -> Iterator[None]:
-        ensure_dir(self._paths.state)
-        with FileLock(str(self._paths.state / f"{_DIRS_RECORD}.lock"), mode=FILE_MODE):
-            yield
+        """The manifests dirs (outside ``root/manifests``) this store has published to."""
+        return self._dirs_record.dirs()
 
     def remember_manifests_dir(self) -> None:
-        """Record this store's manifests dir among those it published to (before a publish commits).
-
-        ``root/manifests`` is always consulted and never recorded, so a relocated root (``cp -a``)
-        does not name its old place.
-        """
-        if self._paths.manifests_dir == self._paths.default_manifests_dir:
-            return
-        with self._dirs_record_lock():
-            recorded = self.recorded_manifests_dirs()
-            if self._paths.manifests_dir not in recorded:
-                self._write_dirs_record([*recorded, self._paths.manifests_dir])
+        """Record this store's manifests dir among those it published to (before a publish commits)."""
+        if self._paths.manifests_dir != self._paths.default_manifests_dir:
+            self._dirs_record.add(self._paths.manifests_dir)
 
     def forget_manifests_dir(self, directory: Path) -> bool:
         """Drop ``directory`` from the record (it is gone for good); True when it was recorded."""
-        directory = Path(directory).absolute()
-        with os_errors(f"updating {self._dirs_record()}"), self._dirs_record_lock():
-            recorded = self.recorded_manifests_dirs()
-            if directory not in recorded:
-                return False
-            self._write_dirs_record([d for d in recorded if d != directory])
-            return True
+        with os_errors(f"updating {self._dirs_record.path}"):
+            return self._dirs_record.remove(Path(directory).absolute())
 
     def known_manifests_dirs(self) -> list[Path]:
         """This store's manifests dir, ``root/manifests`` and every recorded one, without repeats."""
@@ -379,14 +346,7 @@ class Store:
 
     def unreadable_manifests_dirs(self) -> dict[Path, str]:
         """Recorded manifests dirs that cannot be listed now, with why (gc then removes no version)."""
-        unsure: dict[Path, str] = {}
-        for directory in self.recorded_manifests_dirs():
-            try:
-                with os.scandir(directory):
-                    pass
-            except OSError as exc:
-                unsure[directory] = exc.strerror or str(exc)
-        return unsure
+        return self._dirs_record.unreadable()
 
     def referenced_dir_ids(self, config_hash: str) -> set[str]:
         """dir_ids of ``config_hash`` that a manifest in any known manifests dir references.
