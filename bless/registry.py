@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -117,12 +118,23 @@ class RegistryClient:
     def __init__(self, reference: Reference, *, plain_http: bool | None = None) -> None:
         self.reference = reference
         insecure = reference.loopback if plain_http is None else plain_http
-        self._oras = _Oras(hostname=reference.registry, insecure=insecure)
+        self._prefix = "http" if insecure else "https"
+        self._basic = self._challenge() == "basic"
+        backend = "basic" if self._basic else "token"
+        self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
         _session_timeouts(self._oras.session)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
-        self._prefix = "http" if insecure else "https"
         with self._errors("reading credentials"):
-            self._oras.auth.load_configs(self._container)
+            self._oras.auth.load_configs(self._container, _docker_configs())
+
+    def _challenge(self) -> str:
+        """How the registry asks for credentials: ``basic`` (htpasswd) or ``token`` (bearer, the default)."""
+        with self._errors("contacting the registry"):
+            response = requests.get(
+                f"{self._prefix}://{self.reference.registry}/v2/", timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+            )
+        challenge = response.headers.get("WWW-Authenticate", "") if response.status_code == 401 else ""
+        return "basic" if challenge.lower().startswith("basic") else "token"
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -158,8 +170,17 @@ class RegistryClient:
         return f"{self._prefix}://{self.reference.registry}/v2/{self.reference.repository}/{kind}/{reference}"
 
     def _request(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        response: requests.Response
+        if self._basic:
+            # Basic credentials go with every request, up front: a body streamed from a file cannot be
+            # sent a second time after a 401. Without credentials the 401 is the answer (access denied).
+            if getattr(self._oras.auth, "_basic_auth", None):
+                kwargs["headers"] = {**kwargs.get("headers", {}), **self._oras.auth.get_auth_header()}
+            with self._errors(what):
+                response = self._oras.session.request(method, url, **kwargs)
+            return response
         with self._errors(what):
-            response: requests.Response = self._oras.do_request(url, method, **kwargs)
+            response = self._oras.do_request(url, method, **kwargs)
         return response
 
     def _fail(self, response: requests.Response, what: str) -> None:
@@ -278,6 +299,12 @@ class RegistryClient:
                 "registry's operator and push the blessing again",
                 details={"expected": digest, "actual": actual},
             )
+
+
+def _docker_configs() -> list[str]:
+    """``$DOCKER_CONFIG/config.json`` when set, as the docker CLI reads it (oras itself reads ~/.docker only)."""
+    directory = os.environ.get("DOCKER_CONFIG")
+    return [str(Path(directory) / "config.json")] if directory else []
 
 
 def _short(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +44,9 @@ def free_port() -> int:
 class Registry:
     """One registry process; ``host`` is ``127.0.0.1:PORT`` (plain HTTP, as every loopback registry)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, credentials: tuple[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.credentials = credentials
         self.storage = workdir / "storage"
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
@@ -53,11 +55,16 @@ class Registry:
     def start(self) -> None:
         self.storage.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "config.yml"
+        auth = ""
+        if self.credentials is not None:
+            htpasswd = self.workdir / "htpasswd"
+            htpasswd.write_text(f"{self.credentials[0]}:{_bcrypt(self.credentials[1])}\n", encoding="utf-8")
+            auth = f"auth:\n  htpasswd:\n    realm: bless-test\n    path: {htpasswd}\n"
         config.write_text(
             "version: 0.1\n"
             "log:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.storage}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.host}\n",
+            f"http:\n  addr: {self.host}\n" + auth,
             encoding="utf-8",
         )
         log = (self.workdir / "registry.log").open("ab")
@@ -68,6 +75,9 @@ class Registry:
                 with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as reply:
                     if reply.status == 200:
                         return
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and self.credentials is not None:
+                    return  # up, and asking for credentials
             except OSError:
                 if self.process.poll() is not None:
                     break
@@ -98,8 +108,18 @@ class Registry:
         return f"{self.host}/{repository}"
 
 
-def running_registry(workdir: Path) -> Iterator[Registry]:
-    registry = Registry(workdir)
+def _bcrypt(password: str) -> str:
+    """An htpasswd bcrypt hash (Distribution accepts only bcrypt) through libc's crypt (libxcrypt on Debian)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        crypt = pytest.importorskip("crypt")
+    return str(crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH)))
+
+
+def running_registry(workdir: Path, credentials: tuple[str, str] | None = None) -> Iterator[Registry]:
+    registry = Registry(workdir, credentials=credentials)
     registry.start()
     try:
         yield registry

@@ -7,6 +7,7 @@ new) and the next pull cleans up and installs.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -447,3 +448,34 @@ def _tree_copy(store: Store, manifest: Manifest, target: Path) -> Path:
     for path in [target, *target.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target
+
+
+def test_credentials_from_the_docker_config_are_used_and_never_written(
+    tmp_path: Path, origin: Store, host: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.registry import running_registry
+
+    user, password = "fleet-user", "pw-Zq81-never-written"
+    secured = running_registry(tmp_path / "secured", credentials=(user, password))
+    registry = next(secured)
+    try:
+        manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+        ref = parse_reference(registry.ref("private/tiny:v1"))
+        # No credentials: access denied, before anything is uploaded or installed.
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-config"))
+        with pytest.raises(RegistryUnavailableError, match="access denied"):
+            push_blessing(origin, manifest, ref)
+        config = tmp_path / "docker-config"
+        config.mkdir()
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(config))
+        push_blessing(origin, manifest, ref)
+        assert pull_blessing(host, ref).installed
+        for root in (origin.root, host.root):
+            for path in root.rglob("*"):
+                if path.is_file():
+                    data = path.read_bytes()
+                    assert password.encode() not in data and token.encode() not in data, path
+    finally:
+        registry.stop()
