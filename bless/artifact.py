@@ -292,7 +292,7 @@ def parse_trust_artifact(data: bytes, blessing_digest: str) -> TrustArtifact:
         raise ArtifactInvalidError("the signatures artifact's layers is not a list")
     blobs = tuple(_blob(d, TUF_MEDIA_TYPE, f"signature layer {i}", titled=True) for i, d in enumerate(layers))
     for blob in blobs:
-        if not _TUF_NAME.match(blob.title) or blob.size > MAX_CONFIG_BYTES:
+        if not _TUF_NAME.fullmatch(blob.title) or blob.size > MAX_CONFIG_BYTES:
             raise ArtifactInvalidError(f"signature layer {blob.title!r} is not a TUF metadata file")
     return TrustArtifact(data, digest, blobs)
 

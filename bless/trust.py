@@ -164,7 +164,7 @@ class TrustVerdict:
 
 def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``2w``, ``3600s`` -> timedelta; anything else is a usage error."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if not match:
         raise UsageError(f"bad duration {text!r}", hint="write a number and a unit: 30d, 12h, 90m, 2w or 3600s")
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
@@ -214,12 +214,12 @@ def metadata_from_dir(directory: Path) -> dict[str, bytes]:
             hint="--trust names a directory that holds the trusted root.json (from bless trust init)",
         ) from None
     for name in entries:
-        if METADATA_FILE.match(name):
+        if METADATA_FILE.fullmatch(name):
             found[name] = _read_limited(Path(directory) / name)
     history = Path(directory) / "root_history"
     if history.is_dir():
         for name in sorted(entry.name for entry in history.iterdir()):
-            if METADATA_FILE.match(name) and name != "root.json":
+            if METADATA_FILE.fullmatch(name) and name != "root.json":
                 found.setdefault(name, _read_limited(history / name))
     return found
 

@@ -156,7 +156,7 @@ class ReferenceAdapter:
         """The reference engine creates what it needs; nothing to pre-create."""
 
     def summarize_artifacts(self, listing: TreeListing) -> ArtifactSummary:
-        artifacts = tuple(entry.path for entry in listing.files if ARTIFACT.match(entry.path))
+        artifacts = tuple(entry.path for entry in listing.files if ARTIFACT.fullmatch(entry.path))
         if not any(path.endswith("megacache.bin") for path in artifacts):
             raise BootstrapFailedError(
                 "the bootstrap wrote no compiled artifact: expected reference/<16 hex>/megacache.bin and meta.json "
@@ -188,6 +188,6 @@ class ReferenceAdapter:
 
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """The reference engine never writes while loading: any write is suspect, an artifact a recompile."""
-        new_artifacts = tuple(e.path for e in entries if ARTIFACT.match(e.path) or e.path.endswith(".bin"))
+        new_artifacts = tuple(e.path for e in entries if ARTIFACT.fullmatch(e.path) or e.path.endswith(".bin"))
         unexpected = tuple(e.path for e in entries if e.path not in new_artifacts)
         return UpperVerdict(expected_rewrites=(), new_artifacts=new_artifacts, unexpected=unexpected)

@@ -554,7 +554,7 @@ class VllmAdapter:
         model = profile.model
         if model.source == "huggingface":
             revision = model.revision or ""
-            if not _HEX40.match(revision):
+            if not _HEX40.fullmatch(revision):
                 raise InputInvalidError(
                     f"{profile.label}: model.revision: vLLM starts offline, so the revision must be a pinned "
                     f"40-hex commit, not {revision or '(none)'!r}",
@@ -635,18 +635,18 @@ class VllmAdapter:
         artifacts: list[str] = []
         for entry in listing.files:
             path = entry.path
-            if match := _AOT_MODEL.match(path):
+            if match := _AOT_MODEL.fullmatch(path):
                 models.setdefault(match["rank"], set()).add(match["key"])
                 artifacts.append(path)
-            elif match := _COMPONENT_ARTIFACT.match(path):
+            elif match := _COMPONENT_ARTIFACT.fullmatch(path):
                 if match["component"] == _BACKBONE:
                     backbone.setdefault(match["rank"], set()).add(match["key"])
                 artifacts.append(path)
-            elif match := _KEY_FACTORS.match(path):
+            elif match := _KEY_FACTORS.fullmatch(path):
                 if match["component"] == _BACKBONE:
                     factors.add((match["key"], match["rank"]))
                 artifacts.append(path)
-            elif _COMPILE_INDEX.match(path):
+            elif _COMPILE_INDEX.fullmatch(path):
                 artifacts.append(path)
         missing: list[str] = []
         if not models:
@@ -802,9 +802,9 @@ class VllmAdapter:
                 expected.append(path)
             elif (
                 (entry.kind == "new" and _TORCH_COMPILE_CACHE.match(path))
-                or _COMPONENT_ARTIFACT.match(path)
-                or _AOT_MODEL.match(path)
-                or _CUBIN.match(path)
+                or _COMPONENT_ARTIFACT.fullmatch(path)
+                or _AOT_MODEL.fullmatch(path)
+                or _CUBIN.fullmatch(path)
             ):
                 new.append(path)
             else:
@@ -1013,7 +1013,7 @@ def _optimization_level_zero(args: Sequence[str]) -> str | None:
             if token.startswith(prefix) and token[len(prefix) :] in _NO_COMPILE_OPT_LEVELS:
                 return token
         # Older vLLM: -O.<key>=<value> addresses the compilation config.
-        if re.match(r"^-O\.(mode|level)=(0|NONE)$", token, re.IGNORECASE):
+        if re.fullmatch(r"^-O\.(mode|level)=(0|NONE)$", token, re.IGNORECASE):
             return token
     return None
 

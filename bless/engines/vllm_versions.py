@@ -114,7 +114,7 @@ class VllmVersionRules:
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     """``2.12.0.dev`` -> (2, 12, 0, -1): a dev release sorts before the release (what packaging does)."""
-    base = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(.*)$", version.split("+", 1)[0])
+    base = re.fullmatch(r"^(\d+)\.(\d+)(?:\.(\d+))?(.*)$", version.split("+", 1)[0])
     if not base:
         return (0,)
     numbers = tuple(int(part or 0) for part in base.groups()[:3])
