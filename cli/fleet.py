@@ -15,6 +15,7 @@ from bless.errors import NoManifestError
 from bless.flows.pull import PullResult, pull_blessing
 from bless.flows.push import push_blessing
 from bless.manifest import Manifest
+from bless.modelsig import write_bundle
 from bless.registry import parse_reference
 from bless.store import Store
 from bless.trust import (
@@ -178,6 +179,9 @@ def _render_sign(console: Console, data: Mapping[str, Any]) -> None:
         console.print(f"  delisted older version {removed} (sign with --keep-previous to keep it)")
     for warning in data["warnings"]:
         console.print(Text(f"warning: {warning}", style="yellow"))
+    if "model_signing" in data:
+        console.print(f"  Model Signing bundle {data['model_signing']['bundle']}; outside tools check it with:")
+        console.print(f"    {data['model_signing']['verify_command']}", markup=False)
 
 
 @command
@@ -207,6 +211,13 @@ def sign_command(
         bool,
         typer.Option("--keep-previous", help="Keep older signed versions of this config listed (default: delist)."),
     ] = False,
+    model_signing: Annotated[
+        bool,
+        typer.Option(
+            "--model-signing",
+            help="Also write an OpenSSF Model Signing bundle of the tree (ECDSA P-256) for outside tools.",
+        ),
+    ] = False,
     json_output: JsonOption = False,
 ) -> Report:
     """Sign a blessing: its manifest becomes a TUF target (new targets/snapshot/timestamp versions).
@@ -219,6 +230,13 @@ def sign_command(
     signed_bytes = stored_manifest_bytes(store, manifest)
     result = sign_blessing(keys, manifest, signed_bytes, expires=parse_duration(expires), keep_previous=keep_previous)
     data = {"config_hash": manifest.config_hash, **_sign_data(result)}
+    if model_signing:
+        bundle = write_bundle(keys, store.blessed_dir(manifest), manifest)
+        data["model_signing"] = {
+            "bundle": str(bundle.bundle),
+            "public_key": str(bundle.public_key),
+            "verify_command": bundle.verify_command,
+        }
     return Report(data, _render_sign)
 
 

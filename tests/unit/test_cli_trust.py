@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from store_helpers import make_manifest, write_tree
 from typer.testing import CliRunner
 
@@ -90,3 +93,29 @@ def test_a_manifest_edited_after_signing_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
     assert code == ExitCode.TARGET_MISMATCH, data
+
+
+def test_model_signing_bundle_checks_with_the_outside_tool(tmp_path: Path) -> None:
+    pytest.importorskip("model_signing")
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    code, data, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing", "--json")
+    assert code == 0, stderr
+    bundle = data["model_signing"]
+    assert isinstance(bundle, dict)
+    assert os.stat(keys / "keys" / "model-signing-p256.key").st_mode & 0o777 == 0o600
+    # The outside tool (the model_signing CLI) checks the blessed tree against the bundle...
+    command = [sys.executable, "-m", "model_signing", *bundle["verify_command"].split()[1:]]
+    assert subprocess.run(command, capture_output=True, text=True, check=False).returncode == 0
+    # ...and refuses it once a file differs.
+    blessed = store.blessed_dir(manifest)
+    target = blessed / "nested" / "index.json"
+    blessed.joinpath("nested").chmod(0o755)
+    target.chmod(0o644)
+    target.write_text('{"variant": "changed"}\n')
+    assert subprocess.run(command, capture_output=True, text=True, check=False).returncode != 0
