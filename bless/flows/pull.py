@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -47,6 +46,7 @@ from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMisma
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient
 from bless.store import FaultHook, Store, process_alive
+from bless.store.fsutil import read_json_object, remove_tree
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
@@ -124,22 +124,10 @@ def _remove_dead_pulls(store: Store) -> None:
     for entry in staging.iterdir():
         if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir():
             continue
-        try:
-            owner = json.loads((entry / ".owner").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # no owner record: not provably dead; gc's age rule handles it
-        if isinstance(owner, dict) and process_alive(owner) is False:
-            _remove_tree(entry)
-
-
-def _remove_tree(path: Path) -> None:
-    def make_writable(function: Any, name: str, _exc: Any) -> None:
-        # A tree made read-only by a publish that was interrupted before it moved it.
-        with contextlib.suppress(OSError):
-            Path(name).parent.chmod(0o755)
-            function(name)
-
-    shutil.rmtree(path, onerror=make_writable)
+        owner = read_json_object(entry / ".owner")
+        # No owner record: not provably dead; gc's age rule handles it.
+        if owner is not None and process_alive(owner) is False:
+            remove_tree(entry)
 
 
 def _download(
@@ -313,4 +301,4 @@ def pull_blessing(
         return result(True, blobs, size)
     finally:
         with contextlib.suppress(OSError):
-            _remove_tree(staging)
+            remove_tree(staging)
