@@ -39,8 +39,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 READY = "bless-reference: ready on port "
 COMPILE_TIME = "bless-reference: torch.compile took "
-# The GPU profile's model (profiles/reference-cuda-local.toml).
-MODEL_ARGS = ["--seed", "0", "--layers", "8", "--d-model", "1024", "--heads", "16", "--max-seq-len", "128"]
+# The GPU profile's model (profiles/reference-cuda-local.toml); BENCH_TINY_MODEL=1: one small layer, to check
+# the code paths quickly on a CPU.
+TINY = os.environ.get("BENCH_TINY_MODEL") == "1"
+MODEL_ARGS = ["--seed", "0", "--layers", "1" if TINY else "8", "--d-model", "64" if TINY else "1024",
+              "--heads", "4" if TINY else "16", "--max-seq-len", "128"]  # fmt: skip
 
 
 def fresh_env(scratch: Path) -> dict[str, str]:
@@ -161,9 +164,7 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
     steps["torch"] = str(torch.__version__)
     torch.zeros(1, device=device)
     step("cuda_init_s")
-    # BENCH_TINY_MODEL=1: a one-layer model, to check the code paths quickly on a CPU.
-    tiny = os.environ.get("BENCH_TINY_MODEL") == "1"
-    args = ModelArgs(seed=0, layers=1 if tiny else 8, d_model=64 if tiny else 1024, heads=4 if tiny else 16,
+    args = ModelArgs(seed=0, layers=1 if TINY else 8, d_model=64 if TINY else 1024, heads=4 if TINY else 16,
                      max_seq_len=128)  # fmt: skip
     model = build_model(args, device)
     ids = torch.zeros((1, args.max_seq_len), dtype=torch.int64, device=device)
@@ -195,6 +196,9 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
         elif mode.startswith("aot-"):
             cudagraphs = mode.endswith("-graphs")
             options = {"mode": "reduce-overhead"} if cudagraphs else {}
+            import torch._dynamo.config as dynamo_config
+
+            dynamo_config.enable_aot_compile = True  # torch 2.11 adds aot_compile only with it
             if mode.startswith("aot-save"):
                 compiled = torch.compile(model, fullgraph=True, dynamic=False, **options)
                 module_aot = getattr(compiled.forward, "aot_compile", None)

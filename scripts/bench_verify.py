@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark bless.verify.verify_tree against `sha256sum` on a synthetic cache (not a test).
+"""Benchmark bless.verify.verify_tree against the fastest hashing tool on this machine (not a test).
 
 Builds two sets of random files under --dir (default: a temp dir under /tmp, removed at the end
 unless --keep):
@@ -11,9 +11,11 @@ Then, for each set, in one run and side by side: ``sha256sum FILE...`` (one proc
 to /dev/null) and ``verify_tree`` (its expected listing computed beforehand by ``hash_tree``, not
 timed). Everything is read once first so that both tools start from a warm page cache. Each
 measurement is repeated --repeat times, alternating which tool goes first, and the median is
-reported. ``openssl dgst -sha256`` is timed too when present, for reference only: it shows how much
-of the gap is the hash implementation (OpenSSL uses SHA-NI where the CPU has it; coreutils'
-sha256sum is not linked to OpenSSL on Debian) rather than parallelism.
+reported. ``openssl dgst -sha256`` is timed too when present, and bless is compared with the FASTER of
+the two tools on this machine: which one wins depends on the host (OpenSSL uses SHA-NI where the CPU
+has it; coreutils' sha256sum is not linked to OpenSSL on Debian, but other builds use the same
+instructions), so a ratio against one tool alone says little. The machine (CPU, SHA-NI, cores) is
+printed with the figures.
 
 Usage:
     python3 scripts/bench_verify.py                 # full scale (3 GiB of data)
@@ -48,7 +50,7 @@ from bless.verify import default_workers, hash_tree, verify_tree
 GIB = 1 << 30
 CHUNK = 4 << 20
 PARAMS_FILE = "bench-params.json"
-GOALS = {"big": 0.9, "many": 1.6}  # bless / sha256sum throughput, on the 2-core dev box
+GOALS = {"big": 0.9, "many": 1.6}  # bless / the fastest tool's throughput
 
 
 @dataclass
@@ -60,7 +62,9 @@ class Row:
     seconds: float
     mb_per_s: float
     runs: list[float]
-    ratio_vs_sha256sum: float | None = None
+    #: bless's throughput over the fastest tool's (``sha256sum`` or ``openssl dgst``) on this set.
+    ratio_vs_fastest_tool: float | None = None
+    fastest_tool: str | None = None
 
 
 def _write_random(path: Path, size: int) -> None:
@@ -178,7 +182,7 @@ def bench_set(
         label = f"bless (workers={w}{', default' if w == default_workers() else ''})"
         tools.append((label, run_bless(w)))
     if with_openssl:
-        tools.append(("openssl dgst (ref)", run_openssl))
+        tools.append(("openssl dgst", run_openssl))
 
     runs: dict[str, list[float]] = {label: [] for label, _ in tools}
     for i in range(repeat):
@@ -190,9 +194,11 @@ def bench_set(
     for label, _ in tools:
         med = statistics.median(runs[label])
         rows.append(Row(name, label, med, total / med / 1e6, runs[label]))
-    base = rows[0].mb_per_s
-    for row in rows[1:]:
-        row.ratio_vs_sha256sum = row.mb_per_s / base
+    fastest = max((r for r in rows if not r.tool.startswith("bless")), key=lambda r: r.mb_per_s)
+    for row in rows:
+        if row.tool.startswith("bless"):
+            row.ratio_vs_fastest_tool = row.mb_per_s / fastest.mb_per_s
+            row.fastest_tool = fastest.tool
     return rows
 
 
@@ -210,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma list of bless worker counts to time, 'default' for bless's own choice "
         "(default: bless's default only)",
     )
-    ap.add_argument("--no-openssl", action="store_true", help="skip the openssl reference row")
+    ap.add_argument("--no-openssl", action="store_true", help="do not time openssl (sha256sum is then the baseline)")
     ap.add_argument("--json", action="store_true", help="print JSON on stdout instead of a table")
     args = ap.parse_args(argv)
     if shutil.which("sha256sum") is None:
@@ -244,9 +250,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Judge bless as shipped (its default worker count) when that was timed, else the best row.
         candidates = [r for r in rows if r.set == name and r.tool.startswith("bless")]
         judged = [r for r in candidates if "default" in r.tool] or candidates
-        best = max(judged, key=lambda r: r.ratio_vs_sha256sum or 0.0)
-        ratio = best.ratio_vs_sha256sum or 0.0
-        goals[name] = {"goal_ratio": goal, "ratio": round(ratio, 3), "met": ratio >= goal, "tool": best.tool}
+        best = max(judged, key=lambda r: r.ratio_vs_fastest_tool or 0.0)
+        ratio = best.ratio_vs_fastest_tool or 0.0
+        goals[name] = {
+            "goal_ratio": goal,
+            "ratio": round(ratio, 3),
+            "met": ratio >= goal,
+            "tool": best.tool,
+            "against": best.fastest_tool,
+        }
     if args.json:
         out = {"machine": info, "scale": args.scale, "repeat": args.repeat, "goals": goals}
         out["rows"] = [asdict(r) for r in rows]
@@ -257,17 +269,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"python={info['python']}  {info['openssl']}  {info['sha256sum']}"
     )
     print(f"scale={args.scale}  repeat={args.repeat} (median)  warm page cache\n")
-    header = f"{'set':<5} {'tool':<31} {'seconds':>8} {'MB/s':>8} {'vs sha256sum':>13}"
+    header = f"{'set':<5} {'tool':<31} {'seconds':>8} {'MB/s':>8} {'vs fastest tool':>16}"
     print(header)
     print("-" * len(header))
     for r in rows:
-        shown = f"{r.ratio_vs_sha256sum:.2f}x" if r.ratio_vs_sha256sum is not None else ""
-        print(f"{r.set:<5} {r.tool:<31} {r.seconds:>8.3f} {r.mb_per_s:>8.0f} {shown:>13}")
+        shown = f"{r.ratio_vs_fastest_tool:.2f}x" if r.ratio_vs_fastest_tool is not None else ""
+        print(f"{r.set:<5} {r.tool:<31} {r.seconds:>8.3f} {r.mb_per_s:>8.0f} {shown:>16}")
     print()
     for name, g in goals.items():
         verdict = "met" if g["met"] else "NOT met"
         print(
-            f"goal {name}: bless >= {g['goal_ratio']}x sha256sum -> {g['ratio']:.2f}x "
+            f"goal {name}: bless >= {g['goal_ratio']}x the fastest tool ({g['against']}) -> {g['ratio']:.2f}x "
             f"with {g['tool']} ({verdict})"
         )
     return 0
