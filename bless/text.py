@@ -3,7 +3,8 @@
 A file name or a manifest field is data that someone else may have chosen. Printed raw, a name
 holding a newline and ANSI escapes can forge a "verified" line, erase the real one, or reorder text
 with bidi overrides; and a file name that is not UTF-8 cannot be written into a JSON document at
-all. :func:`shown` is the one rule for humans, :func:`json_safe` the one rule for ``--json``.
+all. :func:`shown` is the one rule for humans, :func:`json_safe` the one rule for ``--json``, and
+:func:`xml_safe` / :func:`unicode_safe` the same for JUnit XML and CI annotations.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def is_unicode(text: str) -> bool:
     return True
 
 
+def unicode_safe(text: str) -> str:
+    """``text``, or its :func:`shown` form when it is not valid Unicode (a file name that is not UTF-8)."""
+    return text if is_unicode(text) else shown(text)
+
+
+def _xml_char(char: str) -> bool:
+    code = ord(char)
+    return char in "\t\n\r" or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000
+
+
+def xml_safe(text: str) -> str:
+    """``text``, or its :func:`shown` form when XML 1.0 cannot hold it (a control character, a lone surrogate)."""
+    return text if all(_xml_char(char) for char in text) else shown(text)
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with every string (and key) that is not valid Unicode replaced by its :func:`shown` form.
 
@@ -55,7 +71,7 @@ def json_safe(value: Any) -> Any:
     could not be written at all change, and they change the way a human sees them.
     """
     if isinstance(value, str):
-        return value if is_unicode(value) else shown(value)
+        return unicode_safe(value)
     if isinstance(value, Mapping):
         return {json_safe(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -44,6 +44,7 @@ from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, Store
 from bless.text import shown as shown_text
+from bless.text import unicode_safe, xml_safe
 from bless.verify import verify_tree
 
 Status = Literal["blessed", "failed"]
@@ -369,21 +370,22 @@ def junit_xml(report: GateReport) -> bytes:
         time=f"{report.seconds:.3f}",
     )
     properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="manifests_dir", value=report.manifests_dir)
+    ET.SubElement(properties, "property", name="manifests_dir", value=xml_safe(report.manifests_dir))
     for row in report.rows:
+        profile = xml_safe(row.profile)  # a file name may hold what XML cannot (controls, non-UTF-8 bytes)
         case = ET.SubElement(
-            suite, "testcase", classname="bless.gate", name=row.profile, file=row.profile, time=f"{row.seconds:.3f}"
+            suite, "testcase", classname="bless.gate", name=profile, file=profile, time=f"{row.seconds:.3f}"
         )
         if not row.ok:
-            failure = ET.SubElement(case, "failure", message=row.reason, type=row.error or "GateFailed")
+            failure = ET.SubElement(case, "failure", message=xml_safe(row.reason), type=row.error or "GateFailed")
             lines = [row.reason]
             if row.config_hash:
                 lines.append(f"config hash: {row.config_hash}")
             lines += [f"drift: {change['field']}: {change['before']!r} -> {change['after']!r}" for change in row.drift]
             lines += [f"note: {note}" for note in row.notes]
-            failure.text = "\n".join(lines)
+            failure.text = "\n".join(map(xml_safe, lines))
         elif row.notes:
-            ET.SubElement(case, "system-out").text = "\n".join(row.notes)
+            ET.SubElement(case, "system-out").text = "\n".join(map(xml_safe, row.notes))
     ET.indent(suites)
     document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
     return document + b"\n"
@@ -391,7 +393,7 @@ def junit_xml(report: GateReport) -> bytes:
 
 def _escape_data(text: str) -> str:
     """GitHub workflow-command escaping of a message."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return unicode_safe(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(text: str) -> str:

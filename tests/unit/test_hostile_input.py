@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -90,9 +91,9 @@ def no_forged_line(text: str) -> None:
         assert not line.lstrip(" │|").startswith("verified"), f"a name forged a line: {line!r}"
 
 
-def run_bless(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+def run_bless(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """``bless`` as a real process, stdout as bytes (to check it is valid UTF-8)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", "GITHUB_ACTIONS": "", **(env or {})}
     env.pop("BLESS_MANIFESTS_DIR", None)
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "--root", str(root), *args],
@@ -497,3 +498,24 @@ def test_serve_view_shows_upper_layer_paths_escaped() -> None:
     out = captured(render_finished, {"finish": finish, "ended_by": "SIGTERM"})
     no_raw_controls(out)
     no_forged_line(out)
+
+
+def test_gate_outputs_for_ci_hold_any_profile_file_name(tmp_path: Path) -> None:
+    """JUnit XML must parse and GitHub annotations must be UTF-8, whatever bytes a profile's file name holds."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    name = os.path.join(os.fsencode(profiles), b"drift-\xff-\x1b[31m.toml")
+    with open(name, "wb") as handle:
+        handle.write(write_toml(tmp_path / "base.toml", base_profile()).read_bytes())
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    junit = tmp_path / "gate.xml"
+    args = ("gate", os.fsdecode(name), "--manifests-dir", str(manifests))
+    as_json = run_bless(tmp_path / "root", *args, "--junit", str(junit), "--json")
+    assert as_json.returncode == ExitCode.GATE_FAILED, as_json.stderr.decode(errors="replace")
+    assert json.loads(as_json.stdout.decode("utf-8"))["ok"] is False
+    case = ElementTree.fromstring(junit.read_bytes()).find("testsuite/testcase")
+    assert case is not None and case.get("name", "").endswith("drift-\\xff-\\x1b[31m.toml")
+    annotated = run_bless(tmp_path / "root", *args, env={"GITHUB_ACTIONS": "true"})
+    assert annotated.returncode == ExitCode.GATE_FAILED, annotated.stderr.decode(errors="replace")
+    assert annotated.stdout.decode("utf-8").startswith("::error file=")
