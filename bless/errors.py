@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import IntEnum
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from bless.text import shown
+
+if TYPE_CHECKING:
+    from bless.verify import VerifyResult
 
 
 class ExitCode(IntEnum):
@@ -133,6 +139,29 @@ class NoManifestError(BlessError):
 class VerifyFailedError(BlessError):
     exit_code = ExitCode.VERIFY_FAILED
     title = "verification failed"
+
+    #: How many problems the message names; ``details["problems"]`` holds them all.
+    NAMED_PROBLEMS: ClassVar[int] = 8
+
+    @classmethod
+    def from_result(cls, result: VerifyResult, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
+        """The one refusal for a blessed tree that does not match its manifest (verify, serve-full, gate, push)."""
+        count = len(result.problems)
+        named = "; ".join(
+            f"{shown(problem.path)} ({problem.kind}: {problem.detail})"
+            for problem in result.problems[: cls.NAMED_PROBLEMS]
+        )
+        more = f" and {count - cls.NAMED_PROBLEMS} more" if count > cls.NAMED_PROBLEMS else ""
+        return cls(
+            f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
+            hint="do not serve or push this cache: re-bless the configuration (bless run --profile ... --rebless) "
+            "and find out what changed the read-only blessed files (bless verify lists every problem)",
+            details={
+                "config_hash": config_hash,
+                "blessed_dir": str(blessed_dir),
+                "problems": [problem.to_dict() for problem in result.problems],
+            },
+        )
 
 
 class ManifestInvalidError(BlessError):

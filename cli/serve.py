@@ -33,7 +33,7 @@ from rich.text import Text
 
 from bless.engines import get_adapter
 from bless.errors import EngineFailedError, InterruptedByUserError
-from bless.flows import launcher
+from bless.flows import serve
 from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
@@ -100,9 +100,9 @@ class SignalGate:
 def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool) -> None:
     """The loud part: a red panel for --debug, a yellow one for --no-canary, then warnings."""
     if plan["debug"]:
-        console.print(render.banner(launcher.DEBUG_BANNER, title="NOT BLESSED", style="bold red"))
+        console.print(render.banner(serve.DEBUG_BANNER, title="NOT BLESSED", style="bold red"))
     elif no_canary:
-        console.print(render.banner(launcher.NO_CANARY_BANNER, title="NO CANARY", style="bold yellow"))
+        console.print(render.banner(serve.NO_CANARY_BANNER, title="NO CANARY", style="bold yellow"))
     for warning in plan.get("warnings", []):
         console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
 
@@ -233,7 +233,7 @@ def _serve(
     gate = SignalGate()
     with gate.installed():
         pulled = source.pull(store, console)
-        the_plan = launcher.plan(
+        the_plan = serve.plan(
             loaded,
             store=store,
             runtime=runtime,
@@ -249,7 +249,7 @@ def _serve(
             render_trust(console, plan_dict["trust"])
         render_banners(console, plan_dict, no_canary=no_canary)
         try:
-            result = launcher.start(
+            result = serve.start(
                 the_plan,
                 runtime=runtime,
                 no_canary=no_canary,
@@ -275,11 +275,11 @@ def _serve(
                 f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
             )
         )
-        exit_code = launcher.follow(runtime, result.started, _write_log, stop=gate.event)
+        exit_code = serve.follow(runtime, result.started, _write_log, stop=gate.event)
         engine_exited = exit_code is not None
         if not engine_exited:
             console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
-        finished = launcher.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
+        finished = serve.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
     data["ended_by"] = "engine-exit" if engine_exited else (gate.received or "signal")
     data["finish"] = finished.to_dict()
     failure = None
@@ -287,7 +287,7 @@ def _serve(
         failure = EngineFailedError(
             f"the engine exited by itself with code {exit_code} while serving; the serve dir is kept: "
             f"{the_plan.serve_dir}",
-            hint=f"read its log above (also in {the_plan.serve_dir / launcher.ENGINE_LOG})",
+            hint=f"read its log above (also in {the_plan.serve_dir / serve.ENGINE_LOG})",
             details={"exit_code": exit_code, "serve_dir": str(the_plan.serve_dir)},
         )
     elif finished.stop is not None and not finished.stop.graceful:

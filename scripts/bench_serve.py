@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bless.engines import get_adapter  # noqa: E402
-from bless.flows import launcher  # noqa: E402
+from bless.flows import serve  # noqa: E402
 from bless.profile import load_profile  # noqa: E402
 from bless.runtime import get_runtime  # noqa: E402
 from bless.store import Store  # noqa: E402
@@ -117,11 +117,11 @@ def bench(profile_path: Path, root: Path, *, plans: int, starts: int, repeat: in
 
     # The first plan pays for imports and the Docker client's connection: reported separately.
     t0 = time.perf_counter()
-    first = launcher.plan(profile, store=store, runtime=runtime, adapter=adapter)
+    first = serve.plan(profile, store=store, runtime=runtime, adapter=adapter)
     first_plan_s = time.perf_counter() - t0
     phases: dict[str, list[float]] = {"preflight_s": [], "resolve_s": [], "verify_s": [], "hashing_s": []}
     for _ in range(plans):
-        plan = launcher.plan(profile, store=store, runtime=runtime, adapter=adapter)
+        plan = serve.plan(profile, store=store, runtime=runtime, adapter=adapter)
         for key in ("preflight_s", "resolve_s", "verify_s"):
             phases[key].append(plan.timings[key])
         assert plan.verification is not None
@@ -129,14 +129,14 @@ def bench(profile_path: Path, root: Path, *, plans: int, starts: int, repeat: in
 
     runs: dict[str, list[float]] = {"create_s": [], "start_to_ready_s": [], "recheck_s": [], "canary_s": []}
     for index in range(starts):
-        plan = launcher.plan(profile, store=store, runtime=runtime, adapter=adapter)
+        plan = serve.plan(profile, store=store, runtime=runtime, adapter=adapter)
         print(f"start {index + 1}/{starts} ...", file=sys.stderr)
-        result = launcher.start(plan, runtime=runtime, detach=True)
+        result = serve.start(plan, runtime=runtime, detach=True)
         try:
             for key in runs:
                 runs[key].append(result.timings.get(key, float("nan")))
         finally:
-            launcher.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
+            serve.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
 
     assert first.manifest is not None and first.blessed_dir is not None
     manifest = first.manifest

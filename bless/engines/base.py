@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.factors import REDACTED
 from bless.profile import Profile
 from bless.verify import TreeListing
 
@@ -34,6 +35,32 @@ class EnvPolicy:
     def is_ignored(self, name: str) -> bool:
         """Ignored names are recorded in the manifest but do not change the config hash."""
         return self.is_secret(name) or any(fnmatch.fnmatchcase(name, pattern) for pattern in self.ignored)
+
+    def redact_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` (sorted by name) with the values of secret names replaced by ``<redacted>``."""
+        return {name: (REDACTED if self.is_secret(name) else value) for name, value in sorted(env.items())}
+
+    def redact_command(self, command: Sequence[str]) -> list[str]:
+        """argv with the value of secret-looking flags (``--api-key X``, ``--hf-token=X``) redacted.
+
+        Adapters keep secrets out of argv; this is the belt to their braces, since plans are printed.
+        """
+
+        def secret_flag(token: str) -> bool:
+            return token.startswith("--") and self.is_secret(token[2:].split("=", 1)[0].replace("-", "_").upper())
+
+        redacted: list[str] = []
+        redact_next = False
+        for token in command:
+            if redact_next:
+                redacted.append(REDACTED)
+                redact_next = False
+            elif secret_flag(token) and "=" in token:
+                redacted.append(token.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                redacted.append(token)
+                redact_next = secret_flag(token)
+        return redacted
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The launcher without Docker: refusal order, GPU memory, redaction, the snapshot re-check, start paths.
+"""serve-full's flow without Docker: refusal order, GPU memory, redaction, the snapshot re-check, start paths.
 
 A fake :class:`~bless.runtime.base.Runtime` records every call, so each refusal can be shown to
 happen before anything is created. A real store holds real published blessings (small trees).
@@ -21,6 +21,7 @@ import pytest
 from store_helpers import make_manifest, write_tree
 
 from bless import labels
+from bless.engines.base import EnvPolicy
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import (
@@ -38,9 +39,9 @@ from bless.errors import (
 )
 from bless.evidence import UpperEntry
 from bless.factors import REDACTED, GpuInfo
-from bless.flows import launcher
+from bless.flows import serve
 from bless.flows.events import Event
-from bless.flows.launcher import Snapshot, Stamp, check_gpu_memory, describe_change
+from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
@@ -133,7 +134,7 @@ class FakeRuntime:
         ]
 
     def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
-        raise AssertionError("the launcher never cleans up containers")
+        raise AssertionError("serve-full never cleans up containers")
 
     def normalize_ownership(self, path: Path, *, image: str | None) -> None:
         self.calls.append("normalize_ownership")
@@ -166,8 +167,8 @@ def make_profile(
     return profile_from_dict(document)
 
 
-def do_plan(profile: Profile, store: Store, runtime: FakeRuntime, **kwargs: Any) -> launcher.LaunchPlan:
-    return launcher.plan(
+def do_plan(profile: Profile, store: Store, runtime: FakeRuntime, **kwargs: Any) -> serve.LaunchPlan:
+    return serve.plan(
         profile, store=store, runtime=runtime, adapter=ReferenceAdapter(), gpu_probe=lambda: [H100], **kwargs
     )
 
@@ -288,7 +289,7 @@ def test_debug_needs_no_manifest_and_mounts_nothing(store: Store) -> None:
     assert plan.mount is None and plan.spec.mounts == ()
     assert "--no-compile" in plan.spec.command
     data = plan.to_dict()
-    assert data["blessed"] is False and data["banner"] == launcher.DEBUG_BANNER
+    assert data["blessed"] is False and data["banner"] == serve.DEBUG_BANNER
     assert data["manifest_path"] is None and any("TORCH_LOGS" in w for w in data["warnings"])
 
 
@@ -331,7 +332,7 @@ def test_unknown_engine_version_is_refused_unless_allowed_and_serving_forces_the
     profile = make_profile(port=18124)
     bless(store, profile, tmp_path)
     runtime = FakeRuntime()
-    plan_with = partial(launcher.plan, profile, store=store, runtime=runtime, gpu_probe=lambda: [H100])
+    plan_with = partial(serve.plan, profile, store=store, runtime=runtime, gpu_probe=lambda: [H100])
     with pytest.raises(UnknownEngineVersionError) as excinfo:
         plan_with(adapter=VersionedAdapter())
     assert code_of(excinfo) == 33
@@ -530,7 +531,7 @@ def engine() -> Iterator[tuple[int, dict[str, list[int]]]]:
     server.server_close()
 
 
-def _blessed_plan(store: Store, tmp_path: Path, port: int) -> tuple[launcher.LaunchPlan, FakeRuntime]:
+def _blessed_plan(store: Store, tmp_path: Path, port: int) -> tuple[serve.LaunchPlan, FakeRuntime]:
     profile = make_profile()
     bless(store, profile, tmp_path, golden=GOLDEN)
     runtime = FakeRuntime(host_port=port)
@@ -541,12 +542,12 @@ def test_start_runs_the_canary_and_leaves_the_engine_up(
     store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
 ) -> None:
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
-    result = launcher.start(plan, runtime=runtime, detach=True)
+    result = serve.start(plan, runtime=runtime, detach=True)
     assert result.canary.status == "passed" and len(result.canary.checks) == 2
     assert result.recheck.startswith("unchanged")
     assert "stop" not in runtime.calls and "remove" not in runtime.calls
     assert set(result.timings) >= {"preflight_s", "resolve_s", "verify_s", "create_s", "start_to_ready_s", "canary_s"}
-    finished = launcher.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
+    finished = serve.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
     assert finished.stop is not None and finished.stop.graceful and not finished.upper_kept
     assert runtime.calls[-2:] == ["stop", "remove"]
     assert not plan.serve_dir.exists(), "the upper layer is discarded"
@@ -556,12 +557,12 @@ def test_keep_upper_reports_what_the_engine_wrote(
     store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
 ) -> None:
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
-    result = launcher.start(plan, runtime=runtime)
+    result = serve.start(plan, runtime=runtime)
     runtime.upper = [UpperEntry("dummy_cache/x", "new", 3)]
-    finished = launcher.finish(plan, result, runtime=runtime, keep_upper=True, failed=False)
+    finished = serve.finish(plan, result, runtime=runtime, keep_upper=True, failed=False)
     assert finished.upper_kept and finished.upper_dir == str(plan.serve_dir / "upper")
     assert finished.to_dict()["upper_entries"] == [{"path": "dummy_cache/x", "kind": "new", "size": 3}]
-    assert (plan.serve_dir / launcher.ENGINE_LOG).exists()
+    assert (plan.serve_dir / serve.ENGINE_LOG).exists()
 
 
 def test_canary_mismatch_stops_keeps_the_upper_layer_and_fails_42(
@@ -571,12 +572,12 @@ def test_canary_mismatch_stops_keeps_the_upper_layer_and_fails_42(
     replies["world"] = [120, 122]
     plan, runtime = _blessed_plan(store, tmp_path, port)
     with pytest.raises(CanaryFailedError) as excinfo:
-        launcher.start(plan, runtime=runtime, detach=True)
+        serve.start(plan, runtime=runtime, detach=True)
     assert excinfo.value.exit_code == ExitCode.CANARY_FAILED
     assert "expected [120, 121] got [120, 122]" in excinfo.value.message
     assert runtime.calls[-2:] == ["stop", "remove"]
     assert excinfo.value.details["upper_kept"] is True
-    assert (plan.serve_dir / launcher.CANARY_FILE).exists()
+    assert (plan.serve_dir / serve.CANARY_FILE).exists()
 
 
 def test_no_canary_is_reported_loudly(store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]) -> None:
@@ -584,9 +585,9 @@ def test_no_canary_is_reported_loudly(store: Store, tmp_path: Path, engine: tupl
     replies["world"] = [1, 2]  # would fail the canary
     plan, runtime = _blessed_plan(store, tmp_path, port)
     events: list[Event] = []
-    result = launcher.start(plan, runtime=runtime, no_canary=True, events=events.append)
+    result = serve.start(plan, runtime=runtime, no_canary=True, events=events.append)
     assert result.canary.status == "skipped" and result.canary.reason == "--no-canary"
-    assert launcher.NO_CANARY_BANNER in result.to_dict()["warnings"]
+    assert serve.NO_CANARY_BANNER in result.to_dict()["warnings"]
     assert any(e.kind == "warning" and "CANARY SKIPPED" in e.message for e in events)
 
 
@@ -605,7 +606,7 @@ def test_cache_changed_after_ready_fails_43(
 
     runtime.start = start_then_tamper  # type: ignore[method-assign]
     with pytest.raises(CacheChangedError) as excinfo:
-        launcher.start(plan, runtime=runtime)
+        serve.start(plan, runtime=runtime)
     assert excinfo.value.exit_code == ExitCode.CACHE_CHANGED
     assert "artifact.bin: mode" in excinfo.value.message
     assert runtime.calls[-2:] == ["stop", "remove"]
@@ -623,10 +624,10 @@ def test_engine_never_ready_fails_44_with_the_log(store: Store, tmp_path: Path) 
 
     runtime.start = start_dead  # type: ignore[method-assign]
     with pytest.raises(EngineFailedError) as excinfo:
-        launcher.start(plan, runtime=runtime)
+        serve.start(plan, runtime=runtime)
     assert "engine crashed" in excinfo.value.message
     assert runtime.calls[-1] == "remove"
-    assert (plan.serve_dir / launcher.ENGINE_LOG).read_text() == "Traceback: engine crashed\n"
+    assert (plan.serve_dir / serve.ENGINE_LOG).read_text() == "Traceback: engine crashed\n"
 
 
 def test_follow_streams_new_log_text_until_stopped() -> None:
@@ -644,19 +645,17 @@ def test_follow_streams_new_log_text_until_stopped() -> None:
         else:
             stop.set()
 
-    assert launcher.follow(runtime, started, sink, stop=stop, poll_s=0.01) is None
+    assert serve.follow(runtime, started, sink, stop=stop, poll_s=0.01) is None
     assert chunks == ["one\n", "two\n"]
     runtime.running[spec.name] = False
     runtime.log += "three\n"
-    assert launcher.follow(runtime, started, chunks.append, stop=threading.Event(), poll_s=0.01) == 0
+    assert serve.follow(runtime, started, chunks.append, stop=threading.Event(), poll_s=0.01) == 0
 
 
 def test_secret_flags_in_argv_are_redacted() -> None:
-    def is_secret(name: str) -> bool:
-        return name in {"API_KEY", "HF_TOKEN"}
-
+    policy = EnvPolicy(secret=("API_KEY", "HF_TOKEN"))
     command = ["serve", "--api-key", "k1", "--hf-token=t1", "--port", "8000", "--max-num-batched-tokens", "8"]
-    assert launcher.redact_command(command, is_secret) == [
+    assert policy.redact_command(command) == [
         "serve", "--api-key", REDACTED, f"--hf-token={REDACTED}", "--port", "8000", "--max-num-batched-tokens", "8",
     ]  # fmt: skip
 
@@ -671,7 +670,7 @@ def test_canary_compares_text_too() -> None:
             return Completion(prompt, "abd", (), 0.0)
 
     golden = [{"prompt": "p", "max_tokens": 3, "text": "abc", "token_ids": []}]
-    result = launcher.run_canary(NoIds(), golden)  # type: ignore[arg-type]
+    result = serve.run_canary(NoIds(), golden)  # type: ignore[arg-type]
     assert result.status == "failed"
     assert result.checks[0].describe() == "expected text 'abc' got 'abd'"
 
@@ -695,8 +694,8 @@ def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     runtime.log = log
     with pytest.raises(CacheNotUsedError) as excinfo:
-        launcher.start(plan, runtime=runtime, detach=True)
+        serve.start(plan, runtime=runtime, detach=True)
     assert int(excinfo.value.exit_code) == 45
     assert reason in excinfo.value.message
     assert runtime.calls[-2:] == ["stop", "remove"]
-    assert (plan.serve_dir / launcher.ENGINE_LOG).read_text() == log  # kept as evidence
+    assert (plan.serve_dir / serve.ENGINE_LOG).read_text() == log  # kept as evidence

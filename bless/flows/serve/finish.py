@@ -1,0 +1,64 @@
+"""How serving ends: a graceful stop, the container removed, the serve dir discarded or kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bless.evidence import UpperEntry
+from bless.flows.serve.plan import LaunchPlan
+from bless.flows.serve.serve_dir import discard_serve_dir, save_evidence, upper_summary
+from bless.flows.serve.start import LaunchResult
+from bless.runtime.base import Runtime, StopResult
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """How serving ended: the stop, and what became of the upper layer."""
+
+    stop: StopResult | None
+    upper_kept: bool
+    upper_dir: str | None
+    upper_entries: tuple[UpperEntry, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stopped_gracefully": self.stop.graceful if self.stop else None,
+            "exit_code": self.stop.exit_code if self.stop else None,
+            "stop_seconds": round(self.stop.seconds, 3) if self.stop else None,
+            "upper_kept": self.upper_kept,
+            "upper_dir": self.upper_dir,
+            "upper_written": len(self.upper_entries),
+            "upper_entries": upper_summary(self.upper_entries),
+            "notes": list(self.notes),
+        }
+
+
+def finish(
+    plan_: LaunchPlan, result: LaunchResult, *, runtime: Runtime, keep_upper: bool, failed: bool
+) -> FinishResult:
+    """Stop gracefully, remove the container, then discard the serve dir (kept with ``keep_upper`` or ``failed``)."""
+    session = plan_.session(runtime, started=result.started)
+    notes: list[str] = []
+    try:
+        stop = session.stop()
+    finally:
+        runtime.remove(result.started)
+    upper = tuple(session.upper)
+    kept = keep_upper or failed
+    if kept:
+        save_evidence(plan_.serve_dir, session.log)
+    else:
+        problem = discard_serve_dir(plan_.serve_dir, runtime=runtime, image=plan_.spec.image)
+        if problem:
+            notes.append(problem)
+            kept = True
+    upper_dir = result.upper_dir
+    return FinishResult(
+        stop=stop,
+        upper_kept=kept,
+        upper_dir=str(upper_dir) if kept and upper_dir else None,
+        upper_entries=upper,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,370 @@
+"""Preflight and plan: every decision and every refusal of serve-full, before anything is created."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bless import labels
+from bless.engines.base import EngineAdapter
+from bless.errors import ContainerConflictError, InputInvalidError, InsufficientGpuError, VerifyFailedError
+from bless.factors import GpuInfo, ResolvedConfig
+from bless.flows.events import new_run_id
+from bless.flows.resolve import no_manifest_error, resolve_profile
+from bless.flows.safety import check_unsafe
+from bless.flows.serve.serve_dir import ENGINE_LOG, new_serve_dir
+from bless.flows.serve.snapshot import Snapshot, cache_changed_error
+from bless.flows.session import EngineSession, engine_spec
+from bless.manifest import Manifest, load_manifest
+from bless.probes import hardware_factor, probe_gpus
+from bless.profile import HardwareSpec, Profile
+from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
+from bless.store import Store
+from bless.verify import VerifyResult, verify_tree
+
+SERVE_PREFIX = "bless-serve-"
+# Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
+_OVERLAY_UNSAFE = frozenset(",:\n")
+_LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+
+DEBUG_BANNER = (
+    "DEBUG START, NOT BLESSED: no manifest was checked, no compiled cache is mounted, the engine runs "
+    "eager (compile off). Outputs and performance are not what a blessed start serves."
+)
+
+
+def serve_container_name(profile: Profile) -> str:
+    """The serving container's stable name: one serving container per profile name."""
+    return f"{SERVE_PREFIX}{profile.name}"
+
+
+def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
+    """Refuse (52) unless the first ``gpu_count`` GPUs each have ``min_gpu_memory_gib`` free."""
+    if spec.accelerator != "cuda" or spec.min_gpu_memory_gib is None:
+        return
+    count = spec.gpu_count or 1
+    need_mib = spec.min_gpu_memory_gib * 1024
+    if len(gpus) < count:
+        raise InsufficientGpuError(
+            f"the profile needs {count} GPU(s) with {spec.min_gpu_memory_gib:g} GiB free each; "
+            f"this machine has {len(gpus)} GPU(s)",
+            hint="run on a host with enough GPUs (nvidia-smi lists them)",
+            details={"needed_gpus": count, "found_gpus": len(gpus)},
+        )
+    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if gpu.memory_free_mib < need_mib]
+    if short:
+        listed = ", ".join(
+            f"GPU {index} ({gpu.name}): {gpu.memory_free_mib / 1024:.1f} GiB free of {gpu.memory_total_mib / 1024:.1f}"
+            for index, gpu in short
+        )
+        raise InsufficientGpuError(
+            f"the profile needs {spec.min_gpu_memory_gib:g} GiB of free GPU memory per GPU; {listed}",
+            hint="stop what uses the GPU memory (nvidia-smi shows the processes), or lower "
+            "hardware.min_gpu_memory_gib if the engine really needs less",
+            details={
+                "min_gpu_memory_gib": spec.min_gpu_memory_gib,
+                "short": [
+                    {
+                        "index": index,
+                        "name": gpu.name,
+                        "free_mib": gpu.memory_free_mib,
+                        "total_mib": gpu.memory_total_mib,
+                    }
+                    for index, gpu in short
+                ],
+            },
+        )
+
+
+def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
+    """Refuse (12) when the serving container name is taken: ours (serving already) or foreign (never touched)."""
+    holder = runtime.name_holder(name)
+    if holder == "free":
+        return
+    if holder == "foreign":
+        raise ContainerConflictError(
+            f"a container without our labels holds the name {name!r}; never touched: bless does not stop or "
+            "remove containers it did not create",
+            hint=f"rename or remove that container yourself if it is safe (docker rm {name}), or serve this "
+            "profile under another name (the profile's name field)",
+            details={"name": name, "holder": "foreign"},
+        )
+    status = next(
+        (info.status for info in runtime.list_ours({labels.PROFILE: profile.name}) if info.name == name), "unknown"
+    )
+    if status == "running":
+        message = f"{profile.label} is already running: container {name!r} of ours is up"
+        hint = f"use the running engine, or stop it first (docker stop {name} && docker rm {name})"
+    else:
+        message = f"container {name!r} of ours already exists ({status}): a stopped serve-full --detach left it"
+        hint = f"remove it (docker rm {name}), then retry"
+    raise ContainerConflictError(message, hint=hint, details={"name": name, "holder": "ours", "status": status})
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything decided before a container exists. ``manifest`` is None for ``--debug``.
+
+    What can be derived is a property, not a field: the profile and config hash come from
+    ``resolved``, the blessed dir from the snapshot, the run id from the container's labels.
+    """
+
+    debug: bool
+    resolved: ResolvedConfig
+    spec: ContainerSpec
+    serve_dir: Path
+    mount: Mount | None
+    manifest: Manifest | None
+    manifest_path: Path | None
+    verification: VerifyResult | None
+    snapshot: Snapshot | None
+    adapter: EngineAdapter
+    allowed_unsafe: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def blessed(self) -> bool:
+        """True for a blessed start (a verified manifest), False for ``--debug``."""
+        return not self.debug
+
+    @property
+    def profile(self) -> Profile:
+        return self.resolved.profile
+
+    @property
+    def config_hash(self) -> str:
+        return self.resolved.config_hash
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.labels[labels.RUN_ID]
+
+    @property
+    def blessed_dir(self) -> Path | None:
+        """The verified blessed tree (None for ``--debug``)."""
+        return self.snapshot.root if self.snapshot is not None else None
+
+    @property
+    def container_name(self) -> str:
+        return self.spec.name
+
+    @property
+    def client_host(self) -> str:
+        """Where we reach the published port: loopback for wildcard binds, brackets around IPv6."""
+        serving_host = self.profile.serving_host
+        host = _LOOPBACK_FOR.get(serving_host, serving_host)
+        return f"[{host}]" if ":" in host else host
+
+    def session(self, runtime: Runtime, *, started: Started | None = None) -> EngineSession:
+        """The engine session for this plan (``started``: attach to an engine already running)."""
+        trials = self.profile.trials
+        return EngineSession(
+            runtime,
+            self.spec,
+            ready_timeout_s=trials.ready_timeout_s,
+            request_timeout_s=trials.request_timeout_s,
+            stop_timeout_s=trials.stop_timeout_s,
+            started=started,
+            client_host=self.client_host,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready plan; secret env values (and secret-looking flags) are ``<redacted>``."""
+        spec = self.spec
+        policy = self.adapter.env_policy
+        return {
+            "blessed": self.blessed,
+            "debug": self.debug,
+            "banner": DEBUG_BANNER if self.debug else None,
+            "profile": self.profile.label,
+            "profile_name": self.profile.name,
+            "config_hash": self.config_hash,
+            "run_id": self.run_id,
+            "manifest_path": str(self.manifest_path) if self.manifest_path else None,
+            "blessed_dir": str(self.blessed_dir) if self.blessed_dir else None,
+            "golden_prompts": len(self.manifest.golden) if self.manifest else 0,
+            "serve_dir": str(self.serve_dir),
+            "mount": (
+                {
+                    "kind": self.mount.kind,
+                    "source": str(self.mount.source),
+                    "target": self.mount.target,
+                    "upper_dir": str(self.mount.scratch / "upper") if self.mount.scratch else None,
+                }
+                if self.mount
+                else None
+            ),
+            "container": {
+                "name": spec.name,
+                "image": spec.image,
+                "command": policy.redact_command(spec.command),
+                "env": policy.redact_env(spec.env),
+                "labels": dict(spec.labels),
+                "home": spec.home,
+                "port": spec.port,
+                "host_ip": spec.host_ip,
+                "host_port": spec.host_port,
+                "gpus": spec.gpus,
+            },
+            "verification": self.verification.to_dict() if self.verification else None,
+            "snapshot": self.snapshot.to_dict() if self.snapshot else None,
+            "allowed_unsafe": list(self.allowed_unsafe),
+            "warnings": list(self.warnings),
+            "timings": {key: round(value, 4) for key, value in self.timings.items()},
+        }
+
+
+def plan(
+    profile: Profile,
+    *,
+    store: Store,
+    runtime: Runtime,
+    adapter: EngineAdapter,
+    debug: bool = False,
+    allow_unknown_engine_version: bool = False,
+    gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
+    now: datetime | None = None,
+    allow_test_knobs: bool = False,
+) -> LaunchPlan:
+    """Decide how to serve ``profile``; every refusal happens here, before any container exists.
+
+    Order: runtime reachable (50), image present (51), GPU memory where the profile states a need
+    (52), unsafe debug settings (30, allowed with ``debug``), serving container name free (12),
+    factors and config hash, manifest (20 with the nearest blessing's diff, 22, 23), blessed
+    files verified (21) and unchanged while verified (43). With ``debug`` no manifest is
+    looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
+    through (bless's own tests; the serve-full command never sets it).
+    """
+    clock = time.perf_counter
+    t0 = clock()
+    runtime.ping()
+    image_id: str | None = None
+    if profile.runtime_kind == "docker":
+        image_id = runtime.resolve_image(profile.image or "")
+    gpus: list[GpuInfo] | None = None
+    if profile.hardware.accelerator == "cuda":
+        gpus = gpu_probe()
+        check_gpu_memory(profile.hardware, gpus)
+    warnings: list[str] = []
+    # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
+    allowed = (
+        [u.describe() for u in adapter.unsafe_settings(profile)]
+        if debug
+        else check_unsafe(profile, adapter, allow_test_knobs=allow_test_knobs)
+    )
+    if allowed:
+        warnings.append("unsafe settings allowed: " + "; ".join(allowed))
+    name = serve_container_name(profile)
+    check_name_free(runtime, profile, name)
+    t1 = clock()
+
+    resolved = resolve_profile(
+        profile,
+        # The ID read above, not the tag again: the container is started from this ID, so a tag
+        # moved after this point cannot change what runs.
+        image_resolver=lambda _reference: image_id or "",
+        adapter=adapter,
+        hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
+    )
+    # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
+    # versions are refused here, before anything starts, unless allowed.
+    adapter = adapter.for_factors(resolved.factors)
+    adapter.require_known_version(allow_unknown=allow_unknown_engine_version)
+    warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
+    manifest: Manifest | None = None
+    manifest_path: Path | None = None
+    if not debug:
+        manifest_path = store.manifest_path(resolved.config_hash)
+        if manifest_path is None:
+            raise no_manifest_error(store, resolved)
+        manifest = load_manifest(manifest_path)
+        if manifest.config_hash != resolved.config_hash:
+            # Replaced between the lookup and the read (a concurrent rebless of another hash into
+            # this file name): look again rather than guess.
+            raise no_manifest_error(store, resolved)
+    t2 = clock()
+
+    verification: VerifyResult | None = None
+    snapshot: Snapshot | None = None
+    blessed_dir: Path | None = None
+    if manifest is not None:
+        blessed_dir = store.blessed_dir(manifest)
+        store.check_permissions(manifest)
+        files = [entry.path for entry in manifest.cache.files]
+        # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
+        snapshot = Snapshot.take(blessed_dir, files, manifest.cache.dirs)
+        verification = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, expect_read_only=True)
+        if not verification.ok:
+            raise VerifyFailedError.from_result(verification, blessed_dir, config_hash=resolved.config_hash)
+        changes = snapshot.changes()
+        if changes:
+            raise cache_changed_error(changes, when="while it was being verified", blessed_dir=blessed_dir)
+        owners = sorted({stamp.uid for stamp in snapshot.stamps if stamp.uid is not None})
+        if len(owners) > 1:
+            warnings.append(
+                f"blessed entries have mixed owners (uids {', '.join(map(str, owners))}): a published tree is "
+                "owned by the one user who blessed it"
+            )
+        if verification.notices:
+            warnings.append(
+                f"{len(verification.notices)} blessed entr{'y is' if len(verification.notices) == 1 else 'ies are'} "
+                "writable (blessed caches are read-only): "
+                + ", ".join(notice.path for notice in verification.notices[:5])
+            )
+    t3 = clock()
+
+    serve_dir = new_serve_dir(store.root, profile.name, now)
+    mount: Mount | None = None
+    if blessed_dir is not None:
+        if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
+            mount = Mount("ro", blessed_dir, adapter.cache_mount_path)
+        else:
+            if profile.cache_mount == "ro-bind":
+                warnings.append(
+                    f"cache.mount = 'ro-bind' but the {adapter.name} engine writes while loading: using an overlay"
+                )
+            for path in (blessed_dir, serve_dir):
+                if _OVERLAY_UNSAFE & set(str(path)):
+                    raise InputInvalidError(
+                        f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
+                        hint="move the store root (--root / BLESS_ROOT) to a plain path",
+                    )
+            mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
+    run_id = new_run_id()
+    spec = engine_spec(
+        profile,
+        adapter,
+        runtime,
+        name=name,
+        labels=labels.labels_for(
+            run_id=run_id, phase=labels.PHASE_SERVE, config_hash=resolved.config_hash, profile=profile.name
+        ),
+        cache_mount=mount,
+        image=image_id,
+        # Serving must load the blessed cache: a failed load fails the start instead of recompiling.
+        extra_env=adapter.replay_env() if not debug else None,
+        debug=debug,
+        host_ip=profile.serving_host,
+        host_port=profile.serving_port,
+        log_path=serve_dir / ENGINE_LOG,
+    )
+    return LaunchPlan(
+        debug=debug,
+        resolved=resolved,
+        spec=spec,
+        serve_dir=serve_dir,
+        mount=mount,
+        manifest=manifest,
+        manifest_path=manifest_path,
+        verification=verification,
+        snapshot=snapshot,
+        adapter=adapter,
+        allowed_unsafe=tuple(allowed),
+        warnings=tuple(warnings),
+        timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},
+    )

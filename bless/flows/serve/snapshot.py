@@ -1,0 +1,131 @@
+"""The cheap identity re-check: ``lstat`` stamps of the blessed tree taken before hashing.
+
+serve-full stamps every blessed entry before it hashes them, compares the stamps right after
+verification and again once the engine is ready; any difference fails closed (43).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bless.errors import CacheChangedError
+from bless.verify import ROOT_PATH
+
+_MAX_PROBLEMS_IN_MESSAGE = 8
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """``lstat`` facts of one blessed entry; ``None`` fields mean it did not exist."""
+
+    path: str
+    dev: int | None
+    ino: int | None
+    size: int | None
+    mtime_ns: int | None
+    ctime_ns: int | None
+    mode: int | None
+    uid: int | None
+
+    @classmethod
+    def of(cls, root: Path, path: str, lstat: Callable[[Path], os.stat_result] = os.lstat) -> Stamp:
+        """Stamp ``root/path`` (``path`` ``"."`` is the root itself) without following links."""
+        target = root if path == ROOT_PATH else root / path
+        try:
+            st = lstat(target)
+        except FileNotFoundError:
+            return cls(path, None, None, None, None, None, None, None)
+        except NotADirectoryError:
+            # A parent became a file: the entry is gone as far as we are concerned.
+            return cls(path, None, None, None, None, None, None, None)
+        return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
+@dataclass(frozen=True)
+class StampChange:
+    """One blessed entry that differs from its snapshot, and how."""
+
+    path: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "detail": self.detail}
+
+
+def describe_change(before: Stamp, after: Stamp) -> str | None:
+    """How ``after`` differs from ``before`` in words, or None when they are the same."""
+    if before == after:
+        return None
+    if before.ino is None:
+        return "appeared after the snapshot"
+    if after.ino is None or after.mode is None:
+        return "vanished"
+    assert before.mode is not None
+    if stat.S_IFMT(before.mode) != stat.S_IFMT(after.mode):
+        kind = "a symbolic link" if stat.S_ISLNK(after.mode) else stat.filemode(after.mode)[0] + "-type entry"
+        return f"is now {kind}"
+    reasons: list[str] = []
+    if (before.dev, before.ino) != (after.dev, after.ino):
+        reasons.append("replaced (device/inode changed)")
+    if before.size != after.size:
+        reasons.append(f"size {before.size} -> {after.size}")
+    if before.mtime_ns != after.mtime_ns:
+        reasons.append("modified (mtime changed)")
+    if before.mode != after.mode:
+        reasons.append(f"mode {stat.filemode(before.mode)} -> {stat.filemode(after.mode)}")
+    if before.uid != after.uid:
+        reasons.append(f"owner uid {before.uid} -> {after.uid}")
+    if before.ctime_ns != after.ctime_ns and not reasons:
+        # ctime moves on any content or metadata change and cannot be set back from user space.
+        reasons.append("changed (ctime moved: rewritten, re-linked or metadata changed)")
+    return ", ".join(reasons)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Stamps of the blessed root, every listed directory and every listed file."""
+
+    root: Path
+    stamps: tuple[Stamp, ...]
+
+    @classmethod
+    def take(
+        cls,
+        root: Path,
+        files: Sequence[str],
+        dirs: Sequence[str],
+        lstat: Callable[[Path], os.stat_result] = os.lstat,
+    ) -> Snapshot:
+        """Stamp ``root``, its ``dirs`` (entries added or removed move a directory's mtime) and ``files``."""
+        paths = [ROOT_PATH, *dirs, *files]
+        return cls(root, tuple(Stamp.of(root, path, lstat) for path in paths))
+
+    def changes(self, lstat: Callable[[Path], os.stat_result] = os.lstat) -> list[StampChange]:
+        """Every entry whose stamp differs now (empty: nothing changed)."""
+        found: list[StampChange] = []
+        for before in self.stamps:
+            detail = describe_change(before, Stamp.of(self.root, before.path, lstat))
+            if detail is not None:
+                found.append(StampChange(before.path, detail))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "entries": len(self.stamps)}
+
+
+def cache_changed_error(changes: Sequence[StampChange], *, when: str, blessed_dir: Path) -> CacheChangedError:
+    """The refusal for blessed files that changed after they were hashed."""
+    shown = "; ".join(f"{change.path}: {change.detail}" for change in changes[:_MAX_PROBLEMS_IN_MESSAGE])
+    more = f" and {len(changes) - _MAX_PROBLEMS_IN_MESSAGE} more" if len(changes) > _MAX_PROBLEMS_IN_MESSAGE else ""
+    return CacheChangedError(
+        f"{len(changes)} blessed entr{'y' if len(changes) == 1 else 'ies'} in {blessed_dir} changed {when}: "
+        f"{shown}{more}",
+        hint="something writes to the read-only blessed dir: find it and stop it, then run bless verify; "
+        "do not serve this cache until it verifies",
+        details={"blessed_dir": str(blessed_dir), "changes": [change.to_dict() for change in changes]},
+    )

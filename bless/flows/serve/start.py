@@ -1,0 +1,286 @@
+"""Start a planned engine: ready, re-checked, reusing the blessed artifact, canary-checked.
+
+On success the engine is left running for :mod:`~bless.flows.serve.follow` and
+:mod:`~bless.flows.serve.finish` (or the operator, with ``--detach``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bless.canary import CanaryResult, run_canary
+from bless.errors import (
+    CacheNotUsedError,
+    CanaryFailedError,
+    EngineFailedError,
+    EngineHttpError,
+    InputInvalidError,
+    NotReadyError,
+)
+from bless.flows.events import Event, EventSink, ignore_events
+from bless.flows.serve.plan import LaunchPlan
+from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
+from bless.flows.serve.snapshot import cache_changed_error
+from bless.flows.session import EngineSession, log_tail
+from bless.runtime.base import Runtime, Started
+from bless.trials import EngineClient
+
+_MAX_PROBLEMS_IN_MESSAGE = 8
+
+NO_CANARY_BANNER = (
+    "CANARY SKIPPED (--no-canary): the engine was not checked against the blessed golden outputs; "
+    "the cache was verified, the served outputs were not."
+)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """A started, ready, canary-checked engine. ``started`` is the runtime's handle for follow/finish."""
+
+    plan: LaunchPlan
+    started: Started
+    url: str
+    canary: CanaryResult
+    recheck: str
+    timings: Mapping[str, float]
+    detached: bool
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def container_name(self) -> str:
+        return self.started.name
+
+    @property
+    def container_id(self) -> str:
+        return self.started.id
+
+    @property
+    def host_port(self) -> int | None:
+        return self.started.host_port
+
+    @property
+    def upper_dir(self) -> Path | None:
+        """Where the engine's writes land (the overlay's upper layer), while it runs."""
+        mount = self.plan.mount
+        return mount.scratch / "upper" if mount is not None and mount.scratch is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        warnings = list(self.plan.warnings) + list(self.warnings)
+        if self.canary.status == "skipped" and self.plan.blessed:
+            warnings.append(NO_CANARY_BANNER)
+        return {
+            "blessed": self.plan.blessed,
+            "debug": self.plan.debug,
+            "config_hash": self.plan.config_hash,
+            "container": {"name": self.container_name, "id": self.container_id},
+            "host_ip": self.plan.spec.host_ip,
+            "host_port": self.host_port,
+            "url": self.url,
+            "detached": self.detached,
+            "canary": self.canary.to_dict(),
+            "recheck": self.recheck,
+            "serve_dir": str(self.plan.serve_dir),
+            "upper_dir": str(self.upper_dir) if self.upper_dir else None,
+            "notes": list(self.started.notes),
+            "warnings": warnings,
+            "timings": {key: round(value, 4) for key, value in self.timings.items()},
+        }
+
+
+def start(
+    plan_: LaunchPlan,
+    *,
+    runtime: Runtime,
+    no_canary: bool = False,
+    detach: bool = False,
+    keep_upper_on_interrupt: bool = False,
+    events: EventSink = ignore_events,
+) -> LaunchResult:
+    """Start the planned engine, wait until ready, re-check the blessed files, run the canary.
+
+    Failures stop the container and remove it, keep the serve dir (upper layer + ``engine.log``)
+    as evidence and raise: EngineFailedError (44) when it never became ready, CacheChangedError
+    (43) when a blessed file changed, CanaryFailedError (42) when an output differs from the
+    golden one. On success the engine is left running (foreground or detached alike): the
+    caller follows it and calls :func:`finish`, or leaves it to the operator (``--detach``).
+    """
+    timings = dict(plan_.timings)
+    session = plan_.session(runtime)
+    try:
+        plan_.serve_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise InputInvalidError(
+            f"cannot create the serve dir {plan_.serve_dir}: {exc.strerror or exc}",
+            hint="check that the store root is writable",
+        ) from None
+    try:
+        with ExitStack() as stack:
+            events(Event("phase", f"starting container {plan_.spec.name}"))
+            t0 = time.perf_counter()
+            stack.enter_context(session)
+            started = session.started
+            assert started is not None
+            timings["create_s"] = time.perf_counter() - t0
+            if started.host_port is None:
+                session.stop()
+                raise EngineFailedError(
+                    f"container {started.name} published no port; engine log tail:\n{log_tail(session.log)}",
+                    hint="read the engine log; check the image and the command",
+                )
+            client = session.client
+            events(Event("phase", "waiting for the engine to become ready"))
+            try:
+                session.wait_ready()
+            except NotReadyError as exc:
+                message = session.not_ready_message(exc)
+                session.stop()
+                save_evidence(plan_.serve_dir, session.log)
+                raise EngineFailedError(
+                    message,
+                    hint=f"read the engine log (kept in {plan_.serve_dir / ENGINE_LOG}); the serve dir is kept",
+                    details={"serve_dir": str(plan_.serve_dir)},
+                ) from None
+            timings["start_to_ready_s"] = time.perf_counter() - t0
+            events(
+                Event(
+                    "ready", f"ready in {timings['start_to_ready_s']:.1f} s", {"seconds": timings["start_to_ready_s"]}
+                )
+            )
+
+            recheck = "skipped (debug: no blessed cache)"
+            if plan_.snapshot is not None:
+                t_check = time.perf_counter()
+                changes = plan_.snapshot.changes()
+                timings["recheck_s"] = time.perf_counter() - t_check
+                if changes:
+                    session.stop()
+                    save_evidence(plan_.serve_dir, session.log)
+                    assert plan_.blessed_dir is not None
+                    raise cache_changed_error(
+                        changes,
+                        when="between verification and the engine becoming ready",
+                        blessed_dir=plan_.blessed_dir,
+                    )
+                recheck = f"unchanged ({len(plan_.snapshot.stamps)} entries)"
+                events(
+                    Event("note", f"blessed files unchanged since verification ({len(plan_.snapshot.stamps)} entries)")
+                )
+
+            if plan_.manifest is not None:
+                not_used = _cache_not_used(plan_, session)
+                if not_used:
+                    session.stop()
+                    save_evidence(plan_.serve_dir, session.log)
+                    raise CacheNotUsedError(
+                        "; ".join(not_used),
+                        hint=f"the engine log is kept in {plan_.serve_dir / ENGINE_LOG}; a config the config hash "
+                        "considers equal made the engine compile or key its cache differently: report it, and bless "
+                        "this machine's configuration (bless run --rebless)",
+                        details={"serve_dir": str(plan_.serve_dir), "reasons": not_used},
+                    )
+            canary = _canary(plan_, session, client, no_canary=no_canary, events=events)
+            timings["canary_s"] = canary.seconds
+            # Success: the engine stays up; follow()/finish() or the operator take over.
+            stack.pop_all()
+    except BaseException as exc:
+        # The session's exit stopped and removed the container. Nothing to keep when no container
+        # ever ran, or when the user interrupted the start (unless asked to keep it).
+        interrupted = isinstance(exc, KeyboardInterrupt) and not keep_upper_on_interrupt
+        if session.started is None or interrupted:
+            discard_serve_dir(plan_.serve_dir, runtime=runtime, image=plan_.spec.image)
+        raise
+    return LaunchResult(
+        plan=plan_,
+        started=started,
+        url=f"http://{plan_.client_host}:{started.host_port}",
+        canary=canary,
+        recheck=recheck,
+        timings=timings,
+        detached=detach,
+    )
+
+
+def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
+    """Why the boot log says the engine did not serve from the blessed artifact (empty: it did).
+
+    The same reuse signals as a trial's: a load marker, no compile/save marker, and the engine's own
+    cache key equal to the blessing's. Fail closed: a compile here means the served artifact is not
+    the one the trials proved, whatever the canary says.
+    """
+    assert plan_.manifest is not None
+    signals = plan_.adapter.read_log(session.current_log())
+    reasons: list[str] = []
+    if signals.compile_markers:
+        reasons.append(
+            f"the engine log shows {len(signals.compile_markers)} compile/save marker(s): it did not use the blessed "
+            f"artifact as is ({signals.compile_markers[0].strip()[:200]})"
+        )
+    if not signals.load_markers:
+        reasons.append("the engine log shows no load marker: it did not load the blessed artifact")
+    blessed_keys = plan_.manifest.artifacts.get("engine_keys", {})
+    reasons.extend(plan_.adapter.drift_reasons(blessed_keys, signals.engine_keys))
+    return reasons
+
+
+def _canary(
+    plan_: LaunchPlan, session: EngineSession, client: EngineClient, *, no_canary: bool, events: EventSink
+) -> CanaryResult:
+    """Run the canary (or say loudly why not); failures stop the engine and raise 42 or 44."""
+    if plan_.manifest is None:
+        reason = "debug start: no golden outputs (not a blessed start)"
+        events(Event("warning", f"canary skipped: {reason}"))
+        return CanaryResult("skipped", reason=reason)
+    if no_canary:
+        events(Event("warning", NO_CANARY_BANNER))
+        return CanaryResult("skipped", reason="--no-canary")
+    events(Event("phase", f"canary: {len(plan_.manifest.golden)} golden prompt(s)"))
+    try:
+        result = run_canary(client, plan_.manifest.golden)
+    except EngineHttpError as exc:
+        alive = session.is_alive()
+        session.stop()
+        save_evidence(plan_.serve_dir, session.log)
+        if not alive:
+            raise EngineFailedError(
+                f"the engine exited during the canary ({exc.message}); engine log tail:\n{log_tail(session.log)}",
+                hint=f"read the engine log (kept in {plan_.serve_dir / ENGINE_LOG})",
+                details={"serve_dir": str(plan_.serve_dir)},
+            ) from None
+        raise CanaryFailedError(
+            f"a canary request failed: {exc.message}",
+            hint=f"read the engine log (kept in {plan_.serve_dir / ENGINE_LOG}); the engine was stopped",
+            details={"serve_dir": str(plan_.serve_dir)},
+        ) from None
+    if result.status == "passed":
+        events(Event("note", f"canary passed: {len(result.checks)} prompt(s) reproduced the golden token ids"))
+        return result
+    session.stop()
+    upper = session.upper
+    upper_dir = plan_.mount.scratch / "upper" if plan_.mount is not None and plan_.mount.scratch else None
+    save_evidence(plan_.serve_dir, session.log, {"canary": result.to_dict(), "upper": upper_summary(upper)})
+    bad = [check for check in result.checks if not check.match]
+    lines = [
+        f"  {check.prompt!r} (max_tokens {check.max_tokens}): {check.describe()}"
+        for check in bad[:_MAX_PROBLEMS_IN_MESSAGE]
+    ]
+    if not result.checks:
+        lines = ["  the manifest has no golden outputs"]
+    written = f"{len(upper)} path(s) written" if upper else "nothing written"
+    raise CanaryFailedError(
+        f"{len(bad)} of {len(result.checks)} golden prompt(s) differ from the blessed output; the container "
+        f"was stopped and removed\n" + "\n".join(lines) + f"\nupper layer kept: {upper_dir} ({written})",
+        hint=f"do not serve this engine: the blessed cache verified but its outputs differ. Evidence in "
+        f"{plan_.serve_dir} ({ENGINE_LOG}, {CANARY_FILE}, upper/); re-bless if the image or hardware changed",
+        details={
+            "canary": result.to_dict(),
+            "serve_dir": str(plan_.serve_dir),
+            "upper_dir": str(upper_dir) if upper_dir else None,
+            "upper_kept": True,
+            "upper_entries": upper_summary(upper),
+        },
+    )
