@@ -46,6 +46,7 @@ from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
 
 __all__ = ["Store", "default_root"]
 
+
 def default_root() -> Path:
     """The store root: ``$BLESS_ROOT`` when set and non-empty, else ``~/.cache/bless``."""
     env = os.environ.get("BLESS_ROOT", "").strip()

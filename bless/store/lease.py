@@ -123,6 +123,13 @@ class LeaseBook:
             lease.path.unlink()
             fsync_dir(lease.path.parent)
 
+    def release_named(self, name: str) -> list[Lease]:
+        """Remove every lease called ``name`` (``serve-full stop NAME``); returns what was removed."""
+        released = [lease for lease in self.leases() if lease.name == name]
+        for lease in released:
+            self.release(lease)
+        return released
+
     def _read(self, path: Path, config_hash: str, dir_id: str) -> Lease:
         record = read_json_object(path)
         holder = record.get("holder") if record is not None else None

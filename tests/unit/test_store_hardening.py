@@ -336,3 +336,22 @@ def test_gc_removes_stale_serve_dirs_and_the_logs_of_removed_versions(tmp_path: 
     assert not any(path.exists() for path in removed)
     assert second_logs.is_dir() and unrecorded_new.is_dir() and fresh_serve.is_dir()
     assert intact(store, second)
+
+
+def test_a_detached_servers_lease_is_handed_to_the_engine_and_released_by_name(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    served = publish(store, "run1", "old", dir_id="20240101T000000Z-000000000001")
+    publish(store, "run2", "new", dir_id="20240102T000000Z-000000000002")
+    engine = start_child("hold-lock", str(store.root), "0" * 64, "60")  # any long-lived process
+    try:
+        assert engine.stdout is not None and engine.stdout.readline().strip() == "locked"
+        lease = store.leases.acquire(served.config_hash, served.cache.dir_id, name="bless-serve-tiny")
+        lease = store.leases.hand_over(lease, process_identity(engine.pid))
+        assert lease.alive is True and lease.holder is not None and lease.holder["pid"] == engine.pid
+        store.gc(keep=0)
+        assert intact(store, served)  # serve-full exited, but its engine still runs
+        assert [released.path for released in store.leases.release_named("bless-serve-tiny")] == [lease.path]
+        assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
+    finally:
+        engine.kill()
+        engine.wait()
