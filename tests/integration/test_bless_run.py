@@ -276,6 +276,32 @@ def test_ignore_cache_knob_fails_reuse_although_outputs_match(tmp_path: Path) ->
     assert_nothing_left(h)
 
 
+# --- 4b. --parallel 2 on Docker ----------------------------------------------------------------------------
+
+
+def test_parallel_two_trials_run_at_once_in_their_own_containers_and_publish(tmp_path: Path) -> None:
+    """Both runtimes run trials in parallel: on Docker each trial is its own container with its own
+    overlay volume and port; the two overlap in time; nothing is left behind."""
+    profile, _ = case_profile(tmp_path, "parallel")
+    root = tmp_path / "root"
+    result = bless(root, "run", "--profile", str(profile), "--trials", "2", "--parallel", "2", "--json")
+    assert result.code == 0, result.stderr[-4000:]
+    document = result.json()
+    assert document["published"] is True and document["parallel"] == 2
+    assert document["orchestration_overhead"] is None  # overlapping engines: no serial overhead ratio
+    (candidate,) = document["candidates"]
+    trials = candidate["trials"]
+    assert [t["index"] for t in trials] == [1, 2] and all(t["passed"] for t in trials)
+    assert sorted(t["slot"] for t in trials) == [0, 1] and all(t["gpus"] == [] for t in trials)  # CPU slots
+    assert candidate["trials_seconds"] is not None
+    # The two trials overlapped: phase 2 took less than their start->ready times added up.
+    assert candidate["trials_seconds"] < sum(t["start_to_ready_s"] for t in trials)
+    assert "trial 1/2" in result.stderr and "trial 2/2" in result.stderr
+    manifest = json.loads(manifests(root)[0].read_text())
+    assert manifest["trials"]["parallel"] == 2 and manifest["trials"]["devices"] == []
+    assert_nothing_left(document["config_hash"])
+
+
 # --- 5. --candidates 2 ------------------------------------------------------------------------------------
 
 
