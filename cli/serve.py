@@ -248,38 +248,41 @@ def _serve(
         if "trust" in plan_dict:
             render_trust(console, plan_dict["trust"])
         render_banners(console, plan_dict, no_canary=no_canary)
-        try:
-            result = serve.start(
-                the_plan,
-                runtime=runtime,
-                no_canary=no_canary,
-                detach=detach,
-                keep_upper_on_interrupt=keep_upper,
-                events=Progress(console),
-            )
-        except KeyboardInterrupt:
-            raise InterruptedByUserError(
-                f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
-                f"container {the_plan.container_name} was stopped and removed",
-                hint="run serve-full again to serve",
-            ) from None
-        data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
-        if detach:
-            return Report(data, render_detached)
+        # Held while serving, so bless gc never removes the served tree (even once superseded).
+        with serve.serving_lease(store, the_plan) as lease:
+            try:
+                result = serve.start(
+                    the_plan,
+                    runtime=runtime,
+                    no_canary=no_canary,
+                    detach=detach,
+                    keep_upper_on_interrupt=keep_upper,
+                    events=Progress(console),
+                )
+            except KeyboardInterrupt:
+                raise InterruptedByUserError(
+                    f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
+                    f"container {the_plan.container_name} was stopped and removed",
+                    hint="run serve-full again to serve",
+                ) from None
+            data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
+            if detach:
+                lease.hand_over(result.started, loaded.runtime_kind)  # the running engine keeps it
+                return Report(data, render_detached)
 
-        # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
-        gate.raising = False
-        console.print(
-            Text.assemble(
-                ("serving on ", "bold green"),
-                f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
+            # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
+            gate.raising = False
+            console.print(
+                Text.assemble(
+                    ("serving on ", "bold green"),
+                    f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
+                )
             )
-        )
-        exit_code = serve.follow(runtime, result.started, _write_log, stop=gate.event)
-        engine_exited = exit_code is not None
-        if not engine_exited:
-            console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
-        finished = serve.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
+            exit_code = serve.follow(runtime, result.started, _write_log, stop=gate.event)
+            engine_exited = exit_code is not None
+            if not engine_exited:
+                console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
+            finished = serve.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
     data["ended_by"] = "engine-exit" if engine_exited else (gate.received or "signal")
     data["finish"] = finished.to_dict()
     failure = None

@@ -224,7 +224,11 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
             )
             for path in versions[keep:]:
                 if path.name in leased:
-                    sweep.notes.append(f"{path}: kept, being served by {_holder_text(leased[path.name])}")
+                    lease = leased[path.name]
+                    sweep.notes.append(
+                        f"{path}: kept, being served by {_holder_text(lease)} (lease {lease.path}; remove it "
+                        "only once that server is gone)"
+                    )
                 else:
                     sweep.drop(path, "blessed version no manifest references", point="gc-remove")
         if not sweep.dry_run:

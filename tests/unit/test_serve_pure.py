@@ -46,6 +46,7 @@ from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store
+from bless.store.fsutil import remove_tree
 
 IMAGE = "bless-reference:0.1.0"
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
@@ -699,3 +700,49 @@ def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
     assert reason in excinfo.value.message
     assert runtime.calls[-2:] == ["stop", "remove"]
     assert (plan.serve_dir / serve.ENGINE_LOG).read_text() == log  # kept as evidence
+
+
+# ------------------------------------------------------------------------------- serving lease
+
+
+def test_the_serving_lease_keeps_gc_off_the_served_tree_until_serving_ends(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    served = bless(store, profile, tmp_path)
+    plan = do_plan(profile, store, FakeRuntime())
+    with serve.serving_lease(store, plan) as held:
+        assert held.lease is not None and held.lease.serve_dir == str(plan.serve_dir)
+        newer = write_tree(tmp_path / "newer", "newer")  # a rebless supersedes the served version
+        store.publish(newer, make_manifest(newer, served.factors, dir_id="29990101T000000Z-000000000001"))
+        report = store.gc(keep=0)
+        assert store.blessed_dir(served).is_dir(), report
+        assert any(plan.container_name in note for note in report.notes)
+    assert store.leases.leases() == []
+    assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
+
+
+def test_a_tree_removed_before_the_lease_was_taken_is_refused(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    served = bless(store, profile, tmp_path)
+    plan = do_plan(profile, store, FakeRuntime())
+    remove_tree(store.blessed_dir(served))  # what a gc racing the plan would have done
+    with pytest.raises(CacheChangedError) as info, serve.serving_lease(store, plan):
+        pytest.fail("the lease must not be held on a tree that is gone")
+    assert code_of(info) == 43
+    assert store.leases.leases() == []
+
+
+def test_a_detached_serves_lease_stays_with_its_container_until_stop_releases_it(store: Store, tmp_path: Path) -> None:
+    profile = make_profile()
+    served = bless(store, profile, tmp_path)
+    plan = do_plan(profile, store, FakeRuntime())
+    with serve.serving_lease(store, plan) as held:
+        held.hand_over(Started(id="c0ffee", name=plan.container_name, spec=plan.spec, host_port=8000), "docker")
+    (lease,) = store.leases.leases()
+    assert lease.holder is not None and lease.holder["container"] == "c0ffee"
+    assert lease.alive is None  # not a process gc can judge: honoured (fail safe)
+    newer = write_tree(tmp_path / "newer", "newer")
+    store.publish(newer, make_manifest(newer, served.factors, dir_id="29990101T000000Z-000000000001"))
+    store.gc(keep=0)
+    assert store.blessed_dir(served).is_dir()
+    assert [released.path for released in store.leases.release_named(plan.container_name)] == [lease.path]
+    assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}

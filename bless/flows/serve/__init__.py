@@ -50,8 +50,9 @@ What is *not* guaranteed:
   mounted, the engine runs eager, and the result says ``"blessed": false``.
 
 One module per step: :mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan),
-:mod:`.start` (start, re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`, and
-:mod:`.serve_dir` (where a start keeps its upper layer and evidence).
+:mod:`.start` (start, re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`,
+:mod:`.serve_dir` (where a start keeps its upper layer and evidence), and :mod:`.lease` (the serving
+lease that keeps ``bless gc`` off the served tree).
 
 This package is library code: it never prints or exits; progress goes to an event sink and
 every refusal is a :class:`~bless.errors.BlessError` with its own exit code.
@@ -62,6 +63,7 @@ from __future__ import annotations
 from bless.canary import CanaryCheck, CanaryResult, run_canary
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
+from bless.flows.serve.lease import ServingLease, serving_lease
 from bless.flows.serve.plan import (
     DEBUG_BANNER,
     SERVE_PREFIX,
@@ -87,6 +89,7 @@ __all__ = [
     "FinishResult",
     "LaunchPlan",
     "LaunchResult",
+    "ServingLease",
     "Snapshot",
     "Stamp",
     "StampChange",
@@ -100,5 +103,6 @@ __all__ = [
     "plan",
     "run_canary",
     "serve_container_name",
+    "serving_lease",
     "start",
 ]
