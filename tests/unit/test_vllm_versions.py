@@ -313,3 +313,28 @@ def test_readme_version_table_shows_what_is_gpu_proven() -> None:
         elif row is not None:
             assert "GPU run" not in row, version
     assert VERSIONS[0] in table and VERSIONS[-1] in table
+
+
+# --- real vLLM 0.26 logs (the GPU proof, docs/evidence/vllm-0.26-h100/) -------------------------------------
+
+LOGS = TESTS / "fixtures" / "vllm" / "logs"
+AOT_026 = "cd866155bcd9aa9cff0fb164885b5d068527b39d0ffc923bc5b0e6987199dcfa"
+
+
+def test_real_0_26_cold_log_shows_compile_and_save() -> None:
+    signals = VllmAdapter("0.26.0", torch_version="2.11.0").read_log((LOGS / "v0.26.0_cold.log").read_text())
+    assert signals.load_markers == () and len(signals.compile_markers) == 3 and signals.fatal_markers == ()
+    assert signals.timings["torch_compile_s"] == 15.39 and signals.timings["init_engine_s"] == 30.02
+    assert signals.engine_keys["backbone_keys"] == ["b16e54872f"] and signals.engine_keys["aot_keys"] == [AOT_026]
+
+
+def test_real_0_26_overlay_trial_loads_from_the_blessed_tree() -> None:
+    adapter = VllmAdapter("0.26.0", torch_version="2.11.0")
+    signals = adapter.read_log((LOGS / "v0.26.0_warm_overlay.log").read_text())
+    assert len(signals.load_markers) == 2 and signals.compile_markers == () and signals.fatal_markers == ()
+    assert signals.timings["torch_compile_s"] == 0.91 and signals.timings["graph_load_s"] == 0.101
+    blessed = {"backbone_keys": ["b16e54872f"], "aot_keys": [AOT_026], "ranks": ["rank_0_0"]}
+    assert adapter.drift_reasons(blessed, signals.engine_keys) == []
+    assert signals.engine_keys["aot_load_paths"] == [
+        f"{CACHE_MOUNT_PATH}/torch_compile_cache/torch_aot_compile/{AOT_026}/rank_0_0/model"
+    ]
