@@ -294,18 +294,7 @@ def verify_command(
     }
     failure = None
     if not result.ok:
-        named = ", ".join(f"{shown(problem.path)} ({problem.kind})" for problem in result.problems[:5])
-        more = f" and {len(result.problems) - 5} more" if len(result.problems) > 5 else ""
-        failure = VerifyFailedError(
-            f"{len(result.problems)} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
-            hint="do not serve this cache; re-bless the configuration (bless run --profile ... --rebless), "
-            "and find out what changed the read-only blessed files",
-            details={
-                "config_hash": manifest.config_hash,
-                "blessed_dir": str(blessed_dir),
-                "problems": [problem.to_dict() for problem in result.problems],
-            },
-        )
+        failure = VerifyFailedError.from_result(result, blessed_dir, config_hash=manifest.config_hash)
     return Report(data, _render_verify, failure)
 
 

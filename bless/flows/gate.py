@@ -27,30 +27,24 @@ from bless.errors import (
     GateFailedError,
     ManifestDuplicateError,
     ManifestInvalidError,
-    NoManifestError,
     ResolutionError,
     VerifyFailedError,
 )
 from bless.factors import (
     ResolvedConfig,
-    change_to_dict,
     declared_hardware_factor,
     is_pinned_image_id,
 )
-from bless.flows.resolve import nearest_blessing, resolve_profile
-from bless.manifest import Manifest
+from bless.flows.resolve import drift_error, resolve_profile
 from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, Store
-from bless.text import shown as shown_text
 from bless.text import unicode_safe, xml_safe
 from bless.verify import verify_tree
 
 Status = Literal["blessed", "failed"]
 RuntimeFactory = Callable[[str], Runtime]
-
-_MAX_PROBLEMS = 5
 
 
 @dataclass(frozen=True)
@@ -184,22 +178,6 @@ def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: lis
     )
 
 
-def _drift_reason(resolved: ResolvedConfig, manifests: Sequence[Manifest]) -> tuple[str, tuple[dict[str, Any], ...]]:
-    nearest = nearest_blessing(manifests, dict(resolved.factors))
-    if nearest is None:
-        return (
-            f"no blessing for {resolved.config_hash[:16]}, and none of engine "
-            f"{resolved.factors['engine']['name']!r} and model {resolved.factors['model']['id']!r} to compare with",
-            (),
-        )
-    changes = ", ".join(change.describe() for change in nearest.changes)
-    return (
-        f"no blessing for {resolved.config_hash[:16]}; nearest {nearest.manifest.config_hash[:16]} "
-        f"({nearest.manifest.profile_name}) differs in: {changes}",
-        tuple(change_to_dict(change) for change in nearest.changes),
-    )
-
-
 def gate_profile(
     path: Path,
     *,
@@ -255,8 +233,9 @@ def gate_profile(
             f"{len(claimants)} manifests claim {config_hash[:16]} (store corruption): {', '.join(claimants)}", exc
         )
     if record is None:
-        reason, drift = _drift_reason(resolved, index.manifests())
-        return failed(reason, NoManifestError(reason), drift=drift)
+        drifted = drift_error(resolved, index.manifests(), store.manifests_dir)
+        nearest = drifted.details["nearest"]
+        return failed(drifted.message, drifted, drift=tuple(nearest["changes"]) if nearest else ())
     manifest = record.manifest
     assert manifest is not None
     verified: bool | None = None
@@ -270,13 +249,8 @@ def gate_profile(
             result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
             verified = result.ok
             if not result.ok:
-                shown = "; ".join(f"{shown_text(p.path)} ({p.kind})" for p in result.problems[:_MAX_PROBLEMS])
-                return failed(
-                    f"blessed cache in {blessed_dir} fails verification: {shown}",
-                    VerifyFailedError(shown),
-                    manifest=str(record.path),
-                    verified=False,
-                )
+                mismatch = VerifyFailedError.from_result(result, blessed_dir, config_hash=config_hash)
+                return failed(mismatch.message, mismatch, manifest=str(record.path), verified=False)
         else:
             notes.append(f"cache files not in {store.root}: not verified")
     return GateRow(

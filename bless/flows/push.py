@@ -97,12 +97,7 @@ def push_blessing(
     blessed_dir = store.blessed_dir(manifest)
     check = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
     if not check.ok:
-        shown = "; ".join(f"{p.path}: {p.detail}" for p in check.problems[:5])
-        raise VerifyFailedError(
-            f"the blessed tree differs from its manifest, not pushing: {shown}",
-            hint="bless verify lists every problem; re-bless the configuration",
-            details={"problems": [p.to_dict() for p in check.problems]},
-        )
+        raise VerifyFailedError.from_result(check, blessed_dir, config_hash=manifest.config_hash)
     artifact = blessing_artifact(manifest)
     client = RegistryClient(reference, plain_http=plain_http)
     uploaded = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bless.engines import get_adapter
@@ -90,18 +91,31 @@ def find_blessing(store: Store, resolved: ResolvedConfig) -> Manifest:
 
 
 def no_manifest_error(store: Store, resolved: ResolvedConfig) -> NoManifestError:
-    """The refusal for a hash with no blessing, naming what drifted against the nearest blessing."""
+    """The refusal for a hash with no blessing in ``store``, naming what drifted against the nearest blessing."""
     manifests = [record.manifest for record in store.records() if record.manifest is not None]
+    return drift_error(resolved, manifests, store.manifests_dir)
+
+
+def drift_error(resolved: ResolvedConfig, manifests: Sequence[Manifest], manifests_dir: Path) -> NoManifestError:
+    """The one drift message (serve-full, bless gate, ...): no blessing for this hash, and what differs.
+
+    ``details["nearest"]`` holds the nearest blessing of the same engine and model and its factor
+    changes (None when there is none to compare with).
+    """
     nearest = nearest_blessing(manifests, dict(resolved.factors))
     message = (
-        f"{resolved.profile.label} hashes to {resolved.config_hash}, and no manifest in {store.manifests_dir} has it"
+        f"no blessing for {resolved.profile.label}: it hashes to {resolved.config_hash}, "
+        f"and no manifest in {manifests_dir} has it"
     )
     if nearest is not None:
-        lines = "\n".join(f"  {change.describe()}" for change in nearest.changes)
+        changes = ", ".join(change.describe() for change in nearest.changes)
         blessed = nearest.manifest
-        message += f"\nnearest blessing {blessed.config_hash[:16]} ({blessed.profile_name}) differs in:\n{lines}"
+        message += f"; nearest blessing {blessed.config_hash[:16]} ({blessed.profile_name}) differs in: {changes}"
         hint = "bless this configuration (bless run --profile ...), or revert the drifted factor(s)"
     else:
+        engine = factor_field(resolved.factors, "engine", "name")
+        model = factor_field(resolved.factors, "model", "id")
+        message += f"; none of engine {engine!r} and model {model!r} to compare with"
         hint = f"no blessing of this engine and model exists yet: run bless run --profile {resolved.profile.label}"
     return NoManifestError(
         message,

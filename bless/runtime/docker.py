@@ -168,6 +168,14 @@ def _check_overlay_path(path: Path, role: str) -> None:
         )
 
 
+def _stop_and_remove(container: Container, timeout_s: int = 10) -> None:
+    """Stop ``container`` if it runs (SIGTERM, SIGKILL after ``timeout_s``), then remove it."""
+    container.reload()
+    if container.attrs.get("State", {}).get("Running"):
+        container.stop(timeout=timeout_s)
+    container.remove()
+
+
 def device_requests(spec: ContainerSpec) -> list[Any]:
     """The GPUs a container gets (SDK ``DeviceRequest`` values).
 
@@ -460,10 +468,7 @@ class DockerRuntime:
         with contextlib.suppress(BlessError):
             if container is not None:
                 with _daemon("removing a container that failed to start"):
-                    container.reload()
-                    if container.attrs.get("State", {}).get("Running"):
-                        container.stop(timeout=10)
-                    container.remove()
+                    _stop_and_remove(container)
         with contextlib.suppress(BlessError):
             self._remove_volumes(volumes)
 
@@ -640,10 +645,7 @@ class DockerRuntime:
         for container in self._ours(labels):
             with _daemon(f"cleaning up container {container.name}"):
                 try:
-                    container.reload()
-                    if container.attrs.get("State", {}).get("Running"):
-                        container.stop(timeout=10)
-                    container.remove()
+                    _stop_and_remove(container)
                 except docker.errors.NotFound:
                     continue
             removed.append(str(container.name))
@@ -737,7 +739,4 @@ class DockerRuntime:
         finally:
             if container is not None:
                 with contextlib.suppress(BlessError), _daemon("removing the ownership helper"):
-                    container.reload()
-                    if container.attrs.get("State", {}).get("Running"):
-                        container.stop(timeout=10)
-                    container.remove()
+                    _stop_and_remove(container)
