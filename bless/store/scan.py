@@ -22,7 +22,7 @@ from typing import Any
 from bless.errors import ManifestInvalidError
 from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
-from bless.store.fsutil import atomic_write_bytes, ensure_dir, listdir, read_json_object
+from bless.store.fsutil import atomic_write_bytes, listdir, read_json_object
 from bless.store.index import ManifestIndex, ManifestRecord
 from bless.text import shown
 
@@ -106,15 +106,16 @@ class ClaimCache:
             self.dirty = True
 
     def save(self) -> None:
-        """Write the cache when it changed and its directory's parent (the store root) exists.
+        """Write the cache when it changed and its directory (the store's ``state/``) exists.
 
-        Best effort: a reader without write access to the store still gets correct lookups.
+        Best effort: a reader without write access to the store still gets correct lookups, and a
+        reader never creates directories in the store (a writer's ``ensure_layout`` makes ``state/``,
+        owned by the store's owner).
         """
-        if self.path is None or not self.dirty or not self.path.parent.parent.is_dir():
+        if self.path is None or not self.dirty or not self.path.parent.is_dir():
             return
         document = {"version": _CACHE_VERSION, "entries": self.entries}
         with contextlib.suppress(OSError):
-            ensure_dir(self.path.parent)
             atomic_write_bytes(self.path, (json.dumps(document, sort_keys=True) + "\n").encode("utf-8"))
             self.dirty = False
 

@@ -355,3 +355,14 @@ def test_a_detached_servers_lease_is_handed_to_the_engine_and_released_by_name(t
     finally:
         engine.kill()
         engine.wait()
+
+
+def test_a_lookup_never_creates_directories_in_the_store(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    manifest = make_manifest(write_tree(tmp_path / "tree"))
+    (checkout / f"{manifest.config_hash}.json").write_bytes(manifest.to_json_bytes())
+    root = tmp_path / "root"
+    root.mkdir()
+    assert Store(root, checkout).find(manifest.config_hash) == manifest
+    assert list(root.iterdir()) == []  # e.g. root reading a user's store must not leave root-owned dirs
