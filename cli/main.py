@@ -324,11 +324,12 @@ def gc_command(
     ] = None,
     json_output: JsonOption = False,
 ) -> Report:
-    """Remove what no blessing needs: superseded blessed versions, old rejected evidence, dead staging.
+    """Remove what no blessing needs: superseded versions, old evidence, dead staging, stale serve dirs and logs.
 
     Never touches what a manifest references in any manifests dir this store has published to
     (they are recorded in the store); keeps every blessed version while one of them cannot be read;
-    refuses (22) while any manifest there is invalid.
+    keeps what a running server holds a lease on (a crashed server's lease is dropped); refuses
+    (22) while any manifest there is invalid.
     """
     store = app_state(ctx).store()
     forgotten = [

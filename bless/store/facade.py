@@ -453,8 +453,10 @@ class Store:
         it has published to) references, beyond the ``keep`` newest (by dir_id, which starts with a
         UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime). Also
         staging dirs whose owner process is dead on this host, and the debris :meth:`recover`
-        removes. When a recorded manifests dir cannot be read, no blessed version is removed.
-        Archived manifests are kept (history).
+        removes. When a recorded manifests dir cannot be read, no blessed version is removed. A
+        version a live serving lease holds is kept (a provably stale lease is removed instead), as
+        is the serve dir it names; other ``serve/`` dirs untouched for an hour go, and ``runs/``
+        logs go with the blessed version they produced. Archived manifests are kept (history).
 
         Raises:
             ManifestInvalidError: a manifest is invalid: gc cannot know what it references.
