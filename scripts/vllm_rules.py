@@ -10,7 +10,7 @@ For every vLLM release on the package index (0.20.0 and newer) this script
    ``SOURCE.json`` saying where they came from (wheel file name, its sha256 from the index, each
    member's sha256 and line count);
 2. ``derive``: reads those excerpts and prints the version's rules entry (JSON);
-3. ``update``: writes the derived entries into ``bless/engines/vllm_versions.json`` (the adapter's data);
+3. ``update``: writes the derived entries into ``bless/engines/vllm/versions.json`` (the adapter's data);
 4. ``check``: derives every stored version again and prints a diff; exit 1 when any entry differs
    (the unit tests run the same comparison).
 
@@ -51,7 +51,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "vllm" / "source"
-DATA = REPO / "bless" / "engines" / "vllm_versions.json"
+DATA = REPO / "bless" / "engines" / "vllm" / "versions.json"
 INDEX_JSON = "https://pypi.org/pypi/vllm/json"
 OLDEST = (0, 20, 0)
 ENTRY_VERSION = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bless.engines import vllm_versions
+from bless.engines.vllm import versions as vllm_versions
 
 #: ``(python, packages) -> {"python_version": ..., "packages": {name: version or None}}``; raises on failure.
 EnvironmentProbe = Callable[[str, tuple[str, ...]], dict[str, Any]]

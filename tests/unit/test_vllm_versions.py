@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from bless.engines import vllm_versions
-from bless.engines.vllm import _AOT_LOAD_PATH, _USING_CACHE_DIR, CACHE_MOUNT_PATH, VllmAdapter
+from bless.engines.vllm import CACHE_MOUNT_PATH, VllmAdapter
+from bless.engines.vllm import versions as vllm_versions
+from bless.engines.vllm.evidence import _AOT_LOAD_PATH, _USING_CACHE_DIR
 from bless.errors import ExitCode, UnknownEngineVersionError
 from bless.factors import resolve
 from bless.probes import read_model_dir

@@ -1,6 +1,6 @@
 """Per-version vLLM knowledge, as data: one entry per vLLM release, derived from that release's source.
 
-The entries live in ``vllm_versions.json`` beside this module. ``scripts/vllm_rules.py`` writes them:
+The entries live in ``versions.json`` beside this module. ``scripts/vllm_rules.py`` writes them:
 it reads each release's wheel from the package index, keeps trimmed excerpts of the source files
 it needs as test fixtures (``tests/fixtures/vllm/source/<version>/``) and derives from them
 
@@ -38,7 +38,7 @@ __all__ = [
     "rules_for",
 ]
 
-_DATA_FILE = "vllm_versions.json"
+_DATA_FILE = "versions.json"
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 

@@ -1,0 +1,263 @@
+"""The vLLM adapter: the engine policy specialized to one vLLM release (see the package docstring)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
+from bless.engines.vllm import evidence, serve_args, versions
+from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
+from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
+from bless.engines.vllm.versions import VllmVersionRules
+from bless.errors import InputInvalidError, UnknownEngineVersionError
+from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.profile import Profile
+from bless.verify import TreeListing
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+class VllmAdapter:
+    """Policy for vLLM, specialized to one release by its entry in :mod:`bless.engines.vllm.versions`.
+
+    ``vllm_version`` selects the entry (markers, timings, force-AOT-load switch, AOT defaults,
+    expected rewrites). A version without an entry uses the nearest older entry (or the newest,
+    when the version is not known at all, e.g. inside a Docker image) and ``rules_known`` is False:
+    :meth:`require_known_version` refuses it unless the caller allows unknown versions. Build one
+    for a resolved environment with :meth:`for_environment` / :meth:`for_factors`.
+    """
+
+    name = "vllm"
+    # 2: per-version rules from each release's source; the effective AOT switches are factors.
+    adapter_version = "2"
+    cache_mount_path = CACHE_MOUNT_PATH
+    # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH up to 0.26: pin it.
+    home = "/root"
+    # vLLM rewrites inductor_cache entries while loading: a read-only bind dies with EROFS.
+    readonly_bind_ok = False
+    env_policy: EnvPolicy = ENV_POLICY
+    environment_packages: tuple[str, ...] = ("vllm", "torch", "triton", "transformers")
+
+    def __init__(self, vllm_version: str | None = None, *, torch_version: str | None = None) -> None:
+        self.vllm_version = vllm_version
+        self.torch_version = torch_version
+        exact = versions.rules_for(vllm_version)
+        self.rules_known = exact is not None
+        nearest = exact or versions.nearest_older(vllm_version)
+        #: True when no entry is older than the version (older than every supported release).
+        self.too_old = nearest is None
+        self.version_rules: VllmVersionRules = nearest or versions.all_rules()[versions.known_versions()[0]]
+        self.rules = evidence.upper_rules_for(self.version_rules)
+
+    @classmethod
+    def for_environment(cls, runtime_factor: Mapping[str, Any]) -> VllmAdapter:
+        """An adapter for the vLLM version in a resolved ``runtime`` factor (local runtime: ``packages.vllm``)."""
+        packages = runtime_factor.get("packages")
+        packages = packages if isinstance(packages, Mapping) else {}
+        version, torch = packages.get("vllm"), packages.get("torch")
+        return cls(
+            version if isinstance(version, str) else None,
+            torch_version=torch if isinstance(torch, str) else None,
+        )
+
+    def for_factors(self, factors: Mapping[str, Any]) -> VllmAdapter:
+        """The adapter for the vLLM version in the resolved factors (unknown under Docker)."""
+        runtime = factors.get("runtime")
+        return self.for_environment(runtime if isinstance(runtime, Mapping) else {})
+
+    def notes(self) -> tuple[str, ...]:
+        return (self.version_note, self.rules_note)
+
+    @property
+    def version_note(self) -> str:
+        """Which per-version entry applies, where it comes from, and whether it is the installed version's own."""
+        entry = self.version_rules
+        if self.rules_known:
+            return f"vLLM {self.vllm_version}: rules of vLLM {entry.version} from {entry.provenance}"
+        shown = self.vllm_version or "unknown (not probed)"
+        return (
+            f"vLLM {shown} has no entry; using the rules of vLLM {entry.version}, the nearest older known "
+            f"release ({entry.provenance}), as allowed by --allow-unknown-engine-version"
+        )
+
+    @property
+    def rules_note(self) -> str:
+        """One sentence saying which expected-rewrite rules apply and why."""
+        if self.rules_known:
+            return f"expected rewrites of vLLM {self.rules.vllm_version} ({self.rules.evidence})"
+        shown = self.vllm_version or "unknown"
+        return (
+            f"vLLM {shown} has no recorded rewrite set; using vLLM {self.rules.vllm_version}'s, "
+            "conservatively (any other write fails the trial)"
+        )
+
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        """Refuse a vLLM version without an entry (exit 33) unless ``allow_unknown``; never one older than all."""
+        if self.rules_known:
+            return
+        known = versions.known_versions()
+        listed = f"{known[0]} ... {known[-1]} ({len(known)} releases; bless engines lists them)"
+        how = (
+            "add an entry: python3 scripts/vllm_rules.py fetch VERSION && python3 scripts/vllm_rules.py update "
+            "VERSION (reads that release's source; review the diff it prints), then run the unit tests"
+        )
+        if self.too_old:
+            raise UnknownEngineVersionError(
+                f"vLLM {self.vllm_version} is older than every release bless has rules for: {listed}",
+                hint=f"use vLLM {known[0]} or newer",
+                details={"installed": self.vllm_version, "known": list(known)},
+            )
+        if allow_unknown:
+            return
+        if self.vllm_version is None:
+            what = (
+                "the vLLM version cannot be read before the start (Docker: the image is not probed), so "
+                "bless cannot tell which release's markers, hashed env and layout apply"
+            )
+        else:
+            what = f"vLLM {self.vllm_version} has no entry in bless's per-version rules"
+        raise UnknownEngineVersionError(
+            f"{what}; known: {listed}",
+            hint=f"{how}; or pass --allow-unknown-engine-version to use the nearest older entry "
+            f"(vLLM {self.version_rules.version}; recorded in the manifest)",
+            details={"installed": self.vllm_version, "nearest": self.version_rules.version, "known": list(known)},
+        )
+
+    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """The effective AOT-compile and mega-artifact switches: they change what vLLM writes to disk.
+
+        Computed as the release's ``envs.py`` does, from the probed torch version and the env. Under
+        Docker the versions are not probed: the image ID (a factor) fixes them, so nothing is added.
+        """
+        adapter = self.for_environment(runtime)
+        if adapter.vllm_version is None or adapter.torch_version is None:
+            return {}
+        switches = adapter.version_rules.aot_switches(adapter.torch_version, env)
+        return {"aot": switches.to_factor()}
+
+    def replay_env(self) -> dict[str, str]:
+        """``VLLM_FORCE_AOT_LOAD=1`` where the release has it and AOT compile is on.
+
+        A replay must load the blessed AOT artifact: with the switch a failed load raises (the
+        engine fails to start) instead of logging a warning and recompiling. vLLM excludes it from
+        its own key, so it changes no key. A bootstrap never sets it (there is nothing to load yet).
+        """
+        switches = self.version_rules.aot_switches(self.torch_version, {})
+        return {switches.force_load_env: "1"} if switches.force_load_env else {}
+
+    # --- serve arguments ---------------------------------------------------------------------------
+
+    def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+        """Validate vLLM engine arguments and return their canonical form (:func:`serve_args.normalize_serve`)."""
+        return serve_args.normalize_serve(serve, where=where)
+
+    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
+        """Debug, cache-disabling and eager settings: a blessed start must compile and load for real."""
+        serve = self.normalize_serve(profile.serve, where=profile.label)
+        return unsafe_env_settings(profile.env) + serve_args.unsafe_serve_settings(serve)
+
+    # --- launching ---------------------------------------------------------------------------------
+
+    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
+        """argv + env of ``python3 -m vllm.entrypoints.cli.main serve <model> ...``.
+
+        That module is what the ``vllm serve`` console script runs (the documented entry point;
+        ``vllm.entrypoints.openai.api_server``'s ``__main__`` is a copy kept "in sync" by hand), it
+        is exactly what the recorded vLLM 0.20 run used, and it needs no console script on PATH
+        (a PYTHONPATH install like the recorded one has none). The runtime replaces the image's
+        ENTRYPOINT with argv[0], so the same argv works in ``vllm/vllm-openai`` images.
+
+        Weights are never part of the blessed cache and never downloaded: a Hugging Face model is
+        read offline from ``HF_HOME`` (Docker: ``model.hf_home`` mounted read-only at
+        :data:`HF_HOME_MOUNT_PATH`; local: ``model.hf_home`` itself, or ``HF_HOME`` from the
+        profile's env); a local model directory is mounted read-only at :data:`MODEL_MOUNT_PATH`
+        under Docker (see :meth:`model_mounts`). ``debug`` starts eager with the cache disabled.
+        """
+        serve = self.normalize_serve(profile.serve, where=profile.label)
+        docker = profile.runtime_kind == "docker"
+        env: dict[str, str] = dict(profile.env)
+        model = profile.model
+        if model.source == "huggingface":
+            revision = model.revision or ""
+            if not _HEX40.fullmatch(revision):
+                raise InputInvalidError(
+                    f"{profile.label}: model.revision: vLLM starts offline, so the revision must be a pinned "
+                    f"40-hex commit, not {revision or '(none)'!r}",
+                    hint="pin model.revision to the commit (huggingface_hub: HfApi().model_info(id).sha)",
+                )
+            if model.hf_home is not None:
+                env["HF_HOME"] = HF_HOME_MOUNT_PATH if docker else model.hf_home
+            elif "HF_HOME" not in env:
+                raise InputInvalidError(
+                    f"{profile.label}: model.hf_home: required for a Hugging Face model (vLLM reads the "
+                    "weights offline from a read-only HF cache; bless never downloads)",
+                    hint="set model.hf_home to the host HF cache holding the pinned revision "
+                    "(huggingface-cli download ID --revision REV), or set HF_HOME in [env] for an image "
+                    "that contains the weights",
+                )
+            model_args: list[str] = [model.id, "--revision", revision]
+        elif model.source == "local":
+            assert model.path is not None  # profile validation guarantees it
+            model_args = [MODEL_MOUNT_PATH if docker else model.path]
+        else:
+            raise InputInvalidError(
+                f"{profile.label}: model.source {model.source!r}: vLLM serves a Hugging Face id or a local directory",
+                hint="use model.source = 'huggingface' (with a pinned revision) or 'local' (with model.path)",
+            )
+        if debug:
+            serve["enforce_eager"] = True
+        python = "python3" if docker else (profile.python or "python3")
+        command = [
+            python, "-m", "vllm.entrypoints.cli.main", "serve", *model_args,
+            "--host", "0.0.0.0" if docker else "127.0.0.1",
+            "--port", str(port),
+        ]  # fmt: skip
+        command.extend(serve_args.serve_argv(serve))
+        # Pinned values last: the profile cannot move the cache or HOME (both are vLLM key inputs).
+        env.update(PINNED_ENV)
+        env["VLLM_CACHE_ROOT"] = self.cache_mount_path
+        env["HOME"] = self.home
+        if debug:
+            env["VLLM_DISABLE_COMPILE_CACHE"] = "1"  # a debug start never reads or writes the cache
+        return EngineLaunch(command=tuple(command), env=env, port=port)
+
+    def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
+        """Read-only mounts a Docker start needs for the weights (none for the local runtime)."""
+        if profile.runtime_kind != "docker":
+            return ()
+        model = profile.model
+        if model.source == "local" and model.path is not None:
+            return (ModelMount(model.path, MODEL_MOUNT_PATH, "the local model directory"),)
+        if model.source == "huggingface" and model.hf_home is not None:
+            return (ModelMount(model.hf_home, HF_HOME_MOUNT_PATH, "the Hugging Face cache (HF_HOME)"),)
+        return ()
+
+    def prepare_cache_dir(self, staged: Path) -> None:
+        """Pre-create ``dummy_cache/``: vLLM's mega-AOT load path calls ``os.makedirs(VLLM_CACHE_ROOT/dummy_cache)``.
+
+        Off with torch 2.11 (vLLM 0.20 never created it in the recorded runs), on with torch >= 2.12;
+        on a read-only lower layer the makedirs would fail (seen in the seed). It is then listed
+        in the manifest's dirs like any other directory.
+        """
+        (staged / "dummy_cache").mkdir(exist_ok=True)
+
+    # --- evidence ----------------------------------------------------------------------------------
+
+    def summarize_artifacts(self, listing: TreeListing) -> ArtifactSummary:
+        """Require the AOT model, the backbone artifacts and ``cache_key_factors.json`` for the same ranks."""
+        return evidence.summarize_artifacts(listing)
+
+    def read_log(self, log: str) -> LogSignals:
+        """Markers (whole lines), timings (seconds) and vLLM's keys from a vLLM server log, by this release's rules."""
+        return evidence.read_log(self.version_rules, log)
+
+    def drift_reasons(self, blessed_keys: Mapping[str, Any], log_keys: Mapping[str, Any]) -> list[str]:
+        """Why a trial's or a serve's log shows vLLM using other keys than the blessing (empty: none)."""
+        return evidence.drift_reasons(self.cache_mount_path, blessed_keys, log_keys)
+
+    def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
+        """Split overlay upper-layer writes by this release's rewrite rules (unknown: the nearest older's)."""
+        return evidence.classify_upper(self.rules, entries)
