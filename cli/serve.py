@@ -10,9 +10,10 @@ gracefully and its container removed. Ending on a signal with a graceful stop ex
 engine exiting by itself is ENGINE_FAILED (44). A signal *before* the engine is ready and
 canary-checked stops what was started and exits INTERRUPTED (130).
 
-``--detach`` returns once the canary passed and leaves the container running. Stop it with
-``docker stop bless-serve-<profile name> && docker rm bless-serve-<profile name>``, then delete
-the serve dir it reports (its upper layer).
+``--detach`` returns once the canary passed and leaves the engine running. ``serve-full stop NAME``
+(NAME: the profile's name) stops it gracefully and removes everything the serve created: the
+container and its overlay volume (Docker) or the engine's process group (local), the serve dir
+and the serving lease.
 """
 
 from __future__ import annotations
@@ -161,10 +162,7 @@ def render_detached(console: Console, data: Mapping[str, Any]) -> None:
     name = result["container"]["name"]
     console.print(Text.assemble(("serving (detached) ", "bold green"), shown(f"{result['url']}  container {name}")))
     console.print(
-        render.cell(
-            f"stop it with: docker stop {name} && docker rm {name} && docker volume rm {name}-overlay; "
-            f"then remove {result['serve_dir']} (its upper layer)"
-        )
+        render.cell(f"stop it (and remove its container, overlay and serve dir) with: {result['stop_command']}")
     )
 
 
@@ -346,7 +344,8 @@ def serve_full(
 
     Foreground: the engine's log streams to stderr until Ctrl-C / SIGTERM (graceful stop, exit 0).
 
-    --detach returns after the canary; stop it with: docker stop bless-serve-NAME && docker rm bless-serve-NAME
+    --detach returns after the canary; stop it (and clean up after it) with: serve-full stop NAME
+    (NAME: the profile's name).
     """
 
     body = partial(
@@ -366,9 +365,60 @@ def serve_full(
     raise typer.Exit(code)
 
 
-def main() -> None:
-    """Entry point of the ``serve-full`` console script."""
-    app(prog_name="serve-full")
+# --------------------------------------------------------------------------------------------
+# serve-full stop NAME
+
+stop_app = typer.Typer(
+    name="serve-full stop",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Stop a detached serve and remove what it created.",
+)
+
+
+def render_stopped(console: Console, data: Mapping[str, Any]) -> None:
+    """What ``serve-full stop`` stopped and removed."""
+    if not data["found"]:
+        console.print(Text(f"nothing to stop: no detached serve of {shown(data['name'])!r} found", style="bold"))
+    for what in data["stopped"]:
+        console.print(Text.assemble(("stopped ", "bold green"), shown(what)))
+    for path in data["serve_dirs_removed"]:
+        console.print(Text(f"removed {shown(path)}", style="dim"))
+    for note in data["notes"]:
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(note)))
+
+
+def _stop(name: str, root: Path | None, timeout_s: int) -> Report:
+    store = Store(root if root is not None else default_root())
+    outcome = serve.stop_serving(name, store=store, docker=partial(get_runtime, "docker"), timeout_s=timeout_s)
+    return Report(outcome.to_dict(), render_stopped)
+
+
+@stop_app.command()
+def stop(
+    name: Annotated[str, typer.Argument(help="The profile's name (the serve runs as bless-serve-NAME).")],
+    root: RootOption = None,
+    timeout_s: Annotated[
+        int, typer.Option("--timeout", min=1, help="Seconds to wait for a graceful stop before SIGKILL.")
+    ] = 30,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Stop the detached serve NAME gracefully, then remove its container and overlay volume (Docker) or
+    process group (local), its serve dir and its serving lease. Nothing found to stop is not an error.
+    """
+    code = boundary.execute(partial(_stop, name, root, timeout_s), json_output=json_output, verbose=verbose)
+    raise typer.Exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``serve-full`` console script (``serve-full stop NAME`` is the one subcommand)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["stop"]:
+        stop_app(args=args[1:], prog_name="serve-full stop")
+    else:
+        app(args=args, prog_name="serve-full")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -508,6 +508,30 @@ class LocalRuntime:
             seconds = time.monotonic() - began
         code = self._reap(proc)
         return StopResult(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
+
+    def stop_detached(self, pid: int, timeout_s: int, is_alive: Callable[[], bool]) -> StopResult:
+        """Stop an engine another process started (``serve-full --detach`` then ``serve-full stop``).
+
+        The same rule as :meth:`stop` on the engine's process group (the engine leads its own
+        session, so the group id is its pid): SIGTERM, wait ``timeout_s``, then SIGKILL. The
+        engine is not our child, so its exit code is unknown (None); ``is_alive`` says whether
+        the very process (pid and start time) still runs, so a recycled pid is never signalled.
+        """
+        began = time.monotonic()
+        if not is_alive():
+            return StopResult(exit_code=None, graceful=True, seconds=0.0)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = began + timeout_s
+        while is_alive() and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        killed = is_alive()
+        if killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while is_alive():
+                time.sleep(_POLL_S)
+        return StopResult(exit_code=None, graceful=not killed, seconds=time.monotonic() - began)
 
     def remove(self, started: Started) -> None:
         """Forget a stopped engine; undo copies and mount-point dirs we created.

@@ -160,8 +160,21 @@ def test_detach_canary_passes_and_a_second_start_is_refused(
         again = refused(
             ["--profile", str(profile), "--root", str(root), "--detach"], name, 12, "already running", container
         )
-        assert "docker stop" in again.stderr
+        assert f"serve-full stop {name}" in again.stderr and "docker stop" not in again.stderr
         assert docker_client.containers.get(container).id == info.id
+
+        # serve-full stop NAME (what --detach printed): the container, its overlay volume, the serve dir and the
+        # lease are gone, and the engine stopped gracefully.
+        assert outcome["stop_command"] == f"serve-full stop {name}"
+        serve_dir = Path(outcome["serve_dir"])
+        stopped = serve("stop", name, "--root", str(root), "--json")
+        assert stopped.code == 0, stopped.stderr[-3000:]
+        report = stopped.json()
+        assert report["stopped"] == [container] and report["serve_dirs_removed"] == [str(serve_dir)]
+        assert report["leases_released"] == 1 and report["notes"] == []
+        assert container not in our_containers() and not serve_dir.exists()
+        assert [v.name for v in docker_client.volumes.list() if v.name.startswith(container)] == []
+        assert not [p for p in (root / "leases").rglob("*.json")], "the serving lease is released"
     finally:
         remove_serving(docker_client, container)
 

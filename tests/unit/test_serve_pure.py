@@ -746,3 +746,92 @@ def test_a_detached_serves_lease_stays_with_its_container_until_stop_releases_it
     assert store.blessed_dir(served).is_dir()
     assert [released.path for released in store.leases.release_named(plan.container_name)] == [lease.path]
     assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
+
+
+# --------------------------------------------------------------------------------------------- serve-full stop
+
+
+def _no_docker() -> FakeRuntime:
+    raise AssertionError("stopping a local engine must not need Docker")
+
+
+def _docker_down() -> FakeRuntime:
+    raise RuntimeUnavailableError("Docker Engine unreachable")
+
+
+class StoppingRuntime(FakeRuntime):
+    """The fake runtime for serve-full stop: cleaning up our serve containers is what stop does."""
+
+    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
+        self.calls.append("cleanup_ours")
+        return []
+
+
+def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    """serve-full stop NAME on the local runtime: the engine's process group, the serve dir, the lease."""
+    import signal
+    import subprocess
+
+    from bless.store import process_identity
+
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    result = serve.start(plan, runtime=runtime, detach=True)
+    assert result.to_dict()["stop_command"] == "serve-full stop unit"
+    # The engine that outlives serve-full --detach: its own session, as the local runtime starts it.
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        assert plan.manifest is not None
+        store.leases.acquire(
+            plan.manifest.config_hash,
+            plan.manifest.cache.dir_id,
+            name=plan.container_name,
+            holder=process_identity(child.pid),
+            serve_dir=plan.serve_dir,
+        )
+        (plan.serve_dir / "upper").mkdir(parents=True, exist_ok=True)
+        outcome = serve.stop_serving("unit", store=store, docker=_no_docker, timeout_s=5)
+        assert child.wait(timeout=10) == -signal.SIGTERM, "a graceful stop: SIGTERM to the process group"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert outcome.stopped == (f"pid {child.pid}",) and outcome.leases_released == 1 and not outcome.notes
+    assert outcome.serve_dirs_removed == (str(plan.serve_dir),) and not plan.serve_dir.exists()
+    assert [lease for lease in store.leases.leases() if lease.name == plan.container_name] == []
+    again = serve.stop_serving("unit", store=store, docker=_docker_down, timeout_s=5)
+    assert not again.found and "no Docker serve checked" in again.notes[0]
+
+
+def test_stop_never_removes_a_dir_a_lease_names_outside_the_serve_dirs(store: Store, tmp_path: Path) -> None:
+    bless(store, make_profile(), tmp_path)
+    manifest = store.records()[0].manifest
+    assert manifest is not None
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    store.leases.acquire(
+        manifest.config_hash, manifest.cache.dir_id, name="bless-serve-unit", holder={}, serve_dir=victim
+    )
+    outcome = serve.stop_serving("unit", store=store, docker=StoppingRuntime, timeout_s=5)
+    assert victim.is_dir() and "left alone" in outcome.notes[0] and outcome.leases_released == 1
+
+
+def test_detached_serve_names_its_stop_command_not_docker(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    from rich.console import Console
+
+    from cli.serve import render_detached
+
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    result = serve.start(plan, runtime=runtime, detach=True)
+    console = Console(record=True, width=200)
+    render_detached(console, {"result": result.to_dict()})
+    text = console.export_text()
+    assert "serve-full stop unit" in text and "docker" not in text
+    runtime.holders = {plan.container_name: "ours"}
+    with pytest.raises(ContainerConflictError) as refused:
+        do_plan(plan.profile, store, runtime)
+    assert refused.value.hint is not None and "serve-full stop unit" in refused.value.hint
+    assert "docker" not in refused.value.hint

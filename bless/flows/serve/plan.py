@@ -37,6 +37,11 @@ DEBUG_BANNER = (
 )
 
 
+def stop_command(name: str) -> str:
+    """The command line that stops the detached serve of profile ``name`` and cleans up after it."""
+    return f"serve-full stop {name}"
+
+
 def serve_container_name(profile: Profile) -> str:
     """The serving container's stable name: one serving container per profile name."""
     return f"{SERVE_PREFIX}{profile.name}"
@@ -98,10 +103,10 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
     )
     if status == "running":
         message = f"{profile.label} is already running: container {name!r} of ours is up"
-        hint = f"use the running engine, or stop it first (docker stop {name} && docker rm {name})"
+        hint = f"use the running engine, or stop it first ({stop_command(profile.name)})"
     else:
         message = f"container {name!r} of ours already exists ({status}): a stopped serve-full --detach left it"
-        hint = f"remove it (docker rm {name}), then retry"
+        hint = f"remove it ({stop_command(profile.name)}), then retry"
     raise ContainerConflictError(message, hint=hint, details={"name": name, "holder": "ours", "status": status})
 
 

@@ -23,7 +23,7 @@ from bless.errors import (
     NotReadyError,
 )
 from bless.flows.events import Event, EventSink, ignore_events
-from bless.flows.serve.plan import LaunchPlan
+from bless.flows.serve.plan import LaunchPlan, stop_command
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
@@ -82,6 +82,8 @@ class LaunchResult:
             "host_port": self.host_port,
             "url": self.url,
             "detached": self.detached,
+            # How to end a detached serve and clean up after it (container, overlay volume, serve dir, lease).
+            "stop_command": stop_command(self.plan.profile.name) if self.detached else None,
             "canary": self.canary.to_dict(),
             "recheck": self.recheck,
             "serve_dir": str(self.plan.serve_dir),

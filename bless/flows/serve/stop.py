@@ -1,0 +1,126 @@
+"""``serve-full stop NAME``: end a detached serve and clean everything it created.
+
+A detached serve is found through its serving lease (:mod:`bless.flows.serve.lease`), which names
+the engine that outlived serve-full: a Docker container (by id) or a local process (by pid and
+start time). Stopping it is the same graceful stop as a foreground serve's end (SIGTERM, then
+SIGKILL after the timeout); then the container and its overlay volume (Docker), the serve dir
+(the overlay's upper layer and the engine log) and the lease are removed. Only what carries our
+labels or our lease is ever touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bless import labels
+from bless.errors import BlessError
+from bless.flows.serve.plan import SERVE_PREFIX, stop_command
+from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
+from bless.runtime.base import Runtime
+from bless.runtime.local import LocalRuntime
+from bless.store import Store
+from bless.store.lease import Lease
+from bless.store.procid import process_alive
+
+__all__ = ["StopOutcome", "stop_command", "stop_serving"]
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What ``serve-full stop`` found and removed."""
+
+    name: str
+    stopped: tuple[str, ...]
+    serve_dirs_removed: tuple[str, ...]
+    leases_released: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        return bool(self.stopped or self.serve_dirs_removed or self.leases_released)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "found": self.found,
+            "stopped": list(self.stopped),
+            "serve_dirs_removed": list(self.serve_dirs_removed),
+            "leases_released": self.leases_released,
+            "notes": list(self.notes),
+        }
+
+
+def _alive(holder: Mapping[str, Any]) -> bool:
+    return process_alive(holder) is True
+
+
+def _local_pid(lease: Lease) -> int | None:
+    pid = lease.holder.get("pid") if lease.holder else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def stop_serving(
+    name: str,
+    *,
+    store: Store,
+    docker: Callable[[], Runtime],
+    local: Callable[[], LocalRuntime] = LocalRuntime,
+    timeout_s: int = 30,
+) -> StopOutcome:
+    """Stop the detached serve of profile ``name`` and remove what it created (see the module docstring).
+
+    ``docker`` is called only when a Docker container may be involved, so stopping a local engine
+    needs no Docker Engine. A serve that is already gone still has its serve dir and lease removed.
+    """
+    container = f"{SERVE_PREFIX}{name}"
+    leases = [lease for lease in store.leases.leases() if lease.name == container]
+    stopped: list[str] = []
+    notes: list[str] = []
+    runtime: Runtime | None = None
+    local_holders = [lease for lease in leases if _local_pid(lease) is not None]
+    for lease in local_holders:
+        pid = _local_pid(lease)
+        assert pid is not None and lease.holder is not None
+        holder = lease.holder
+        if process_alive(holder) is None:
+            notes.append(f"engine pid {pid} runs on host {holder.get('host')!r}: stop it there")
+            continue
+        result = local().stop_detached(pid, timeout_s, partial(_alive, holder))
+        if result.seconds > 0:
+            stopped.append(f"pid {pid}")
+            if not result.graceful:
+                notes.append(f"engine pid {pid} did not stop within {timeout_s} s and was killed")
+    if len(local_holders) < len(leases) or not leases:
+        # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
+        try:
+            runtime = docker()
+            stopped += runtime.cleanup_ours({labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE})
+        except BlessError as exc:
+            if leases:
+                raise
+            notes.append(f"no Docker serve checked: {exc.message}")
+    removed: list[str] = []
+    for lease in leases:
+        if lease.serve_dir is None:
+            continue
+        serve_dir = Path(lease.serve_dir)
+        if serve_dir.parent != store.root / SERVE_DIR or not serve_dir.name.startswith(f"{name}-"):
+            notes.append(f"lease {lease.path} names {serve_dir}, not a serve dir of {name!r}: left alone")
+            continue
+        problem = discard_serve_dir(serve_dir, runtime=runtime or local(), image=None)
+        if problem:
+            notes.append(problem)
+        else:
+            removed.append(str(serve_dir))
+    released = store.leases.release_named(container)
+    return StopOutcome(
+        name=name,
+        stopped=tuple(stopped),
+        serve_dirs_removed=tuple(removed),
+        leases_released=len(released),
+        notes=tuple(notes),
+    )
