@@ -613,6 +613,51 @@ def test_cache_changed_after_ready_fails_43(
     assert runtime.calls[-2:] == ["stop", "remove"]
 
 
+def test_an_ancestor_swapped_around_the_mount_and_back_fails_43(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    """blessed/<hash>/ renamed away while the engine mounts another tree there, then put back (issue: ancestor swap)."""
+    import shutil
+
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    assert plan.blessed_dir is not None
+    version = plan.blessed_dir.parent  # blessed/<hash>/
+    original_start = runtime.start
+
+    def start_on_a_swapped_tree(spec: ContainerSpec) -> Started:
+        away = version.with_name(version.name + ".away")
+        version.rename(away)
+        forged = version / plan.blessed_dir.name  # type: ignore[union-attr]
+        shutil.copytree(away / plan.blessed_dir.name, forged)  # type: ignore[union-attr]
+        (forged / "artifact.bin").chmod(0o644)
+        (forged / "artifact.bin").write_bytes(b"other bytes")
+        started = original_start(spec)  # the engine mounts the forged tree here
+        shutil.rmtree(version)
+        away.rename(version)  # and back: every stamp of the tree itself is as it was
+        return started
+
+    runtime.start = start_on_a_swapped_tree  # type: ignore[method-assign]
+    with pytest.raises(CacheChangedError) as excinfo:
+        serve.start(plan, runtime=runtime)
+    assert f"{version}: changed (ctime moved" in excinfo.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+
+
+def test_ancestors_above_the_version_are_stamped_by_identity(store: Store, tmp_path: Path) -> None:
+    """Other publishes (blessed/) and new serve dirs (the root) move their times: not a change; a swap is."""
+    plan, _ = _blessed_plan(store, tmp_path, 9)
+    assert plan.snapshot is not None and plan.blessed_dir is not None
+    blessed, root = plan.blessed_dir.parent.parent, store.root
+    assert {str(blessed), str(root)} == plan.snapshot.identity_only
+    (blessed / ("f" * 64)).mkdir()  # another hash published meanwhile
+    (root / "newdir").mkdir()
+    assert plan.snapshot.changes() == []
+    blessed.rename(root / "blessed.away")
+    (root / "blessed").mkdir()  # a look-alike in its place
+    changed = {change.path: change.detail for change in plan.snapshot.changes()}
+    assert changed[str(blessed)] == "replaced (device/inode changed)"
+
+
 def test_engine_never_ready_fails_44_with_the_log(store: Store, tmp_path: Path) -> None:
     plan, runtime = _blessed_plan(store, tmp_path, 9)  # nothing listens on port 9
     runtime.log = "Traceback: engine crashed\n"

@@ -302,7 +302,13 @@ def plan(
         store.check_permissions(manifest)
         files = [entry.path for entry in manifest.cache.files]
         # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
-        snapshot = Snapshot.take(blessed_dir, files, manifest.cache.dirs)
+        # blessed/<hash>/ in full, blessed/ and the store root by identity: the mounted path cannot be
+        # re-pointed by swapping an ancestor away and back (snapshot's docstring says why not more).
+        above = list(blessed_dir.parents)
+        top = above.index(store.root) if store.root in above else 0
+        snapshot = Snapshot.take(
+            blessed_dir, files, manifest.cache.dirs, ancestors=above[:1], identity_only=above[1 : top + 1]
+        )
         verification = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, expect_read_only=True)
         if not verification.ok:
             raise VerifyFailedError.from_result(verification, blessed_dir, config_hash=resolved.config_hash)

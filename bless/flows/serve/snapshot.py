@@ -2,6 +2,14 @@
 
 serve-full stamps every blessed entry before it hashes them, compares the stamps right after
 verification and again once the engine is ready; any difference fails closed (43).
+
+The tree's ancestors are stamped too, so the path handed to the runtime cannot be re-pointed
+between the hash and the mount: ``blessed/<hash>/`` in full (renaming it away and back moves its
+ctime, which user space cannot set back; it changes otherwise only when this hash is reblessed),
+``blessed/`` and the store root by identity only (device, inode, type, mode, owner), since every
+publish of another hash and every new serve dir moves their times. Swapping those two in place and
+back needs write access to the store root or its parent, which serve-full refuses for anyone but
+the store's owner (``Store.check_permissions``).
 """
 
 from __future__ import annotations
@@ -9,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +52,11 @@ class Stamp:
             # A parent became a file: the entry is gone as far as we are concerned.
             return cls(path, None, None, None, None, None, None, None)
         return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
+def identity(stamp: Stamp) -> Stamp:
+    """``stamp`` without its times and size: what identifies a directory whose contents may change."""
+    return replace(stamp, size=None, mtime_ns=None, ctime_ns=None)
 
 
 @dataclass(frozen=True)
@@ -88,10 +101,16 @@ def describe_change(before: Stamp, after: Stamp) -> str | None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Stamps of the blessed root, every listed directory and every listed file."""
+    """Stamps of the blessed root, every listed directory and every listed file, and of its ancestors.
+
+    ``ancestors`` are absolute paths from the tree's parent up to the store root; those in
+    ``identity_only`` are compared by :func:`identity` (see the module docstring).
+    """
 
     root: Path
     stamps: tuple[Stamp, ...]
+    ancestors: tuple[Stamp, ...] = ()
+    identity_only: frozenset[str] = frozenset()
 
     @classmethod
     def take(
@@ -100,22 +119,37 @@ class Snapshot:
         files: Sequence[str],
         dirs: Sequence[str],
         lstat: Callable[[Path], os.stat_result] = os.lstat,
+        *,
+        ancestors: Sequence[Path] = (),
+        identity_only: Sequence[Path] = (),
     ) -> Snapshot:
-        """Stamp ``root``, its ``dirs`` (entries added or removed move a directory's mtime) and ``files``."""
+        """Stamp ``root``, its ``dirs`` (entries added or removed move a directory's mtime) and ``files``.
+
+        ``ancestors`` (absolute) are stamped in full, ``identity_only`` ones by identity.
+        """
         paths = [ROOT_PATH, *dirs, *files]
-        return cls(root, tuple(Stamp.of(root, path, lstat) for path in paths))
+        above = [str(path) for path in (*ancestors, *identity_only)]
+        return cls(
+            root,
+            tuple(Stamp.of(root, path, lstat) for path in paths),
+            tuple(Stamp.of(root, path, lstat) for path in above),
+            frozenset(str(path) for path in identity_only),
+        )
 
     def changes(self, lstat: Callable[[Path], os.stat_result] = os.lstat) -> list[StampChange]:
-        """Every entry whose stamp differs now (empty: nothing changed)."""
+        """Every entry (or ancestor) whose stamp differs now (empty: nothing changed)."""
         found: list[StampChange] = []
-        for before in self.stamps:
-            detail = describe_change(before, Stamp.of(self.root, before.path, lstat))
+        for before in (*self.ancestors, *self.stamps):
+            after = Stamp.of(self.root, before.path, lstat)
+            if before.path in self.identity_only:
+                before, after = identity(before), identity(after)
+            detail = describe_change(before, after)
             if detail is not None:
                 found.append(StampChange(before.path, detail))
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        return {"root": str(self.root), "entries": len(self.stamps)}
+        return {"root": str(self.root), "entries": len(self.stamps), "ancestors": len(self.ancestors)}
 
 
 def cache_changed_error(changes: Sequence[StampChange], *, when: str, blessed_dir: Path) -> CacheChangedError:
