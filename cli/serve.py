@@ -229,7 +229,7 @@ def _serve(
     adapter = get_adapter(loaded.engine)
     console = render.err_console()
     gate = SignalGate()
-    with gate.installed():
+    with gate.installed(), serve.StartingLock(store, loaded.name) as starting:
         pulled = source.pull(store, console)
         the_plan = serve.plan(
             loaded,
@@ -263,6 +263,7 @@ def _serve(
                     f"container {the_plan.container_name} was stopped and removed",
                     hint="run serve-full again to serve",
                 ) from None
+            starting.release()  # the running container holds the name now
             data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
             if detach:
                 lease.hand_over(result.started, loaded.runtime_kind)  # the running engine keeps it
@@ -412,13 +413,20 @@ def stop(
     raise typer.Exit(code)
 
 
+def command_for(args: list[str]) -> tuple[typer.Typer, list[str]]:
+    """The app that handles ``args`` and its arguments: ``stop NAME ...`` is the one subcommand.
+
+    serve-full itself takes only options, so a first argument ``stop`` cannot mean anything else.
+    """
+    if args[:1] == ["stop"]:
+        return stop_app, args[1:]
+    return app, args
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``serve-full`` console script (``serve-full stop NAME`` is the one subcommand)."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["stop"]:
-        stop_app(args=args[1:], prog_name="serve-full stop")
-    else:
-        app(args=args, prog_name="serve-full")
+    chosen, args = command_for(sys.argv[1:] if argv is None else argv)
+    chosen(args=args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
 
 
 if __name__ == "__main__":

@@ -116,10 +116,12 @@ def check_parses(line: str) -> None:
         else:
             expanded.append(arg)
     module = __import__(PROGRAMS[program], fromlist=["app"])
+    # serve-full dispatches its one subcommand (serve-full stop NAME) to its own app.
+    app, expanded = module.command_for(expanded) if hasattr(module, "command_for") else (module.app, expanded)
     cwd = Path.cwd()
     os.chdir(REPO)  # relative paths in the README are relative to a checkout
     try:
-        code = _parser_of(module.app).main(expanded, prog_name=program, standalone_mode=False)
+        code = _parser_of(app).main(expanded, prog_name=program, standalone_mode=False)
     finally:
         os.chdir(cwd)
     assert code in (None, 0), f"{line!r}: exit {code}"

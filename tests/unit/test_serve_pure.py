@@ -880,3 +880,27 @@ def test_detached_serve_names_its_stop_command_not_docker(
         do_plan(plan.profile, store, runtime)
     assert refused.value.hint is not None and "serve-full stop unit" in refused.value.hint
     assert "docker" not in refused.value.hint
+
+
+# --------------------------------------------------------------------------------------------- one start per name
+
+
+def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path) -> None:
+    """Two serve-full of one profile at the same moment: the second (or a --dry-run) is refused 12 at once."""
+    from typer.testing import CliRunner
+
+    import cli.serve
+
+    store = Store(tmp_path / "root")
+    profile = Path(__file__).resolve().parents[2] / "profiles" / "reference-cpu.toml"
+    runner = CliRunner()
+    with serve.StartingLock(store, "reference-cpu"):
+        for extra in (["--dry-run"], ["--detach"]):
+            result = runner.invoke(
+                cli.serve.app, ["--profile", str(profile), "--root", str(store.root), "--json", *extra]
+            )
+            assert result.exit_code == ExitCode.CONTAINER_CONFLICT, result.output
+            assert "another serve-full is starting 'reference-cpu'" in result.output
+    with serve.StartingLock(store, "reference-cpu") as again:  # released: the next start may go ahead
+        again.release()
+        again.release()  # idempotent

@@ -76,6 +76,7 @@ from bless.flows.serve.plan import (
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, SERVE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
+from bless.flows.serve.starting import StartingLock
 from bless.flows.serve.stop import StopOutcome, stop_command, stop_serving
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "Snapshot",
     "Stamp",
     "StampChange",
+    "StartingLock",
     "StopOutcome",
     "cache_changed_error",
     "check_gpu_memory",
