@@ -9,28 +9,54 @@ logs and writes from an overlay's upper layer. It starts nothing itself.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from bless.errors import InputInvalidError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 from bless.factors import REDACTED
 from bless.profile import Profile
 from bless.verify import TreeListing
 
+#: Words that mark an env name as a secret, compared case-insensitively with the name's parts (split
+#: at every character that is not a letter: ``hf_token``, ``HF_TOKEN_1``, ``GITHUB_PAT``, ``DB_PASS``,
+#: ``AUTH_HEADER``, ``AWS_SECRET_ACCESS_KEY``). Whole parts, not substrings: ``VLLM_MAX_TOKENS`` (part
+#: ``TOKENS``), ``TOKENIZERS_PARALLELISM`` or ``KEYS_DIR`` are tuning knobs and paths that must be hashed,
+#: or two configs the engine tells apart would hash alike. Engines list their own hashed names that a
+#: word matches (vLLM: ``VLLM_NOT_SECRETS``) so that they stay hashed.
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN", "SECRET", "SECRETS", "PASS", "PASSWORD", "PASSWD", "PASSPHRASE", "KEY", "APIKEY", "AUTH",
+        "AUTHORIZATION", "BEARER", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT", "COOKIE", "DSN",
+    }
+)  # fmt: skip
+#: A part that ends with one of these is a secret too: words glued together (``HFTOKEN``, ``hfToken``, ``MYAPIKEY``).
+SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY", "CREDENTIALS")
+_NAME_PARTS = re.compile(r"[^A-Za-z]+")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an env name names a secret by :data:`SECRET_WORDS` / :data:`SECRET_SUFFIXES` (any case)."""
+    parts = [part for part in _NAME_PARTS.split(name.upper()) if part]
+    return any(part in SECRET_WORDS or part.endswith(SECRET_SUFFIXES) for part in parts)
+
 
 @dataclass(frozen=True)
 class EnvPolicy:
-    """How profile env vars enter the config hash. Patterns are fnmatch globs on the name."""
+    """How profile env vars enter the config hash. ``ignored`` are fnmatch globs on the name.
+
+    Secrets are recognised by :func:`looks_secret`, plus ``secret`` (extra fnmatch globs, any case).
+    """
 
     ignored: tuple[str, ...] = ()
-    # Suffix match on TOKEN: *TOKEN* would also swallow cache-affecting names like *_MAX_TOKENS_*.
-    secret: tuple[str, ...] = ("*TOKEN", "*SECRET*", "*PASSWORD*", "*API_KEY*", "*_KEY", "*CREDENTIALS*")
+    secret: tuple[str, ...] = ()
 
     def is_secret(self, name: str) -> bool:
         """Secrets are never hashed and never written anywhere (their name only)."""
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.secret)
+        return looks_secret(name) or any(fnmatch.fnmatch(name.upper(), pattern.upper()) for pattern in self.secret)
 
     def is_ignored(self, name: str) -> bool:
         """Ignored names are recorded in the manifest but do not change the config hash."""
@@ -61,6 +87,26 @@ class EnvPolicy:
                 redacted.append(token)
                 redact_next = secret_flag(token)
         return redacted
+
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def argv_value(where: str, value: str) -> str:
+    """``value`` as one argv word of an engine's command line; refuses what the engine would misread.
+
+    A leading ``-`` would make a model id, revision or path a flag (``model.id = "--enforce-eager"``
+    would start an eager engine that no unsafe check saw), and control characters have no place in
+    an id or path. Raises InputInvalidError (exit 3) naming ``where``.
+    """
+    if not value or value.startswith("-"):
+        raise InputInvalidError(
+            f"{where}: {value!r} is not a valid value: it would be read as a command-line flag",
+            hint="an id, revision or path never starts with '-' (a local path can be written ./-name)",
+        )
+    if CONTROL_CHARACTERS.search(value):
+        raise InputInvalidError(f"{where}: {value!r} contains a control character")
+    return value
 
 
 @dataclass(frozen=True)

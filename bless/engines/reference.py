@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import bless
-from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
+from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting, argv_value
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
@@ -90,6 +90,8 @@ class ReferenceAdapter:
                 raise InputInvalidError(f"{where}: serve.{key}: {value} is outside {bounds[0]}..{bounds[1]}")
             if kind is str and bounds and value not in bounds:
                 raise InputInvalidError(f"{where}: serve.{key}: {value!r} is not one of {', '.join(bounds)}")
+            if isinstance(value, str):
+                argv_value(f"{where}: serve.{key}", value)  # the word after its flag: never a flag itself
             normalized[key] = value
         if normalized["d_model"] % normalized["heads"]:
             raise InputInvalidError(f"{where}: serve.d_model must be a multiple of serve.heads")

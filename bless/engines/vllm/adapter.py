@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting
+from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting, argv_value
 from bless.engines.vllm import evidence, serve_args, versions
 from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
 from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
@@ -198,10 +198,14 @@ class VllmAdapter:
                     "(huggingface-cli download ID --revision REV), or set HF_HOME in [env] for an image "
                     "that contains the weights",
                 )
-            model_args: list[str] = [model.id, "--revision", revision]
+            model_args: list[str] = [
+                argv_value(f"{profile.label}: model.id", model.id),
+                "--revision",
+                argv_value(f"{profile.label}: model.revision", revision),
+            ]
         elif model.source == "local":
             assert model.path is not None  # profile validation guarantees it
-            model_args = [MODEL_MOUNT_PATH if docker else model.path]
+            model_args = [MODEL_MOUNT_PATH if docker else argv_value(f"{profile.label}: model.path", model.path)]
         else:
             raise InputInvalidError(
                 f"{profile.label}: model.source {model.source!r}: vLLM serves a Hugging Face id or a local directory",

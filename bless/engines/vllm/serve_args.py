@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bless.engines.base import UnsafeSetting
+from bless.engines.base import CONTROL_CHARACTERS, UnsafeSetting, argv_value
 from bless.errors import InputInvalidError
 
 
@@ -166,6 +166,8 @@ def _check_value(where: str, value: Any, spec: _Arg) -> Any:
             raise InputInvalidError(f"{where}: expected a number, got {value!r}")
     elif not isinstance(value, str) or not value:
         raise InputInvalidError(f"{where}: expected a non-empty string, got {value!r}")
+    else:
+        argv_value(where, value)  # it becomes the word after its flag: never a flag itself
     if spec.choices and value not in spec.choices:
         raise InputInvalidError(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
     if spec.kind == "float":
@@ -306,6 +308,8 @@ def _normalize_extra_args(value: Any, *, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise InputInvalidError(f"{where}: expected a list of non-empty strings, got {value!r}")
     for token in value:
+        if CONTROL_CHARACTERS.search(token):
+            raise InputInvalidError(f"{where}: {token!r} contains a control character")
         flag = _flag_of(token)
         if flag in _MANAGED_FLAGS or flag.startswith(("--compilation-config.", "-cc.")):
             modeled = [key for key, spec in SERVE_ARGS.items() if flag in (spec.flag, "--no-" + spec.flag[2:])]
