@@ -143,6 +143,17 @@ class ResolvedConfig:
     factors: Mapping[str, Any]
     config_hash: str
     recorded_env: Mapping[str, str] = field(default_factory=dict)
+    #: Secret values, kept only to be passed to the engine: never hashed, never in :meth:`to_dict`.
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def engine_env(self) -> dict[str, str]:
+        """The env an engine start gets: the hashed env, the recorded-but-ignored env, and the secrets.
+
+        Built from what resolution captured, never from the profile again, so a start sees exactly
+        the env that was hashed and recorded.
+        """
+        hashed = self.factors.get("env")
+        return {**self.recorded_env, **self.secret_env, **(dict(hashed) if isinstance(hashed, Mapping) else {})}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -269,10 +280,12 @@ def resolve(
     serve = adapter.normalize_serve(profile.serve, where=where)
     hashed_env: dict[str, str] = {}
     recorded_env: dict[str, str] = {}
+    secret_env: dict[str, str] = {}
     for name in sorted(profile.env):
         value = profile.env[name]
         if adapter.env_policy.is_secret(name):
             recorded_env[name] = REDACTED
+            secret_env[name] = value
         elif adapter.env_policy.is_ignored(name):
             recorded_env[name] = value
         else:
@@ -293,7 +306,13 @@ def resolve(
         "hardware": hardware_probe(profile.hardware),
         "cache": {"mount_path": adapter.cache_mount_path, "home": adapter.home},
     }
-    return ResolvedConfig(profile=profile, factors=factors, config_hash=config_hash(factors), recorded_env=recorded_env)
+    return ResolvedConfig(
+        profile=profile,
+        factors=factors,
+        config_hash=config_hash(factors),
+        recorded_env=recorded_env,
+        secret_env=secret_env,
+    )
 
 
 def _runtime_factor(

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from bless.errors import InputInvalidError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
-from bless.factors import REDACTED
+from bless.factors import REDACTED, ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
 
@@ -182,12 +182,20 @@ class EngineAdapter(Protocol):
         """Validate serve arguments and return their canonical form (raises InputInvalidError)."""
         ...
 
-    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
-        """Settings that disable the cache or make a start undeterministic or a debug start."""
+    def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
+        """Settings that disable the cache or make a start undeterministic or a debug start.
+
+        Read from the resolved factors (canonical serve arguments) and the env resolution captured:
+        the same values :meth:`launch` starts the engine with.
+        """
         ...
 
-    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
-        """argv + env that start the engine with its cache at ``cache_mount_path``."""
+    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
+        """argv + env that start the engine with its cache at ``cache_mount_path``.
+
+        Built from ``resolved.factors`` (serve arguments, model, runtime) and ``resolved.engine_env()``,
+        never from the profile's raw values, so what runs is what was hashed.
+        """
         ...
 
     def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:

@@ -12,6 +12,7 @@ from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSettin
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.factors import ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
 
@@ -97,20 +98,23 @@ class ReferenceAdapter:
             raise InputInvalidError(f"{where}: serve.d_model must be a multiple of serve.heads")
         return normalized
 
-    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
+    def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
+        """Test knobs, debug env and ``compile = false``, read from what :meth:`launch` starts with."""
         found = [
             UnsafeSetting(name, value, reason, test_knob=table is KNOBS)
-            for name, value in sorted(profile.env.items())
+            for name, value in sorted(resolved.engine_env().items())
             for table in (KNOBS, DEBUG_ENV)
             if name in table and value not in ("", "0")
             for reason in [table[name]]
         ]
-        if profile.serve.get("compile") is False:
+        if _serve_factor(resolved).get("compile") is False:
             found.append(UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless"))
         return found
 
-    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
-        serve = self.normalize_serve(profile.serve, where=profile.label)
+    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
+        """argv + env from the hashed serve arguments and the env resolution captured (never the raw profile)."""
+        profile = resolved.profile
+        serve = _serve_factor(resolved)
         if profile.runtime_kind == "docker":
             prefix: tuple[str, ...] = ("python3", "-m", "bless_reference", "--host", "0.0.0.0")
             env: dict[str, str] = {}
@@ -137,7 +141,7 @@ class ReferenceAdapter:
         ]  # fmt: skip
         if debug or not serve["compile"]:
             command.append("--no-compile")
-        env.update({"PYTHONUNBUFFERED": "1", **profile.env})
+        env.update({"PYTHONUNBUFFERED": "1", **resolved.engine_env()})
         return EngineLaunch(command=tuple(command), env=env, port=port)
 
     def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
@@ -193,3 +197,8 @@ class ReferenceAdapter:
         new_artifacts = tuple(e.path for e in entries if ARTIFACT.fullmatch(e.path) or e.path.endswith(".bin"))
         unexpected = tuple(e.path for e in entries if e.path not in new_artifacts)
         return UpperVerdict(expected_rewrites=(), new_artifacts=new_artifacts, unexpected=unexpected)
+
+
+def _serve_factor(resolved: ResolvedConfig) -> dict[str, Any]:
+    serve = resolved.factors.get("serve")
+    return dict(serve) if isinstance(serve, Mapping) else {}

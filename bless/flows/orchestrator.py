@@ -244,7 +244,7 @@ class Orchestrator:
         """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
         started = time.monotonic()
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
-        allowed_unsafe = check_unsafe(self.profile, self.adapter, allow_test_knobs=options.allow_test_knobs)
+        allowed_unsafe = check_unsafe(self.resolved, self.adapter, allow_test_knobs=options.allow_test_knobs)
         self.runtime.ping()
         self.slots = self._plan_slots(options)
         config_hash = self.resolved.config_hash
@@ -395,7 +395,7 @@ class Orchestrator:
     ) -> EngineSession:
         plan = self.profile.trials
         spec = engine_spec(
-            self.profile,
+            self.resolved,
             self.adapter,
             self.runtime,
             name=name,

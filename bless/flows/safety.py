@@ -13,12 +13,16 @@ from collections.abc import Sequence
 
 from bless.engines.base import EngineAdapter, UnsafeSetting
 from bless.errors import UnsafeEnvError
-from bless.profile import Profile
+from bless.factors import ResolvedConfig
 
 
-def check_unsafe(profile: Profile, adapter: EngineAdapter, *, allow_test_knobs: bool = False) -> list[str]:
-    """Refuse unsafe settings; with ``allow_test_knobs`` only test knobs pass. Returns what was allowed."""
-    unsafe = adapter.unsafe_settings(profile)
+def check_unsafe(resolved: ResolvedConfig, adapter: EngineAdapter, *, allow_test_knobs: bool = False) -> list[str]:
+    """Refuse unsafe settings of what will run (the resolved factors and env); returns what was allowed.
+
+    With ``allow_test_knobs`` only test knobs pass.
+    """
+    profile = resolved.profile
+    unsafe = adapter.unsafe_settings(resolved)
     refused = [u for u in unsafe if not (allow_test_knobs and u.test_knob)]
     if not refused:
         return [u.describe() for u in unsafe]

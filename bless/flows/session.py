@@ -17,7 +17,7 @@ from typing import Any
 from bless.engines.base import EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence import UpperEntry
-from bless.profile import Profile
+from bless.factors import ResolvedConfig
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.trials import EngineClient, wait_ready
 
@@ -26,7 +26,7 @@ LOG_TAIL_LINES = 40
 
 
 def engine_spec(
-    profile: Profile,
+    resolved: ResolvedConfig,
     adapter: EngineAdapter,
     runtime: Runtime,
     *,
@@ -41,7 +41,7 @@ def engine_spec(
     log_path: Path | None = None,
     gpu_ids: tuple[str, ...] | None = None,
 ) -> ContainerSpec:
-    """The container spec for one engine start of ``profile``.
+    """The container spec for one engine start of ``resolved`` (argv and env from its factors).
 
     ``host_port`` is where the engine must be reachable on the host (serving); None picks a free one.
     Docker maps it to the fixed container port; a local engine listens on it itself. ``gpu_ids``
@@ -51,7 +51,8 @@ def engine_spec(
         port, host_port = host_port, None
     else:
         port = runtime.engine_port(DEFAULT_ENGINE_PORT)
-    launch = adapter.launch(profile, port=port, debug=debug)
+    profile = resolved.profile
+    launch = adapter.launch(resolved, port=port, debug=debug)
     env = {**launch.env, **(extra_env or {}), "HOME": adapter.home}
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -11,9 +13,10 @@ from bless.engines.base import EnvPolicy, looks_secret
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.vllm import VllmAdapter, versions
 from bless.engines.vllm.env import VLLM_HASHED_SECRETS, VLLM_NOT_SECRETS
-from bless.errors import ExitCode, InputInvalidError
+from bless.errors import ExitCode, InputInvalidError, ResolutionError
 from bless.factors import REDACTED, resolve
 from bless.profile import HardwareSpec, profile_from_dict
+from tests.resolving import resolved_offline
 
 PINNED_IMAGE = "sha256:" + "ab" * 32
 HEX40 = "0123456789abcdef0123456789abcdef01234567"
@@ -100,7 +103,6 @@ def test_secret_values_never_reach_factors_or_the_record() -> None:
         ({"id": "--enforce-eager"}, "model.id"),
         ({"id": "-O0"}, "model.id"),
         ({"id": "org/model\nx"}, "model.id"),
-        ({"revision": "--enforce-eager"}, "model.revision"),
     ],
 )
 def test_a_model_id_or_revision_never_becomes_a_flag(model: dict[str, Any], field: str) -> None:
@@ -112,11 +114,61 @@ def test_a_model_id_or_revision_never_becomes_a_flag(model: dict[str, Any], fiel
     assert field in caught.value.message
 
 
+def test_a_revision_reaches_argv_only_as_the_resolved_commit() -> None:
+    doc = _vllm_doc()
+    doc["model"]["revision"] = "--enforce-eager"
+    with pytest.raises(ResolutionError, match="40-hex"):
+        _launch(doc)
+
+
 def test_a_local_model_path_never_becomes_a_flag() -> None:
     doc = _vllm_doc(runtime={"kind": "local", "python": "python3"})
     doc["model"] = {"source": "local", "id": "m", "path": "--enforce-eager"}
     with pytest.raises(InputInvalidError, match=r"model\.path"):
-        VllmAdapter().launch(profile_from_dict(doc), port=1)
+        _launch(doc)
+
+
+def test_the_launch_is_what_was_hashed_not_the_profile() -> None:
+    """Adapters read the resolved factors and env: a profile changed after resolving changes nothing that runs."""
+    doc = _vllm_doc(env={"OMP_NUM_THREADS": "2", "HF_TOKEN": "t0ken"})
+    resolved = resolved_offline(profile_from_dict(doc), VllmAdapter())
+    expected = VllmAdapter().launch(resolved, port=1)
+
+    tampered = copy.deepcopy(doc)
+    tampered["model"]["id"] = "other/model"
+    tampered["serve"].update(enforce_eager=True, max_model_len=64, compilation_config={"mode": "NONE"})
+    tampered["env"] = {"TORCH_COMPILE_DEBUG": "1", "VLLM_DISABLE_COMPILE_CACHE": "1"}
+    drifted = dataclasses.replace(resolved, profile=profile_from_dict(tampered))
+
+    launch = VllmAdapter().launch(drifted, port=1)
+    assert launch.command == expected.command
+    assert dict(launch.env) == dict(expected.env)
+    assert launch.env["OMP_NUM_THREADS"] == "2" and launch.env["HF_TOKEN"] == "t0ken"
+    assert "--enforce-eager" not in launch.command and "other/model" not in launch.command
+    assert VllmAdapter().unsafe_settings(drifted) == []
+    ref_doc = {
+        "profile_version": 1,
+        "name": "ref",
+        "engine": {"name": "reference"},
+        "runtime": {"kind": "docker", "image": PINNED_IMAGE},
+        "model": {"source": "builtin", "id": "reference-tiny"},
+        "serve": {"layers": 2},
+        "env": {},
+    }
+    ref_resolved = resolved_offline(profile_from_dict(ref_doc), ReferenceAdapter())
+    ref_expected = ReferenceAdapter().launch(ref_resolved, port=1)
+    ref_doc["serve"] = {"layers": 3, "compile": False}
+    ref_doc["env"] = {"BLESS_REFERENCE_IGNORE_CACHE": "1"}
+    ref_drifted = dataclasses.replace(ref_resolved, profile=profile_from_dict(ref_doc))
+    assert ReferenceAdapter().launch(ref_drifted, port=1) == ref_expected
+    assert ReferenceAdapter().unsafe_settings(ref_drifted) == []
+
+
+def test_a_debug_launch_never_changes_the_hashed_factors() -> None:
+    resolved = resolved_offline(profile_from_dict(_vllm_doc()), VllmAdapter())
+    before = json.dumps(resolved.to_dict(), sort_keys=True)
+    assert "--enforce-eager" in VllmAdapter().launch(resolved, port=1, debug=True).command
+    assert json.dumps(resolved.to_dict(), sort_keys=True) == before
 
 
 @pytest.mark.parametrize("value", ["--enforce-eager", "-x", "name\x1b[2J"])
@@ -157,4 +209,4 @@ def _gpu(spec: HardwareSpec) -> dict[str, Any]:
 
 
 def _launch(doc: dict[str, Any]) -> tuple[str, ...]:
-    return VllmAdapter().launch(profile_from_dict(doc), port=1).command
+    return VllmAdapter().launch(resolved_offline(profile_from_dict(doc), VllmAdapter()), port=1).command

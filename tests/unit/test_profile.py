@@ -25,6 +25,7 @@ from bless.profile import (
     load_profile,
     profile_from_dict,
 )
+from tests.resolving import resolved_offline
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SHIPPED = sorted((ROOT / "profiles").glob("*.toml"))
@@ -95,7 +96,7 @@ def test_shipped_profile_loads_and_its_serve_args_are_valid(path):
         serve = ReferenceAdapter().normalize_serve(profile.serve, where=profile.label)
         assert serve["device"] in ("cpu", "cuda")
         assert profile.hardware.accelerator == serve["device"]
-        assert ReferenceAdapter().unsafe_settings(profile) == []
+        assert ReferenceAdapter().unsafe_settings(resolved_offline(profile, ReferenceAdapter())) == []
     if profile.runtime_kind == "docker":
         assert profile.image
     assert profile.trials.count >= 1

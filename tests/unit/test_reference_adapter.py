@@ -16,6 +16,7 @@ from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError
 from bless.evidence import UpperEntry
 from bless.profile import ModelSpec, Profile, profile_from_dict
 from bless.verify import FileEntry, TreeListing
+from tests.resolving import resolved_offline
 
 KEY = "0123456789abcdef"
 DEFAULTS = {
@@ -130,13 +131,15 @@ def test_normalize_serve_unknown_keys(adapter):
 
 @pytest.mark.parametrize("name", sorted({**KNOBS, **DEBUG_ENV}))
 def test_each_knob_and_debug_var_is_unsafe(adapter, name):
-    found = adapter.unsafe_settings(profile(env={name: "1", "TORCHINDUCTOR_X": "1"}))
+    found = adapter.unsafe_settings(resolved_offline(profile(env={name: "1", "TORCHINDUCTOR_X": "1"}), adapter))
     assert [(s.name, s.value) for s in found] == [(name, "1")]
     assert found[0].reason == {**KNOBS, **DEBUG_ENV}[name]
 
 
 def test_torch_logs_and_compile_debug_flagged(adapter):
-    found = adapter.unsafe_settings(profile(env={"TORCH_LOGS": "+dynamo", "TORCH_COMPILE_DEBUG": "1"}))
+    found = adapter.unsafe_settings(
+        resolved_offline(profile(env={"TORCH_LOGS": "+dynamo", "TORCH_COMPILE_DEBUG": "1"}), adapter)
+    )
     assert sorted(s.name for s in found) == ["TORCH_COMPILE_DEBUG", "TORCH_LOGS"]
     assert {s.name: s.value for s in found}["TORCH_LOGS"] == "+dynamo"
 
@@ -144,19 +147,19 @@ def test_torch_logs_and_compile_debug_flagged(adapter):
 @pytest.mark.parametrize("value", ["0", ""])
 def test_zero_or_empty_is_off(adapter, value):
     env = {"TORCH_COMPILE_DEBUG": value, "BLESS_REFERENCE_NONDETERMINISTIC": value}
-    assert adapter.unsafe_settings(profile(env=env)) == []
+    assert adapter.unsafe_settings(resolved_offline(profile(env=env), adapter)) == []
 
 
 def test_compile_false_is_unsafe_but_compile_true_is_not(adapter):
-    found = adapter.unsafe_settings(profile(serve={"compile": False}))
+    found = adapter.unsafe_settings(resolved_offline(profile(serve={"compile": False}), adapter))
     assert [(s.name, s.value) for s in found] == [("serve.compile", "false")]
-    assert adapter.unsafe_settings(profile(serve={"compile": True})) == []
-    assert adapter.unsafe_settings(profile()) == []
+    assert adapter.unsafe_settings(resolved_offline(profile(serve={"compile": True}), adapter)) == []
+    assert adapter.unsafe_settings(resolved_offline(profile(), adapter)) == []
 
 
 def test_safe_env_is_not_flagged(adapter):
     env = {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "BLESS_LOG_LEVEL": "DEBUG", "OMP_NUM_THREADS": "4"}
-    assert adapter.unsafe_settings(profile(env=env)) == []
+    assert adapter.unsafe_settings(resolved_offline(profile(env=env), adapter)) == []
 
 
 # --- launch ------------------------------------------------------------------------------------------------
@@ -167,7 +170,9 @@ def flag(command: tuple[str, ...], name: str) -> str:
 
 
 def test_launch_docker(adapter):
-    launch = adapter.launch(profile(serve={"layers": 3, "seed": 7}, env={"OMP_NUM_THREADS": "2"}), port=8123)
+    launch = adapter.launch(
+        resolved_offline(profile(serve={"layers": 3, "seed": 7}, env={"OMP_NUM_THREADS": "2"}), adapter), port=8123
+    )
     command = launch.command
     assert command[:5] == ("python3", "-m", "bless_reference", "--host", "0.0.0.0")
     assert flag(command, "--port") == "8123"
@@ -187,18 +192,21 @@ def test_launch_docker(adapter):
 
 
 def test_launch_debug_adds_no_compile(adapter):
-    command = adapter.launch(profile(), port=8000, debug=True).command
+    command = adapter.launch(resolved_offline(profile(), adapter), port=8000, debug=True).command
     assert command.count("--no-compile") == 1
     assert command[-1] == "--no-compile"
 
 
 def test_launch_compile_false_adds_no_compile(adapter):
-    assert "--no-compile" in adapter.launch(profile(serve={"compile": False}), port=8000).command
+    assert (
+        "--no-compile"
+        in adapter.launch(resolved_offline(profile(serve={"compile": False}), adapter), port=8000).command
+    )
 
 
 def test_launch_local(adapter):
     local = profile(runtime={"kind": "local", "python": "/opt/venv/bin/python3"}, serve={"device": "cuda"})
-    launch = adapter.launch(local, port=9000)
+    launch = adapter.launch(resolved_offline(local, adapter), port=9000)
     assert launch.command[:5] == (
         "/opt/venv/bin/python3",
         "-m",
@@ -218,17 +226,17 @@ def test_launch_local_default_python(adapter):
     in_memory = Profile(
         name="m", engine="reference", runtime_kind="local", model=ModelSpec("builtin", "reference-tiny")
     )
-    assert adapter.launch(in_memory, port=1).command[0] == "python3"
+    assert adapter.launch(resolved_offline(in_memory, adapter), port=1).command[0] == "python3"
 
 
 def test_launch_profile_env_wins_over_defaults(adapter):
-    launch = adapter.launch(profile(env={"PYTHONUNBUFFERED": "0"}), port=1)
+    launch = adapter.launch(resolved_offline(profile(env={"PYTHONUNBUFFERED": "0"}), adapter), port=1)
     assert launch.env["PYTHONUNBUFFERED"] == "0"
 
 
 def test_launch_validates_serve(adapter):
     with pytest.raises(InputInvalidError, match=r"^/profiles/ref\.toml: serve\.layers"):
-        adapter.launch(profile(serve={"layers": 99}), port=1)
+        adapter.launch(resolved_offline(profile(serve={"layers": 99}), adapter), port=1)
 
 
 # --- read_log --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from bless.flows.session import DEFAULT_ENGINE_PORT, engine_spec
 from bless.profile import ModelSpec, Profile
 from bless.runtime.docker import DockerRuntime
 from bless.runtime.local import LocalRuntime
+from tests.resolving import resolved_offline
 
 
 def profile(kind: str) -> Profile:
@@ -25,7 +26,7 @@ def profile(kind: str) -> Profile:
 def spec_for(kind: str, host_port: int | None):  # type: ignore[no-untyped-def]
     runtime = DockerRuntime() if kind == "docker" else LocalRuntime(use_mount_namespace=False)
     return engine_spec(
-        profile(kind),
+        resolved_offline(profile(kind), ReferenceAdapter()),
         ReferenceAdapter(),
         runtime,
         name="bless-serve-p",

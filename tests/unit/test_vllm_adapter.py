@@ -20,12 +20,13 @@ from bless.engines.vllm import (
     ModelMount,
     VllmAdapter,
 )
-from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError
+from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError, ResolutionError
 from bless.evidence import UpperEntry, UpperKind
 from bless.factors import REDACTED, ResolvedConfig, resolve
 from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
 from bless.reuse import classify_reuse
 from bless.verify import FileEntry, TreeListing
+from tests.resolving import fake_environment, fake_model_dir, resolved_offline
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "vllm"
@@ -86,7 +87,14 @@ def resolved(doc: dict[str, Any], *, gpu: dict[str, Any] | None = None) -> Resol
     def hardware(spec: HardwareSpec) -> dict[str, Any]:
         return dict(gpu or GPU)
 
-    return resolve(profile_from_dict(doc), adapter(), image_resolver=None, hardware_probe=hardware)
+    return resolve(
+        profile_from_dict(doc),
+        adapter(),
+        image_resolver=None,
+        hardware_probe=hardware,
+        environment_probe=fake_environment,
+        model_dir_probe=fake_model_dir,
+    )
 
 
 def config_hash(doc: dict[str, Any], **kwargs: Any) -> str:
@@ -156,7 +164,7 @@ def test_marker_lists_are_the_recorded_strings() -> None:
 
 def test_launch_snapshot_tiny_llama_local() -> None:
     p = load_profile(PROFILES / "vllm-tiny-llama-local.toml")
-    launch = adapter().launch(p, port=8123)
+    launch = adapter().launch(resolved_offline(p, adapter()), port=8123)
     assert launch.command == (
         "python3", "-m", "vllm.entrypoints.cli.main", "serve", "/tmp/tiny-llama",
         "--host", "127.0.0.1",
@@ -180,12 +188,12 @@ def test_launch_snapshot_tiny_llama_local() -> None:
     }
     assert launch.port == 8123
     assert adapter().model_mounts(p) == ()  # the local runtime reads the host path directly
-    assert adapter().unsafe_settings(p) == []
+    assert adapter().unsafe_settings(resolved_offline(p, adapter())) == []
 
 
 def test_launch_snapshot_docker_example() -> None:
     p = load_profile(PROFILES / "vllm-example.toml")
-    launch = adapter().launch(p, port=8000)
+    launch = adapter().launch(resolved_offline(p, adapter()), port=8000)
     assert launch.command == (
         "python3", "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen2.5-0.5B-Instruct",
         "--revision", "0" * 40,
@@ -215,7 +223,7 @@ def test_launch_snapshot_docker_example() -> None:
         ModelMount("/srv/hf-cache", HF_HOME_MOUNT_PATH, "the Hugging Face cache (HF_HOME)"),
     )
     assert p.shm_size == "16g"
-    assert adapter().unsafe_settings(p) == []
+    assert adapter().unsafe_settings(resolved_offline(p, adapter())) == []
 
 
 def test_example_profile_gates_offline() -> None:
@@ -233,7 +241,7 @@ def test_example_profile_gates_offline() -> None:
 
 
 def test_debug_launch_is_eager_without_cache() -> None:
-    launch = adapter().launch(profile(with_serve(enforce_eager=False)), port=9000, debug=True)
+    launch = adapter().launch(resolved(with_serve(enforce_eager=False)), port=9000, debug=True)
     assert "--enforce-eager" in launch.command
     assert "--no-enforce-eager" not in launch.command
     assert launch.env["VLLM_DISABLE_COMPILE_CACHE"] == "1"
@@ -242,51 +250,61 @@ def test_debug_launch_is_eager_without_cache() -> None:
 def test_local_model_under_docker_uses_the_fixed_mount(tmp_path: Path) -> None:
     doc = base_doc(model={"source": "local", "id": "tiny", "path": str(tmp_path)})
     a = adapter()
-    launch = a.launch(profile(doc), port=8000)
+    launch = a.launch(resolved(doc), port=8000)
     assert launch.command[4] == MODEL_MOUNT_PATH
     assert a.model_mounts(profile(doc)) == (ModelMount(str(tmp_path), MODEL_MOUNT_PATH, "the local model directory"),)
 
 
 def test_profile_env_cannot_move_cache_or_home() -> None:
-    launch = adapter().launch(profile(with_env(VLLM_CACHE_ROOT="/elsewhere", HOME="/home/x")), port=8000)
+    launch = adapter().launch(resolved(with_env(VLLM_CACHE_ROOT="/elsewhere", HOME="/home/x")), port=8000)
     assert launch.env["VLLM_CACHE_ROOT"] == CACHE_MOUNT_PATH
     assert launch.env["HOME"] == "/root"
 
 
 def test_profile_env_is_passed() -> None:
-    launch = adapter().launch(profile(with_env(VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE="1")), port=8000)
+    launch = adapter().launch(resolved(with_env(VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE="1")), port=8000)
     assert launch.env["VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE"] == "1"
 
 
 def test_bool_args_render_both_ways() -> None:
-    launch = adapter().launch(profile(with_serve(enable_prefix_caching=False, trust_remote_code=True)), port=1)
+    launch = adapter().launch(resolved(with_serve(enable_prefix_caching=False, trust_remote_code=True)), port=1)
     assert "--no-enable-prefix-caching" in launch.command
     assert "--trust-remote-code" in launch.command
 
 
 def test_extra_args_go_last_verbatim() -> None:
-    launch = adapter().launch(profile(with_serve(extra_args=["--max-logprobs", "5"])), port=1)
+    launch = adapter().launch(resolved(with_serve(extra_args=["--max-logprobs", "5"])), port=1)
     assert launch.command[-2:] == ("--max-logprobs", "5")
 
 
-def test_hf_model_needs_a_pinned_revision() -> None:
+def test_hf_model_starts_from_the_resolved_commit() -> None:
+    """vLLM starts offline: a branch name is refused offline, and a looked-up branch starts at the hashed commit."""
     doc = base_doc(model={"source": "huggingface", "id": "org/model", "revision": "main", "hf_home": "/srv/hf"})
-    with pytest.raises(InputInvalidError, match="40-hex"):
-        adapter().launch(profile(doc), port=1)
+    with pytest.raises(ResolutionError, match="40-hex"):
+        resolved(doc)
+    looked_up = resolve(
+        profile_from_dict(doc),
+        adapter(),
+        image_resolver=None,
+        hardware_probe=lambda _spec: dict(GPU),
+        revision_lookup=lambda _id, _revision, *, where: HEX40,
+    )
+    command = adapter().launch(looked_up, port=1).command
+    assert command[command.index("--revision") + 1] == HEX40 == looked_up.factors["model"]["revision"]
 
 
 def test_hf_model_needs_an_hf_cache() -> None:
     doc = base_doc(model={"source": "huggingface", "id": "org/model", "revision": HEX40})
     with pytest.raises(InputInvalidError, match=r"model\.hf_home"):
-        adapter().launch(profile(doc), port=1)
+        adapter().launch(resolved(doc), port=1)
     doc["env"] = {"HF_HOME": "/opt/weights"}  # an image that holds the weights itself
-    assert adapter().launch(profile(doc), port=1).env["HF_HOME"] == "/opt/weights"
+    assert adapter().launch(resolved(doc), port=1).env["HF_HOME"] == "/opt/weights"
 
 
 def test_builtin_model_is_refused() -> None:
     doc = base_doc(model={"source": "builtin", "id": "reference-tiny"})
     with pytest.raises(InputInvalidError, match=r"model\.source"):
-        adapter().launch(profile(doc), port=1)
+        adapter().launch(resolved(doc), port=1)
 
 
 # --- serve validation ---------------------------------------------------------------------------------
@@ -548,7 +566,7 @@ def test_secrets_are_never_hashed_nor_written(name: str) -> None:
 
 
 def unsafe_names(doc: dict[str, Any]) -> list[str]:
-    return [u.name for u in adapter().unsafe_settings(profile(doc))]
+    return [u.name for u in adapter().unsafe_settings(resolved(doc))]
 
 
 @pytest.mark.parametrize(
@@ -560,7 +578,7 @@ def unsafe_names(doc: dict[str, Any]) -> list[str]:
      ("VLLM_CACHE_ROOT", "/elsewhere"), ("VLLM_LOGGING_LEVEL", "ERROR"), ("VLLM_CONFIGURE_LOGGING", "0")],
 )  # fmt: skip
 def test_unsafe_env(name: str, value: str) -> None:
-    found = adapter().unsafe_settings(profile(with_env(**{name: value})))
+    found = adapter().unsafe_settings(resolved(with_env(**{name: value})))
     assert [u.name for u in found] == [name]
     assert found[0].value == value and found[0].reason
 
@@ -575,7 +593,7 @@ def test_off_values_are_not_unsafe(name: str, value: str) -> None:
 
 
 def test_enforce_eager_is_unsafe() -> None:
-    found = adapter().unsafe_settings(profile(with_serve(enforce_eager=True)))
+    found = adapter().unsafe_settings(resolved(with_serve(enforce_eager=True)))
     assert [(u.name, u.value) for u in found] == [("serve.enforce_eager", "true")]
     assert "nothing to bless" in found[0].reason
     assert unsafe_names(with_serve(enforce_eager=False)) == []
@@ -607,7 +625,7 @@ def test_debug_dump_path_is_unsafe() -> None:
      ["-O.level=0"], ["--max-logprobs", "5", "-O0"]],
 )  # fmt: skip
 def test_optimization_level_zero_is_unsafe(args: list[str]) -> None:
-    found = adapter().unsafe_settings(profile(with_serve(extra_args=args)))
+    found = adapter().unsafe_settings(resolved(with_serve(extra_args=args)))
     assert [u.name for u in found] == ["serve.extra_args"]
 
 

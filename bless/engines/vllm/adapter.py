@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL
 from bless.engines.vllm.versions import VllmVersionRules
 from bless.errors import InputInvalidError, UnknownEngineVersionError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.factors import ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
 
@@ -154,14 +156,16 @@ class VllmAdapter:
         """Validate vLLM engine arguments and return their canonical form (:func:`serve_args.normalize_serve`)."""
         return serve_args.normalize_serve(serve, where=where)
 
-    def unsafe_settings(self, profile: Profile) -> list[UnsafeSetting]:
-        """Debug, cache-disabling and eager settings: a blessed start must compile and load for real."""
-        serve = self.normalize_serve(profile.serve, where=profile.label)
-        return unsafe_env_settings(profile.env) + serve_args.unsafe_serve_settings(serve)
+    def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
+        """Debug, cache-disabling and eager settings: a blessed start must compile and load for real.
+
+        Read from the hashed serve arguments and the env the start gets (what :meth:`launch` uses).
+        """
+        return unsafe_env_settings(resolved.engine_env()) + serve_args.unsafe_serve_settings(_serve_factor(resolved))
 
     # --- launching ---------------------------------------------------------------------------------
 
-    def launch(self, profile: Profile, *, port: int, debug: bool = False) -> EngineLaunch:
+    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
         """argv + env of ``python3 -m vllm.entrypoints.cli.main serve <model> ...``.
 
         That module is what the ``vllm serve`` console script runs (the documented entry point;
@@ -175,13 +179,20 @@ class VllmAdapter:
         :data:`HF_HOME_MOUNT_PATH`; local: ``model.hf_home`` itself, or ``HF_HOME`` from the
         profile's env); a local model directory is mounted read-only at :data:`MODEL_MOUNT_PATH`
         under Docker (see :meth:`model_mounts`). ``debug`` starts eager with the cache disabled.
+
+        Serve arguments, model id, revision (the resolved commit) and local model path come from
+        ``resolved.factors``, the env from ``resolved.engine_env()``: what runs is what was hashed.
+        Only what is not a factor (where the weights are read from, the interpreter) is the profile's.
         """
-        serve = self.normalize_serve(profile.serve, where=profile.label)
-        docker = profile.runtime_kind == "docker"
-        env: dict[str, str] = dict(profile.env)
+        profile = resolved.profile
+        serve = _serve_factor(resolved)
+        model_factor = resolved.factors.get("model")
+        model_factor = model_factor if isinstance(model_factor, Mapping) else {}
+        docker = _runtime_kind(resolved) == "docker"
+        env = resolved.engine_env()
         model = profile.model
         if model.source == "huggingface":
-            revision = model.revision or ""
+            revision = str(model_factor.get("revision") or "")
             if not _HEX40.fullmatch(revision):
                 raise InputInvalidError(
                     f"{profile.label}: model.revision: vLLM starts offline, so the revision must be a pinned "
@@ -199,13 +210,14 @@ class VllmAdapter:
                     "that contains the weights",
                 )
             model_args: list[str] = [
-                argv_value(f"{profile.label}: model.id", model.id),
+                argv_value(f"{profile.label}: model.id", str(model_factor.get("id", ""))),
                 "--revision",
                 argv_value(f"{profile.label}: model.revision", revision),
             ]
         elif model.source == "local":
-            assert model.path is not None  # profile validation guarantees it
-            model_args = [MODEL_MOUNT_PATH if docker else argv_value(f"{profile.label}: model.path", model.path)]
+            # The local runtime hashes the directory's real path (vLLM hashes the model string).
+            path = MODEL_MOUNT_PATH if docker else str(model_factor.get("path", ""))
+            model_args = [argv_value(f"{profile.label}: model.path", path)]
         else:
             raise InputInvalidError(
                 f"{profile.label}: model.source {model.source!r}: vLLM serves a Hugging Face id or a local directory",
@@ -265,3 +277,15 @@ class VllmAdapter:
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """Split overlay upper-layer writes by this release's rewrite rules (unknown: the nearest older's)."""
         return evidence.classify_upper(self.rules, entries)
+
+
+def _serve_factor(resolved: ResolvedConfig) -> dict[str, Any]:
+    """A private copy of the hashed serve arguments (a debug start changes its copy, never the factors)."""
+    serve = resolved.factors.get("serve")
+    return copy.deepcopy(dict(serve)) if isinstance(serve, Mapping) else {}
+
+
+def _runtime_kind(resolved: ResolvedConfig) -> str:
+    runtime = resolved.factors.get("runtime")
+    kind = runtime.get("kind") if isinstance(runtime, Mapping) else None
+    return kind if isinstance(kind, str) else resolved.profile.runtime_kind

@@ -239,8 +239,8 @@ def plan(
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
     Order: runtime reachable (50), image present (51), GPU memory where the profile states a need
-    (52), unsafe debug settings (30, allowed with ``debug``), serving container name free (12),
-    factors and config hash, manifest (20 with the nearest blessing's diff, 22, 23), blessed
+    (52), factors and config hash, unsafe debug settings in them (30, allowed with ``debug``),
+    serving container name free (12), manifest (20 with the nearest blessing's diff, 22, 23), blessed
     files verified (21) and unchanged while verified (43). With ``debug`` no manifest is
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
     through (bless's own tests; the serve-full command never sets it).
@@ -255,19 +255,7 @@ def plan(
     if profile.hardware.accelerator == "cuda":
         gpus = gpu_probe()
         check_gpu_memory(profile.hardware, gpus)
-    warnings: list[str] = []
-    # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
-    allowed = (
-        [u.describe() for u in adapter.unsafe_settings(profile)]
-        if debug
-        else check_unsafe(profile, adapter, allow_test_knobs=allow_test_knobs)
-    )
-    if allowed:
-        warnings.append("unsafe settings allowed: " + "; ".join(allowed))
-    name = serve_container_name(profile)
-    check_name_free(runtime, profile, name)
     t1 = clock()
-
     resolved = resolve_profile(
         profile,
         # The ID read above, not the tag again: the container is started from this ID, so a tag
@@ -276,6 +264,18 @@ def plan(
         adapter=adapter,
         hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
     )
+    warnings: list[str] = []
+    # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
+    # Checked on the resolved factors and env: the values the engine is started with.
+    allowed = (
+        [u.describe() for u in adapter.unsafe_settings(resolved)]
+        if debug
+        else check_unsafe(resolved, adapter, allow_test_knobs=allow_test_knobs)
+    )
+    if allowed:
+        warnings.append("unsafe settings allowed: " + "; ".join(allowed))
+    name = serve_container_name(profile)
+    check_name_free(runtime, profile, name)
     # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
     # versions are refused here, before anything starts, unless allowed.
     adapter = adapter.for_factors(resolved.factors)
@@ -348,7 +348,7 @@ def plan(
             mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
     run_id = new_run_id()
     spec = engine_spec(
-        profile,
+        resolved,
         adapter,
         runtime,
         name=name,
