@@ -15,7 +15,7 @@ from bless.engines.vllm import VllmAdapter, versions
 from bless.engines.vllm.env import VLLM_HASHED_SECRETS, VLLM_NOT_SECRETS
 from bless.errors import ExitCode, InputInvalidError, ResolutionError
 from bless.factors import REDACTED, resolve
-from bless.profile import HardwareSpec, profile_from_dict
+from bless.profile import HardwareSpec, ModelSpec, Profile, profile_from_dict
 from tests.resolving import resolved_offline
 
 PINNED_IMAGE = "sha256:" + "ab" * 32
@@ -146,20 +146,20 @@ def test_the_launch_is_what_was_hashed_not_the_profile() -> None:
     assert launch.env["OMP_NUM_THREADS"] == "2" and launch.env["HF_TOKEN"] == "t0ken"
     assert "--enforce-eager" not in launch.command and "other/model" not in launch.command
     assert VllmAdapter().unsafe_settings(drifted) == []
-    ref_doc = {
-        "profile_version": 1,
-        "name": "ref",
-        "engine": {"name": "reference"},
-        "runtime": {"kind": "docker", "image": PINNED_IMAGE},
-        "model": {"source": "builtin", "id": "reference-tiny"},
-        "serve": {"layers": 2},
-        "env": {},
-    }
-    ref_resolved = resolved_offline(profile_from_dict(ref_doc), ReferenceAdapter())
+    reference = Profile(
+        name="ref",
+        engine="reference",
+        runtime_kind="docker",
+        image=PINNED_IMAGE,
+        model=ModelSpec("builtin", "reference-tiny"),
+        serve={"layers": 2},
+    )
+    ref_resolved = resolved_offline(reference, ReferenceAdapter())
     ref_expected = ReferenceAdapter().launch(ref_resolved, port=1)
-    ref_doc["serve"] = {"layers": 3, "compile": False}
-    ref_doc["env"] = {"BLESS_REFERENCE_IGNORE_CACHE": "1"}
-    ref_drifted = dataclasses.replace(ref_resolved, profile=profile_from_dict(ref_doc))
+    changed = dataclasses.replace(
+        reference, serve={"layers": 3, "compile": False}, env={"BLESS_REFERENCE_IGNORE_CACHE": "1"}
+    )
+    ref_drifted = dataclasses.replace(ref_resolved, profile=changed)
     assert ReferenceAdapter().launch(ref_drifted, port=1) == ref_expected
     assert ReferenceAdapter().unsafe_settings(ref_drifted) == []
 
