@@ -482,3 +482,25 @@ def test_refuses_a_foreign_container_holding_the_name_and_never_touches_it(
     finally:
         foreign.stop(timeout=1)
         foreign.remove()
+
+
+def test_a_foreign_overlay_volume_is_refused_by_dry_run_and_start_alike(
+    blessed: Any, tmp_path: Path, docker_client: Any
+) -> None:
+    """A volume named like the serve's overlay, without our labels, blocks a start: --dry-run must say so too."""
+    name = "sf-foreign-volume"
+    volume = docker_client.volumes.create(name=f"bless-serve-{name}-overlay", labels={"owner": "an-operator"})
+    try:
+        profile = str(profile_for(tmp_path, name, 18115))
+        for extra in (["--dry-run"], []):
+            refused(
+                ["--profile", profile, "--root", str(blessed.root), *extra],
+                name,
+                12,
+                "without our labels",
+                f"bless-serve-{name}-overlay",
+            )
+        volume.reload()
+        assert volume.attrs["Labels"] == {"owner": "an-operator"}, "never touched"
+    finally:
+        volume.remove()

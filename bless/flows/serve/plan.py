@@ -92,10 +92,10 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
         return
     if holder == "foreign":
         raise ContainerConflictError(
-            f"a container without our labels holds the name {name!r}; never touched: bless does not stop or "
-            "remove containers it did not create",
-            hint=f"rename or remove that container yourself if it is safe (docker rm {name}), or serve this "
-            "profile under another name (the profile's name field)",
+            f"a container (or a volume {name}-overlay) without our labels holds the name {name!r}; never "
+            "touched: bless does not stop or remove what it did not create",
+            hint=f"rename or remove it yourself if it is safe (docker rm {name}, docker volume rm {name}-overlay), "
+            "or serve this profile under another name (the profile's name field)",
             details={"name": name, "holder": "foreign"},
         )
     status = next(
