@@ -139,6 +139,10 @@ class Runtime(Protocol):
         """Our containers (owner label set) matching every label given."""
         ...
 
+    def overlay_conflict(self, name: str) -> str | None:
+        """Why a start of ``name`` would be refused by something other than a container (None: nothing)."""
+        ...
+
     def cleanup_ours(self, labels: Mapping[str, str]) -> list[str]:
         """Stop and remove leftovers of ours matching ``labels`` (after a crash); returns their names."""
         ...

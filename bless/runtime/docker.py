@@ -604,7 +604,7 @@ class DockerRuntime:
     # -- ownership of names ---------------------------------------------------------
 
     def name_holder(self, name: str) -> NameHolder:
-        """``free``, ``ours`` (owner label set) or ``foreign``, by exact container name and its overlay volume's."""
+        """``free``, ``ours`` (owner label set) or ``foreign``, by exact container name."""
         client = self._client
         # The name filter is a regular expression over "/<name>"; container names may
         # contain '.', so escape it, and compare exactly afterwards anyway.
@@ -614,17 +614,25 @@ class DockerRuntime:
         for container in found:
             if container.name == name:
                 return "ours" if bless_labels.is_ours(container.labels) else "foreign"
-        # A volume named like this container's overlay blocks its start just as well (start never
-        # touches one without our labels), so a --dry-run must see it too. One of ours without a
-        # container is a half-created start's leftover, which start removes: the name is free.
+        return "free"
+
+    def overlay_conflict(self, name: str) -> str | None:
+        """Why a start of container ``name`` would be refused by a volume in its overlay's place, or None.
+
+        A volume named like its overlay without our labels blocks the start (start never touches it),
+        so a --dry-run must see it too. One of ours is a half-created start's leftover, which start
+        removes: no conflict.
+        """
         docker = _docker_module()
         volume_name = overlay_volume_name(name, 0)
         with _daemon(f"looking up volume {volume_name}"):
             try:
-                volume = client.volumes.get(volume_name)
+                volume = self._client.volumes.get(volume_name)
             except docker.errors.NotFound:
-                return "free"
-        return "free" if bless_labels.is_ours(volume.attrs.get("Labels") or {}) else "foreign"
+                return None
+        if bless_labels.is_ours(volume.attrs.get("Labels") or {}):
+            return None
+        return f"a Docker volume named {volume_name!r} exists WITHOUT our labels; bless will not touch it"
 
     def _ours(self, labels: Mapping[str, str]) -> list[Container]:
         client = self._client

@@ -613,6 +613,11 @@ class LocalRuntime:
         """``ours`` while this instance holds the name (until remove); never ``foreign``."""
         return "ours" if name in self._procs else "free"
 
+    def overlay_conflict(self, name: str) -> str | None:
+        """Nothing but an engine of this instance holds a local name (see :meth:`name_holder`)."""
+        del name
+        return None
+
     def _ours(self, labels: Mapping[str, str]) -> list[_Proc]:
         return [
             proc

@@ -497,7 +497,7 @@ def test_a_foreign_overlay_volume_is_refused_by_dry_run_and_start_alike(
                 ["--profile", profile, "--root", str(blessed.root), *extra],
                 name,
                 12,
-                "without our labels",
+                "WITHOUT our labels",
                 f"bless-serve-{name}-overlay",
             )
         volume.reload()

@@ -72,6 +72,7 @@ class FakeRuntime:
         self.reachable = reachable
         self.images = dict(images if images is not None else {IMAGE: IMAGE_ID})
         self.holders: dict[str, NameHolder] = dict(holders or {})
+        self.volume_conflicts: dict[str, str] = {}
         self.host_port = host_port
         self.calls: list[str] = []
         self.running: dict[str, bool] = {}
@@ -125,6 +126,9 @@ class FakeRuntime:
     def name_holder(self, name: str) -> NameHolder:
         self.calls.append("name_holder")
         return self.holders.get(name, "free")
+
+    def overlay_conflict(self, name: str) -> str | None:
+        return self.volume_conflicts.get(name)
 
     def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
         self.calls.append("list_ours")
@@ -904,3 +908,13 @@ def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path
     with serve.StartingLock(store, "reference-cpu") as again:  # released: the next start may go ahead
         again.release()
         again.release()  # idempotent
+
+
+def test_a_foreign_volume_in_the_overlays_place_is_refused_before_anything_starts(store: Store, tmp_path: Path) -> None:
+    """What a real start would refuse, the plan (so --dry-run) refuses too: 12, naming the volume."""
+    plan, runtime = _blessed_plan(store, tmp_path, 9)
+    runtime.volume_conflicts = {plan.container_name: "a Docker volume named 'x-overlay' exists WITHOUT our labels"}
+    with pytest.raises(ContainerConflictError) as excinfo:
+        do_plan(plan.profile, store, runtime)
+    assert excinfo.value.exit_code == ExitCode.CONTAINER_CONFLICT and "x-overlay" in excinfo.value.message
+    assert "start" not in runtime.calls

@@ -89,13 +89,22 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
     """Refuse (12) when the serving container name is taken: ours (serving already) or foreign (never touched)."""
     holder = runtime.name_holder(name)
     if holder == "free":
+        # What else a real start would refuse (a volume in the overlay's place): a --dry-run says it too.
+        conflict = runtime.overlay_conflict(name)
+        if conflict is not None:
+            raise ContainerConflictError(
+                f"{conflict}; it holds the overlay of {name!r}, so a start would be refused",
+                hint=f"remove it yourself if it is safe (docker volume rm {name}-overlay), or serve this profile "
+                "under another name (the profile's name field)",
+                details={"name": name, "holder": "foreign-volume"},
+            )
         return
     if holder == "foreign":
         raise ContainerConflictError(
-            f"a container (or a volume {name}-overlay) without our labels holds the name {name!r}; never "
-            "touched: bless does not stop or remove what it did not create",
-            hint=f"rename or remove it yourself if it is safe (docker rm {name}, docker volume rm {name}-overlay), "
-            "or serve this profile under another name (the profile's name field)",
+            f"a container without our labels holds the name {name!r}; never touched: bless does not stop or "
+            "remove containers it did not create",
+            hint=f"rename or remove that container yourself if it is safe (docker rm {name}), or serve this "
+            "profile under another name (the profile's name field)",
             details={"name": name, "holder": "foreign"},
         )
     status = next(
