@@ -918,3 +918,18 @@ def test_a_foreign_volume_in_the_overlays_place_is_refused_before_anything_start
         do_plan(plan.profile, store, runtime)
     assert excinfo.value.exit_code == ExitCode.CONTAINER_CONFLICT and "x-overlay" in excinfo.value.message
     assert "start" not in runtime.calls
+
+
+def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store: Store) -> None:
+    """serve-full stop NAME --timeout S: the graceful stop first (with S), then our container and volume go."""
+    stops: list[int] = []
+
+    class Recording(StoppingRuntime):
+        def stop(self, started: Started, timeout_s: int) -> StopResult:
+            stops.append(timeout_s)
+            return super().stop(started, timeout_s)
+
+    runtime = Recording(holders={"bless-serve-unit": "ours"})
+    outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=77)
+    assert stops == [77] and runtime.calls[-2:] == ["stop", "cleanup_ours"]
+    assert outcome.leases_released == 0 and not outcome.notes

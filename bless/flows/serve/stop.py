@@ -20,7 +20,7 @@ from bless import labels
 from bless.errors import BlessError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
 from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
-from bless.runtime.base import Runtime
+from bless.runtime.base import ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.lease import Lease
@@ -98,7 +98,15 @@ def stop_serving(
         # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
         try:
             runtime = docker()
-            stopped += runtime.cleanup_ours({labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE})
+            ours = {labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE}
+            for info in runtime.list_ours(ours):
+                # The graceful stop with the caller's timeout first; cleanup_ours then removes the
+                # stopped container and its overlay volume (its own stop would allow only 10 s).
+                spec = ContainerSpec(name=info.name, command=(), env={}, labels=dict(info.labels))
+                result = runtime.stop(Started(id=info.id, name=info.name, spec=spec, host_port=None), timeout_s)
+                if not result.graceful and info.status == "running":
+                    notes.append(f"container {info.name} did not stop within {timeout_s} s and was killed")
+            stopped += runtime.cleanup_ours(ours)
         except BlessError as exc:
             if leases:
                 raise
