@@ -338,9 +338,7 @@ class FleetSource:
         """Pull ``--from`` into the store (a no-op when present); None without ``--from``."""
         if self.reference is None:
             return None
-        result = pull_blessing(
-            store, parse_reference(self.reference), trust_dir=self.trust, plain_http=self.plain_http
-        )
+        result = pull_blessing(store, parse_reference(self.reference), trust_dir=self.trust, plain_http=self.plain_http)
         render_pull(console, pull_report(result))
         return result
 

@@ -152,9 +152,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def bench_set(
-    name: str, root: Path, repeat: int, workers_list: Sequence[int | None], with_openssl: bool
-) -> list[Row]:
+def bench_set(name: str, root: Path, repeat: int, workers_list: Sequence[int | None], with_openssl: bool) -> list[Row]:
     """Time every tool on one set; returns one row per tool."""
     paths = files_of(root)
     argv = [str(p) for p in paths]
@@ -222,9 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("sha256sum") is None:
         print("sha256sum not found on PATH", file=sys.stderr)
         return 2
-    workers_list: list[int | None] = [
-        None if w == "default" else int(w) for w in args.workers.split(",") if w
-    ] or [None]
+    workers_list: list[int | None] = [None if w == "default" else int(w) for w in args.workers.split(",") if w] or [
+        None
+    ]
     with_openssl = not args.no_openssl and shutil.which("openssl") is not None
 
     made_temp = args.dir is None

@@ -13,6 +13,7 @@ if ! command -v busybox >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-
 fi
 echo "test: ruff" >&2
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 echo "test: mypy" >&2
 .venv/bin/mypy
 echo "test: pytest" >&2

@@ -1,17 +1,14 @@
-"""Make the repository root importable when tests run without an installed package; shared fixtures."""
+"""Fixtures shared by unit and integration tests.
 
-import sys
+``tests`` is a package: pytest puts the repository root on ``sys.path`` (the first directory above
+without an ``__init__.py``), so tests import their helpers as ``tests.<module>``.
+"""
+
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pytest
 
-
-import pytest  # noqa: E402
-
-from tests.registry import Registry, running_registry  # noqa: E402
+from tests.registry import Registry, running_registry
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, imported_image, our_containers, run_cli, write_profile
+
+from tests.integration.helpers import REPO, imported_image, our_containers, run_cli, write_profile
 
 BUSYBOX_IMAGE = "bless-test-busybox:1"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, CliResult, run_cli, write_profile
+
+from tests.integration.helpers import REPO, CliResult, run_cli, write_profile
 
 pytestmark = pytest.mark.integration
 

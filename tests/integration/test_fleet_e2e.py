@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_cli, write_profile
-from test_serve_full import remove_serving, serve
 
+from tests.integration.helpers import run_cli, write_profile
+from tests.integration.test_serve_full import remove_serving, serve
 from tests.registry import Registry
 
 pytestmark = pytest.mark.integration

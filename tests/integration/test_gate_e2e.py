@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_cli, write_profile
 
 from bless.probes import cpu_isa_level
+from tests.integration.helpers import run_cli, write_profile
 
 pytestmark = pytest.mark.integration
 

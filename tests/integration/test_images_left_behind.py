@@ -8,8 +8,9 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import _rootfs_tar, _static_busybox
-from helpers import REPO, imported_image
+
+from tests.integration.conftest import _rootfs_tar, _static_busybox
+from tests.integration.helpers import REPO, imported_image
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, CliResult, our_containers, run_cli, write_profile
+
+from tests.integration.helpers import REPO, CliResult, our_containers, run_cli, write_profile
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Helpers for store tests: small real trees and valid manifests built from them.
 
-Reusable by other tests (``from store_helpers import ...``; pytest puts ``tests/unit`` on sys.path).
+Reusable by other tests (``from tests.unit.store_helpers import ...``).
 """
 
 from __future__ import annotations

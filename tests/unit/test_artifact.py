@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from store_helpers import make_factors, make_manifest, write_tree
 
 from bless.artifact import (
     ARTIFACT_TYPE,
@@ -18,6 +17,7 @@ from bless.artifact import (
     trust_tag,
 )
 from bless.errors import ArtifactInvalidError, DigestMismatchError, ManifestInvalidError
+from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 
 def test_layout_is_reproducible_and_content_only(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from store_helpers import make_manifest, write_tree
 from typer.testing import CliRunner
 
 from bless.errors import ExitCode
 from bless.store import Store
 from cli.main import app
+from tests.unit.store_helpers import make_manifest, write_tree
 
 
 def invoke(root: Path, *args: str) -> tuple[int, dict[str, object], str]:

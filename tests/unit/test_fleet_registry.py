@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_helpers import child_env, make_factors, make_manifest, write_tree
 from typer.testing import CliRunner
 
 from bless.artifact import ARTIFACT_TYPE, blessing_artifact, trust_tag
@@ -49,6 +48,7 @@ from bless.trust import RoleKeys, init_repository, sign_blessing
 from bless.verify import verify_tree
 from cli.main import app
 from tests.registry import Registry
+from tests.unit.store_helpers import child_env, make_factors, make_manifest, write_tree
 
 PULL_CHILD = Path(__file__).resolve().parent / "pull_child.py"
 OLD_ID = "20250101T000000Z-aaaaaaaaaaaa"

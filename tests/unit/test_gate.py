@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_helpers import make_manifest, write_tree
 from typer.testing import CliRunner
 
 from bless.errors import ExitCode, RuntimeUnavailableError
@@ -24,6 +23,7 @@ from bless.profile import load_profile
 from bless.runtime.base import Runtime
 from bless.store import Store
 from cli.main import app
+from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32
 

@@ -27,7 +27,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from rich.console import Console
-from store_helpers import make_manifest, mutate_json, paths_of, write_tree
 from typer.testing import CliRunner, Result
 
 from bless.errors import ExitCode
@@ -41,6 +40,7 @@ from cli.gate import render_gate
 from cli.main import app
 from cli.run import render_run
 from cli.serve import render_finished
+from tests.unit.store_helpers import make_manifest, mutate_json, paths_of, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_ID = "sha256:" + "ab" * 32

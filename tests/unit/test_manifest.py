@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from store_helpers import mutate_json
 
 from bless import manifest as manifest_mod
 from bless.errors import ExitCode, ManifestInvalidError
@@ -29,6 +28,7 @@ from bless.manifest import (
     validate_document,
 )
 from bless.verify import FileEntry, TreeListing, hash_tree
+from tests.unit.store_helpers import mutate_json
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 KEY = "0123456789abcdef"

@@ -1,6 +1,6 @@
 """``bless run --parallel N``: trials on GPU slots at once, against a fake of OUR Runtime on 8 fake GPUs.
 
-The fake runtime is the one of test_orchestrator_logic (in-process HTTP engines); here it also
+The fake runtime is the one of test_orchestrator (in-process HTTP engines); here it also
 records which GPU set each engine was given and how many ran at once, and can make an engine
 answer differently on one GPU. The adapter, store, scheduler and trial protocol are the real ones.
 """
@@ -16,15 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_orchestrator_logic import (
-    ARTIFACT,
-    Behavior,
-    FakeRuntime,
-    Harness,
-    make_profile,
-    real_sigint,
-    tokens_for,
-)
 
 from bless.devices import GpuSlot
 from bless.engines.reference import ReferenceAdapter
@@ -34,6 +25,15 @@ from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.schemas import schema_errors
 from bless.store import Store
+from tests.unit.test_orchestrator import (
+    ARTIFACT,
+    Behavior,
+    FakeRuntime,
+    Harness,
+    make_profile,
+    real_sigint,
+    tokens_for,
+)
 
 __all__ = ["real_sigint"]  # a fixture this module uses, imported from the serial tests
 

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree
 
 from bless.errors import (
     AlreadyBlessedError,
@@ -28,6 +27,7 @@ from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, TMP_MARK, GcReport, Store, atomic_write_bytes, default_root
 from bless.store import publish as publish_module
 from bless.verify import Problem, VerifyResult, verify_tree
+from tests.unit.store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree
 
 
 @pytest.fixture
@@ -114,9 +114,7 @@ def test_publish_refuses_a_tree_that_differs_from_its_manifest(store: Store) -> 
     assert (staged / "extra.bin").exists()  # nothing moved
 
 
-def test_a_tree_that_changes_during_publish_is_given_back(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_tree_that_changes_during_publish_is_given_back(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     staged = stage(store, "run1", "a")
     manifest = make_manifest(staged)
 

@@ -15,13 +15,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from store_helpers import make_manifest, run_child, write_tree
 
 from bless.errors import AlreadyBlessedError
 from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, TMP_MARK, Store
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.verify import verify_tree
+from tests.unit.store_helpers import make_manifest, run_child, write_tree
 
 # The manifest rename is the commit point: a kill before the "done" fault point leaves the old
 # state; at "done" the new blessing is already committed.

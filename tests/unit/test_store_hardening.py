@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_helpers import make_factors, make_manifest, start_child, write_tree
 from typer.testing import CliRunner
 
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
@@ -19,6 +18,7 @@ from bless.store import Store, process_identity
 from bless.store.scan import ManifestReader
 from bless.verify import verify_tree
 from cli.main import app
+from tests.unit.store_helpers import make_factors, make_manifest, start_child, write_tree
 
 
 def stage(store: Store, run_id: str, variant: str) -> Path:

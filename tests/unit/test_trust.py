@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from store_helpers import make_factors, make_manifest, write_tree
 
 from bless.errors import (
     BelowThresholdError,
@@ -33,6 +32,7 @@ from bless.trust import (
     sign_blessing,
     target_path,
 )
+from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 
 @pytest.fixture

@@ -302,9 +302,7 @@ def test_dir_symlink_is_not_followed(root: Path, listing: TreeListing, outside: 
     assert result.bytes_hashed == listing.total_size
 
 
-def test_many_problems_at_once_are_all_reported_and_sorted(
-    root: Path, listing: TreeListing, outside: Path
-) -> None:
+def test_many_problems_at_once_are_all_reported_and_sorted(root: Path, listing: TreeListing, outside: Path) -> None:
     expected: set[tuple[str, str]] = set()
     for name in (
         "flip_middle",
@@ -389,9 +387,7 @@ def test_bad_paths_in_listing_are_reported_and_never_opened(
 def test_all_four_named_bad_paths_at_once(root: Path, listing: TreeListing) -> None:
     sha = "0" * 64
     bad = ["../x", "/etc/passwd", "a//b", "./a"]
-    result = verify_tree(
-        root, [*listing.files, *(FileEntry(b, 1, sha) for b in bad)], [*listing.dirs, "../d"]
-    )
+    result = verify_tree(root, [*listing.files, *(FileEntry(b, 1, sha) for b in bad)], [*listing.dirs, "../d"])
     assert found(result) == {("bad_path", b) for b in [*bad, "../d"]}
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pytest
-from store_helpers import make_manifest, write_tree
 
 from bless import labels
 from bless.engines.base import EnvPolicy
@@ -47,6 +46,7 @@ from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store
 from bless.store.fsutil import remove_tree
+from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE = "bless-reference:0.1.0"
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_helpers import make_manifest, write_tree
 from typer.testing import CliRunner, Result
 
 import cli.common
@@ -29,6 +28,7 @@ from bless.manifest import Manifest
 from bless.profile import load_profile
 from bless.store import Store
 from cli.main import app
+from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32
 
