@@ -257,14 +257,14 @@ def main() -> int:
     shutil.copy(keys / "metadata" / "root.json", trust / "root.json")
     sign_times: list[float] = []
     verify_times: list[float] = []
-    path = store.manifest_path(manifest.config_hash)
-    assert path is not None
+    manifest_file = store.manifest_path(manifest.config_hash)
+    assert manifest_file is not None
 
     def sign() -> None:
-        sign_blessing(keys, manifest, manifest_file_bytes(path, manifest))
+        sign_blessing(keys, manifest, manifest_file_bytes(manifest_file, manifest))
 
     def verify() -> None:
-        data = manifest_file_bytes(path, manifest)
+        data = manifest_file_bytes(manifest_file, manifest)
         check_blessing(manifest, data, trust_dir=keys / "metadata", state_dir=trust_state_dir(store.root))
 
     for _ in range(args.repeat):

@@ -284,8 +284,11 @@ def trim_envs(text: str) -> str:
         if isinstance(node, ast.FunctionDef) and node.name in ENVS_FUNCTIONS:
             spans.append(_span(node))
             found.add(node.name)
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(target, ast.Name) and target.id == "environment_variables":
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "environment_variables"
+        ):
             assert isinstance(node.value, ast.Dict)
             spans.append((node.lineno, node.lineno))
             spans.append((node.end_lineno or node.lineno, node.end_lineno or node.lineno))
@@ -441,7 +444,7 @@ def derive(version: str, root: Path = FIXTURES) -> dict[str, Any]:
         found = re.findall(r'is_torch_equal_or_newer\("([^"]+)"\)', body)
         if len(found) != 1:
             raise ValueError(f"vLLM {version}: {function}: expected one torch threshold, found {found}")
-        return found[0]
+        return str(found[0])
 
     literals: dict[str, list[str]] = {}
 
@@ -450,7 +453,7 @@ def derive(version: str, root: Path = FIXTURES) -> dict[str, Any]:
             literals[path] = _literals_of(excerpt(path))
         return literals[path]
 
-    markers: dict[str, list[dict[str, str]]] = {}
+    markers: dict[str, list[dict[str, str | list[str]]]] = {}
     for role, entries in MARKERS.items():
         markers[role] = [
             {"marker": marker, "formats": _formats_with(literals_in(path), marker, f"{version} {path}"), "file": path}

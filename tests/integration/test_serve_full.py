@@ -56,13 +56,13 @@ def manifest_of(root: Path, config_hash: str) -> tuple[Path, dict[str, Any]]:
 
 def blessed_dir(root: Path, config_hash: str) -> Path:
     _, manifest = manifest_of(root, config_hash)
-    return root / "blessed" / config_hash / manifest["cache"]["dir_id"]
+    return root / "blessed" / config_hash / str(manifest["cache"]["dir_id"])
 
 
 def artifact(root: Path, config_hash: str, suffix: str) -> Path:
     _, manifest = manifest_of(root, config_hash)
     (path,) = [f["path"] for f in manifest["cache"]["files"] if f["path"].endswith(suffix)]
-    return blessed_dir(root, config_hash) / path
+    return blessed_dir(root, config_hash) / str(path)
 
 
 def writable(path: Path) -> Path:

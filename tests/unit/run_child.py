@@ -30,7 +30,7 @@ class BlockingRuntime:
 
 
 if __name__ == "__main__":
-    cli.run.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[assignment,return-value]
+    cli.run.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[attr-defined,assignment,return-value]
     root, profile = sys.argv[1:3]
     sys.argv = ["bless", "--root", root, "run", "--profile", profile]
     main()

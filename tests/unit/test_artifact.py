@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_parse_refuses_what_is_not_a_well_formed_blessing(tmp_path: Path) -> Non
     with pytest.raises(DigestMismatchError):
         parse_blessing_artifact(artifact.manifest_bytes, digest_of(b"other"))
     base = json.loads(artifact.manifest_bytes)
-    mutations = {
+    mutations: dict[str, Callable[[dict[str, Any]], object]] = {
         "artifact type": lambda d: d.update(artifactType="application/vnd.oci.image.config.v1+json"),
         "layer media type": lambda d: d["layers"][0].update(mediaType="application/vnd.oci.image.layer.v1.tar"),
         "no title": lambda d: d["layers"][0].pop("annotations"),

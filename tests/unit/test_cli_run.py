@@ -72,5 +72,5 @@ def test_run_stops_on_a_signal_even_when_started_with_sigint_ignored(tmp_path: P
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert code == ExitCode.INTERRUPTED == 130, rest
+    assert code == ExitCode.INTERRUPTED and ExitCode.INTERRUPTED.value == 130, rest
     assert "interrupted" in rest and "Traceback" not in rest

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import typer.main
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 import cli.boundary
@@ -32,12 +33,12 @@ def _declared(annotated: Any) -> tuple[str | None, Any]:
 
 def test_every_command_is_registered_the_same_way_behind_the_boundary() -> None:
     group = typer.main.get_command(app)
-    assert isinstance(group, typer.main.TyperGroup)
+    assert isinstance(group, TyperGroup)
     assert sorted(group.commands) == sorted([name for name, _ in COMMANDS] + [name for name, _, _ in GROUPS])
-    registered = [(group.commands[name].callback, name, body) for name, body in COMMANDS]
+    registered: list[tuple[Any, str, Any]] = [(group.commands[name].callback, name, body) for name, body in COMMANDS]
     for group_name, _typer, commands in GROUPS:
         sub = group.commands[group_name]
-        assert isinstance(sub, typer.main.TyperGroup)
+        assert isinstance(sub, TyperGroup)
         assert sorted(sub.commands) == sorted(name for name, _ in commands)
         registered += [(sub.commands[name].callback, f"{group_name} {name}", body) for name, body in commands]
     for callback, name, body in registered:
@@ -55,13 +56,13 @@ def test_every_command_is_registered_the_same_way_behind_the_boundary() -> None:
 def test_shared_options_are_declared_once() -> None:
     """--json, --root, --manifests-dir mean the same (help, env var) on every command that takes them."""
     group = typer.main.get_command(app)
-    assert isinstance(group, typer.main.TyperGroup)
+    assert isinstance(group, TyperGroup)
     seen: set[str] = set()
     for command in [group, *group.commands.values()]:
         for param in command.params:
             for flag in set(param.opts) & set(SHARED):
                 seen.add(flag)
-                assert (param.help, param.envvar) == _declared(SHARED[flag]), f"{command.name} {flag}"
+                assert (getattr(param, "help", None), param.envvar) == _declared(SHARED[flag]), f"{command.name} {flag}"
     assert seen == set(SHARED)
 
 
@@ -104,7 +105,7 @@ def _helps() -> dict[str, str]:
 
     runner = CliRunner(env={"COLUMNS": "200"})
     group = typer.main.get_command(app)
-    assert isinstance(group, typer.main.TyperGroup)
+    assert isinstance(group, TyperGroup)
     helps = {}
     for args in [[], *([name] for name in group.commands)]:
         result = runner.invoke(app, [*args, "--help"])

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -18,7 +19,7 @@ from cli.main import app
 from tests.unit.store_helpers import make_manifest, write_tree
 
 
-def invoke(root: Path, *args: str) -> tuple[int, dict[str, object], str]:
+def invoke(root: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
     result = runner.invoke(app, ["--root", str(root), *args])
     document = json.loads(result.stdout) if "--json" in args and result.stdout.strip() else {}

@@ -117,8 +117,8 @@ def test_memory_is_checked_per_slot_and_names_the_gpu() -> None:
 
 def test_cross_device_disagreement_names_the_device() -> None:
     reference = {"a": ("x", (1,)), "b": ("y", (2,))}
-    same = {"a": {("x", (1,))}, "b": {("y", (2,))}}
-    other = {"a": {("x", (1,))}, "b": {("z", (3,))}}
+    same: dict[str, set[tuple[str, tuple[int, ...]]]] = {"a": {("x", (1,))}, "b": {("y", (2,))}}
+    other: dict[str, set[tuple[str, tuple[int, ...]]]] = {"a": {("x", (1,))}, "b": {("z", (3,))}}
     assert cross_device_reasons("GPU 0", reference, [("GPU 0", same), ("GPU 1", same)]) == []
     (reason,) = cross_device_reasons("GPU 0", reference, [("GPU 0", same), ("GPU 1", same), ("GPU 1", other)])
     assert reason.startswith("cross-device: GPU 1 answers 1 prompt(s) differently from GPU 0")

@@ -440,7 +440,7 @@ def test_tag_image_without_resolver_is_a_resolution_error():
     document = base_document(runtime={"kind": "docker", "image": "bless-reference:0.1.0"})
     with pytest.raises(ResolutionError, match="is a tag") as info:
         resolve_doc(document)
-    assert info.value.exit_code == ExitCode.RESOLUTION_FAILED == 31
+    assert info.value.exit_code == ExitCode.RESOLUTION_FAILED and ExitCode.RESOLUTION_FAILED.value == 31
     assert "bless-reference:0.1.0" in info.value.message
 
 
@@ -585,7 +585,7 @@ def test_hardware_factor_cpu(monkeypatch):
     }
     with pytest.raises(HardwareMismatchError, match="x86-64-v4") as info:
         hardware_factor(HardwareSpec("cpu", cpu_isa="x86-64-v4"))
-    assert info.value.exit_code == ExitCode.HARDWARE_MISMATCH == 32
+    assert info.value.exit_code == ExitCode.HARDWARE_MISMATCH and ExitCode.HARDWARE_MISMATCH.value == 32
 
 
 def test_hardware_factor_cpu_on_this_machine():

@@ -209,7 +209,7 @@ def test_signed_pull_and_rollback_by_moving_the_tag(tmp_path: Path, registry: Re
     # ...and also points the old artifact's signatures at the newest metadata: delisted, unsigned.
     newest = push_blessing(origin, new, parse_reference(ref), metadata_dir=keys / "metadata")
     newest_trust = _get_manifest(registry, "caches/tiny", trust_tag(newest.digest))
-    newest_trust["subject"] = {**newest_trust["subject"], "digest": old_digest, "size": len(old_bytes)}  # type: ignore[dict-item]
+    newest_trust["subject"] = {**newest_trust["subject"], "digest": old_digest, "size": len(old_bytes)}
     body = json.dumps(newest_trust).encode()
     urllib.request.urlopen(
         urllib.request.Request(
@@ -309,7 +309,7 @@ def test_registry_content_attacks(tmp_path: Path, registry: Registry, origin: St
     # Crafted paths: a layer that would land outside the cache.
     for evil in ("../escape", "/etc/evil", "nested/../../x"):
         crafted = _get_manifest(registry, "c/t", "new")
-        crafted["layers"][0]["annotations"]["org.opencontainers.image.title"] = evil  # type: ignore[index]
+        crafted["layers"][0]["annotations"]["org.opencontainers.image.title"] = evil
         _put_manifest(registry, "c/t", "crafted", crafted)
         with pytest.raises(ArtifactInvalidError):
             pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))

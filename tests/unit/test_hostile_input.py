@@ -244,7 +244,10 @@ def test_manifest_reads_are_defensive() -> None:
 
 
 def make_manifest_document() -> dict[str, Any]:
-    return json.loads((REPO / "tests" / "fixtures" / "manifests" / "reference-cpu.v1.json").read_text())
+    document: dict[str, Any] = json.loads(
+        (REPO / "tests" / "fixtures" / "manifests" / "reference-cpu.v1.json").read_text()
+    )
+    return document
 
 
 # --- item 9: NUL bytes in a profile ------------------------------------------------------------------------
@@ -346,7 +349,8 @@ def test_fuzzed_manifests_through_list_show_verify(
             document["config_hash"] = config_hash(document["factors"])
     live = store.manifests_dir / f"{manifest.config_hash}.json"
     original = live.read_bytes()
-    name = data.draw(st.sampled_from(["fuzz.json", "fuzz\n\x1b[2K.json", b"\xff.json"]), label="file name")
+    names: list[str | bytes] = ["fuzz.json", "fuzz\n\x1b[2K.json", b"\xff.json"]
+    name = data.draw(st.sampled_from(names), label="file name")
     fuzz_file = os.path.join(os.fsencode(store.manifests_dir), name if isinstance(name, bytes) else name.encode())
     live.unlink()
     try:

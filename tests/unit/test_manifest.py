@@ -104,7 +104,8 @@ def manifest(tmp_path_factory) -> Manifest:
 @pytest.fixture
 def document(manifest) -> dict[str, Any]:
     """A fresh, mutable copy of the valid document for each test."""
-    return json.loads(manifest.to_json_bytes())
+    document: dict[str, Any] = json.loads(manifest.to_json_bytes())
+    return document
 
 
 def write_json(path: Path, value: Any) -> Path:
@@ -116,7 +117,7 @@ def refused(path: Path) -> ManifestInvalidError:
     with pytest.raises(ManifestInvalidError) as info:
         load_manifest(path)
     error = info.value
-    assert error.exit_code == ExitCode.MANIFEST_INVALID == 22
+    assert error.exit_code == ExitCode.MANIFEST_INVALID and ExitCode.MANIFEST_INVALID.value == 22
     assert str(path) in error.message, "the message must name the file"
     assert error.diagnostics().startswith("invalid manifest: ")
     return error
@@ -517,7 +518,8 @@ def only_manifest_invalid(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pristine(manifest) -> dict[str, Any]:
-    return json.loads(manifest.to_json_bytes())
+    document: dict[str, Any] = json.loads(manifest.to_json_bytes())
+    return document
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

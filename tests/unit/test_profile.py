@@ -71,7 +71,7 @@ def invalid(path: Path) -> InputInvalidError:
     with pytest.raises(InputInvalidError) as info:
         load_profile(path)
     error = info.value
-    assert error.exit_code == ExitCode.INPUT_INVALID == 3
+    assert error.exit_code == ExitCode.INPUT_INVALID and ExitCode.INPUT_INVALID.value == 3
     assert str(path) in error.message, "the message must name the file"
     assert error.diagnostics().startswith("invalid input: ")
     return error

@@ -338,7 +338,7 @@ def test_summarize_artifacts_two_keys(adapter):
 def test_summarize_artifacts_without_megacache(adapter, paths):
     with pytest.raises(BootstrapFailedError, match="wrote no compiled artifact") as info:
         adapter.summarize_artifacts(listing(*paths))
-    assert info.value.exit_code == ExitCode.BOOTSTRAP_FAILED == 40
+    assert info.value.exit_code == ExitCode.BOOTSTRAP_FAILED and ExitCode.BOOTSTRAP_FAILED.value == 40
     assert f"found {len(paths)} file(s)" in info.value.message
 
 

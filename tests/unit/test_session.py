@@ -23,7 +23,7 @@ def profile(kind: str) -> Profile:
     )
 
 
-def spec_for(kind: str, host_port: int | None):  # type: ignore[no-untyped-def]
+def spec_for(kind: str, host_port: int | None):
     runtime = DockerRuntime() if kind == "docker" else LocalRuntime(use_mount_namespace=False)
     return engine_spec(
         resolved_offline(profile(kind), ReferenceAdapter()),

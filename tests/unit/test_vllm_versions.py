@@ -194,7 +194,7 @@ def test_an_unknown_version_is_refused_with_what_is_known_and_how_to_add_it() ->
     with pytest.raises(UnknownEngineVersionError) as caught:
         adapter.require_known_version(allow_unknown=False)
     error = caught.value
-    assert error.exit_code == ExitCode.UNKNOWN_ENGINE_VERSION == 33
+    assert error.exit_code == ExitCode.UNKNOWN_ENGINE_VERSION and ExitCode.UNKNOWN_ENGINE_VERSION.value == 33
     assert "0.26.1" in error.message and f"{VERSIONS[0]} ... {VERSIONS[-1]}" in error.message
     assert error.hint and "scripts/vllm_rules.py fetch" in error.hint and "--allow-unknown-engine-version" in error.hint
     assert error.details["nearest"] == "0.26.0"
