@@ -1,13 +1,30 @@
-"""Fixtures shared by unit and integration tests.
+"""Fixtures shared by unit, contract and integration tests.
 
 ``tests`` is a package: pytest puts the repository root on ``sys.path`` (the first directory above
 without an ``__init__.py``), so tests import their helpers as ``tests.<module>``.
+
+``docker_client`` / ``busybox_image``: a real Docker Engine and a tiny image (``bless-test-busybox:1``)
+made from the host's static busybox, with no registry and no network: a rootfs tar with
+``/bin/busybox`` and a symlink per applet, ``docker import``-ed once per session and removed at its
+end. Docker unreachable -> the tests that use them are skipped with the reason (start it with
+scripts/ensure-docker.sh); BLESS_REQUIRE_DOCKER=1 (CI) makes that a failure.
 """
 
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.integration.helpers import imported_image
 from tests.registry import Registry, running_registry
 
 
@@ -15,3 +32,87 @@ from tests.registry import Registry, running_registry
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """A real OCI registry (Docker Distribution) on 127.0.0.1, with its own storage dir (tests/registry.py)."""
     yield from running_registry(tmp_path_factory.mktemp("registry"))
+
+
+BUSYBOX_IMAGE = "bless-test-busybox:1"
+BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
+
+
+def _docker_client() -> Any:
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:
+        message = f"Docker Engine not reachable ({exc}); start it with scripts/ensure-docker.sh"
+        if os.environ.get("BLESS_REQUIRE_DOCKER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return client
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """The plain SDK client, for what tests do behind bless's back (foreign containers, inspect)."""
+    client = _docker_client()
+    yield client
+    client.close()
+
+
+def _static_busybox() -> Path:
+    for path in BUSYBOX_PATHS:
+        if path.is_file():
+            return path
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "busybox-static"],
+            check=False,
+            capture_output=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    for path in BUSYBOX_PATHS:
+        if path.is_file():
+            return path
+    pytest.skip("no static busybox on this host (apt-get install busybox-static)")
+    raise AssertionError("unreachable")
+
+
+def _rootfs_tar(busybox: Path) -> bytes:
+    """A rootfs with /bin/busybox, one symlink per applet, and the usual empty dirs."""
+    applets = subprocess.run([str(busybox), "--list"], check=True, capture_output=True, text=True).stdout.split()
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, mode in (("bin", 0o755), ("tmp", 0o1777), ("etc", 0o755), ("www", 0o755), ("root", 0o700)):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+            tar.addfile(info)
+        tar.add(str(busybox), arcname="bin/busybox")
+        for applet in applets:
+            if applet == "busybox":
+                continue
+            info = tarfile.TarInfo(f"bin/{applet}")
+            info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, "busybox", 0o777, now
+            tar.addfile(info)
+        for name, text in (("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"), ("etc/group", "root:x:0:\n")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_client: Any) -> Iterator[str]:
+    """``bless-test-busybox:1``, imported from the host's static busybox for the session, removed after it.
+
+    Present before the session (an operator's, or a run that was killed): used and left alone.
+    """
+    docker = pytest.importorskip("docker")
+    try:
+        docker_client.images.get(BUSYBOX_IMAGE)
+        rootfs = b""  # present: imported_image uses it as it is
+    except docker.errors.ImageNotFound:
+        rootfs = _rootfs_tar(_static_busybox())
+    with imported_image(docker_client, BUSYBOX_IMAGE, rootfs, ["ENV PATH=/bin", 'CMD ["sh"]']) as name:
+        yield name

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import _rootfs_tar, _static_busybox
+from tests.conftest import _rootfs_tar, _static_busybox
 from tests.integration.helpers import REPO, imported_image
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,7 @@
-"""LocalRuntime for real: Python one-liners play the engine.
+"""What is the local runtime's own, for real: Python one-liners play the engine.
+
+The contract every runtime keeps (lifecycle, stop verdicts, names, mounts) is checked in
+tests/contract/test_runtime.py; here: process groups, env filtering, ports, the namespace and copy modes.
 
 Runs everywhere without Docker. The mount-namespace tests need root (they mount for
 real, in a private namespace that vanishes with the engine); the copy mode is forced
@@ -12,7 +15,6 @@ import errno
 import hashlib
 import json
 import os
-import signal
 import socket
 import stat
 import sys
@@ -102,64 +104,20 @@ def finish(rt: LocalRuntime, started: Started) -> None:
 # -- process basics ----------------------------------------------------------------
 
 
-def test_logs_and_exit_code(rt: LocalRuntime, tmp_path: Path) -> None:
-    code = "import sys; print('to-stdout', flush=True); print('to-stderr', file=sys.stderr); sys.exit(3)"
-    started = rt.start(make_spec(tmp_path, code))
-    assert started.id.isdigit()
-    assert wait_exit(rt, started) == 3
-    assert not rt.is_running(started)
-    logs = rt.logs(started)
-    assert "to-stdout" in logs and "to-stderr" in logs
-    result = rt.stop(started, 2)  # already exited: reported as it exited
-    assert result.exit_code == 3 and result.graceful and result.seconds == 0.0
-    rt.remove(started)
-    assert rt.name_holder(started.name) == "free"
-
-
-def test_graceful_stop_of_sigterm_handler(rt: LocalRuntime, tmp_path: Path) -> None:
-    code = (
-        "import signal, sys, time\n"
-        "def bye(*_):\n"
-        "    print('bye', flush=True); sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, bye)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    started = rt.start(make_spec(tmp_path, code))
-    wait_log(rt, started, "ready")
-    assert rt.is_running(started)
-    assert rt.exit_code(started) is None
-    result = rt.stop(started, 2)
-    assert result.graceful
-    assert result.exit_code == 0
-    assert result.seconds < 2
-    assert "bye" in rt.logs(started)
-    rt.remove(started)
-
-
-def test_default_sigterm_death_is_graceful_143(rt: LocalRuntime, tmp_path: Path) -> None:
-    started = rt.start(make_spec(tmp_path, "import time; print('ready', flush=True); time.sleep(60)"))
-    wait_log(rt, started, "ready")
-    result = rt.stop(started, 2)
-    assert result.exit_code == 128 + signal.SIGTERM
-    assert result.graceful
-    rt.remove(started)
-
-
-def test_killed_after_timeout_when_sigterm_ignored(rt: LocalRuntime, tmp_path: Path) -> None:
-    code = (
-        "import signal, time\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    started = rt.start(make_spec(tmp_path, code))
-    wait_log(rt, started, "ready")
-    result = rt.stop(started, 1)
-    assert not result.graceful
-    assert result.exit_code == 137
-    assert 1.0 <= result.seconds < 5
-    rt.remove(started)
+def test_engines_are_processes_and_conflicts_say_why(rt: LocalRuntime, tmp_path: Path) -> None:
+    """The lifecycle contract is in tests/contract/test_runtime.py; here what is the local runtime's own."""
+    spec = make_spec(tmp_path, "import time; print('ready', flush=True); time.sleep(60)")
+    started = rt.start(spec)
+    assert started.id.isdigit()  # the engine's pid
+    with pytest.raises(ContainerConflictError, match="still running"):
+        rt.start(spec)
+    finish(rt, started)
+    exited = make_spec(tmp_path, "pass")
+    started = rt.start(exited)
+    wait_exit(rt, started)
+    with pytest.raises(ContainerConflictError, match="not removed"):
+        rt.start(exited)
+    finish(rt, started)
 
 
 def test_group_leftovers_die_with_the_engine(rt: LocalRuntime, tmp_path: Path) -> None:
@@ -231,38 +189,6 @@ def test_workdir(rt: LocalRuntime, tmp_path: Path) -> None:
     assert wait_exit(rt, started) == 0
     assert f"CWD={tmp_path}" in rt.logs(started)
     finish(rt, started)
-
-
-def test_name_conflict_and_registry(rt: LocalRuntime, tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, "import time; time.sleep(60)")
-    started = rt.start(spec)
-    assert rt.name_holder(spec.name) == "ours"
-    assert rt.name_holder("bless-unit-nobody") == "free"
-    with pytest.raises(ContainerConflictError) as info:
-        rt.start(spec)
-    assert info.value.exit_code == 12
-    assert "still running" in info.value.message
-    with pytest.raises(ContainerConflictError):
-        rt.remove(started)  # never while running
-    ours = rt.list_ours({labels.RUN_ID: RUN_ID})
-    assert [(c.name, c.status) for c in ours] == [(spec.name, "running")]
-    assert rt.list_ours({labels.RUN_ID: "another-run"}) == []
-    assert rt.cleanup_ours({labels.RUN_ID: RUN_ID}) == [spec.name]
-    assert rt.name_holder(spec.name) == "free"
-    assert not rt.is_running(started)
-
-
-def test_exited_but_not_removed_still_holds_the_name(rt: LocalRuntime, tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, "pass")
-    started = rt.start(spec)
-    wait_exit(rt, started)
-    with pytest.raises(ContainerConflictError, match="not removed"):
-        rt.start(spec)
-    finish(rt, started)
-    rt.remove(started)  # idempotent
-    again = rt.start(spec)
-    wait_exit(rt, again)
-    finish(rt, again)
 
 
 def test_refusals(rt: LocalRuntime, tmp_path: Path) -> None:
