@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from bless.errors import NoManifestError
-from bless.flows.pull import PullResult, pull_blessing
-from bless.flows.push import push_blessing
 from bless.manifest import Manifest
 from bless.modelsig import write_bundle
-from bless.registry import parse_reference
 from bless.store import Store
 from bless.trust import (
     DEFAULT_EXPIRES,
@@ -35,6 +32,11 @@ from bless.trust import (
 from cli import render
 from cli.boundary import Report, command
 from cli.common import JsonOption, app_state, lookup_manifest
+
+# The registry client (oras, requests) is imported by the commands that talk to a registry, not by
+# every bless command: run, verify and serve-full without --from neither need it nor pay its import.
+if TYPE_CHECKING:
+    from bless.flows.pull import PullResult
 
 TrustOption = Annotated[
     Path | None,
@@ -276,6 +278,9 @@ def push_command(
     manifest as config; the same blessing pushed from any host has the same digest. Credentials come
     from the docker config (docker login); none is ever written anywhere by bless.
     """
+    from bless.flows.push import push_blessing
+    from bless.registry import parse_reference
+
     store = app_state(ctx).store()
     manifest = lookup_manifest(store, config_hash)
     result = push_blessing(store, manifest, parse_reference(reference), metadata_dir=metadata, plain_http=plain_http)
@@ -321,6 +326,9 @@ def pull_command(
     any file is downloaded. A blessing already present is a no-op. A tag is resolved to a digest, printed
     (--json: "digest" and "pinned").
     """
+    from bless.flows.pull import pull_blessing
+    from bless.registry import parse_reference
+
     store = app_state(ctx).store()
     result = pull_blessing(store, parse_reference(reference), trust_dir=trust, plain_http=plain_http)
     return Report(pull_report(result), render_pull)
@@ -338,6 +346,9 @@ class FleetSource:
         """Pull ``--from`` into the store (a no-op when present); None without ``--from``."""
         if self.reference is None:
             return None
+        from bless.flows.pull import pull_blessing
+        from bless.registry import parse_reference
+
         result = pull_blessing(store, parse_reference(self.reference), trust_dir=self.trust, plain_http=self.plain_http)
         render_pull(console, pull_report(result))
         return result

@@ -134,3 +134,18 @@ def test_banners_stay_narrow_in_logs(capsys: pytest.CaptureFixture[str]) -> None
     lines = capsys.readouterr().err.splitlines()
     assert any("NOT BLESSED" in line for line in lines) and any("NO CANARY" in line for line in lines)
     assert max(len(line) for line in lines) <= render.BANNER_WIDTH
+
+
+def test_commands_without_a_registry_do_not_import_the_registry_client() -> None:
+    """bless and serve-full start without oras/requests: only push, pull and --from import them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cli.main, cli.serve\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('oras', 'requests')"
+        " or m in ('bless.registry', 'bless.flows.pull', 'bless.flows.push'))\n"
+        "print(loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout
