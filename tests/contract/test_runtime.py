@@ -12,8 +12,6 @@ tests/integration/test_runtime_docker.py.
 
 from __future__ import annotations
 
-import hashlib
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from bless.errors import BlessError, ContainerConflictError
 from bless.evidence import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.runtime.local import LocalRuntime
+from tests.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
 
 # Exits 0 on SIGTERM.
 GRACEFUL = 'trap "exit 0" TERM; echo ready; sleep 600 & wait'
@@ -91,48 +90,9 @@ def host(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Host]:
     assert leftovers == [], f"test left engines of ours behind: {[c.name for c in leftovers]}"
 
 
-def wait_exit(runtime: Runtime, started: Started, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = runtime.exit_code(started)
-        if code is not None:
-            return code
-        time.sleep(0.05)
-    raise AssertionError(f"{started.name} did not exit in {timeout}s; logs:\n{runtime.logs(started)}")
-
-
-def wait_ready(runtime: Runtime, started: Started, timeout: float = 30.0) -> None:
-    """Until the script printed "ready": its trap is installed, a SIGTERM can no longer be lost."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "ready" in runtime.logs(started):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{started.name} never got ready; logs:\n{runtime.logs(started)}")
-
-
 def finish(runtime: Runtime, started: Started) -> None:
     runtime.stop(started, 5)
     runtime.remove(started)
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Path -> sha256 (or 'dir'), to prove a tree is byte-identical afterwards."""
-    return {
-        p.relative_to(root).as_posix(): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-    }
-
-
-def make_lower(root: Path) -> Path:
-    lower = root / "lower"
-    (lower / "sub").mkdir(parents=True)
-    (lower / "gone").mkdir()
-    (lower / "a.txt").write_text("original a")
-    (lower / "b.txt").write_text("original b")
-    (lower / "sub" / "c.txt").write_text("untouched c")
-    (lower / "gone" / "x.bin").write_bytes(b"\x00" * 10)
-    return lower
 
 
 # -- process lifecycle ----------------------------------------------------------------------------
@@ -154,8 +114,8 @@ def test_graceful_stop_vs_killed_after_timeout(host: Host) -> None:
     graceful = host.runtime.start(host.spec(GRACEFUL))
     stubborn = host.runtime.start(host.spec(STUBBORN))
     try:
-        wait_ready(host.runtime, graceful)
-        wait_ready(host.runtime, stubborn)
+        wait_log(host.runtime, graceful, "ready")
+        wait_log(host.runtime, stubborn, "ready")
         assert host.runtime.is_running(graceful) and host.runtime.exit_code(graceful) is None
         first = host.runtime.stop(graceful, 5)
         assert first.graceful and first.exit_code == 0 and first.seconds < 5
@@ -172,7 +132,7 @@ def test_graceful_stop_vs_killed_after_timeout(host: Host) -> None:
 def test_death_by_sigterm_is_graceful_143(host: Host) -> None:
     started = host.runtime.start(host.spec(PLAIN))
     try:
-        wait_ready(host.runtime, started)
+        wait_log(host.runtime, started, "ready")
         result = host.runtime.stop(started, 10)
         assert result.graceful and result.exit_code == 143
     finally:

@@ -9,7 +9,6 @@ Foreign (unlabeled) containers are made with the plain SDK and removed in ``fina
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
@@ -25,6 +24,7 @@ from bless import labels
 from bless.errors import ContainerConflictError, EngineFailedError, ImageMissingError, RuntimeUnavailableError
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.docker import DockerRuntime, overlay_volume_name
+from tests.runtime_helpers import make_lower, tree_digest, wait_exit
 
 pytestmark = pytest.mark.integration
 
@@ -64,16 +64,6 @@ def ctx(busybox_image: str) -> Iterator[Ctx]:
     assert leftovers == [], f"test left containers of ours behind: {[c.name for c in leftovers]}"
 
 
-def wait_exit(rt: DockerRuntime, started: Started, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = rt.exit_code(started)
-        if code is not None:
-            return code
-        time.sleep(0.1)
-    raise AssertionError(f"{started.name} did not exit in {timeout}s; logs:\n{rt.logs(started)}")
-
-
 def wait_process(docker_client: Any, started: Started, name: str, timeout: float = 30.0) -> None:
     """Until ``name`` runs in the container (so init has set up signal forwarding)."""
     deadline = time.monotonic() + timeout
@@ -83,13 +73,6 @@ def wait_process(docker_client: Any, started: Started, name: str, timeout: float
             return
         time.sleep(0.05)
     raise AssertionError(f"{name} never ran in {started.name}")
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def finish(rt: DockerRuntime, started: Started, timeout_s: int = 5) -> None:
@@ -136,17 +119,6 @@ def test_labels_and_port_on_loopback_only(ctx: Ctx, docker_client: Any, tmp_path
         ctx.rt.remove(started)
     assert result.graceful and result.exit_code == 0
     assert ctx.rt.name_holder(spec.name) == "free"
-
-
-def make_lower(root: Path) -> Path:
-    lower = root / "lower"
-    (lower / "sub").mkdir(parents=True)
-    (lower / "gone").mkdir()
-    (lower / "a.txt").write_text("original a")
-    (lower / "b.txt").write_text("original b")
-    (lower / "sub" / "c.txt").write_text("untouched c")
-    (lower / "gone" / "x.bin").write_bytes(b"\x00" * 10)
-    return lower
 
 
 def test_overlay_volume_is_ours_and_goes_with_the_container(ctx: Ctx, docker_client: Any, tmp_path: Path) -> None:

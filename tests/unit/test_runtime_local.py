@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -32,6 +31,7 @@ from bless.evidence import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime
 from bless.runtime.upper import diff_trees, normalize_modes, scan_upper
+from tests.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
 
 IS_ROOT = sys.platform.startswith("linux") and os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="mount namespaces need root on Linux")
@@ -46,36 +46,6 @@ def make_spec(tmp_path: Path, code: str, *, name: str | None = None, **kw: Any) 
     kw.setdefault("env", {})
     kw.setdefault("log_path", tmp_path / f"{name}.log")
     return ContainerSpec(name=name, command=(sys.executable, "-c", code), **kw)
-
-
-def wait_exit(rt: LocalRuntime, started: Started, timeout: float = 20.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = rt.exit_code(started)
-        if code is not None:
-            return code
-        time.sleep(0.02)
-    raise AssertionError(f"engine did not exit in {timeout}s; log:\n{rt.logs(started)}")
-
-
-def wait_log(rt: LocalRuntime, started: Started, text: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in rt.logs(started):
-            return
-        if rt.exit_code(started) is not None and text not in rt.logs(started):
-            raise AssertionError(f"engine exited before printing {text!r}; log:\n{rt.logs(started)}")
-        time.sleep(0.02)
-    raise AssertionError(f"{text!r} not in log after {timeout}s:\n{rt.logs(started)}")
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Path -> sha256 (or 'dir'), to prove a tree is byte-identical afterwards."""
-    out: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 @pytest.fixture
@@ -312,17 +282,6 @@ def test_normalize_modes_skips_symlinks(tmp_path: Path) -> None:
 
 
 # -- mount namespace (root) -------------------------------------------------------------
-
-
-def make_lower(root: Path) -> Path:
-    lower = root / "lower"
-    (lower / "sub").mkdir(parents=True)
-    (lower / "gone").mkdir()
-    (lower / "a.txt").write_text("original a")
-    (lower / "b.txt").write_text("original b")
-    (lower / "sub" / "c.txt").write_text("untouched c")
-    (lower / "gone" / "x.bin").write_bytes(b"\x00" * 10)
-    return lower
 
 
 # Rewrites a.txt, deletes b.txt and the gone/ tree, adds new.txt and sub/d.txt.

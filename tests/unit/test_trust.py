@@ -7,6 +7,7 @@ import os
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from bless.errors import (
 from bless.manifest import Manifest
 from bless.trust import (
     RoleKeys,
+    TrustVerdict,
     check_blessing,
     init_repository,
     parse_duration,
@@ -33,6 +35,14 @@ from bless.trust import (
     target_path,
 )
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
+
+
+def check(manifest: Manifest, trust: Path, state: Path, candidate: Any = None) -> TrustVerdict:
+    """check_blessing of a manifest's own bytes."""
+    verdict: TrustVerdict = check_blessing(
+        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=state, candidate=candidate
+    )
+    return verdict
 
 
 @pytest.fixture
@@ -84,34 +94,22 @@ def test_sign_then_verify_with_only_the_root(tmp_path: Path, repo: Path, manifes
     custom = targets["signed"]["targets"][signed.target]["custom"]
     assert custom["config_hash"] == manifest.config_hash and custom["engine"] == "reference"
     trust = provision(tmp_path, repo)
-    verdict = check_blessing(
-        manifest,
-        manifest.to_json_bytes(),
-        trust_dir=trust,
-        state_dir=tmp_path / "state",
-        candidate=snapshot_metadata(repo),
-    )
+    verdict = check(manifest, trust, tmp_path / "state", snapshot_metadata(repo))
     assert verdict.target == signed.target
     assert verdict.versions["targets"] == 2
     # A later check with no new metadata re-verifies what the host trusted, offline.
-    again = check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "state")
+    again = check(manifest, trust, tmp_path / "state")
     assert again.versions == verdict.versions
 
 
 def test_unsigned_blessing_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)
     with pytest.raises(UnsignedError) as info:
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=trust,
-            state_dir=tmp_path / "state",
-            candidate=snapshot_metadata(repo),
-        )
+        check(manifest, trust, tmp_path / "state", snapshot_metadata(repo))
     assert info.value.exit_code == ExitCode.UNSIGNED
     # No metadata at all: unsigned too, not a crash.
     with pytest.raises(UnsignedError):
-        check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "state2")
+        check(manifest, trust, tmp_path / "state2")
 
 
 def test_rebless_delists_the_old_version_unless_kept(tmp_path: Path, repo: Path) -> None:
@@ -122,29 +120,19 @@ def test_rebless_delists_the_old_version_unless_kept(tmp_path: Path, repo: Path)
     result = sign_blessing(repo, new, new.to_json_bytes())
     assert result.removed_targets == (target_path(old.config_hash, old.cache.dir_id),)
     trust = provision(tmp_path, repo)
-    check_blessing(
-        new, new.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    check(new, trust, tmp_path / "s", snapshot_metadata(repo))
     with pytest.raises(UnsignedError):
-        check_blessing(old, old.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
+        check(old, trust, tmp_path / "s")
     sign_blessing(repo, old, old.to_json_bytes(), keep_previous=True)
-    check_blessing(
-        new, new.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
-    check_blessing(old, old.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
+    check(new, trust, tmp_path / "s", snapshot_metadata(repo))
+    check(old, trust, tmp_path / "s")
 
 
 def test_manifest_changed_after_signing_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     sign_blessing(repo, manifest, manifest.to_json_bytes())
     altered = Manifest(**{**manifest.__dict__, "golden": [{**manifest.golden[0], "text": "other"}]})
     with pytest.raises(TargetMismatchError) as info:
-        check_blessing(
-            altered,
-            altered.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s",
-            candidate=snapshot_metadata(repo),
-        )
+        check(altered, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     assert info.value.exit_code == ExitCode.TARGET_MISMATCH
 
 
@@ -153,13 +141,9 @@ def test_rollback_to_older_validly_signed_metadata_is_refused(tmp_path: Path, re
     old_metadata = snapshot_metadata(repo)
     sign_blessing(repo, manifest, manifest.to_json_bytes())  # a newer signing of the same blessing
     trust = provision(tmp_path, repo)
-    check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     with pytest.raises(RollbackError) as info:
-        check_blessing(
-            manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=old_metadata
-        )
+        check(manifest, trust, tmp_path / "s", old_metadata)
     assert info.value.exit_code == ExitCode.ROLLBACK
 
 
@@ -168,13 +152,7 @@ def test_expired_metadata_is_refused(tmp_path: Path, repo: Path, manifest: Manif
         repo, manifest, manifest.to_json_bytes(), now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1)
     )
     with pytest.raises(MetadataExpiredError) as info:
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s",
-            candidate=snapshot_metadata(repo),
-        )
+        check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     assert info.value.exit_code == ExitCode.METADATA_EXPIRED
 
 
@@ -187,13 +165,11 @@ def test_metadata_that_expires_after_it_was_trusted_is_refused(tmp_path: Path, r
         expires=timedelta(hours=1, seconds=2),
     )
     trust = provision(tmp_path, repo)
-    check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     deadline = datetime.now(UTC) + timedelta(seconds=10)
     while datetime.now(UTC) < deadline:
         try:
-            check_blessing(manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s")
+            check(manifest, trust, tmp_path / "s")
         except MetadataExpiredError:
             return
     pytest.fail("trusted metadata past its expiry was still accepted")
@@ -204,13 +180,7 @@ def test_signature_by_an_untrusted_key_is_refused(tmp_path: Path, repo: Path, ma
     init_repository(impostor)
     sign_blessing(impostor, manifest, manifest.to_json_bytes())
     with pytest.raises(SignatureUntrustedError) as info:
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s",
-            candidate=snapshot_metadata(impostor),
-        )
+        check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(impostor))
     assert info.value.exit_code == ExitCode.SIGNATURE_UNTRUSTED
 
 
@@ -224,13 +194,7 @@ def test_threshold_two_with_one_signature_is_refused(tmp_path: Path, manifest: M
     assert result.signatures["targets"] == (1, 2)
     assert result.warnings
     with pytest.raises(BelowThresholdError) as info:
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s",
-            candidate=snapshot_metadata(repo),
-        )
+        check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     assert info.value.exit_code == ExitCode.BELOW_THRESHOLD
 
 
@@ -239,28 +203,18 @@ def test_threshold_two_of_three_met(tmp_path: Path, manifest: Manifest) -> None:
     init_repository(repo, roles={"root": RoleKeys(3, 2), "targets": RoleKeys(3, 2)})
     (sorted((repo / "keys").glob("targets-*.pem"))[0]).unlink()  # two of three are enough
     assert sign_blessing(repo, manifest, manifest.to_json_bytes()).signatures["targets"] == (2, 2)
-    check_blessing(
-        manifest,
-        manifest.to_json_bytes(),
-        trust_dir=provision(tmp_path, repo),
-        state_dir=tmp_path / "s",
-        candidate=snapshot_metadata(repo),
-    )
+    check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
 
 
 def test_key_rotation_through_a_new_root(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)  # provisioned with root v1
     sign_blessing(repo, manifest, manifest.to_json_bytes())
-    check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     old_targets_keys = sorted((repo / "keys").glob("targets-*.pem"))
     rotated = rotate_role(repo, "targets")
     assert rotated.versions["root"] == 2
     # The host follows the rotation from its v1 root, through 2.root.json.
-    verdict = check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    verdict = check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     assert verdict.versions["root"] == 2
     # Metadata signed with the revoked targets key is now refused, even with a higher version.
     stale = tmp_path / "stale"
@@ -279,48 +233,29 @@ def test_rotate_root_keys(tmp_path: Path, repo: Path, manifest: Manifest) -> Non
     trust = provision(tmp_path, repo)
     rotate_role(repo, "root")
     sign_blessing(repo, manifest, manifest.to_json_bytes())
-    verdict = check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=tmp_path / "s", candidate=snapshot_metadata(repo)
-    )
+    verdict = check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     assert verdict.versions["root"] == 2
 
 
 def test_another_root_for_the_same_store_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     sign_blessing(repo, manifest, manifest.to_json_bytes())
-    check_blessing(
-        manifest,
-        manifest.to_json_bytes(),
-        trust_dir=provision(tmp_path, repo),
-        state_dir=tmp_path / "s",
-        candidate=snapshot_metadata(repo),
-    )
+    check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     other = tmp_path / "other"
     init_repository(other)
     with pytest.raises(TrustInvalidError):
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=provision(tmp_path, other, "other-trust"),
-            state_dir=tmp_path / "s",
-        )
+        check(manifest, provision(tmp_path, other, "other-trust"), tmp_path / "s")
 
 
 def test_trust_dir_without_root_and_malformed_metadata(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(TrustInvalidError):
-        check_blessing(manifest, manifest.to_json_bytes(), trust_dir=empty, state_dir=tmp_path / "s")
+        check(manifest, empty, tmp_path / "s")
     sign_blessing(repo, manifest, manifest.to_json_bytes())
     broken = snapshot_metadata(repo)
     broken["timestamp.json"] = b"{not json"
     with pytest.raises(TrustInvalidError):
-        check_blessing(
-            manifest,
-            manifest.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s2",
-            candidate=broken,
-        )
+        check(manifest, provision(tmp_path, repo), tmp_path / "s2", broken)
 
 
 def test_group_readable_private_key_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
@@ -344,10 +279,4 @@ def test_other_config_is_not_signed_by_a_signing_of_this_one(tmp_path: Path, rep
     two = make_manifest(tree, make_factors(seed=2))
     sign_blessing(repo, one, one.to_json_bytes())
     with pytest.raises(UnsignedError):
-        check_blessing(
-            two,
-            two.to_json_bytes(),
-            trust_dir=provision(tmp_path, repo),
-            state_dir=tmp_path / "s",
-            candidate=snapshot_metadata(repo),
-        )
+        check(two, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
