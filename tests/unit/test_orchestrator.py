@@ -474,7 +474,7 @@ def _assert_rejected_one(harness: Harness, result: RunResult, needle: str) -> di
     assert rejected.name == f"{result.run_id}-c1"
     summary = (rejected / "summary.md").read_text()
     assert needle in summary
-    evidence = json.loads((rejected / "evidence.json").read_text())
+    evidence: dict[str, Any] = json.loads((rejected / "evidence.json").read_text())
     assert evidence["config_hash"] == harness.config_hash and evidence["candidate"] == 1
     assert (rejected / "tree" / ARTIFACT).is_file()
     assert (rejected / "bootstrap.log").is_file() and (rejected / "trial-1.log").is_file()
@@ -623,7 +623,8 @@ def test_bootstrap_writing_no_artifact_fails_and_keeps_evidence(make: Callable[.
     harness = make(lambda phase, candidate, trial: Behavior(write_artifact=False))
     with pytest.raises(BootstrapFailedError) as caught:
         harness.run(trials=3)
-    assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED == 40
+    assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED
+    assert int(caught.value.exit_code) == 40
     assert "wrote no compiled artifact" in caught.value.message
     assert harness.runtime.names() == [f"bless-bootstrap-{h12(harness)}-c1"], "no trial after a failed bootstrap"
     assert harness.runtime.all_stopped_and_removed()
@@ -662,7 +663,8 @@ def test_existing_blessing_is_refused_without_rebless_and_archived_with_it(make:
     again = make()
     with pytest.raises(AlreadyBlessedError) as caught:
         again.run(trials=1)
-    assert caught.value.exit_code == ExitCode.ALREADY_BLESSED == 10
+    assert caught.value.exit_code == ExitCode.ALREADY_BLESSED
+    assert int(caught.value.exit_code) == 10
     assert again.runtime.engines == [], "refused before any engine started"
     assert again.runtime.cleanups == [], "refused before touching any container"
     assert again.staging_left() == []
@@ -688,7 +690,8 @@ def test_rebless_with_a_weaker_bound_is_refused_unless_allowed(make: Callable[..
     weaker = make()
     with pytest.raises(WeakerBlessingError) as caught:
         weaker.run(trials=2, rebless=True)
-    assert caught.value.exit_code == ExitCode.WEAKER_BLESSING == 13
+    assert caught.value.exit_code == ExitCode.WEAKER_BLESSING
+    assert int(caught.value.exit_code) == 13
     assert "63% -> 78%" in caught.value.message and "3/3" in caught.value.message
     assert "--allow-weaker" in (caught.value.hint or "") and "--trials 3" in (caught.value.hint or "")
     assert weaker.runtime.engines == [], "refused before any engine started"
@@ -718,7 +721,8 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     refused = make(profile=profile)
     with pytest.raises(UnsafeEnvError) as caught:
         refused.run(trials=1)
-    assert caught.value.exit_code == ExitCode.UNSAFE_ENV == 30
+    assert caught.value.exit_code == ExitCode.UNSAFE_ENV
+    assert int(caught.value.exit_code) == 30
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in caught.value.message
     assert "exist to test bless itself" in (caught.value.hint or "")
     assert refused.runtime.engines == [] and refused.runtime.pinged == 0, "refused before touching the runtime"
@@ -833,7 +837,8 @@ def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
     harness = make(scenario)
     with pytest.raises(InterruptedByUserError) as caught:
         harness.run(trials=3)
-    assert caught.value.exit_code == ExitCode.INTERRUPTED == 130
+    assert caught.value.exit_code == ExitCode.INTERRUPTED
+    assert int(caught.value.exit_code) == 130
     assert "nothing published" in caught.value.message
     runtime = harness.runtime
     assert runtime.names()[-1] == f"bless-trial-{h12(harness)}-c1-t2"

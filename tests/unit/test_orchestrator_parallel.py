@@ -208,7 +208,8 @@ def test_asking_for_more_slots_than_gpus_is_refused_before_any_start(make: Calla
     harness = make(gpus=host_gpus(2))
     with pytest.raises(InsufficientGpuError) as caught:
         harness.run(trials=4, parallel=3)
-    assert caught.value.exit_code == ExitCode.INSUFFICIENT_GPU == 52
+    assert caught.value.exit_code == ExitCode.INSUFFICIENT_GPU
+    assert int(caught.value.exit_code) == 52
     assert "--parallel 3 needs 3 GPUs" in caught.value.message and "--parallel 2" in (caught.value.hint or "")
     assert harness.runtime.engines == []
 

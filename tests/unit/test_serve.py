@@ -495,7 +495,7 @@ def test_describe_change_is_pure() -> None:
 # --------------------------------------------------------------------------------------------- start
 
 
-GOLDEN = [
+GOLDEN: list[dict[str, Any]] = [
     {"prompt": "hello", "max_tokens": 3, "text": "abc", "token_ids": [97, 98, 99]},
     {"prompt": "world", "max_tokens": 2, "text": "xy", "token_ids": [120, 121]},
 ]

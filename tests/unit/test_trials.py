@@ -7,8 +7,9 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def obs(mode: str, prompt: str, tokens: tuple[int, ...]) -> Observation:
     return Observation(mode, prompt, "".join(chr(t) for t in tokens), tokens, 0.01)
 
 
-def coherent(tokens: dict[str, tuple[int, ...]]) -> list[Observation]:
+def coherent(tokens: Mapping[str, tuple[int, ...]]) -> list[Observation]:
     out = []
     for mode in ("alone", "repeat", "repeat", "interleaved", "concurrent"):
         out += [obs(mode, p, tokens[p]) for p in PROMPTS]
@@ -175,10 +176,12 @@ class FakeClock:
         self.now += seconds
 
 
-class FakeClient:
+class FakeClient(EngineClient):
     """models() replays a script: an exception instance is raised, anything else is returned."""
 
     def __init__(self, script: list[object]) -> None:
+        # wait_ready only asks models(), which the script answers: the address is never reached.
+        super().__init__("127.0.0.1", 9, timeout_s=1)
         self.script = list(script)
         self.calls = 0
 
@@ -316,7 +319,7 @@ def client_for(httpd: ThreadingHTTPServer, **kwargs) -> EngineClient:
     return EngineClient("127.0.0.1", httpd.server_address[1], timeout_s=5, **kwargs)
 
 
-def completion(choice: dict) -> bytes:
+def completion(choice: dict[str, Any]) -> bytes:
     return json.dumps({"choices": [choice]}).encode()
 
 
