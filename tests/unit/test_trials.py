@@ -6,9 +6,7 @@ import itertools
 import json
 import math
 import socket
-import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -31,6 +29,7 @@ from bless.trials import (
     wait_ready,
 )
 from bless.verify import Problem, VerifyResult
+from tests.fakes import FakeEngineServer, Reply, Request
 
 PROMPTS = ("alpha", "beta")
 
@@ -274,49 +273,21 @@ def test_timeout_fails():
 # --- EngineClient against a real HTTP server ----------------------------------------------------------
 
 
-class Handler(BaseHTTPRequestHandler):
-    # path -> (status, body bytes); set by the test through the server object.
-    def do_GET(self) -> None:
-        self.answer()
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        self.server.requests.append(json.loads(self.rfile.read(length)))  # type: ignore[attr-defined]
-        self.answer()
-
-    def answer(self) -> None:
-        status, body = self.server.routes[self.path]  # type: ignore[attr-defined]
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def httpd() -> Iterator[ThreadingHTTPServer]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+def httpd() -> Iterator[FakeEngineServer]:
+    with FakeEngineServer() as httpd:  # answers from its routes table, which each test fills
+        yield httpd
 
 
 @pytest.fixture
-def server(httpd) -> ThreadingHTTPServer:
+def server(httpd: FakeEngineServer) -> FakeEngineServer:
     """The module's server with no routes and no recorded requests."""
-    httpd.routes = {}  # type: ignore[attr-defined]
-    httpd.requests = []  # type: ignore[attr-defined]
+    httpd.reset()
     return httpd
 
 
-def client_for(httpd: ThreadingHTTPServer, **kwargs) -> EngineClient:
-    return EngineClient("127.0.0.1", httpd.server_address[1], timeout_s=5, **kwargs)
+def client_for(httpd: FakeEngineServer, **kwargs) -> EngineClient:
+    return EngineClient("127.0.0.1", httpd.port, timeout_s=5, **kwargs)
 
 
 def completion(choice: dict[str, Any]) -> bytes:
@@ -324,23 +295,23 @@ def completion(choice: dict[str, Any]) -> bytes:
 
 
 def test_good_reply(server):
-    server.routes["/v1/completions"] = (200, completion({"text": " ok", "token_ids": [32, 111, 107]}))
-    server.routes["/v1/models"] = (200, json.dumps({"data": [{"id": "reference-tiny"}]}).encode())
+    server.routes["/v1/completions"] = Reply(200, completion({"text": " ok", "token_ids": [32, 111, 107]}))
+    server.routes["/v1/models"] = Reply(200, json.dumps({"data": [{"id": "reference-tiny"}]}).encode())
     client = client_for(server, model="reference-tiny")
     result = client.complete("hi", 3)
     assert isinstance(result, Completion)
     assert (result.prompt, result.text, result.token_ids) == ("hi", " ok", (32, 111, 107))
     assert result.latency_s >= 0
-    assert server.requests == [{"prompt": "hi", "max_tokens": 3, "temperature": 0, "model": "reference-tiny"}]
+    assert server.posted() == [{"prompt": "hi", "max_tokens": 3, "temperature": 0, "model": "reference-tiny"}]
     assert client.models() == ["reference-tiny"]
 
 
 def test_reply_without_token_ids_is_allowed(server):
-    server.routes["/v1/completions"] = (200, completion({"text": "abc"}))
+    server.routes["/v1/completions"] = Reply(200, completion({"text": "abc"}))
     result = client_for(server).complete("p", 3)
     assert result.token_ids == ()
     assert result.text == "abc"
-    assert "model" not in server.requests[0]
+    assert "model" not in server.posted()[0]
 
 
 @pytest.mark.parametrize(
@@ -357,7 +328,7 @@ def test_reply_without_token_ids_is_allowed(server):
     ],
 )
 def test_malformed_choice_is_an_http_error(server, choice):
-    server.routes["/v1/completions"] = (200, completion(choice))
+    server.routes["/v1/completions"] = Reply(200, completion(choice))
     with pytest.raises(EngineHttpError, match="unexpected reply shape") as info:
         client_for(server).complete("p", 3)
     assert info.value.refused is False
@@ -365,27 +336,27 @@ def test_malformed_choice_is_an_http_error(server, choice):
 
 @pytest.mark.parametrize("body", [b"{}", b'{"choices": []}', b'{"choices": "x"}', b"[]"])
 def test_wrong_reply_shape_is_an_http_error(server, body):
-    server.routes["/v1/completions"] = (200, body)
+    server.routes["/v1/completions"] = Reply(200, body)
     with pytest.raises(EngineHttpError, match="unexpected reply shape"):
         client_for(server).complete("p", 3)
 
 
 @pytest.mark.parametrize("body", [b"<html>oops</html>", b"", b"\xff\xfe", b'{"choices": ['])
 def test_non_json_reply_is_an_http_error(server, body):
-    server.routes["/v1/completions"] = (200, body)
+    server.routes["/v1/completions"] = Reply(200, body)
     with pytest.raises(EngineHttpError, match="not JSON") as info:
         client_for(server).complete("p", 3)
     assert not info.value.refused
 
 
 def test_models_wrong_shape(server):
-    server.routes["/v1/models"] = (200, b'{"data": [{"name": "x"}]}')
+    server.routes["/v1/models"] = Reply(200, b'{"data": [{"name": "x"}]}')
     with pytest.raises(EngineHttpError, match="/v1/models: unexpected reply shape"):
         client_for(server).models()
 
 
 def test_http_500_is_an_error_but_not_refused(server):
-    server.routes["/v1/models"] = (500, b"engine exploded")
+    server.routes["/v1/models"] = Reply(500, b"engine exploded")
     with pytest.raises(EngineHttpError, match="HTTP 500: engine exploded") as info:
         client_for(server).models()
     assert info.value.refused is False
@@ -404,43 +375,28 @@ def test_closed_port_is_refused():
 def test_connection_closed_without_reply_counts_as_refused():
     # Docker's port proxy accepts and then drops connections while nothing listens in the container:
     # that is "still booting" (like a refused connection), not an error that counts toward the bound.
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    def drop(request: Request) -> None:
+        return None
 
-    def serve_once() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-
-    thread = threading.Thread(target=serve_once, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(EngineHttpError) as info:
-            EngineClient("127.0.0.1", port, timeout_s=5).models()
-    finally:
-        thread.join(timeout=5)
-        listener.close()
+    with FakeEngineServer(drop) as proxy, pytest.raises(EngineHttpError) as info:
+        EngineClient("127.0.0.1", proxy.port, timeout_s=5).models()
     assert info.value.refused is True
+    assert [request.path for request in proxy.requests] == ["/v1/models"], "the request arrived, and was dropped"
 
 
 def test_wait_ready_against_a_real_server(server):
-    server.routes["/v1/models"] = (200, b'{"data": [{"id": "m"}]}')
+    server.routes["/v1/models"] = Reply(200, b'{"data": [{"id": "m"}]}')
     assert wait_ready(client_for(server), timeout_s=5, is_alive=lambda: True) < 5
 
 
 def test_run_protocol_against_a_real_server(server):
-    server.routes["/v1/completions"] = (200, completion({"text": "x", "token_ids": [1, 2]}))
+    server.routes["/v1/completions"] = Reply(200, completion({"text": "x", "token_ids": [1, 2]}))
     plan = TrialPlan(repeats=3, max_tokens=2, prompts=("a", "b"), concurrent=True)
     report = run_protocol(client_for(server), plan, golden={"a": (1, 2), "b": (1, 2)})
     assert isinstance(report, CoherenceReport)
     assert report.passed
     # alone 2 + repeats 2*2 + interleaved 2*2 + concurrent 2*2
-    assert report.requests == len(server.requests) == 14
+    assert report.requests == len(server.posted()) == 14
     assert {o.mode for o in report.observations} == {"alone", "repeat", "interleaved", "concurrent"}
     golden = golden_from(report, plan.max_tokens)
     assert golden == [
