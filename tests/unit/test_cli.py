@@ -28,6 +28,7 @@ from bless.manifest import Manifest
 from bless.profile import load_profile
 from bless.store import Store
 from cli.main import app
+from tests.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -171,21 +172,17 @@ def test_hash_image_tag_is_resolved_through_the_runtime(
     bless: Invoke, tmp_path: Path, profile: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kinds: list[str] = []
+    runtime = FakeRuntime(images={"bless-reference:cpu": IMAGE_ID})  # any other reference is missing
 
-    class FakeRuntime:
-        def resolve_image(self, reference: str) -> str:
-            assert reference == "bless-reference:cpu"
-            return IMAGE_ID
-
-    def fake_get_runtime(kind: str) -> Any:
+    def fake_get_runtime(kind: str) -> FakeRuntime:
         kinds.append(kind)
-        return FakeRuntime()
+        return runtime
 
     monkeypatch.setattr(cli.common, "get_runtime", fake_get_runtime)
     tagged = write_profile(tmp_path, "tagged.toml", image="bless-reference:cpu")
     result = bless("hash", "--profile", str(tagged), "--json")
     assert result.exit_code == 0, result.stderr
-    assert kinds == ["docker"]
+    assert kinds == ["docker"] and runtime.calls == ["resolve_image"]
     # Same image ID, same factors: the tag and the pinned ID hash alike.
     pinned = parse(bless("hash", "--profile", str(profile), "--json"))
     assert parse(result)["config_hash"] == pinned["config_hash"]

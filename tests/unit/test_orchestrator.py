@@ -1,11 +1,10 @@
 """The orchestrator's logic against fakes of OUR interfaces only (no Docker, no torch).
 
-``FakeRuntime`` implements :class:`bless.runtime.base.Runtime`. Its "containers" are tiny
-in-process engines: a stdlib ``ThreadingHTTPServer`` on 127.0.0.1 serving ``/v1/models`` and
-``/v1/completions`` with token ids each test controls per phase / candidate / trial, writing
-artifact files into the read-write staging tree on bootstrap, printing the reference engine's
-real markers, and reporting the upper-layer entries a test chooses. The adapter is the real
-``ReferenceAdapter``, the store the real ``Store``, the trial protocol the real one.
+The runtime is ``tests.fakes.FakeRuntime``: its containers are tiny in-process engines answering
+with token ids each test controls per phase / candidate / trial (a ``Scenario`` of ``Behavior``),
+writing artifact files into the read-write staging tree on bootstrap, printing the reference
+engine's real markers, and reporting the upper-layer entries a test chooses. The adapter is the
+real ``ReferenceAdapter``, the store the real ``Store``, the trial protocol the real one.
 """
 
 from __future__ import annotations
@@ -17,12 +16,10 @@ import signal
 import socket
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -44,261 +41,13 @@ from bless.factors import GpuInfo, ResolvedConfig, resolve
 from bless.flows.events import Event
 from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
 from bless.profile import Profile, load_profile
-from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 from bless.store import Store
 from bless.trials import failure_rate_bound
 from bless.verify import verify_tree
+from tests.fakes import ARTIFACT, META, Behavior, FakeRuntime, Scenario, coherent_scenario, key_line, tokens_for
 
 REPO = Path(__file__).resolve().parents[2]
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
-IMAGE_ID = "sha256:" + "ab" * 32
-ARTIFACT_KEY = "0123456789abcdef"
-ARTIFACT = f"reference/{ARTIFACT_KEY}/megacache.bin"
-META = f"reference/{ARTIFACT_KEY}/meta.json"
-
-
-# --- the fake engine ---------------------------------------------------------------------------------
-
-
-def tokens_for(prompt: str, max_tokens: int, salt: int = 0) -> list[int]:
-    """A deterministic completion: what a coherent engine answers."""
-    return [(ord(ch) + salt) % 256 for ch in (prompt * max_tokens)][:max_tokens]
-
-
-def key_line(key: str) -> str:
-    """The line the reference engine prints with the artifact key it computed for this start."""
-    return f"{markers.ARTIFACT_KEY}{key} (engine 1, torch 2.13.0+cpu, device cpu)"
-
-
-@dataclass
-class Behavior:
-    """What one fake engine start does. Defaults: a coherent engine that loads (trial) or saves (bootstrap)."""
-
-    # (prompt, max_tokens, n-th request for this prompt in this start) -> token ids
-    answer: Callable[[str, int, int], list[int]] = lambda p, m, n: tokens_for(p, m)
-    write_artifact: bool = True  # bootstrap only: write megacache.bin + meta.json into the rw tree
-    log: list[str] | None = None  # None: the markers the reference engine prints for this phase
-    upper: list[UpperEntry] = field(default_factory=list)
-    touch_tree: bool = False  # write into the (read-only lower) tree: a leak the hash check must catch
-    exit_at_boot: bool = False  # the engine dies before listening (prints FATAL)
-    interrupt_on_request: int | None = None  # SIGINT the main thread when the n-th completion arrives
-
-
-@dataclass
-class Engine:
-    """One started fake engine (a "container")."""
-
-    spec: ContainerSpec
-    phase: str
-    candidate: int
-    trial: int | None
-    behavior: Behavior
-    server: ThreadingHTTPServer | None = None
-    thread: threading.Thread | None = None
-    log: str = ""
-    stopped: bool = False
-    removed: bool = False
-    requests: int = 0
-    per_prompt: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
-    main_ident = threading.main_thread().ident
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def _reply(self, code: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            try:
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away (an interrupted run): nothing to answer
-
-        def do_GET(self) -> None:
-            if self.path == "/v1/models":
-                self._reply(200, {"object": "list", "data": [{"id": "reference-tiny"}]})
-            else:
-                self._reply(404, {"error": "not found"})
-
-        def do_POST(self) -> None:
-            if self.path != "/v1/completions":
-                self._reply(404, {"error": "not found"})
-                return
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            prompt, max_tokens = body["prompt"], body["max_tokens"]
-            with engine.lock:
-                engine.requests += 1
-                count = engine.requests
-                nth = engine.per_prompt.get(prompt, 0) + 1
-                engine.per_prompt[prompt] = nth
-            if engine.behavior.interrupt_on_request == count and main_ident is not None:
-                # A real SIGINT to the main thread, which is blocked reading this very reply: the
-                # orchestrator sees KeyboardInterrupt in the middle of the trial protocol.
-                signal.pthread_kill(main_ident, signal.SIGINT)
-                time.sleep(0.2)
-            ids = engine.behavior.answer(prompt, max_tokens, nth)
-            self._reply(200, {"choices": [{"text": "".join(chr(i) for i in ids), "token_ids": ids}]})
-
-    return Handler
-
-
-Scenario = Callable[[str, int, int | None], Behavior]
-
-
-def default_scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
-    return Behavior()
-
-
-class FakeRuntime:
-    """A :class:`Runtime` whose engines are in-process HTTP servers (see the module docstring)."""
-
-    kind: Literal["docker", "local"] = "docker"
-
-    def __init__(self, scenario: Scenario = default_scenario) -> None:
-        self.scenario = scenario
-        self.engines: list[Engine] = []
-        self.pinged = 0
-        self.listed: list[Mapping[str, str]] = []
-        self.cleanups: list[Mapping[str, str]] = []
-        self.normalized: list[Path] = []
-
-    # -- Runtime protocol ---------------------------------------------------------------------------
-
-    def ping(self) -> None:
-        self.pinged += 1
-
-    def resolve_image(self, reference: str) -> str:
-        return IMAGE_ID
-
-    def engine_port(self, preferred: int) -> int:
-        return preferred
-
-    def start(self, spec: ContainerSpec) -> Started:
-        assert labels.is_ours(dict(spec.labels)), "every container must carry our labels"
-        assert self.name_holder(spec.name) == "free", f"name {spec.name} taken"
-        phase = spec.labels[labels.PHASE]
-        candidate = int(spec.env["BLESS_CANDIDATE"])
-        trial = int(spec.name.rsplit("-t", 1)[1]) if phase == labels.PHASE_TRIAL else None
-        behavior = self.scenario(phase, candidate, trial)
-        engine = Engine(spec=spec, phase=phase, candidate=candidate, trial=trial, behavior=behavior)
-        self.engines.append(engine)
-        (mount,) = spec.mounts
-        cache = mount.source
-        if behavior.log is not None:
-            lines = list(behavior.log)
-        elif phase == labels.PHASE_BOOTSTRAP:
-            lines = [
-                markers.using_cache_dir(mount.target),
-                key_line(ARTIFACT_KEY),
-                markers.compiling(f"no compiled artifact at {mount.target}/{ARTIFACT}"),
-                markers.compile_time(1.5),
-            ]
-        else:
-            lines = [
-                markers.using_cache_dir(mount.target),
-                key_line(ARTIFACT_KEY),
-                markers.loaded(f"{mount.target}/{ARTIFACT}"),
-                markers.compile_time(0.25),
-            ]
-        if behavior.exit_at_boot:
-            engine.log = "\n".join([*lines, markers.fatal("simulated crash (fake engine)")]) + "\n"
-            return Started(id=spec.name, name=spec.name, spec=spec, host_port=None)
-        if phase == labels.PHASE_BOOTSTRAP and behavior.write_artifact:
-            assert mount.kind == "rw"
-            (cache / ARTIFACT).parent.mkdir(parents=True, exist_ok=True)
-            # Inductor is not deterministic across compiles: every bootstrap writes other bytes.
-            run_id = spec.labels[labels.RUN_ID]
-            (cache / ARTIFACT).write_bytes(f"compiled artifact of candidate {candidate} of run {run_id}".encode())
-            (cache / META).write_text(json.dumps({"key": ARTIFACT_KEY, "candidate": candidate}))
-            lines.append(markers.saved(f"{mount.target}/{ARTIFACT}"))
-        if behavior.touch_tree:
-            (cache / ARTIFACT).write_bytes(b"rewritten through a leaky mount")
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(engine))
-        server.daemon_threads = True
-        engine.server = server
-        engine.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        engine.thread.start()
-        lines.append(markers.ready(server.server_address[1]))
-        engine.log = "\n".join(lines) + "\n"
-        return Started(id=spec.name, name=spec.name, spec=spec, host_port=server.server_address[1])
-
-    def _engine(self, started: Started) -> Engine:
-        return next(e for e in self.engines if e.spec.name == started.name and not e.removed)
-
-    def is_running(self, started: Started) -> bool:
-        engine = self._engine(started)
-        return engine.server is not None and not engine.stopped
-
-    def exit_code(self, started: Started) -> int | None:
-        engine = self._engine(started)
-        if engine.server is None:
-            return 1
-        return 0 if engine.stopped else None
-
-    def logs(self, started: Started) -> str:
-        return self._engine(started).log
-
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
-        engine = self._engine(started)
-        if engine.server is not None and not engine.stopped:
-            engine.server.shutdown()
-            engine.server.server_close()
-            engine.log += markers.SHUTTING_DOWN + "\n"
-        engine.stopped = True
-        return StopResult(exit_code=0 if engine.server is not None else 1, graceful=True, seconds=0.01)
-
-    def remove(self, started: Started) -> None:
-        engine = self._engine(started)
-        assert engine.stopped, "removed before it was stopped"
-        engine.removed = True
-
-    def upper_entries(self, started: Started) -> list[UpperEntry]:
-        return list(self._engine(started).behavior.upper)
-
-    def name_holder(self, name: str) -> NameHolder:
-        return "ours" if any(e.spec.name == name and not e.removed for e in self.engines) else "free"
-
-    def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
-        self.listed.append(dict(labels_))
-        return [
-            ContainerInfo(id=e.spec.name, name=e.spec.name, status="running", labels=dict(e.spec.labels))
-            for e in self.engines
-            if not e.removed and all(e.spec.labels.get(k) == v for k, v in labels_.items())
-        ]
-
-    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
-        self.cleanups.append(dict(labels_))
-        removed = []
-        for engine in self.engines:
-            if not engine.removed and all(engine.spec.labels.get(k) == v for k, v in labels_.items()):
-                engine.stopped = engine.removed = True
-                removed.append(engine.spec.name)
-        return removed
-
-    def plant(self, name: str, container_labels: Mapping[str, str]) -> Engine:
-        """A container that exists before the run (a leftover, or another store root's live run)."""
-        spec = ContainerSpec(name=name, command=("engine",), env={}, labels=dict(container_labels))
-        engine = Engine(spec=spec, phase=container_labels[labels.PHASE], candidate=0, trial=None, behavior=Behavior())
-        self.engines.append(engine)
-        return engine
-
-    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
-        self.normalized.append(path)
-
-    # -- for assertions -----------------------------------------------------------------------------
-
-    def names(self) -> list[str]:
-        return [e.spec.name for e in self.engines]
-
-    def all_stopped_and_removed(self) -> bool:
-        return all(e.stopped and e.removed for e in self.engines)
 
 
 # --- fixtures ----------------------------------------------------------------------------------------
@@ -354,18 +103,15 @@ class Harness:
 def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
-    def factory(scenario: Scenario = default_scenario, profile: Profile | None = None) -> Harness:
+    def factory(scenario: Scenario = coherent_scenario, profile: Profile | None = None) -> Harness:
         runtime = FakeRuntime(scenario)
         harness = Harness(Store(tmp_path / "root"), runtime, make_resolved(profile or make_profile(), runtime), [])
         made.append(harness)
         return harness
 
     yield factory
-    for harness in made:  # never leak a server thread, whatever the test did
-        for engine in harness.runtime.engines:
-            if engine.server is not None and not engine.stopped:
-                engine.server.shutdown()
-                engine.server.server_close()
+    for harness in made:
+        harness.runtime.close()
 
 
 def h12(harness: Harness) -> str:
@@ -390,14 +136,14 @@ def test_unknown_engine_version_is_refused_before_any_engine_starts(make: Callab
     harness = make()
     with pytest.raises(UnknownEngineVersionError):
         harness.run(trials=1, adapter=VersionedAdapter())
-    assert harness.runtime.engines == [] and harness.store.find(harness.config_hash) is None
+    assert harness.runtime.containers == [] and harness.store.find(harness.config_hash) is None
 
 
 def test_allowed_unknown_version_runs_and_only_replays_get_the_force_load_env(make: Callable[..., Harness]) -> None:
     harness = make()
     result = harness.run(trials=2, adapter=VersionedAdapter(), allow_unknown_engine_version=True)
     assert result.published
-    boot, *trials = harness.runtime.engines
+    boot, *trials = harness.runtime.containers
     assert "FAKE_FORCE_LOAD" not in boot.spec.env  # the bootstrap compiles: nothing to load yet
     assert [t.spec.env["FAKE_FORCE_LOAD"] for t in trials] == ["1", "1"]
 
@@ -434,15 +180,15 @@ def test_clean_run_publishes_manifest_with_k_trials_and_golden(make: Callable[..
         *(f"bless-trial-{h12(harness)}-c1-t{k}" for k in (1, 2, 3)),
     ]
     assert runtime.all_stopped_and_removed()
-    boot, *trials = runtime.engines
+    boot, *trials = runtime.containers
     assert boot.spec.mounts[0].kind == "rw"
     assert {t.spec.mounts[0].kind for t in trials} == {"overlay"}
-    assert {e.spec.mounts[0].target for e in runtime.engines} == {ReferenceAdapter.cache_mount_path}
-    assert {e.spec.env["HOME"] for e in runtime.engines} == {ReferenceAdapter.home}
-    assert {e.spec.env["BLESS_CANDIDATE"] for e in runtime.engines} == {"1"}
-    assert {e.spec.labels[labels.CONFIG_HASH] for e in runtime.engines} == {harness.config_hash}
-    assert {e.spec.labels[labels.RUN_ID] for e in runtime.engines} == {result.run_id}
-    assert runtime.pinged == 1 and runtime.normalized, "ownership is normalized after the bootstrap"
+    assert {e.spec.mounts[0].target for e in runtime.containers} == {ReferenceAdapter.cache_mount_path}
+    assert {e.spec.env["HOME"] for e in runtime.containers} == {ReferenceAdapter.home}
+    assert {e.spec.env["BLESS_CANDIDATE"] for e in runtime.containers} == {"1"}
+    assert {e.spec.labels[labels.CONFIG_HASH] for e in runtime.containers} == {harness.config_hash}
+    assert {e.spec.labels[labels.RUN_ID] for e in runtime.containers} == {result.run_id}
+    assert runtime.calls.count("ping") == 1 and runtime.normalized, "ownership is normalized after the bootstrap"
     # Leftovers are looked for among bless-run phases only (never serving containers); none here.
     assert {c[labels.PHASE] for c in runtime.listed} == {"bootstrap", "trial", "helper"}
     assert all(c[labels.CONFIG_HASH] == harness.config_hash for c in runtime.listed)
@@ -474,7 +220,7 @@ def _assert_rejected_one(harness: Harness, result: RunResult, needle: str) -> di
     assert rejected.name == f"{result.run_id}-c1"
     summary = (rejected / "summary.md").read_text()
     assert needle in summary
-    evidence = json.loads((rejected / "evidence.json").read_text())
+    evidence: dict[str, Any] = json.loads((rejected / "evidence.json").read_text())
     assert evidence["config_hash"] == harness.config_hash and evidence["candidate"] == 1
     assert (rejected / "tree" / ARTIFACT).is_file()
     assert (rejected / "bootstrap.log").is_file() and (rejected / "trial-1.log").is_file()
@@ -495,7 +241,7 @@ def test_trial_with_a_differing_repeat_is_rejected(make: Callable[..., Harness])
     evidence = _assert_rejected_one(harness, result, "2 distinct outputs")
     assert any("modes differing from 'alone': repeat" in r for r in result.candidates[0].reasons)
     # A run stops at the first failing trial.
-    assert len(result.candidates[0].trials) == 1 and len(harness.runtime.engines) == 2
+    assert len(result.candidates[0].trials) == 1 and len(harness.runtime.containers) == 2
     (trial,) = evidence["trials"]
     assert trial["passed"] is False and trial["coherence"]["passed"] is False
     assert trial["reuse"]["passed"] is True
@@ -599,7 +345,7 @@ def test_candidates_two_first_rejected_second_published(make: Callable[..., Harn
         f"bless-trial-{h}-c2-t1",
         f"bless-trial-{h}-c2-t2",
     ]
-    assert [e.spec.env["BLESS_CANDIDATE"] for e in harness.runtime.engines] == ["1", "1", "2", "2", "2"]
+    assert [e.spec.env["BLESS_CANDIDATE"] for e in harness.runtime.containers] == ["1", "1", "2", "2", "2"]
     assert harness.runtime.all_stopped_and_removed()
     assert harness.staging_left() == []
     assert result.to_dict()["candidates"][0]["accepted"] is False
@@ -623,7 +369,8 @@ def test_bootstrap_writing_no_artifact_fails_and_keeps_evidence(make: Callable[.
     harness = make(lambda phase, candidate, trial: Behavior(write_artifact=False))
     with pytest.raises(BootstrapFailedError) as caught:
         harness.run(trials=3)
-    assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED == 40
+    assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED
+    assert int(caught.value.exit_code) == 40
     assert "wrote no compiled artifact" in caught.value.message
     assert harness.runtime.names() == [f"bless-bootstrap-{h12(harness)}-c1"], "no trial after a failed bootstrap"
     assert harness.runtime.all_stopped_and_removed()
@@ -662,8 +409,9 @@ def test_existing_blessing_is_refused_without_rebless_and_archived_with_it(make:
     again = make()
     with pytest.raises(AlreadyBlessedError) as caught:
         again.run(trials=1)
-    assert caught.value.exit_code == ExitCode.ALREADY_BLESSED == 10
-    assert again.runtime.engines == [], "refused before any engine started"
+    assert caught.value.exit_code == ExitCode.ALREADY_BLESSED
+    assert int(caught.value.exit_code) == 10
+    assert again.runtime.containers == [], "refused before any engine started"
     assert again.runtime.cleanups == [], "refused before touching any container"
     assert again.staging_left() == []
 
@@ -688,10 +436,11 @@ def test_rebless_with_a_weaker_bound_is_refused_unless_allowed(make: Callable[..
     weaker = make()
     with pytest.raises(WeakerBlessingError) as caught:
         weaker.run(trials=2, rebless=True)
-    assert caught.value.exit_code == ExitCode.WEAKER_BLESSING == 13
+    assert caught.value.exit_code == ExitCode.WEAKER_BLESSING
+    assert int(caught.value.exit_code) == 13
     assert "63% -> 78%" in caught.value.message and "3/3" in caught.value.message
     assert "--allow-weaker" in (caught.value.hint or "") and "--trials 3" in (caught.value.hint or "")
-    assert weaker.runtime.engines == [], "refused before any engine started"
+    assert weaker.runtime.containers == [], "refused before any engine started"
     live = weaker.store.find(weaker.config_hash)
     assert live is not None and live.cache.dir_id == before.cache.dir_id, "the stronger blessing stays live"
 
@@ -718,10 +467,12 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     refused = make(profile=profile)
     with pytest.raises(UnsafeEnvError) as caught:
         refused.run(trials=1)
-    assert caught.value.exit_code == ExitCode.UNSAFE_ENV == 30
+    assert caught.value.exit_code == ExitCode.UNSAFE_ENV
+    assert int(caught.value.exit_code) == 30
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in caught.value.message
     assert "exist to test bless itself" in (caught.value.hint or "")
-    assert refused.runtime.engines == [] and refused.runtime.pinged == 0, "refused before touching the runtime"
+    runtime = refused.runtime
+    assert runtime.containers == [] and "ping" not in runtime.calls, "refused before touching the runtime"
     assert not (refused.store.root / "locks").exists(), "refused before taking the lock"
 
     monkeypatch.setenv(FORMER_OVERRIDE, "1")  # no environment variable weakens a run
@@ -735,7 +486,7 @@ def test_unsafe_settings_refused_unless_the_test_override_is_set(
     assert manifest is not None
     recorded = json.dumps(manifest.provenance)
     assert "BLESS_REFERENCE_NONDETERMINISTIC=1" in recorded, "what was allowed is recorded"
-    assert {e.spec.env["BLESS_REFERENCE_NONDETERMINISTIC"] for e in allowed.runtime.engines} == {"1"}
+    assert {e.spec.env["BLESS_REFERENCE_NONDETERMINISTIC"] for e in allowed.runtime.containers} == {"1"}
 
 
 def test_unsafe_debug_setting_hint_does_not_call_it_a_test_knob(make: Callable[..., Harness]) -> None:
@@ -770,7 +521,7 @@ def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) ->
     assert isinstance(error, LockHeldError) and error.exit_code == 11
     assert f"pid {os.getpid()}" in error.message
     assert error.hint is not None and "--wait" in error.hint, "the refusal names the way to queue behind the holder"
-    assert harness.runtime.engines == []
+    assert harness.runtime.containers == []
 
 
 def test_leftovers_of_dead_runs_are_removed_live_runs_of_another_root_spared(make: Callable[..., Harness]) -> None:
@@ -833,7 +584,8 @@ def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
     harness = make(scenario)
     with pytest.raises(InterruptedByUserError) as caught:
         harness.run(trials=3)
-    assert caught.value.exit_code == ExitCode.INTERRUPTED == 130
+    assert caught.value.exit_code == ExitCode.INTERRUPTED
+    assert int(caught.value.exit_code) == 130
     assert "nothing published" in caught.value.message
     runtime = harness.runtime
     assert runtime.names()[-1] == f"bless-trial-{h12(harness)}-c1-t2"

@@ -1,6 +1,6 @@
 """``bless run --parallel N``: trials on GPU slots at once, against a fake of OUR Runtime on 8 fake GPUs.
 
-The fake runtime is the one of test_orchestrator (in-process HTTP engines); here it also
+The fake runtime is ``tests.fakes.FakeRuntime`` (in-process HTTP engines); here it also
 records which GPU set each engine was given and how many ran at once, and can make an engine
 answer differently on one GPU. The adapter, store, scheduler and trial protocol are the real ones.
 """
@@ -25,15 +25,8 @@ from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.schemas import schema_errors
 from bless.store import Store
-from tests.unit.test_orchestrator import (
-    ARTIFACT,
-    Behavior,
-    FakeRuntime,
-    Harness,
-    make_profile,
-    real_sigint,
-    tokens_for,
-)
+from tests.fakes import ARTIFACT, Behavior, FakeRuntime, tokens_for
+from tests.unit.test_orchestrator import Harness, make_profile, real_sigint
 
 __all__ = ["real_sigint"]  # a fixture this module uses, imported from the serial tests
 
@@ -134,10 +127,7 @@ def make(tmp_path: Path) -> Iterator[Callable[..., ParallelHarness]]:
 
     yield factory
     for harness in made:
-        for engine in harness.runtime.engines:
-            if engine.server is not None and not engine.stopped:
-                engine.server.shutdown()
-                engine.server.server_close()
+        harness.runtime.close()
 
 
 def trial_gpus(runtime: GpuFakeRuntime) -> dict[str, tuple[str, ...] | None]:
@@ -208,9 +198,10 @@ def test_asking_for_more_slots_than_gpus_is_refused_before_any_start(make: Calla
     harness = make(gpus=host_gpus(2))
     with pytest.raises(InsufficientGpuError) as caught:
         harness.run(trials=4, parallel=3)
-    assert caught.value.exit_code == ExitCode.INSUFFICIENT_GPU == 52
+    assert caught.value.exit_code == ExitCode.INSUFFICIENT_GPU
+    assert int(caught.value.exit_code) == 52
     assert "--parallel 3 needs 3 GPUs" in caught.value.message and "--parallel 2" in (caught.value.hint or "")
-    assert harness.runtime.engines == []
+    assert harness.runtime.containers == []
 
 
 def test_a_gpu_short_of_memory_is_refused_by_index_and_uuid_before_any_start(
@@ -222,7 +213,7 @@ def test_a_gpu_short_of_memory_is_refused_by_index_and_uuid_before_any_start(
     assert caught.value.exit_code == 52
     assert "GPU 5 (GPU-00000005-fake) (slot 5): 1.0 GiB free" in caught.value.message
     assert "GPU 4" not in caught.value.message
-    assert harness.runtime.engines == []
+    assert harness.runtime.containers == []
     # With 5 slots the short GPU is not used, and the run goes ahead.
     assert harness.run(trials=5, parallel=5).published
 

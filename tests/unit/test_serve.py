@@ -1,8 +1,9 @@
 """serve-full's flow without Docker: refusal order, GPU memory, redaction, the snapshot re-check, start paths.
 
-A fake :class:`~bless.runtime.base.Runtime` records every call, so each refusal can be shown to
-happen before anything is created. A real store holds real published blessings (small trees).
-The start tests run a tiny stdlib HTTP server as the "engine" (an OpenAI-style /v1 subset).
+The fake :class:`~bless.runtime.base.Runtime` (``tests.fakes.FakeRuntime``) records the calls made,
+so each refusal can be shown to happen before anything is created. A real store holds real published
+blessings (small trees). The start tests run a ``tests.fakes.FakeEngineServer`` as the "engine" (an
+OpenAI-style /v1 subset) and point the runtime's containers at it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import pytest
 
@@ -43,106 +43,32 @@ from bless.flows.events import Event
 from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, profile_from_dict
-from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
+from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
 from bless.store.fsutil import remove_tree
+from tests.fakes import ARTIFACT_KEY, IMAGE, IMAGE_ID, Behavior, FakeEngineServer, FakeRuntime, openai_engine
 from tests.unit.store_helpers import make_manifest, write_tree
 
-IMAGE = "bless-reference:0.1.0"
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
-IMAGE_ID = "sha256:" + "cd" * 32
 GIB = 1024
-ARTIFACT_KEY = "0123456789abcdef"
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 70 * GIB)
 
 
-class FakeRuntime:
-    """Implements the Runtime protocol in memory; ``calls`` records every method called, in order."""
+def serving_runtime(
+    *, reachable: bool = True, images: Mapping[str, str] | None = None, host_port: int | None = None
+) -> FakeRuntime:
+    """The fake runtime of serve-full's plan and start, which never clean up containers (only stop does)."""
+    return FakeRuntime(
+        reachable=reachable,
+        images=images,
+        host_port=host_port,
+        forbidden={"cleanup_ours": "serve-full never cleans up containers"},
+    )
 
-    kind: Literal["docker", "local"] = "docker"
 
-    def __init__(
-        self,
-        *,
-        reachable: bool = True,
-        images: Mapping[str, str] | None = None,
-        holders: Mapping[str, NameHolder] | None = None,
-        host_port: int | None = None,
-    ) -> None:
-        self.reachable = reachable
-        self.images = dict(images if images is not None else {IMAGE: IMAGE_ID})
-        self.holders: dict[str, NameHolder] = dict(holders or {})
-        self.volume_conflicts: dict[str, str] = {}
-        self.host_port = host_port
-        self.calls: list[str] = []
-        self.running: dict[str, bool] = {}
-        self.upper: list[UpperEntry] = []
-        self.log = (
-            f"{markers.ARTIFACT_KEY}{ARTIFACT_KEY} (engine 1, torch 2.13.0, device cpu)\n"
-            f"{markers.loaded('/var/cache/bless-engine/reference/' + ARTIFACT_KEY + '/megacache.bin')}\nready\n"
-        )
-
-    def ping(self) -> None:
-        self.calls.append("ping")
-        if not self.reachable:
-            raise RuntimeUnavailableError("Docker Engine: ping failed: connection refused")
-
-    def resolve_image(self, reference: str) -> str:
-        self.calls.append("resolve_image")
-        if reference not in self.images:
-            raise ImageMissingError(f"image {reference!r} is not present")
-        return self.images[reference]
-
-    def engine_port(self, preferred: int) -> int:
-        return preferred
-
-    def start(self, spec: ContainerSpec) -> Started:
-        self.calls.append("start")
-        self.running[spec.name] = True
-        self.holders[spec.name] = "ours"
-        return Started(id="c0ffee", name=spec.name, spec=spec, host_port=self.host_port)
-
-    def is_running(self, started: Started) -> bool:
-        return self.running.get(started.name, False)
-
-    def exit_code(self, started: Started) -> int | None:
-        return None if self.running.get(started.name) else 0
-
-    def logs(self, started: Started) -> str:
-        return self.log
-
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
-        self.calls.append("stop")
-        self.running[started.name] = False
-        return StopResult(exit_code=0, graceful=True, seconds=0.01)
-
-    def remove(self, started: Started) -> None:
-        self.calls.append("remove")
-        self.holders.pop(started.name, None)
-
-    def upper_entries(self, started: Started) -> list[UpperEntry]:
-        return list(self.upper)
-
-    def name_holder(self, name: str) -> NameHolder:
-        self.calls.append("name_holder")
-        return self.holders.get(name, "free")
-
-    def overlay_conflict(self, name: str) -> str | None:
-        return self.volume_conflicts.get(name)
-
-    def list_ours(self, labels_: Mapping[str, str]) -> list[ContainerInfo]:
-        self.calls.append("list_ours")
-        return [
-            ContainerInfo(id="1", name=name, status="running", labels={labels.PROFILE: "unit"})
-            for name, holder in self.holders.items()
-            if holder == "ours"
-        ]
-
-    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
-        raise AssertionError("serve-full never cleans up containers")
-
-    def normalize_ownership(self, path: Path, *, image: str | None) -> None:
-        self.calls.append("normalize_ownership")
+def serve_labels(profile: str = "unit") -> dict[str, str]:
+    """The labels of a serve container of ours for ``profile`` (one that was running before the test)."""
+    return labels.labels_for(run_id="serve-before", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile=profile)
 
 
 def make_profile(
@@ -180,7 +106,7 @@ def do_plan(profile: Profile, store: Store, runtime: FakeRuntime, **kwargs: Any)
 
 def bless(store: Store, profile: Profile, work: Path, golden: Sequence[Mapping[str, Any]] | None = None) -> Manifest:
     """Publish a real blessing whose factors are what ``profile`` resolves to through the fake runtime."""
-    resolved = do_plan(profile, store, FakeRuntime(), debug=True).resolved
+    resolved = do_plan(profile, store, serving_runtime(), debug=True).resolved
     tree = write_tree(work / f"tree-{resolved.config_hash[:8]}")
     manifest = make_manifest(tree, resolved.factors)
     # What a real reference bootstrap records: the engine's artifact key, checked against its serve-time log.
@@ -213,7 +139,8 @@ def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_pa
     # Everything wrong at once: unreachable runtime, no image, too little GPU memory, unsafe env,
     # a foreign container on the name, no blessing. Fix one at a time; the next refusal shows.
     unsafe = make_profile(accelerator="cuda", min_gib=100, env={"TORCH_LOGS": "+dynamo"})
-    runtime = FakeRuntime(reachable=False, images={}, holders={"bless-serve-unit": "foreign"})
+    runtime = serving_runtime(reachable=False, images={})
+    foreign = runtime.plant("bless-serve-unit", {})  # no labels: not ours
     with pytest.raises(RuntimeUnavailableError) as excinfo:
         do_plan(unsafe, store, runtime)
     assert code_of(excinfo) == 50 and runtime.calls == ["ping"]
@@ -239,12 +166,13 @@ def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_pa
         do_plan(clean, store, runtime)
     assert "without our labels" in excinfo5.value.message and "never touched" in excinfo5.value.message
 
-    runtime.holders = {"bless-serve-unit": "ours"}
+    foreign.removed = True  # its owner removed it; a serve of ours holds the name now
+    ours = runtime.plant("bless-serve-unit", serve_labels())
     with pytest.raises(ContainerConflictError) as excinfo6:
         do_plan(clean, store, runtime)
     assert "already running" in excinfo6.value.message
 
-    runtime.holders = {}
+    ours.removed = True
     with pytest.raises(BlessError) as excinfo7:
         do_plan(clean, store, runtime)
     assert code_of(excinfo7) == ExitCode.NO_MANIFEST
@@ -254,7 +182,7 @@ def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_pa
 def test_no_manifest_names_the_drifted_factor(store: Store, tmp_path: Path) -> None:
     bless(store, make_profile(layers=2), tmp_path)
     with pytest.raises(BlessError) as excinfo:
-        do_plan(make_profile(layers=3), store, FakeRuntime())
+        do_plan(make_profile(layers=3), store, serving_runtime())
     assert code_of(excinfo) == ExitCode.NO_MANIFEST
     assert "serve.layers: 2 -> 3" in excinfo.value.message
 
@@ -266,11 +194,11 @@ def test_invalid_and_duplicate_manifests_refuse(store: Store, tmp_path: Path) ->
     duplicate = store.manifests_dir / "copy.json"
     duplicate.write_bytes(live.read_bytes())
     with pytest.raises(BlessError) as excinfo:
-        do_plan(profile, store, FakeRuntime())
+        do_plan(profile, store, serving_runtime())
     assert code_of(excinfo) == ExitCode.MANIFEST_DUPLICATE
     duplicate.write_text("{ not json")
     with pytest.raises(BlessError) as excinfo2:
-        do_plan(profile, store, FakeRuntime())
+        do_plan(profile, store, serving_runtime())
     assert code_of(excinfo2) == ExitCode.MANIFEST_INVALID
 
 
@@ -280,7 +208,7 @@ def test_verify_failure_names_the_file_and_how(store: Store, tmp_path: Path) -> 
     target = store.blessed_dir(manifest) / "nested" / "index.json"
     target.chmod(0o644)
     target.write_text('{"variant": "b"}\n')  # same size, other bytes
-    runtime = FakeRuntime()
+    runtime = serving_runtime()
     with pytest.raises(BlessError) as excinfo:
         do_plan(profile, store, runtime)
     assert code_of(excinfo) == ExitCode.VERIFY_FAILED
@@ -290,7 +218,7 @@ def test_verify_failure_names_the_file_and_how(store: Store, tmp_path: Path) -> 
 
 def test_debug_needs_no_manifest_and_mounts_nothing(store: Store) -> None:
     profile = make_profile(env={"TORCH_LOGS": "+dynamo"})  # unsafe: allowed in a debug start, and said so
-    plan = do_plan(profile, store, FakeRuntime(), debug=True)
+    plan = do_plan(profile, store, serving_runtime(), debug=True)
     assert plan.mount is None and plan.spec.mounts == ()
     assert "--no-compile" in plan.spec.command
     data = plan.to_dict()
@@ -301,7 +229,7 @@ def test_debug_needs_no_manifest_and_mounts_nothing(store: Store) -> None:
 def test_plan_of_a_blessing(store: Store, tmp_path: Path) -> None:
     profile = make_profile(port=18123)
     manifest = bless(store, profile, tmp_path)
-    plan = do_plan(profile, store, FakeRuntime())
+    plan = do_plan(profile, store, serving_runtime())
     assert plan.config_hash == manifest.config_hash
     assert plan.mount is not None and plan.mount.kind == "overlay"
     assert plan.mount.source == store.blessed_dir(manifest)
@@ -336,7 +264,7 @@ def test_unknown_engine_version_is_refused_unless_allowed_and_serving_forces_the
 ) -> None:
     profile = make_profile(port=18124)
     bless(store, profile, tmp_path)
-    runtime = FakeRuntime()
+    runtime = serving_runtime()
     plan_with = partial(serve.plan, profile, store=store, runtime=runtime, gpu_probe=lambda: [H100])
     with pytest.raises(UnknownEngineVersionError) as excinfo:
         plan_with(adapter=VersionedAdapter())
@@ -351,25 +279,25 @@ def test_ro_bind_when_the_profile_asks_and_the_adapter_allows(store: Store, tmp_
     profile = make_profile()
     bless(store, profile, tmp_path)
     ro = Profile(**{**profile.__dict__, "cache_mount": "ro-bind"})
-    plan = do_plan(ro, store, FakeRuntime())
+    plan = do_plan(ro, store, serving_runtime())
     assert plan.mount is not None and plan.mount.kind == "ro" and plan.mount.scratch is None
 
 
 def test_unsafe_env_test_override(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     profile = make_profile(env={"BLESS_REFERENCE_NONDETERMINISTIC": "1"})
     with pytest.raises(BlessError) as excinfo:
-        do_plan(profile, store, FakeRuntime())
+        do_plan(profile, store, serving_runtime())
     assert code_of(excinfo) == ExitCode.UNSAFE_ENV
     monkeypatch.setenv(FORMER_OVERRIDE, "1")  # no environment variable weakens a start
     with pytest.raises(BlessError) as still:
-        do_plan(profile, store, FakeRuntime())
+        do_plan(profile, store, serving_runtime())
     assert code_of(still) == ExitCode.UNSAFE_ENV
     with pytest.raises(BlessError) as excinfo2:  # allowed now: the next refusal is the missing blessing
-        do_plan(profile, store, FakeRuntime(), allow_test_knobs=True)
+        do_plan(profile, store, serving_runtime(), allow_test_knobs=True)
     assert code_of(excinfo2) == ExitCode.NO_MANIFEST
     debug_setting = make_profile(env={"TORCH_LOGS": "+dynamo"})
     with pytest.raises(BlessError) as never:  # the test seam lets test knobs through, nothing else
-        do_plan(debug_setting, store, FakeRuntime(), allow_test_knobs=True)
+        do_plan(debug_setting, store, serving_runtime(), allow_test_knobs=True)
     assert code_of(never) == ExitCode.UNSAFE_ENV
 
 
@@ -393,7 +321,7 @@ def test_gpu_memory_refusal() -> None:
 
 def test_gpu_memory_refusal_through_the_planner(store: Store) -> None:
     profile = make_profile(accelerator="cuda", min_gib=75)
-    runtime = FakeRuntime()
+    runtime = serving_runtime()
     with pytest.raises(InsufficientGpuError):
         do_plan(profile, store, runtime)
     assert "name_holder" not in runtime.calls and "start" not in runtime.calls
@@ -404,7 +332,7 @@ def test_gpu_memory_refusal_through_the_planner(store: Store) -> None:
 
 def test_secrets_are_redacted_in_the_plan_but_reach_the_engine(store: Store) -> None:
     profile = make_profile(env={"HF_TOKEN": "hf_very_secret", "MY_API_KEY": "k-123", "PLAIN": "visible"})
-    plan = do_plan(profile, store, FakeRuntime(), debug=True)
+    plan = do_plan(profile, store, serving_runtime(), debug=True)
     data = plan.to_dict()
     env = data["container"]["env"]
     assert env["HF_TOKEN"] == REDACTED and env["MY_API_KEY"] == REDACTED and env["PLAIN"] == "visible"
@@ -495,51 +423,29 @@ def test_describe_change_is_pure() -> None:
 # --------------------------------------------------------------------------------------------- start
 
 
-GOLDEN = [
+GOLDEN: list[dict[str, Any]] = [
     {"prompt": "hello", "max_tokens": 3, "text": "abc", "token_ids": [97, 98, 99]},
     {"prompt": "world", "max_tokens": 2, "text": "xy", "token_ids": [120, 121]},
 ]
 
 
-class _Engine(BaseHTTPRequestHandler):
-    replies: ClassVar[dict[str, list[int]]] = {}
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def _send(self, body: dict[str, Any]) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def do_GET(self) -> None:
-        self._send({"object": "list", "data": [{"id": "reference-tiny"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ids = self.replies.get(body["prompt"], [0])[: body["max_tokens"]]
-        self._send({"choices": [{"text": "".join(map(chr, ids)), "token_ids": ids}]})
-
-
 @pytest.fixture
 def engine() -> Iterator[tuple[int, dict[str, list[int]]]]:
+    """A running engine that answers the golden prompts (a test may change its replies) and [0] otherwise."""
     replies: dict[str, list[int]] = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
-    handler = type("Engine", (_Engine,), {"replies": replies})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield server.server_address[1], replies
-    server.shutdown()
-    server.server_close()
+    with FakeEngineServer(openai_engine(lambda prompt, max_tokens: replies.get(prompt, [0])[:max_tokens])) as server:
+        yield server.port, replies
 
 
-def _blessed_plan(store: Store, tmp_path: Path, port: int) -> tuple[serve.LaunchPlan, FakeRuntime]:
+def _blessed_plan(
+    store: Store, tmp_path: Path, port: int, behavior: Behavior | None = None
+) -> tuple[serve.LaunchPlan, FakeRuntime]:
+    """A plan of a published blessing; its engine is reached on ``port``, and starts as ``behavior`` says."""
     profile = make_profile()
     bless(store, profile, tmp_path, golden=GOLDEN)
-    runtime = FakeRuntime(host_port=port)
+    runtime = serving_runtime(host_port=port)
+    if behavior is not None:
+        runtime.scenario = lambda phase, candidate, trial: behavior
     return do_plan(profile, store, runtime), runtime
 
 
@@ -563,7 +469,7 @@ def test_keep_upper_reports_what_the_engine_wrote(
 ) -> None:
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime)
-    runtime.upper = [UpperEntry("dummy_cache/x", "new", 3)]
+    runtime.container(result.started.name).upper = [UpperEntry("dummy_cache/x", "new", 3)]
     finished = serve.finish(plan, result, runtime=runtime, keep_upper=True, failed=False)
     assert finished.upper_kept and finished.upper_dir == str(plan.serve_dir / "upper")
     assert finished.to_dict()["upper_entries"] == [{"path": "dummy_cache/x", "kind": "new", "size": 3}]
@@ -663,13 +569,13 @@ def test_ancestors_above_the_version_are_stamped_by_identity(store: Store, tmp_p
 
 
 def test_engine_never_ready_fails_44_with_the_log(store: Store, tmp_path: Path) -> None:
-    plan, runtime = _blessed_plan(store, tmp_path, 9)  # nothing listens on port 9
-    runtime.log = "Traceback: engine crashed\n"
+    crashing = Behavior(log=["Traceback: engine crashed"])
+    plan, runtime = _blessed_plan(store, tmp_path, 9, crashing)  # nothing listens on port 9
     original_start = runtime.start
 
     def start_dead(spec: ContainerSpec) -> Started:
         started = original_start(spec)
-        runtime.running[spec.name] = False  # exits at once
+        runtime.container(spec.name).exit_code = 0  # exits at once
         return started
 
     runtime.start = start_dead  # type: ignore[method-assign]
@@ -681,24 +587,25 @@ def test_engine_never_ready_fails_44_with_the_log(store: Store, tmp_path: Path) 
 
 
 def test_follow_streams_new_log_text_until_stopped() -> None:
-    runtime = FakeRuntime()
-    spec = ContainerSpec(name="bless-serve-unit", command=("x",), env={}, labels={})
+    runtime = serving_runtime(host_port=9)  # follow only reads the log: nothing is asked over HTTP
+    spec = ContainerSpec(name="bless-serve-unit", command=("x",), env={}, labels=serve_labels())
     started = runtime.start(spec)
+    container = runtime.container(spec.name)
     chunks: list[str] = []
     stop = threading.Event()
-    runtime.log = "one\n"
+    container.log = "one\n"
 
     def sink(text: str) -> None:
         chunks.append(text)
         if len(chunks) == 1:
-            runtime.log += "two\n"
+            container.log += "two\n"
         else:
             stop.set()
 
     assert serve.follow(runtime, started, sink, stop=stop, poll_s=0.01) is None
     assert chunks == ["one\n", "two\n"]
-    runtime.running[spec.name] = False
-    runtime.log += "three\n"
+    container.exit_code = 0
+    container.log += "three\n"
     assert serve.follow(runtime, started, chunks.append, stop=threading.Event(), poll_s=0.01) == 0
 
 
@@ -741,8 +648,7 @@ def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
     store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]], log: str, reason: str
 ) -> None:
     """A blessed start that compiled, loaded nothing, or keyed its cache differently is not the proven artifact."""
-    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
-    runtime.log = log
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0], Behavior(log=log.splitlines()))
     with pytest.raises(CacheNotUsedError) as excinfo:
         serve.start(plan, runtime=runtime, detach=True)
     assert int(excinfo.value.exit_code) == 45
@@ -757,7 +663,7 @@ def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
 def test_the_serving_lease_keeps_gc_off_the_served_tree_until_serving_ends(store: Store, tmp_path: Path) -> None:
     profile = make_profile()
     served = bless(store, profile, tmp_path)
-    plan = do_plan(profile, store, FakeRuntime())
+    plan = do_plan(profile, store, serving_runtime())
     with serve.serving_lease(store, plan) as held:
         assert held.lease is not None and held.lease.serve_dir == str(plan.serve_dir)
         newer = write_tree(tmp_path / "newer", "newer")  # a rebless supersedes the served version
@@ -772,7 +678,7 @@ def test_the_serving_lease_keeps_gc_off_the_served_tree_until_serving_ends(store
 def test_a_tree_removed_before_the_lease_was_taken_is_refused(store: Store, tmp_path: Path) -> None:
     profile = make_profile()
     served = bless(store, profile, tmp_path)
-    plan = do_plan(profile, store, FakeRuntime())
+    plan = do_plan(profile, store, serving_runtime())
     remove_tree(store.blessed_dir(served))  # what a gc racing the plan would have done
     with pytest.raises(CacheChangedError) as info, serve.serving_lease(store, plan):
         pytest.fail("the lease must not be held on a tree that is gone")
@@ -783,7 +689,7 @@ def test_a_tree_removed_before_the_lease_was_taken_is_refused(store: Store, tmp_
 def test_a_detached_serves_lease_stays_with_its_container_until_stop_releases_it(store: Store, tmp_path: Path) -> None:
     profile = make_profile()
     served = bless(store, profile, tmp_path)
-    plan = do_plan(profile, store, FakeRuntime())
+    plan = do_plan(profile, store, serving_runtime())
     with serve.serving_lease(store, plan) as held:
         held.hand_over(Started(id="c0ffee", name=plan.container_name, spec=plan.spec, host_port=8000), "docker")
     (lease,) = store.leases.leases()
@@ -806,14 +712,6 @@ def _no_docker() -> FakeRuntime:
 
 def _docker_down() -> FakeRuntime:
     raise RuntimeUnavailableError("Docker Engine unreachable")
-
-
-class StoppingRuntime(FakeRuntime):
-    """The fake runtime for serve-full stop: cleaning up our serve containers is what stop does."""
-
-    def cleanup_ours(self, labels_: Mapping[str, str]) -> list[str]:
-        self.calls.append("cleanup_ours")
-        return []
 
 
 def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
@@ -862,7 +760,7 @@ def test_stop_never_removes_a_dir_a_lease_names_outside_the_serve_dirs(store: St
     store.leases.acquire(
         manifest.config_hash, manifest.cache.dir_id, name="bless-serve-unit", holder={}, serve_dir=victim
     )
-    outcome = serve.stop_serving("unit", store=store, docker=StoppingRuntime, timeout_s=5)
+    outcome = serve.stop_serving("unit", store=store, docker=FakeRuntime, timeout_s=5)
     assert victim.is_dir() and "left alone" in outcome.notes[0] and outcome.leases_released == 1
 
 
@@ -879,8 +777,7 @@ def test_detached_serve_names_its_stop_command_not_docker(
     render_detached(console, {"result": result.to_dict()})
     text = console.export_text()
     assert "serve-full stop unit" in text and "docker" not in text
-    runtime.holders = {plan.container_name: "ours"}
-    with pytest.raises(ContainerConflictError) as refused:
+    with pytest.raises(ContainerConflictError) as refused:  # the detached serve's container holds the name
         do_plan(plan.profile, store, runtime)
     assert refused.value.hint is not None and "serve-full stop unit" in refused.value.hint
     assert "docker" not in refused.value.hint
@@ -924,12 +821,13 @@ def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store:
     """serve-full stop NAME --timeout S: the graceful stop first (with S), then our container and volume go."""
     stops: list[int] = []
 
-    class Recording(StoppingRuntime):
+    class Recording(FakeRuntime):
         def stop(self, started: Started, timeout_s: int) -> StopResult:
             stops.append(timeout_s)
             return super().stop(started, timeout_s)
 
-    runtime = Recording(holders={"bless-serve-unit": "ours"})
+    runtime = Recording()
+    runtime.plant("bless-serve-unit", serve_labels())
     outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=77)
     assert stops == [77] and runtime.calls[-2:] == ["stop", "cleanup_ours"]
     assert outcome.leases_released == 0 and not outcome.notes

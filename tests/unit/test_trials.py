@@ -6,9 +6,8 @@ import itertools
 import json
 import math
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -30,6 +29,7 @@ from bless.trials import (
     wait_ready,
 )
 from bless.verify import Problem, VerifyResult
+from tests.fakes import FakeEngineServer, Reply, Request
 
 PROMPTS = ("alpha", "beta")
 
@@ -38,7 +38,7 @@ def obs(mode: str, prompt: str, tokens: tuple[int, ...]) -> Observation:
     return Observation(mode, prompt, "".join(chr(t) for t in tokens), tokens, 0.01)
 
 
-def coherent(tokens: dict[str, tuple[int, ...]]) -> list[Observation]:
+def coherent(tokens: Mapping[str, tuple[int, ...]]) -> list[Observation]:
     out = []
     for mode in ("alone", "repeat", "repeat", "interleaved", "concurrent"):
         out += [obs(mode, p, tokens[p]) for p in PROMPTS]
@@ -175,10 +175,12 @@ class FakeClock:
         self.now += seconds
 
 
-class FakeClient:
+class FakeClient(EngineClient):
     """models() replays a script: an exception instance is raised, anything else is returned."""
 
     def __init__(self, script: list[object]) -> None:
+        # wait_ready only asks models(), which the script answers: the address is never reached.
+        super().__init__("127.0.0.1", 9, timeout_s=1)
         self.script = list(script)
         self.calls = 0
 
@@ -271,73 +273,45 @@ def test_timeout_fails():
 # --- EngineClient against a real HTTP server ----------------------------------------------------------
 
 
-class Handler(BaseHTTPRequestHandler):
-    # path -> (status, body bytes); set by the test through the server object.
-    def do_GET(self) -> None:
-        self.answer()
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        self.server.requests.append(json.loads(self.rfile.read(length)))  # type: ignore[attr-defined]
-        self.answer()
-
-    def answer(self) -> None:
-        status, body = self.server.routes[self.path]  # type: ignore[attr-defined]
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def httpd() -> Iterator[ThreadingHTTPServer]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+def httpd() -> Iterator[FakeEngineServer]:
+    with FakeEngineServer() as httpd:  # answers from its routes table, which each test fills
+        yield httpd
 
 
 @pytest.fixture
-def server(httpd) -> ThreadingHTTPServer:
+def server(httpd: FakeEngineServer) -> FakeEngineServer:
     """The module's server with no routes and no recorded requests."""
-    httpd.routes = {}  # type: ignore[attr-defined]
-    httpd.requests = []  # type: ignore[attr-defined]
+    httpd.reset()
     return httpd
 
 
-def client_for(httpd: ThreadingHTTPServer, **kwargs) -> EngineClient:
-    return EngineClient("127.0.0.1", httpd.server_address[1], timeout_s=5, **kwargs)
+def client_for(httpd: FakeEngineServer, **kwargs) -> EngineClient:
+    return EngineClient("127.0.0.1", httpd.port, timeout_s=5, **kwargs)
 
 
-def completion(choice: dict) -> bytes:
+def completion(choice: dict[str, Any]) -> bytes:
     return json.dumps({"choices": [choice]}).encode()
 
 
 def test_good_reply(server):
-    server.routes["/v1/completions"] = (200, completion({"text": " ok", "token_ids": [32, 111, 107]}))
-    server.routes["/v1/models"] = (200, json.dumps({"data": [{"id": "reference-tiny"}]}).encode())
+    server.routes["/v1/completions"] = Reply(200, completion({"text": " ok", "token_ids": [32, 111, 107]}))
+    server.routes["/v1/models"] = Reply(200, json.dumps({"data": [{"id": "reference-tiny"}]}).encode())
     client = client_for(server, model="reference-tiny")
     result = client.complete("hi", 3)
     assert isinstance(result, Completion)
     assert (result.prompt, result.text, result.token_ids) == ("hi", " ok", (32, 111, 107))
     assert result.latency_s >= 0
-    assert server.requests == [{"prompt": "hi", "max_tokens": 3, "temperature": 0, "model": "reference-tiny"}]
+    assert server.posted() == [{"prompt": "hi", "max_tokens": 3, "temperature": 0, "model": "reference-tiny"}]
     assert client.models() == ["reference-tiny"]
 
 
 def test_reply_without_token_ids_is_allowed(server):
-    server.routes["/v1/completions"] = (200, completion({"text": "abc"}))
+    server.routes["/v1/completions"] = Reply(200, completion({"text": "abc"}))
     result = client_for(server).complete("p", 3)
     assert result.token_ids == ()
     assert result.text == "abc"
-    assert "model" not in server.requests[0]
+    assert "model" not in server.posted()[0]
 
 
 @pytest.mark.parametrize(
@@ -354,7 +328,7 @@ def test_reply_without_token_ids_is_allowed(server):
     ],
 )
 def test_malformed_choice_is_an_http_error(server, choice):
-    server.routes["/v1/completions"] = (200, completion(choice))
+    server.routes["/v1/completions"] = Reply(200, completion(choice))
     with pytest.raises(EngineHttpError, match="unexpected reply shape") as info:
         client_for(server).complete("p", 3)
     assert info.value.refused is False
@@ -362,27 +336,27 @@ def test_malformed_choice_is_an_http_error(server, choice):
 
 @pytest.mark.parametrize("body", [b"{}", b'{"choices": []}', b'{"choices": "x"}', b"[]"])
 def test_wrong_reply_shape_is_an_http_error(server, body):
-    server.routes["/v1/completions"] = (200, body)
+    server.routes["/v1/completions"] = Reply(200, body)
     with pytest.raises(EngineHttpError, match="unexpected reply shape"):
         client_for(server).complete("p", 3)
 
 
 @pytest.mark.parametrize("body", [b"<html>oops</html>", b"", b"\xff\xfe", b'{"choices": ['])
 def test_non_json_reply_is_an_http_error(server, body):
-    server.routes["/v1/completions"] = (200, body)
+    server.routes["/v1/completions"] = Reply(200, body)
     with pytest.raises(EngineHttpError, match="not JSON") as info:
         client_for(server).complete("p", 3)
     assert not info.value.refused
 
 
 def test_models_wrong_shape(server):
-    server.routes["/v1/models"] = (200, b'{"data": [{"name": "x"}]}')
+    server.routes["/v1/models"] = Reply(200, b'{"data": [{"name": "x"}]}')
     with pytest.raises(EngineHttpError, match="/v1/models: unexpected reply shape"):
         client_for(server).models()
 
 
 def test_http_500_is_an_error_but_not_refused(server):
-    server.routes["/v1/models"] = (500, b"engine exploded")
+    server.routes["/v1/models"] = Reply(500, b"engine exploded")
     with pytest.raises(EngineHttpError, match="HTTP 500: engine exploded") as info:
         client_for(server).models()
     assert info.value.refused is False
@@ -401,43 +375,28 @@ def test_closed_port_is_refused():
 def test_connection_closed_without_reply_counts_as_refused():
     # Docker's port proxy accepts and then drops connections while nothing listens in the container:
     # that is "still booting" (like a refused connection), not an error that counts toward the bound.
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    def drop(request: Request) -> None:
+        return None
 
-    def serve_once() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-
-    thread = threading.Thread(target=serve_once, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(EngineHttpError) as info:
-            EngineClient("127.0.0.1", port, timeout_s=5).models()
-    finally:
-        thread.join(timeout=5)
-        listener.close()
+    with FakeEngineServer(drop) as proxy, pytest.raises(EngineHttpError) as info:
+        EngineClient("127.0.0.1", proxy.port, timeout_s=5).models()
     assert info.value.refused is True
+    assert [request.path for request in proxy.requests] == ["/v1/models"], "the request arrived, and was dropped"
 
 
 def test_wait_ready_against_a_real_server(server):
-    server.routes["/v1/models"] = (200, b'{"data": [{"id": "m"}]}')
+    server.routes["/v1/models"] = Reply(200, b'{"data": [{"id": "m"}]}')
     assert wait_ready(client_for(server), timeout_s=5, is_alive=lambda: True) < 5
 
 
 def test_run_protocol_against_a_real_server(server):
-    server.routes["/v1/completions"] = (200, completion({"text": "x", "token_ids": [1, 2]}))
+    server.routes["/v1/completions"] = Reply(200, completion({"text": "x", "token_ids": [1, 2]}))
     plan = TrialPlan(repeats=3, max_tokens=2, prompts=("a", "b"), concurrent=True)
     report = run_protocol(client_for(server), plan, golden={"a": (1, 2), "b": (1, 2)})
     assert isinstance(report, CoherenceReport)
     assert report.passed
     # alone 2 + repeats 2*2 + interleaved 2*2 + concurrent 2*2
-    assert report.requests == len(server.requests) == 14
+    assert report.requests == len(server.posted()) == 14
     assert {o.mode for o in report.observations} == {"alone", "repeat", "interleaved", "concurrent"}
     golden = golden_from(report, plan.max_tokens)
     assert golden == [
