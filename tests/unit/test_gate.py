@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bless.errors import ExitCode, RuntimeUnavailableError
+from bless.errors import ExitCode
 from bless.flows.gate import GateReport, GateRow, github_annotations, junit_xml, run_gate
 from bless.flows.resolve import resolve_profile
 from bless.probes import cpu_isa_level
@@ -23,6 +23,7 @@ from bless.profile import load_profile
 from bless.runtime.base import Runtime
 from bless.store import Store
 from cli.main import app
+from tests.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -79,21 +80,15 @@ def profiles(tmp_path: Path) -> Path:
     return tmp_path / "profiles"
 
 
-class NoDocker:
+def no_docker(kind: str) -> Runtime:
     """A runtime factory whose Docker is unreachable."""
-
-    def __call__(self, kind: str) -> Runtime:
-        class Unreachable:
-            def ping(self) -> None:
-                raise RuntimeUnavailableError("Docker Engine: ping failed: no such socket")
-
-        return Unreachable()  # type: ignore[return-value]
+    return FakeRuntime(reachable=False)
 
 
 def test_pass(store: Store, profiles: Path, tmp_path: Path) -> None:
     profile = write(profiles, "a.toml")
     config_hash = bless(store, profile, tmp_path)
-    report = run_gate([profile], store=store, verify=True, runtime_factory=NoDocker())
+    report = run_gate([profile], store=store, verify=True, runtime_factory=no_docker)
     assert report.ok
     (row,) = report.rows
     assert row.status == "blessed" and row.config_hash == config_hash and row.hardware == "declared"
@@ -105,7 +100,7 @@ def test_missing_blessing_and_drift(store: Store, profiles: Path, tmp_path: Path
     bless(store, blessed, tmp_path)
     drifted = write(profiles, "b.toml", layers=3)
     other_model = write(profiles, "c.toml", name="other")
-    report = run_gate([blessed, drifted, other_model], store=store, runtime_factory=NoDocker())
+    report = run_gate([blessed, drifted, other_model], store=store, runtime_factory=no_docker)
     assert not report.ok and [row.status for row in report.rows] == ["blessed", "failed", "blessed"]
     row = report.rows[1]
     assert "serve.layers: 2 -> 3" in row.reason and row.exit_code == ExitCode.NO_MANIFEST
@@ -115,7 +110,7 @@ def test_missing_blessing_and_drift(store: Store, profiles: Path, tmp_path: Path
 
 
 def test_no_blessing_at_all(store: Store, profiles: Path) -> None:
-    report = run_gate([write(profiles, "a.toml")], store=store, runtime_factory=NoDocker())
+    report = run_gate([write(profiles, "a.toml")], store=store, runtime_factory=no_docker)
     (row,) = report.rows
     assert row.status == "failed" and "no blessing" in row.reason and row.exit_code == ExitCode.NO_MANIFEST
 
@@ -124,7 +119,7 @@ def test_invalid_manifest_fails_every_profile(store: Store, profiles: Path, tmp_
     profile = write(profiles, "a.toml")
     bless(store, profile, tmp_path)
     (store.manifests_dir / "broken.json").write_text("{ truncated")
-    report = run_gate([profile], store=store, runtime_factory=NoDocker())
+    report = run_gate([profile], store=store, runtime_factory=no_docker)
     (row,) = report.rows
     assert row.status == "failed" and "broken.json" in row.reason and row.exit_code == ExitCode.MANIFEST_INVALID
     assert report.invalid_manifests == (str(store.manifests_dir / "broken.json"),)
@@ -135,13 +130,13 @@ def test_duplicate_manifest(store: Store, profiles: Path, tmp_path: Path) -> Non
     config_hash = bless(store, profile, tmp_path)
     live = store.manifests_dir / f"{config_hash}.json"
     (store.manifests_dir / "copy.json").write_bytes(live.read_bytes())
-    (row,) = run_gate([profile], store=store, runtime_factory=NoDocker()).rows
+    (row,) = run_gate([profile], store=store, runtime_factory=no_docker).rows
     assert row.status == "failed" and row.exit_code == ExitCode.MANIFEST_DUPLICATE
 
 
 def test_tag_needs_docker_and_says_so(store: Store, profiles: Path) -> None:
     profile = write(profiles, "a.toml", image="bless-reference:0.1.0")
-    (row,) = run_gate([profile], store=store, runtime_factory=NoDocker()).rows
+    (row,) = run_gate([profile], store=store, runtime_factory=no_docker).rows
     assert row.status == "failed" and "needs a Docker Engine, which is unreachable" in row.reason
     assert row.exit_code == ExitCode.RESOLUTION_FAILED
 
@@ -150,7 +145,7 @@ def test_undeclared_hardware_is_probed_and_noted(store: Store, profiles: Path, t
     declared = write(profiles, "a.toml")
     bless(store, declared, tmp_path)
     probed = write(profiles, "b.toml", isa=None)  # hashes alike: the probe finds this machine's ISA
-    (row,) = run_gate([probed], store=store, runtime_factory=NoDocker()).rows
+    (row,) = run_gate([probed], store=store, runtime_factory=no_docker).rows
     assert row.status == "blessed" and row.hardware == "probed"
     assert any("hardware probed on this machine" in note for note in row.notes)
 
