@@ -19,8 +19,8 @@ from rich.text import Text
 from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
 from bless.flows.events import Event
-from bless.flows.orchestrator import RunOptions, run_bless
 from bless.flows.resolve import resolve_profile
+from bless.flows.run import RunOptions, run_bless
 from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.text import shown

@@ -1,7 +1,7 @@
 """The flows: what a command does from start to end, built on the core and the I/O edges.
 
-``orchestrator`` (bless run), ``launcher`` (serve-full) and ``gate`` (bless gate) are flows;
-they never import one another. What several flows share lives beside them: ``events``
+``run`` (bless run), ``serve`` (serve-full), ``gate`` (bless gate), ``push`` and ``pull`` are
+flows; they never import one another. What several flows share lives beside them: ``events``
 (progress and run ids), ``safety`` (the unsafe-settings check), ``resolve`` (profile ->
 config hash -> blessing) and ``session`` (one engine process from start to stop).
 """

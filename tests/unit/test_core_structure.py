@@ -1,4 +1,5 @@
-"""The pure core stays pure: factors.py does no I/O and knows no engine; one config-hash format everywhere."""
+"""The pure core stays pure: factors.py does no I/O and knows no engine; one config-hash format everywhere;
+flows never import one another."""
 
 from __future__ import annotations
 
@@ -64,6 +65,47 @@ def test_the_config_hash_format_is_written_down_once() -> None:
             continue
         if spelled.search(path.read_text(encoding="utf-8")):
             offenders.append(path.relative_to(REPO).as_posix())
+    assert offenders == []
+
+
+FLOWS_DIR = BLESS / "flows"
+#: The flows, one per command (a module or a package), and what several flows share beside them.
+FLOWS = ("gate", "pull", "push", "run", "serve")
+SHARED_FLOW_MODULES = ("events", "resolve", "safety", "session")
+
+
+def flow_imports(path: Path) -> set[str]:
+    """The ``bless.flows`` modules ``path`` imports (``from bless.flows import serve`` is ``bless.flows.serve``)."""
+    found = {m for m in imported_modules(path) if m.startswith("bless.flows.")}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "bless.flows":
+            found.update(f"bless.flows.{alias.name}" for alias in node.names)
+    return found
+
+
+def flow_sources(name: str) -> list[Path]:
+    package = FLOWS_DIR / name
+    return sorted(package.rglob("*.py")) if package.is_dir() else [FLOWS_DIR / f"{name}.py"]
+
+
+def test_every_flow_module_is_a_flow_or_shared() -> None:
+    """A new module in bless/flows/ says which it is, so the layering test below covers it."""
+    present = {p.stem for p in FLOWS_DIR.glob("*.py") if p.stem != "__init__"}
+    present |= {p.name for p in FLOWS_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert present == set(FLOWS) | set(SHARED_FLOW_MODULES)
+
+
+@pytest.mark.parametrize("name", FLOWS + SHARED_FLOW_MODULES)
+def test_flows_never_import_one_another(name: str) -> None:
+    """A flow imports its own modules and the shared ones; a shared module imports only shared ones."""
+    own = f"bless.flows.{name}"
+    allowed = {f"bless.flows.{shared}" for shared in SHARED_FLOW_MODULES}
+    offenders = sorted(
+        f"{path.relative_to(REPO).as_posix()}: {module}"
+        for path in flow_sources(name)
+        for module in flow_imports(path)
+        if module not in allowed and module != own and not module.startswith(f"{own}.")
+    )
     assert offenders == []
 
 

@@ -39,7 +39,7 @@ from bless.errors import (
 from bless.evidence import UpperEntry
 from bless.factors import GpuInfo, ResolvedConfig, resolve
 from bless.flows.events import Event
-from bless.flows.orchestrator import Orchestrator, RunOptions, RunResult
+from bless.flows.run import Orchestrator, RunOptions, RunResult
 from bless.profile import Profile, load_profile
 from bless.store import Store
 from bless.trials import failure_rate_bound

@@ -1,0 +1,75 @@
+"""Phase 1: compile a candidate cache into an empty staging tree and record the golden outputs.
+
+The engine starts on the staging tree mounted read-write, becomes ready, replays the warm-up
+protocol (its outputs become the golden outputs the trials must reproduce) and stops gracefully;
+the tree's ownership is then normalized and the tree hashed. Any failure is a
+:class:`~bless.errors.BootstrapFailedError`: there is no cache to prove.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bless import labels
+from bless.devices import GpuSlot
+from bless.errors import BootstrapFailedError, EngineHttpError, NotReadyError
+from bless.flows.run.containers import RunContainers, write_log
+from bless.flows.session import log_tail
+from bless.runtime.base import Mount
+from bless.trials import CoherenceReport, warm_up
+from bless.verify import TreeListing, hash_tree
+
+
+def run_bootstrap(
+    containers: RunContainers, candidate: int, tree: Path, evidence: Path, slot: GpuSlot
+) -> tuple[dict[str, Any], CoherenceReport, TreeListing, Any]:
+    """Bootstrap ``candidate`` into ``tree`` on ``slot``; returns (facts, warm-up report, listing, artifacts).
+
+    The engine log is written to ``evidence`` whatever happens, interruptions included.
+    """
+    adapter = containers.adapter
+    plan = containers.profile.trials
+    mount = Mount("rw", tree, adapter.cache_mount_path)
+    log_path = evidence / "bootstrap.log"
+    name = containers.name("bootstrap", candidate)
+    session = containers.session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot)
+    report: CoherenceReport | None = None
+    failure: str | None = None
+    try:
+        with session:
+            try:
+                session.wait_ready()
+                report = warm_up(session.client, plan)
+            except NotReadyError as exc:
+                failure = session.not_ready_message(exc)
+            except EngineHttpError as exc:
+                failure = f"request failed: {exc.message}; engine log tail:\n{log_tail(session.current_log())}"
+    finally:
+        # Also when interrupted (Ctrl-C/SIGTERM): the engine log is evidence the rejection keeps.
+        write_log(log_path, session.log)
+    info = {**session.evidence(), "slot": slot.index, "gpus": slot.records()}
+    containers.count_engine_time(session, report)
+    if failure is not None:
+        raise BootstrapFailedError(failure, hint="read the engine log above; fix the profile or the image")
+    assert report is not None and session.stop_result is not None
+    if not session.stop_result.graceful:
+        raise BootstrapFailedError(
+            f"the engine did not stop within {plan.stop_timeout_s} s and was killed: its artifacts may be incomplete",
+            hint="raise trials.stop_timeout_s or fix the engine's shutdown",
+        )
+    containers.runtime.normalize_ownership(tree, image=containers.image)
+    listing = hash_tree(tree)
+    artifacts = adapter.summarize_artifacts(listing)
+    signals = adapter.read_log(session.log)
+    info.update(
+        {
+            "timings": dict(signals.timings),
+            "requests": report.requests,
+            "request_seconds": round(report.request_seconds, 3),
+            "compile_markers": len(signals.compile_markers),
+            "files": len(listing.files),
+            "total_size": listing.total_size,
+        }
+    )
+    return info, report, listing, artifacts

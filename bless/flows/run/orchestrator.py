@@ -1,0 +1,323 @@
+"""The run itself: lock the hash, try up to N candidates (bootstrap, trials), publish the first accepted.
+
+:class:`Orchestrator` owns the order of things and the outcomes: refusals before any engine starts
+(already blessed, weaker bound, unsafe settings, not enough GPU memory), the candidate loop, the
+cross-device comparison, the manifest a publish writes, and the evidence a rejection keeps. Phase 1 is
+:mod:`.bootstrap`, phase 2 :mod:`.schedule` and :mod:`.trial`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bless import __version__
+from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, plan_slots, visible_gpus
+from bless.engines.base import EngineAdapter
+from bless.errors import AlreadyBlessedError, BootstrapFailedError, InterruptedByUserError
+from bless.factors import GpuInfo, ResolvedConfig
+from bless.flows.events import Event, EventSink, ignore_events, new_run_id
+from bless.flows.run.bootstrap import run_bootstrap
+from bless.flows.run.containers import RunContainers
+from bless.flows.run.policy import check_bound_kept
+from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
+from bless.flows.run.schedule import TrialSchedule
+from bless.flows.run.summary import render_summary
+from bless.flows.run.trial import TrialInputs, run_trial
+from bless.flows.safety import check_unsafe
+from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.probes import probe_gpus
+from bless.runtime.base import Runtime
+from bless.store import PublishResult, Store
+from bless.trials import failure_rate_bound, golden_from
+from bless.verify import TreeListing
+
+
+class Orchestrator:
+    """Runs phases 1 and 2 for one resolved profile against one store and runtime."""
+
+    def __init__(
+        self,
+        resolved: ResolvedConfig,
+        *,
+        store: Store,
+        runtime: Runtime,
+        adapter: EngineAdapter,
+        events: EventSink = ignore_events,
+        gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
+        cuda_visible_devices: str | None = None,
+    ):
+        """``gpu_probe`` lists this host's GPUs (nvidia-smi); ``cuda_visible_devices`` is the operator's
+        restriction of them (indices or UUIDs), None for all."""
+        self.resolved = resolved
+        self.profile = resolved.profile
+        self.store = store
+        self.runtime = runtime
+        self.adapter = adapter.for_factors(resolved.factors)
+        self._events = events
+        self._events_lock = threading.Lock()
+        self.gpu_probe = gpu_probe
+        self.cuda_visible_devices = cuda_visible_devices
+        self.slots: tuple[GpuSlot, ...] = (GpuSlot(0),)
+        self.run_id = new_run_id()
+        self.image = resolved.factors["runtime"].get("image_id")
+        self.containers = RunContainers(
+            resolved, adapter=self.adapter, runtime=runtime, run_id=self.run_id, image=self.image
+        )
+        self._published: PublishResult | None = None
+        self._warnings: list[str] = []
+
+    def events(self, event: Event) -> None:
+        """Hand an event to the sink; parallel trials report from several threads, one at a time."""
+        with self._events_lock:
+            self._events(event)
+
+    # --- top level -------------------------------------------------------------------------------
+
+    def _plan_slots(self, options: RunOptions) -> tuple[GpuSlot, ...]:
+        """Trial slots on this host's GPUs, each with enough free memory now (else 52, naming the GPU)."""
+        hardware = self.profile.hardware
+        if hardware.accelerator != "cuda":
+            return plan_slots(hardware, [], requested=options.parallel, trials=options.trials)
+        gpus = visible_gpus(self.gpu_probe(), self.cuda_visible_devices)
+        slots = plan_slots(hardware, gpus, requested=options.parallel, trials=options.trials)
+        check_slot_memory(hardware, slots, gpus)
+        return slots
+
+    def run(self, options: RunOptions) -> RunResult:
+        """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
+        started = time.monotonic()
+        self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
+        allowed_unsafe = check_unsafe(self.resolved, self.adapter, allow_test_knobs=options.allow_test_knobs)
+        self.runtime.ping()
+        self.slots = self._plan_slots(options)
+        config_hash = self.resolved.config_hash
+        with self.store.lock(config_hash, wait=options.wait_lock):
+            self.store.recover()
+            existing = self.store.find(config_hash)
+            if existing is not None and not options.rebless:
+                raise AlreadyBlessedError(
+                    f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
+                    hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
+                )
+            if existing is not None:
+                warning = check_bound_kept(existing, options)
+                if warning is not None:
+                    self._warnings.append(warning)
+                    self.events(Event("warning", warning))
+            for note in self.adapter.notes():
+                self.events(Event("note", f"{self.adapter.name} adapter: {note}"))
+            leftovers, spared = self.containers.clean_leftovers(config_hash)
+            if leftovers:
+                self.events(Event("note", f"removed leftover containers of a crashed run: {', '.join(leftovers)}"))
+            if spared:
+                self.events(Event("note", f"left alone, their run is still going: {', '.join(spared)}"))
+            run_dir = self.store.new_staging_dir(self.run_id)
+            candidates: list[CandidateResult] = []
+            try:
+                for index in range(1, options.candidates + 1):
+                    result = self._candidate(index, run_dir / f"c{index}", options, allowed_unsafe, started)
+                    candidates.append(result)
+                    if result.accepted:
+                        return self._finish(candidates, options, started, published=True)
+                return self._finish(candidates, options, started, published=False)
+            except KeyboardInterrupt:
+                raise InterruptedByUserError(
+                    f"run {self.run_id} interrupted; engines stopped, nothing published",
+                    hint=f"evidence is under {self.store.root / 'rejected' / config_hash}",
+                ) from None
+            finally:
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _finish(
+        self, candidates: list[CandidateResult], options: RunOptions, started: float, *, published: bool
+    ) -> RunResult:
+        accepted = candidates[-1] if published else None
+        passes = len(accepted.trials) if accepted else 0
+        publish = self._published if published else None
+        return RunResult(
+            config_hash=self.resolved.config_hash,
+            run_id=self.run_id,
+            published=published,
+            candidates=tuple(candidates),
+            trials_planned=options.trials,
+            confidence=options.confidence,
+            failure_rate_bound=failure_rate_bound(passes, options.confidence) if published else None,
+            manifest_path=str(publish.manifest_path) if publish else None,
+            blessed_dir=str(publish.blessed_dir) if publish else None,
+            archived_manifest=str(publish.archived_manifest) if publish and publish.archived_manifest else None,
+            wall_seconds=time.monotonic() - started,
+            engine_seconds=self.containers.engine_seconds,
+            warnings=tuple(self._warnings),
+            slots=self.slots,
+        )
+
+    # --- one candidate ---------------------------------------------------------------------------
+
+    def _candidate(
+        self, index: int, work: Path, options: RunOptions, allowed_unsafe: list[str], started: float
+    ) -> CandidateResult:
+        tree = work / "cache"
+        evidence = work / "evidence"
+        tree.mkdir(parents=True)
+        evidence.mkdir(parents=True)
+        self.adapter.prepare_cache_dir(tree)
+        trials: list[TrialResult] = []
+        bootstrap: dict[str, Any] = {}
+        schedule = TrialSchedule(self.slots, self.events)
+        try:
+            self.events(Event("phase", f"candidate {index}: phase 1, bootstrap compile", {"candidate": index}))
+            # The golden outputs come from the first slot's GPUs: the cross-device reference.
+            bootstrap, golden_report, listing, artifacts = run_bootstrap(
+                self.containers, index, tree, evidence, self.slots[0]
+            )
+            golden = golden_from(golden_report, self.profile.trials.max_tokens)
+            proof = TrialInputs(index, tree, listing, golden, artifacts.engine_keys, work, evidence)
+
+            def one_trial(trial: int, slot: GpuSlot) -> TrialResult:
+                return run_trial(proof, trial, slot, containers=self.containers, schedule=schedule, events=self.events)
+
+            trials_started = time.monotonic()
+            schedule.run(index, options.trials, one_trial, trials)
+            trials_seconds = time.monotonic() - trials_started
+        except BootstrapFailedError as exc:
+            self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
+            raise
+        except KeyboardInterrupt:
+            # What the interruption stopped, said in the rejection's summary: until trials start, the bootstrap.
+            step = schedule.step if schedule.step is not None else "the bootstrap"
+            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=step)
+            raise
+        trials.sort(key=lambda t: t.index)
+        reference = {p: (c.text, c.token_ids) for p, c in golden_report.outputs.items()}
+        cross_device = cross_device_reasons(
+            self.slots[0].label, reference, [(t.slot.label, t.outputs_seen()) for t in trials]
+        )
+        failed = [t for t in trials if not t.passed]
+        if failed or cross_device:
+            reasons = tuple([*(f"trial {t.index}: {r}" for t in failed for r in t.reasons), *cross_device])
+            rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
+            self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
+            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected), trials_seconds)
+        manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
+        self._published = self.store.publish(tree, manifest)
+        # The engine logs of an accepted run stay readable next to the store (not in the manifest),
+        # until gc removes the blessed version they made.
+        self.store.keep_run_logs(self.run_id, self._published, sorted(evidence.glob("*.log")))
+        self.events(Event("candidate-end", f"candidate {index} accepted and published", {"candidate": index}))
+        return CandidateResult(index, True, bootstrap, tuple(trials), (), trials_seconds=trials_seconds)
+
+    # --- outcomes --------------------------------------------------------------------------------
+    def _manifest(
+        self,
+        candidate: int,
+        listing: TreeListing,
+        artifacts: Any,
+        golden: list[dict[str, Any]],
+        bootstrap: dict[str, Any],
+        trials: list[TrialResult],
+        options: RunOptions,
+        allowed_unsafe: list[str],
+    ) -> Manifest:
+        """The manifest an accepted candidate is published with: its factors, tree, trials and provenance."""
+        bound = failure_rate_bound(len(trials), options.confidence)
+        return Manifest(
+            config_hash=self.resolved.config_hash,
+            factors=self.resolved.factors,
+            created=utc_now(),
+            tool_version=__version__,
+            profile_name=self.profile.name,
+            cache=cache_tree_from_listing(listing, mount_path=self.adapter.cache_mount_path),
+            artifacts={"items": list(artifacts.artifacts), "engine_keys": dict(artifacts.engine_keys)},
+            trials={
+                "planned": options.trials,
+                "passed": sum(t.passed for t in trials),
+                "failure_rate_bound": {"confidence": options.confidence, "max_failure_rate": round(bound, 6)},
+                "protocol": {
+                    "prompts": len(self.profile.trials.prompts),
+                    "repeats": self.profile.trials.repeats,
+                    "max_tokens": self.profile.trials.max_tokens,
+                    "concurrent": self.profile.trials.concurrent,
+                    "cache_mount": "ro" if self.profile.cache_mount == "ro-bind" else "overlay",
+                },
+                "results": [trial.to_dict() for trial in trials],
+                "parallel": len(self.slots),
+                # Every GPU a trial proved the cache on (the cross-device check compared them all).
+                "devices": list({g["uuid"] or str(g["index"]): g for t in trials for g in t.slot.records()}.values()),
+            },
+            golden=golden,
+            provenance=default_provenance(
+                self.runtime.kind,
+                run_id=self.run_id,
+                candidate=candidate,
+                image_id=self.image,
+                bootstrap=bootstrap,
+                recorded_env=dict(self.resolved.recorded_env),
+                allowed_unsafe=allowed_unsafe,
+                adapter_notes=list(self.adapter.notes()),
+            ),
+        )
+
+    def _reject(
+        self,
+        candidate: int,
+        tree: Path,
+        evidence: Path,
+        bootstrap: dict[str, Any],
+        trials: list[TrialResult],
+        reasons: tuple[str, ...],
+        options: RunOptions,
+        *,
+        interrupted: str | None = None,
+    ) -> Path:
+        """Hand a rejected candidate's tree, summary and evidence to the store; returns where they went."""
+        summary = render_summary(
+            self.resolved, self.run_id, candidate, bootstrap, trials, reasons, options, interrupted=interrupted
+        )
+        record = {
+            "config_hash": self.resolved.config_hash,
+            "run_id": self.run_id,
+            "candidate": candidate,
+            "reasons": list(reasons),
+            "interrupted_during": interrupted,
+            "bootstrap": bootstrap,
+            "trials": [trial.to_dict() for trial in trials],
+            "factors": dict(self.resolved.factors),
+        }
+        rejected = self.store.reject(
+            tree,
+            config_hash=self.resolved.config_hash,
+            run_id=self.run_id,
+            candidate=candidate,
+            summary_md=summary,
+            evidence=record,
+        )
+        for log in sorted(evidence.glob("*.log")):
+            shutil.copy2(log, rejected / log.name)
+        return rejected
+
+
+def run_bless(
+    resolved: ResolvedConfig,
+    *,
+    store: Store,
+    runtime: Runtime,
+    adapter: EngineAdapter,
+    options: RunOptions,
+    events: EventSink = ignore_events,
+    cuda_visible_devices: str | None = None,
+) -> RunResult:
+    """Convenience entry point: one orchestrator, one run (on the GPUs ``cuda_visible_devices`` leaves)."""
+    orchestrator = Orchestrator(
+        resolved,
+        store=store,
+        runtime=runtime,
+        adapter=adapter,
+        events=events,
+        cuda_visible_devices=cuda_visible_devices,
+    )
+    return orchestrator.run(options)

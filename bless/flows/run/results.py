@@ -1,0 +1,144 @@
+"""What ``bless run`` is asked to do and what it reports: :class:`RunOptions` in, :class:`RunResult` out.
+
+The ``to_dict`` forms are what ``bless run --json`` prints and what a rejection's ``evidence.json``
+and a manifest's trial results record, so their keys are part of the tool's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bless.devices import GpuSlot, Output
+from bless.reuse import ReuseReport
+from bless.trials import CoherenceReport
+
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one ``bless run`` goes: K trials at a confidence, how many candidates, what it may override."""
+
+    trials: int
+    confidence: float = DEFAULT_CONFIDENCE
+    candidates: int = 1
+    rebless: bool = False
+    wait_lock: bool = False
+    #: Publish even when the blessing replaced by ``rebless`` had a stronger failure-rate bound.
+    allow_weaker: bool = False
+    #: Bless with an engine version the adapter has no rules for (its nearest older rules are used and recorded).
+    allow_unknown_engine_version: bool = False
+    #: Let the reference engine's test knobs through (bless's own tests only; no option or env var sets it).
+    allow_test_knobs: bool = False
+    #: Trials at once, one per GPU slot; None: as many slots as the GPUs present fit (CPU: 1).
+    parallel: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial's verdict, the reasons it failed, and the evidence it left (engine, reuse, upper layer)."""
+
+    index: int
+    passed: bool
+    reasons: tuple[str, ...]
+    coherence: CoherenceReport | None
+    reuse: ReuseReport | None
+    engine: dict[str, Any]
+    timings: dict[str, float]
+    upper: dict[str, Any]
+    slot: GpuSlot = field(default_factory=lambda: GpuSlot(0))
+
+    def outputs_seen(self) -> dict[str, set[Output]]:
+        """Every distinct output per prompt this trial saw (all protocol modes)."""
+        seen: dict[str, set[Output]] = {}
+        for observation in self.coherence.observations if self.coherence else ():
+            seen.setdefault(observation.prompt, set()).add((observation.text, observation.token_ids))
+        return seen
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trial as JSON: verdict, slot and GPUs, engine facts, timings, coherence, reuse, upper layer."""
+        return {
+            "index": self.index,
+            "passed": self.passed,
+            "reasons": list(self.reasons),
+            "slot": self.slot.index,
+            "gpus": self.slot.records(),
+            **self.engine,
+            "timings": self.timings,
+            "coherence": self.coherence.to_dict() if self.coherence else None,
+            "reuse": self.reuse.to_dict() if self.reuse else None,
+            "upper": self.upper,
+        }
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One candidate cache: its bootstrap, its trials, and whether it was accepted or where its evidence is."""
+
+    index: int
+    accepted: bool
+    bootstrap: dict[str, Any]
+    trials: tuple[TrialResult, ...]
+    reasons: tuple[str, ...]
+    rejected_dir: str | None = None
+    #: Wall time of phase 2 (all K trials, parallel ones overlapping): what --parallel shortens.
+    trials_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The candidate as JSON, its trials included."""
+        return {
+            "index": self.index,
+            "accepted": self.accepted,
+            "reasons": list(self.reasons),
+            "trials_seconds": round(self.trials_seconds, 3) if self.trials_seconds is not None else None,
+            "bootstrap": self.bootstrap,
+            "trials": [trial.to_dict() for trial in self.trials],
+            "rejected_dir": self.rejected_dir,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run did. ``published`` is False when every candidate was rejected."""
+
+    config_hash: str
+    run_id: str
+    published: bool
+    candidates: tuple[CandidateResult, ...]
+    trials_planned: int
+    confidence: float
+    failure_rate_bound: float | None
+    manifest_path: str | None
+    blessed_dir: str | None
+    archived_manifest: str | None
+    wall_seconds: float
+    engine_seconds: float
+    warnings: tuple[str, ...] = ()
+    slots: tuple[GpuSlot, ...] = (GpuSlot(0),)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as ``bless run --json`` prints it."""
+        # Parallel trials overlap: their summed engine time can exceed the wall time, so the
+        # overhead ratio only means something when trials ran one at a time.
+        serial = len(self.slots) <= 1
+        return {
+            "config_hash": self.config_hash,
+            "run_id": self.run_id,
+            "published": self.published,
+            "warnings": list(self.warnings),
+            "trials_planned": self.trials_planned,
+            "confidence": self.confidence,
+            "failure_rate_bound": self.failure_rate_bound,
+            "manifest_path": self.manifest_path,
+            "blessed_dir": self.blessed_dir,
+            "archived_manifest": self.archived_manifest,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "engine_seconds": round(self.engine_seconds, 3),
+            "orchestration_overhead": round(1 - self.engine_seconds / self.wall_seconds, 4)
+            if self.wall_seconds and serial
+            else None,
+            "parallel": len(self.slots),
+            "slots": [{"slot": slot.index, "label": slot.label, "gpus": slot.records()} for slot in self.slots],
+            "candidates": [candidate.to_dict() for candidate in self.candidates],
+        }

@@ -1,0 +1,62 @@
+"""The ``summary.md`` of a rejected candidate: what a human reads first in its evidence directory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bless.factors import ResolvedConfig
+from bless.flows.run.results import RunOptions, TrialResult
+
+
+def render_summary(
+    resolved: ResolvedConfig,
+    run_id: str,
+    candidate: int,
+    bootstrap: dict[str, Any],
+    trials: list[TrialResult],
+    reasons: tuple[str, ...],
+    options: RunOptions,
+    *,
+    interrupted: str | None = None,
+) -> str:
+    """The ``summary.md`` a human reads first in a rejected-evidence dir.
+
+    ``interrupted`` names the step a signal stopped (``"trial 2"``, ``"the bootstrap"``): that step
+    started but has no verdict, so it is not among the finished trials.
+    """
+    progress = f"- trials finished: {len(trials)} of {options.trials} planned"
+    if interrupted is not None:
+        progress += f"; interrupted during {interrupted}"
+    lines = [
+        f"# Rejected: candidate {candidate} of run {run_id}",
+        "",
+        f"- profile: `{resolved.profile.label}`",
+        f"- config hash: `{resolved.config_hash}`",
+        f"{progress} (a run stops at the first failing trial)",
+        "",
+        "## Why",
+        "",
+        *[f"- {reason}" for reason in reasons],
+        "",
+        "## Trials",
+        "",
+        "| trial | verdict | start->ready s | reasons |",
+        "|---|---|---|---|",
+        *[
+            f"| {t.index} | {'pass' if t.passed else 'FAIL'} | {t.engine.get('start_to_ready_s')} | "
+            f"{'; '.join(t.reasons)[:300].replace('|', '/')} |"
+            for t in trials
+        ],
+        "",
+        "## Bootstrap",
+        "",
+        "```json",
+        json.dumps(bootstrap, indent=2, sort_keys=True),
+        "```",
+        "",
+        "Files here: `tree/` (the rejected cache), `evidence.json` (everything above, machine-readable),",
+        "`bootstrap.log` and `trial-N.log` (engine logs).",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""One trial of phase 2: a fresh engine on the staged tree must reuse it, and the verdict says why not.
+
+The engine sees the staged tree read-only (as an overlay's lower layer, or a read-only bind where the
+adapter allows) and must give coherent outputs equal to the golden ones, print a load marker and no
+compile marker, write no new artifacts to the upper layer, leave the tree byte-identical, and stop in
+time. The request protocol it replays is :mod:`bless.trials`; when trials run is
+:mod:`bless.flows.run.schedule`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bless import labels
+from bless.devices import GpuSlot
+from bless.errors import EngineHttpError, NotReadyError
+from bless.flows.events import Event, EventSink
+from bless.flows.run.containers import RunContainers, write_log
+from bless.flows.run.results import TrialResult
+from bless.flows.run.schedule import TrialSchedule
+from bless.reuse import classify_reuse
+from bless.runtime.base import Mount
+from bless.trials import CoherenceReport, golden_text_map, golden_token_map, run_protocol
+from bless.verify import TreeListing, verify_tree
+
+
+@dataclass(frozen=True)
+class TrialInputs:
+    """What every trial of one candidate proves against: the staged tree and the bootstrap's facts."""
+
+    candidate: int
+    tree: Path
+    listing: TreeListing
+    golden: list[dict[str, Any]]
+    engine_keys: Mapping[str, Any]
+    work: Path
+    evidence: Path
+
+
+def run_trial(
+    proof: TrialInputs,
+    index: int,
+    slot: GpuSlot,
+    *,
+    containers: RunContainers,
+    schedule: TrialSchedule,
+    events: EventSink,
+) -> TrialResult:
+    """Run trial ``index`` of ``proof``'s candidate on ``slot`` and judge it.
+
+    The engine is tracked by ``schedule`` while it runs, so an interruption stops it; a trial
+    that starts after the trials were stopped fails as interrupted. Its log is kept in the
+    candidate's evidence whatever happens.
+    """
+    profile = containers.profile
+    adapter = containers.adapter
+    scratch = proof.work / f"trial-{index}"
+    if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
+        mount = Mount("ro", proof.tree, adapter.cache_mount_path)
+    else:
+        mount = Mount("overlay", proof.tree, adapter.cache_mount_path, scratch=scratch)
+    log_path = proof.evidence / f"trial-{index}.log"
+    name = containers.name("trial", proof.candidate, index)
+    session = containers.session(labels.PHASE_TRIAL, name, mount, proof.candidate, log_path, slot)
+    coherence: CoherenceReport | None = None
+    reasons: list[str] = []
+
+    def phase(what: str) -> None:
+        data = {"candidate": proof.candidate, "trial": index, "phase": what, "gpus": slot.short}
+        events(Event("trial-phase", f"trial {index}: {what}", data))
+
+    try:
+        phase("starting")
+        with session:
+            cancelled = not schedule.register(index, session)
+            try:
+                if cancelled:
+                    reasons.append("interrupted before it became ready")
+                else:
+                    phase("loading")
+                    session.wait_ready()
+                    phase("replaying")
+                    coherence = run_protocol(
+                        session.client,
+                        profile.trials,
+                        golden=golden_token_map(proof.golden),
+                        golden_text=golden_text_map(proof.golden),
+                    )
+            except NotReadyError as exc:
+                reasons.append(session.not_ready_message(exc))
+            except EngineHttpError as exc:
+                reasons.append(f"request failed: {exc.message}")
+            finally:
+                phase("stopping")
+    finally:
+        schedule.unregister(index)
+        write_log(log_path, session.log)  # kept as evidence when interrupted too
+    phase("checking")
+    tree, listing = proof.tree, proof.listing
+    containers.count_engine_time(session, coherence)
+    if coherence is not None:
+        reasons.extend(coherence.reasons)
+    signals = adapter.read_log(session.log)
+    upper = adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
+    tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
+    drift = adapter.drift_reasons(proof.engine_keys, signals.engine_keys)
+    reuse = classify_reuse(signals, upper, tree_check, drift)
+    reasons.extend(reuse.reasons)
+    if session.stop_result is not None and not session.stop_result.graceful:
+        reasons.append(f"the engine did not stop within {profile.trials.stop_timeout_s} s")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return TrialResult(
+        index=index,
+        passed=not reasons,
+        reasons=tuple(dict.fromkeys(reasons)),
+        coherence=coherence,
+        reuse=reuse,
+        engine=session.evidence(),
+        timings=dict(signals.timings),
+        slot=slot,
+        upper={
+            "written": len(session.upper),
+            "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
+        },
+    )
