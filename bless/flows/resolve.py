@@ -35,8 +35,8 @@ def resolve_profile(
 ) -> ResolvedConfig:
     """Resolve ``profile`` to its factors and config hash: the one entry point of every command.
 
-    ``image_resolver`` maps an image tag to its ID (a runtime's ``resolve_image``, or the ID a
-    launcher already read); without one, only pinned ``sha256:`` IDs resolve. ``hardware_probe``
+    ``image_resolver`` maps an image tag to its ID (a runtime's ``resolve_image``, or the ID
+    serve-full already read); without one, only pinned ``sha256:`` IDs resolve. ``hardware_probe``
     gives the hardware factor: this machine's by default, ``declared_hardware_factor`` for the
     profile's declaration only. ``offline`` forbids network lookups (a revision must be pinned).
     """

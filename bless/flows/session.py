@@ -1,6 +1,6 @@
 """One engine start as a context manager: spec building, start, readiness, graceful stop, removal.
 
-Shared by the orchestrator (bootstrap and trials) and the launcher (serving), so every
+Shared by bless run (bootstrap and trials) and serve-full (serving), so every
 start carries our labels, pins the cache path and HOME, and is stopped the same way.
 """
 

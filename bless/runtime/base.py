@@ -2,7 +2,7 @@
 
 Two implementations: ``docker`` (Docker Engine through the SDK; the only module that
 imports it) and ``local`` (a subprocess on this host, for GPU hosts without Docker).
-The orchestrator and launcher only see this protocol, which is also what unit tests fake.
+bless run and serve-full only see this protocol, which is also what unit tests fake.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ NameHolder = Literal["free", "ours", "foreign"]
 
 
 class Runtime(Protocol):
-    """What the orchestrator and launcher need from a place that runs engines."""
+    """What bless run and serve-full need from a place that runs engines."""
 
     kind: Literal["docker", "local"]
 

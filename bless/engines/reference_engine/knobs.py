@@ -1,6 +1,6 @@
 """Test knobs: environment variables that make the engine misbehave on purpose, to test bless itself.
 
-They are UNSAFE for serving. bless's launcher must refuse to start a blessed engine with any of them set
+They are UNSAFE for serving. serve-full must refuse to start a blessed engine with any of them set
 (the adapter lists them as unsafe). Parsing is strict: a value that is not understood is an error, never a
 silent default.
 """

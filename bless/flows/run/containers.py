@@ -9,6 +9,7 @@ from the containers of a run that is still going.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class RunContainers:
         self.image = image
         #: Start-to-ready, request and stop seconds of every engine, summed (parallel trials overlap).
         self.engine_seconds = 0.0
+        self._engine_seconds_lock = threading.Lock()  # parallel trials finish on their own threads
         identity = process_identity()
         self._owner_process = json.dumps(
             {key: identity[key] for key in ("host", "pid", "proc_start")}, sort_keys=True, separators=(",", ":")
@@ -91,9 +93,11 @@ class RunContainers:
 
     def count_engine_time(self, session: EngineSession, report: CoherenceReport | None) -> None:
         """Add a finished session's start-to-ready, request and stop time to :attr:`engine_seconds`."""
-        self.engine_seconds += (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
+        seconds = (session.start_to_ready_s or 0.0) + (report.request_seconds if report else 0.0)
         if session.stop_result is not None:
-            self.engine_seconds += session.stop_result.seconds
+            seconds += session.stop_result.seconds
+        with self._engine_seconds_lock:
+            self.engine_seconds += seconds
 
     def clean_leftovers(self, config_hash: str) -> tuple[list[str], list[str]]:
         """Remove this hash's bless-run containers whose run is gone; returns (removed, spared).
