@@ -40,8 +40,9 @@ from types import TracebackType
 from typing import Any, Literal
 
 from bless import labels
+from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
-from bless.errors import ImageMissingError, RuntimeUnavailableError
+from bless.errors import ImageMissingError, RuntimeUnavailableError, UnknownEngineVersionError
 from bless.evidence import UpperEntry
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 
@@ -505,3 +506,20 @@ class FakeRuntime:
             and labels.is_ours(dict(c.spec.labels))
             and all(c.spec.labels.get(k) == v for k, v in labels_.items())
         ]
+
+
+# --- an adapter ---------------------------------------------------------------------------------------
+
+
+class UnknownVersionAdapter(ReferenceAdapter):
+    """The reference adapter with an engine version it has no rules for, and a replay-only env switch."""
+
+    def for_factors(self, factors: Mapping[str, Any]) -> UnknownVersionAdapter:
+        return self
+
+    def require_known_version(self, *, allow_unknown: bool) -> None:
+        if not allow_unknown:
+            raise UnknownEngineVersionError("engine 9.9 has no entry", hint="--allow-unknown-engine-version")
+
+    def replay_env(self) -> dict[str, str]:
+        return {"FAKE_FORCE_LOAD": "1"}

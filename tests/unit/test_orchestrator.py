@@ -9,15 +9,12 @@ real ``ReferenceAdapter``, the store the real ``Store``, the trial protocol the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,81 +34,17 @@ from bless.errors import (
     WeakerBlessingError,
 )
 from bless.evidence import UpperEntry
-from bless.factors import GpuInfo, ResolvedConfig, resolve
-from bless.flows.events import Event
-from bless.flows.run import Orchestrator, RunOptions, RunResult
-from bless.profile import Profile, load_profile
-from bless.store import Store
+from bless.flows.run import RunResult
 from bless.trials import failure_rate_bound
 from bless.verify import verify_tree
-from tests.fakes import ARTIFACT, META, Behavior, FakeRuntime, Scenario, coherent_scenario, key_line, tokens_for
+from tests.fakes import ARTIFACT, META, Behavior, UnknownVersionAdapter, key_line, tokens_for
+from tests.unit.run_harness import Harness, make_profile
 
 REPO = Path(__file__).resolve().parents[2]
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
 
 
 # --- fixtures ----------------------------------------------------------------------------------------
-
-
-def make_profile(**env: str) -> Profile:
-    profile = load_profile(REPO / "profiles" / "reference-cpu.toml")
-    return dataclasses.replace(profile, env={**profile.env, **env}) if env else profile
-
-
-def make_resolved(profile: Profile, runtime: FakeRuntime) -> ResolvedConfig:
-    return resolve(
-        profile,
-        ReferenceAdapter(),
-        image_resolver=runtime.resolve_image,
-        hardware_probe=lambda spec: {"accelerator": "cpu", "isa": "x86-64-v2"},
-    )
-
-
-@dataclass
-class Harness:
-    store: Store
-    runtime: FakeRuntime
-    resolved: ResolvedConfig
-    events: list[Event]
-    gpus: list[GpuInfo] = field(default_factory=list)  # what the GPU probe lists (none: a CPU host)
-
-    @property
-    def config_hash(self) -> str:
-        return self.resolved.config_hash
-
-    def run(self, trials: int = 3, adapter: ReferenceAdapter | None = None, **options: Any) -> RunResult:
-        orchestrator = Orchestrator(
-            self.resolved,
-            store=self.store,
-            runtime=self.runtime,
-            adapter=adapter or ReferenceAdapter(),
-            events=self.events.append,
-            gpu_probe=lambda: list(self.gpus),
-        )
-        return orchestrator.run(RunOptions(trials=trials, **options))
-
-    def rejected_dirs(self) -> list[Path]:
-        parent = self.store.root / "rejected" / self.config_hash
-        return sorted(p for p in parent.iterdir() if not p.name.startswith(".")) if parent.is_dir() else []
-
-    def staging_left(self) -> list[Path]:
-        staging = self.store.root / "staging"
-        return sorted(staging.iterdir()) if staging.is_dir() else []
-
-
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
-    made: list[Harness] = []
-
-    def factory(scenario: Scenario = coherent_scenario, profile: Profile | None = None) -> Harness:
-        runtime = FakeRuntime(scenario)
-        harness = Harness(Store(tmp_path / "root"), runtime, make_resolved(profile or make_profile(), runtime), [])
-        made.append(harness)
-        return harness
-
-    yield factory
-    for harness in made:
-        harness.runtime.close()
 
 
 def h12(harness: Harness) -> str:
@@ -121,27 +54,16 @@ def h12(harness: Harness) -> str:
 # --- accept --------------------------------------------------------------------------------------------
 
 
-class VersionedAdapter(ReferenceAdapter):
-    """A fake of the adapter interface with an engine version it does not know and a replay switch."""
-
-    def require_known_version(self, *, allow_unknown: bool) -> None:
-        if not allow_unknown:
-            raise UnknownEngineVersionError("engine 9.9 has no entry", hint="--allow-unknown-engine-version")
-
-    def replay_env(self) -> dict[str, str]:
-        return {"FAKE_FORCE_LOAD": "1"}
-
-
 def test_unknown_engine_version_is_refused_before_any_engine_starts(make: Callable[..., Harness]) -> None:
     harness = make()
     with pytest.raises(UnknownEngineVersionError):
-        harness.run(trials=1, adapter=VersionedAdapter())
+        harness.run(trials=1, adapter=UnknownVersionAdapter())
     assert harness.runtime.containers == [] and harness.store.find(harness.config_hash) is None
 
 
 def test_allowed_unknown_version_runs_and_only_replays_get_the_force_load_env(make: Callable[..., Harness]) -> None:
     harness = make()
-    result = harness.run(trials=2, adapter=VersionedAdapter(), allow_unknown_engine_version=True)
+    result = harness.run(trials=2, adapter=UnknownVersionAdapter(), allow_unknown_engine_version=True)
     assert result.published
     boot, *trials = harness.runtime.containers
     assert "FAKE_FORCE_LOAD" not in boot.spec.env  # the bootstrap compiles: nothing to load yet
@@ -560,17 +482,6 @@ def _exited_pid() -> int:
 
 
 # --- interruption ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def real_sigint() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("needs the main thread to receive SIGINT")
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(

@@ -26,9 +26,7 @@ from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.schemas import schema_errors
 from bless.store import Store
 from tests.fakes import ARTIFACT, Behavior, FakeRuntime, tokens_for
-from tests.unit.test_orchestrator import Harness, make_profile, real_sigint
-
-__all__ = ["real_sigint"]  # a fixture this module uses, imported from the serial tests
+from tests.unit.run_harness import Harness, make_profile
 
 H200 = "NVIDIA H200"
 GIB = 1024

@@ -46,7 +46,16 @@ from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
 from bless.store.fsutil import remove_tree
-from tests.fakes import ARTIFACT_KEY, IMAGE, IMAGE_ID, Behavior, FakeEngineServer, FakeRuntime, openai_engine
+from tests.fakes import (
+    ARTIFACT_KEY,
+    IMAGE,
+    IMAGE_ID,
+    Behavior,
+    FakeEngineServer,
+    FakeRuntime,
+    UnknownVersionAdapter,
+    openai_engine,
+)
 from tests.unit.store_helpers import make_manifest, write_tree
 
 FORMER_OVERRIDE = "BLESS_ALLOW_UNSAFE_ENV_FOR_TESTS"
@@ -245,20 +254,6 @@ def test_plan_of_a_blessing(store: Store, tmp_path: Path) -> None:
     json.dumps(plan.to_dict())  # JSON-ready
 
 
-class VersionedAdapter(ReferenceAdapter):
-    """A fake of the adapter interface: an engine version it does not know, and a force-load switch."""
-
-    def for_factors(self, factors: Mapping[str, Any]) -> VersionedAdapter:
-        return self
-
-    def require_known_version(self, *, allow_unknown: bool) -> None:
-        if not allow_unknown:
-            raise UnknownEngineVersionError("engine 9.9 has no entry", hint="--allow-unknown-engine-version")
-
-    def replay_env(self) -> dict[str, str]:
-        return {"FAKE_FORCE_LOAD": "1"}
-
-
 def test_unknown_engine_version_is_refused_unless_allowed_and_serving_forces_the_load(
     store: Store, tmp_path: Path
 ) -> None:
@@ -267,11 +262,11 @@ def test_unknown_engine_version_is_refused_unless_allowed_and_serving_forces_the
     runtime = serving_runtime()
     plan_with = partial(serve.plan, profile, store=store, runtime=runtime, gpu_probe=lambda: [H100])
     with pytest.raises(UnknownEngineVersionError) as excinfo:
-        plan_with(adapter=VersionedAdapter())
+        plan_with(adapter=UnknownVersionAdapter())
     assert code_of(excinfo) == 33
-    plan = plan_with(adapter=VersionedAdapter(), allow_unknown_engine_version=True)
+    plan = plan_with(adapter=UnknownVersionAdapter(), allow_unknown_engine_version=True)
     assert plan.spec.env["FAKE_FORCE_LOAD"] == "1"
-    debug = plan_with(adapter=VersionedAdapter(), allow_unknown_engine_version=True, debug=True)
+    debug = plan_with(adapter=UnknownVersionAdapter(), allow_unknown_engine_version=True, debug=True)
     assert "FAKE_FORCE_LOAD" not in debug.spec.env  # a debug start loads nothing
 
 

@@ -1,0 +1,43 @@
+"""Fixtures of the unit tests of the `bless run` flow (serial and parallel trials)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bless.profile import Profile
+from bless.store import Store
+from tests.fakes import FakeRuntime, Scenario, coherent_scenario
+from tests.unit.run_harness import Harness, make_profile, make_resolved
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    """A factory of harnesses over one store; their fake engines are closed at the end."""
+    made: list[Harness] = []
+
+    def factory(scenario: Scenario = coherent_scenario, profile: Profile | None = None) -> Harness:
+        runtime = FakeRuntime(scenario)
+        harness = Harness(Store(tmp_path / "root"), runtime, make_resolved(profile or make_profile(), runtime), [])
+        made.append(harness)
+        return harness
+
+    yield factory
+    for harness in made:
+        harness.runtime.close()
+
+
+@pytest.fixture
+def real_sigint() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in a terminal (pytest may have replaced the handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread to receive SIGINT")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
