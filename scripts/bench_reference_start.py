@@ -16,7 +16,10 @@ capture), for a cold compile, a Mega-Cache load, and AOT compile (``aot_compile`
 ``save_compiled_function`` / ``torch.compiler.load_compiled_function``, torch >= 2.11) with and without
 CUDA graphs. Each child prints one JSON line; a step that fails is recorded with its error.
 
-    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--json]
+``--concurrent ROUNDS``: blessed starts alone vs two spawned together (what parallel trials do on one
+host), with the shipped env and with Inductor's compile worker pool off, next to a cold start per round.
+
+    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--concurrent 3] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,40 +63,67 @@ def fresh_env(scratch: Path) -> dict[str, str]:
     }
 
 
-def engine_start(device: str, cache_dir: Path, timeout_s: float = 600) -> dict[str, Any]:
-    """Spawn the engine, time spawn -> ready marker, stop it; returns the timing and its compile time."""
-    with tempfile.TemporaryDirectory(prefix="bless-bench-start-") as tmp:
-        env = fresh_env(Path(tmp))
+class EngineRun:
+    """One engine process, spawned at once; its output is read on a thread, so every line is timed when printed."""
+
+    def __init__(self, device: str, cache_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="bless-bench-start-")
+        env = {**fresh_env(Path(self._tmp.name)), **(extra_env or {})}
         command = [sys.executable, "-m", "bless.engines.reference_engine", "--device", device, "--port", "0",
                    "--host", "127.0.0.1", "--cache-dir", str(cache_dir), *MODEL_ARGS]  # fmt: skip
-        started = time.monotonic()
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        lines: list[str] = []
-        ready_s = None
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-            if line.startswith(READY):
-                ready_s = time.monotonic() - started
-                break
-            if time.monotonic() - started > timeout_s:
-                break
-        proc.send_signal(signal.SIGTERM)
+        self.lines: list[str] = []
+        self.ready_s: float | None = None
+        self.ready = threading.Event()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if self.ready_s is None and line.startswith(READY):
+                self.ready_s = time.monotonic() - self.started
+                self.ready.set()
+        self.ready.set()  # the engine exited: whoever waits for "ready" stops waiting
+
+    def finish(self, timeout_s: float = 600) -> dict[str, Any]:
+        """Wait for ready (or exit), stop the engine; its spawn -> ready time and what it did with the cache."""
+        self.ready.wait(timeout_s)
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            rest, _ = proc.communicate(timeout=60)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate()
-        lines.extend(rest.splitlines())
-    if ready_s is None:
-        raise SystemExit("engine never became ready:\n" + "\n".join(lines[-40:]))
-    compile_s = next((float(x[len(COMPILE_TIME) :].split()[0]) for x in lines if x.startswith(COMPILE_TIME)), None)
-    return {
-        "ready_s": round(ready_s, 3),
-        "compile_s": compile_s,
-        "loaded": any("Directly load compiled artifact" in x for x in lines),
-        "saved": any("saved compiled artifact" in x for x in lines),
-    }
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=10)
+        self._tmp.cleanup()
+        if self.ready_s is None:
+            raise SystemExit("engine never became ready:\n" + "\n".join(self.lines[-40:]))
+        lines = self.lines
+        compile_s = next((float(x[len(COMPILE_TIME) :].split()[0]) for x in lines if x.startswith(COMPILE_TIME)), None)
+        return {
+            "ready_s": round(self.ready_s, 3),
+            "compile_s": compile_s,
+            "loaded": any("Directly load compiled artifact" in x for x in lines),
+            "saved": any("saved compiled artifact" in x for x in lines),
+        }
+
+
+def engine_start(device: str, cache_dir: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Spawn the engine, time spawn -> ready marker, stop it; returns the timing and its compile time."""
+    return EngineRun(device, cache_dir, extra_env).finish()
+
+
+def engines_at_once(device: str, cache_dir: Path, count: int, extra_env: dict[str, str] | None) -> list[dict[str, Any]]:
+    """``count`` engines spawned together on one cache dir; each stopped only once all are ready."""
+    runs = [EngineRun(device, cache_dir, extra_env) for _ in range(count)]
+    for run in runs:
+        run.ready.wait(600)
+    return [run.finish() for run in runs]
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -135,6 +166,51 @@ def bench_engine(device: str, pairs: int) -> dict[str, Any]:
         "ratio_of_medians": round(statistics.median(blessed) / statistics.median(cold), 3),
         "pair_ratios": spread([r["ratio"] for r in rows]),
     }
+
+
+# --- two blessed starts at once (parallel trials) --------------------------------------------------------
+
+#: Env of the blessed starts compared: as shipped, and with Inductor's compile worker pool off (a start that
+#: loads its compiled graphs has nothing to compile, but Inductor still spawns one worker per core).
+VARIANTS: dict[str, dict[str, str]] = {"default": {}, "compile-threads-1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+
+
+def bench_concurrent(device: str, rounds: int) -> dict[str, Any]:
+    """Per variant: blessed starts alone and two at once, next to cold starts (default env), round by round."""
+    blessed_dir = Path(tempfile.mkdtemp(prefix="bless-bench-blessed-"))
+    try:
+        print("warm-up start (untimed; saves the artifact the blessed starts load) ...", file=sys.stderr)
+        if not engine_start(device, blessed_dir)["saved"]:
+            raise SystemExit("the warm-up start saved no artifact")
+        rows: list[dict[str, Any]] = []
+        for index in range(rounds):
+            for name, extra_env in VARIANTS.items():
+                print(
+                    f"round {index + 1}/{rounds}, {name}: cold, blessed alone, two blessed at once ...", file=sys.stderr
+                )
+                with tempfile.TemporaryDirectory(prefix="bless-bench-cold-") as cold_dir:
+                    cold = engine_start(device, Path(cold_dir))
+                alone = engine_start(device, blessed_dir, extra_env)
+                pair = engines_at_once(device, blessed_dir, 2, extra_env)
+                if not all(start["loaded"] for start in (alone, *pair)):
+                    raise SystemExit(f"a blessed start did not load the artifact ({name}): {alone} {pair}")
+                rows.append({"round": index + 1, "variant": name, "cold": cold, "alone": alone, "pair": pair})
+    finally:
+        shutil.rmtree(blessed_dir, ignore_errors=True)
+    summary: dict[str, Any] = {"rounds": rows}
+    for name in VARIANTS:
+        mine = [r for r in rows if r["variant"] == name]
+        cold_s: list[float] = [r["cold"]["ready_s"] for r in mine]
+        alone_s: list[float] = [r["alone"]["ready_s"] for r in mine]
+        pair_s: list[float] = [max(start["ready_s"] for start in r["pair"]) for r in mine]
+        summary[name] = {
+            "cold_ready_s": spread(cold_s),
+            "blessed_alone_ready_s": spread(alone_s),
+            "blessed_pair_ready_s": spread(pair_s),
+            "blessed_over_cold": round(statistics.median(alone_s) / statistics.median(cold_s), 3),
+            "pair_over_alone": round(statistics.median(pair_s) / statistics.median(alone_s), 3),
+        }
+    return summary
 
 
 # --- breakdown (child processes) -----------------------------------------------------------------------
@@ -280,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--breakdown", action="store_true", help="also time each boot step (cold, load, AOT)")
     parser.add_argument("--breakdown-repeats", type=int, default=2)
     parser.add_argument("--no-engine", action="store_true", help="skip the engine start pairs")
+    parser.add_argument(
+        "--concurrent", type=int, metavar="ROUNDS", default=0,
+        help="also: blessed starts alone vs two at once, per env variant, ROUNDS rounds",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--artifact", type=Path, help=argparse.SUPPRESS)
@@ -295,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ).stdout.strip().splitlines()[:1]  # fmt: skip
     if not args.no_engine:
         summary["engine"] = bench_engine(args.device, args.pairs)
+    if args.concurrent:
+        summary["concurrent"] = bench_concurrent(args.device, args.concurrent)
     if args.breakdown:
         summary["breakdown"] = bench_breakdown(args.device, args.breakdown_repeats)
     if args.json:
@@ -304,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine = summary["engine"]
         print(f"cold ready s: {engine['cold_ready_s']}; blessed ready s: {engine['blessed_ready_s']}")
         print(f"blessed/cold, ratio of medians {engine['ratio_of_medians']}, per pair {engine['pair_ratios']}")
+    for name in VARIANTS if "concurrent" in summary else ():
+        print(f"{name}: {json.dumps(summary['concurrent'][name])}")
     for row in summary.get("breakdown", []):
         print(json.dumps(row))
     return 0
