@@ -295,9 +295,12 @@ def test_parallel_two_trials_run_at_once_in_their_own_containers_and_publish(tmp
     assert [t["index"] for t in trials] == [1, 2] and all(t["passed"] for t in trials)
     assert sorted(t["slot"] for t in trials) == [0, 1] and all(t["gpus"] == [] for t in trials)  # CPU slots
     assert candidate["trials_seconds"] is not None
-    # The two trials overlapped: phase 2 took less than their start->ready times added up.
-    assert candidate["trials_seconds"] < sum(t["start_to_ready_s"] for t in trials)
-    assert "trial 1/2" in result.stderr and "trial 2/2" in result.stderr
+    # The two trials ran at once: both were started before either ended (a fact of the schedule, not a timing).
+    lines = result.stderr.splitlines()
+    started = [i for i, line in enumerate(lines) if "candidate 1: trial " in line]
+    ended = [i for i, line in enumerate(lines) if "trial 1/2: " in line or "trial 2/2: " in line]
+    assert len(started) == 2 and len(ended) == 2, result.stderr[-4000:]
+    assert max(started) < min(ended), result.stderr[-4000:]
     manifest = json.loads(manifests(root)[0].read_text())
     assert manifest["trials"]["parallel"] == 2 and manifest["trials"]["devices"] == []
     assert_nothing_left(document["config_hash"])
