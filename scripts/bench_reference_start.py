@@ -16,10 +16,15 @@ capture), for a cold compile, a Mega-Cache load, and AOT compile (``aot_compile`
 ``save_compiled_function`` / ``torch.compiler.load_compiled_function``, torch >= 2.11) with and without
 CUDA graphs. Each child prints one JSON line; a step that fails is recorded with its error.
 
+``--dirs REPEATS``: the Mega-Cache against Inductor's and Triton's own cache dirs used as the artifact (a
+start that loads from them needs no unpacking), cold and load in fresh children, with the files a loading
+start writes into those dirs (what a read-only mount would have to take).
+
 ``--concurrent ROUNDS``: blessed starts alone vs two spawned together (what parallel trials do on one
 host), with the shipped env and with Inductor's compile worker pool off, next to a cold start per round.
 
-    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--concurrent 3] [--json]
+    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--dirs 3]
+        [--concurrent 3] [--json]
 """
 
 from __future__ import annotations
@@ -259,7 +264,10 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
             steps["checksum"] = float(forward(ids).double().sum())  # same on every path when they agree
 
     try:
-        if mode in ("mega-cold", "mega-load"):
+        if mode in ("dir-cold", "dir-load"):
+            # Inductor's and Triton's own cache dirs are the artifact: run_child points the env at them.
+            calls(compile_model(model, device))
+        elif mode in ("mega-cold", "mega-load"):
             if mode == "mega-load":
                 torch.compiler.load_cache_artifacts(artifact.read_bytes())
                 step("load_artifact_s")
@@ -319,21 +327,60 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
     return steps
 
 
+def _tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
 def run_child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
+    """One child process; ``dir-*`` modes keep (cold) or start from (load) a copy of Inductor's and Triton's dirs."""
     with tempfile.TemporaryDirectory(prefix="bless-bench-child-") as tmp:
+        env = fresh_env(Path(tmp))
+        before: dict[str, tuple[int, int]] = {}
+        if mode == "dir-load":
+            shutil.copytree(artifact, Path(tmp, "dirs"))
+            env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"] = (
+                str(Path(tmp, "dirs", "inductor")),
+                str(Path(tmp, "dirs", "triton")),
+            )
+            before = _tree_state(Path(tmp, "dirs"))
         started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, __file__, "--child", mode, "--device", device, "--artifact", str(artifact)],
-            cwd=REPO, env=fresh_env(Path(tmp)), capture_output=True, text=True, check=False, timeout=900,
+            cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900,
         )  # fmt: skip
         wall = time.monotonic() - started
+        extra: dict[str, Any] = {}
+        if mode == "dir-cold":
+            shutil.copytree(env["TORCHINDUCTOR_CACHE_DIR"], artifact / "inductor")
+            shutil.copytree(env["TRITON_CACHE_DIR"], artifact / "triton")
+            extra["artifact_files"] = sum(1 for p in artifact.rglob("*") if p.is_file())
+        elif mode == "dir-load":
+            # What a start that loads from the dirs writes into them: on a read-only lower layer, these would
+            # be upper-layer entries.
+            after = _tree_state(Path(tmp, "dirs"))
+            extra["written_on_load"] = sorted(k for k, v in after.items() if before.get(k) != v)[:40]
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
     try:
         result: dict[str, Any] = json.loads(last)
     except json.JSONDecodeError:
         result = {"mode": mode, "error": f"exit {proc.returncode}: {proc.stderr[-800:]}"}
     result["process_wall_s"] = round(wall, 3)
+    result.update(extra)
     return result
+
+
+def bench_dirs(device: str, repeats: int) -> list[dict[str, Any]]:
+    """Mega-Cache vs Inductor's and Triton's own cache dirs as the artifact: cold and load, in fresh children."""
+    with tempfile.TemporaryDirectory(prefix="bless-bench-art-") as tmp:
+        mega, dirs = Path(tmp, "mega.bin"), Path(tmp, "dirs")
+        plan = [("mega-cold", mega), ("dir-cold", dirs)]
+        for index in range(repeats):
+            plan += [("mega-load", mega), ("dir-load", dirs), ("mega-cold", Path(tmp, f"mega{index}.bin"))]
+        results = []
+        for mode, artifact in plan:
+            print(f"dirs: {mode} ...", file=sys.stderr)
+            results.append(run_child(mode, device, artifact))
+        return results
 
 
 def bench_breakdown(device: str, repeats: int) -> list[dict[str, Any]]:
@@ -355,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--breakdown", action="store_true", help="also time each boot step (cold, load, AOT)")
     parser.add_argument("--breakdown-repeats", type=int, default=2)
+    parser.add_argument(
+        "--dirs", type=int, metavar="REPEATS", default=0,
+        help="also: the Mega-Cache vs Inductor's own cache dirs as the artifact (cold and load), REPEATS times",
+    )  # fmt: skip
     parser.add_argument("--no-engine", action="store_true", help="skip the engine start pairs")
     parser.add_argument(
         "--concurrent", type=int, metavar="ROUNDS", default=0,
@@ -379,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["concurrent"] = bench_concurrent(args.device, args.concurrent)
     if args.breakdown:
         summary["breakdown"] = bench_breakdown(args.device, args.breakdown_repeats)
+    if args.dirs:
+        summary["dirs"] = bench_dirs(args.device, args.dirs)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -388,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"blessed/cold, ratio of medians {engine['ratio_of_medians']}, per pair {engine['pair_ratios']}")
     for name in VARIANTS if "concurrent" in summary else ():
         print(f"{name}: {json.dumps(summary['concurrent'][name])}")
-    for row in summary.get("breakdown", []):
+    for row in [*summary.get("breakdown", []), *summary.get("dirs", [])]:
         print(json.dumps(row))
     return 0
 
