@@ -556,3 +556,14 @@ def test_damaged_bytes_only_raise_manifest_invalid(tmp_path, pristine, cut, junk
     path = tmp_path / "fuzz.json"
     path.write_bytes(raw[:position] + junk + raw[position + len(junk) :])
     only_manifest_invalid(path)
+
+
+@pytest.mark.parametrize(("field", "path"), [("dir_id", ("cache", "dir_id")), ("created", ("created",))])
+def test_a_trailing_newline_breaks_a_pattern_field(document, tmp_path, field, path):
+    """Python's ``$`` matches before a final newline; the schema's patterns must not (gc and verify agree)."""
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] += "\n"
+    error = refused(write_json(tmp_path / "m.json", document))
+    assert field in error.message
