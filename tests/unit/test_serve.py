@@ -8,6 +8,7 @@ OpenAI-style /v1 subset) and point the runtime's containers at it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -355,6 +356,25 @@ def test_snapshot_unchanged(tree: Path) -> None:
     snap = _snapshot(tree)
     (tree / "artifact.bin").read_bytes()  # reading changes nothing we look at
     assert snap.changes() == []
+
+
+def test_a_snapshot_of_entries_it_cannot_stat_is_taken_and_reads_them_as_absent(tree: Path) -> None:
+    """A link loop or a directory it may not search is no servable entry: no crash (the verification after
+    the snapshot names it, exit 21), and the stamp cannot match a readable entry later."""
+
+    def lstat(path: Path) -> os.stat_result:
+        if path.name == "artifact.bin":
+            raise OSError(errno.ELOOP, "Too many levels of symbolic links", str(path))
+        if path.name == "nested":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return os.lstat(path)
+
+    files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    dirs = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_dir())
+    snap = Snapshot.take(tree, files, dirs, lstat)
+    absent = {stamp.path for stamp in snap.stamps if stamp.ino is None}
+    assert {"artifact.bin", "nested"} <= absent
+    assert _changes(snap)["artifact.bin"] == "appeared after the snapshot"
 
 
 def _changes(snap: Snapshot) -> dict[str, str]:

@@ -46,10 +46,10 @@ class Stamp:
         target = root if path == ROOT_PATH else root / path
         try:
             st = lstat(target)
-        except FileNotFoundError:
-            return cls(path, None, None, None, None, None, None, None)
-        except NotADirectoryError:
-            # A parent became a file: the entry is gone as far as we are concerned.
+        except OSError:
+            # Gone, a parent became a file, a link loop, a directory we may not search (EACCES): no entry
+            # we could serve. The verification that follows the snapshot names the problem (exit 21); an
+            # entry that becomes readable later reads as "appeared after the snapshot" (exit 43).
             return cls(path, None, None, None, None, None, None, None)
         return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
 
