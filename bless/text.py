@@ -68,12 +68,26 @@ def json_safe(value: Any) -> Any:
     """``value`` with every string (and key) that is not valid Unicode replaced by its :func:`shown` form.
 
     Valid strings pass unchanged (JSON escapes their control characters itself), so only names that
-    could not be written at all change, and they change the way a human sees them.
+    could not be written at all change, and they change the way a human sees them. Built without
+    recursion: a manifest may nest as deep as ``json.loads`` allows, deeper than Python's call stack.
     """
-    if isinstance(value, str):
-        return unicode_safe(value)
-    if isinstance(value, Mapping):
-        return {json_safe(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
+    result: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, result, 0)]  # (item, container to fill, slot in it)
+    while pending:
+        item, container, slot = pending.pop()
+        if isinstance(item, str):
+            container[slot] = unicode_safe(item)
+        elif isinstance(item, Mapping):
+            mapping: dict[Any, Any] = {}
+            container[slot] = mapping
+            for key, child in item.items():
+                safe_key = unicode_safe(key) if isinstance(key, str) else key
+                mapping[safe_key] = None  # keeps the key order; filled when its turn comes
+                pending.append((child, mapping, safe_key))
+        elif isinstance(item, list | tuple):
+            items: list[Any] = [None] * len(item)
+            container[slot] = items
+            pending.extend((child, items, index) for index, child in enumerate(item))
+        else:
+            container[slot] = item
+    return result[0]

@@ -126,6 +126,15 @@ def test_shown_escapes_every_non_printable(text: str, expected: str) -> None:
     assert shown(text).isprintable()
 
 
+def test_json_safe_takes_documents_as_deep_as_json_loads_does() -> None:
+    """A manifest nested ~900 levels deep is valid JSON (``bless show --json`` crashed on one at 500)."""
+    deep = json.loads("[" * 900 + '"\\udcff"' + "]" * 900)
+    safe = json_safe({"provenance": deep})
+    for _ in range(901):
+        safe = safe[0] if isinstance(safe, list) else safe["provenance"]
+    assert safe == "\\xff"
+
+
 def test_json_safe_changes_only_what_utf8_cannot_hold() -> None:
     document = {"ok": "a\nb\x1b", "bad\udcff": ["x\udcfe", 1, None], "n": 2}
     assert json_safe(document) == {"ok": "a\nb\x1b", "bad\\xff": ["x\\xfe", 1, None], "n": 2}
