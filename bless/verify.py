@@ -64,6 +64,7 @@ ProblemKind = Literal[
     "missing_dir",
     "extra_dir",
     "root_missing",
+    "writable_by_others",
 ]
 NoticeKind = Literal["writable"]
 
@@ -656,8 +657,8 @@ def verify_tree(
 
     The steps: check the listing itself (:func:`_read_listing`), open the root, walk and classify
     what is on disk (:func:`_compare_entries`), hash what has the right size
-    (:func:`_compare_digests`), report what is listed but absent (:func:`_report_absent`), and note
-    writable entries (:func:`_writable_notices`).
+    (:func:`_compare_digests`), report what is listed but absent (:func:`_report_absent`), and check
+    write bits (:func:`_writable_findings`).
 
     Args:
         root: the cache root directory (its last component must not be a symlink).
@@ -666,8 +667,9 @@ def verify_tree(
         workers: hashing threads (default :func:`default_workers`).
         progress: called as ``progress(nbytes)`` after each chunk is hashed. It is called from
             worker threads, possibly concurrently: the callee must be thread-safe.
-        expect_read_only: report every expected file or directory (and the root) that has a
-            write bit set as a ``writable`` notice. Notices never fail verification.
+        expect_read_only: check write bits on every expected file or directory (and the root):
+            writable by group or others is a ``writable_by_others`` problem, the owner's write bit a
+            ``writable`` notice (notices never fail verification).
 
     Returns:
         A :class:`VerifyResult`; problems sorted by (path, kind), notices by path.
@@ -689,7 +691,7 @@ def verify_tree(
     bytes_hashed = _compare_digests(outcomes, expected, findings)
     _report_absent(scan, expected, findings)
     if expect_read_only:
-        findings.notices += _writable_notices(scan, expected)
+        _writable_findings(scan, expected, findings)
     files_checked = sum(1 for path in expected.files if path in scan.files)
     return findings.result(files_checked=files_checked, bytes_hashed=bytes_hashed, started=started)
 
@@ -836,13 +838,24 @@ def _report_absent(scan: _Scan, expected: _Expected, findings: _Findings) -> Non
         findings.report("missing_dir", d, f"not checked: {blocked}" if blocked else "listed directory not found")
 
 
-def _writable_notices(scan: _Scan, expected: _Expected) -> list[Notice]:
-    """Step 5, the root and every expected entry with a write bit set (blessed caches are read-only)."""
+def _writable_findings(scan: _Scan, expected: _Expected, findings: _Findings) -> None:
+    """Step 5, write bits on the root and every expected entry (blessed caches are read-only).
+
+    Writable by group or others is a problem: another user could rewrite a file or rename entries in
+    a directory while the cache is served, after every byte verified. The owner's own write bit is a
+    notice: the owner can always chmod, so it takes nothing away that was there.
+    """
     candidates: list[tuple[str, int]] = [(ROOT_PATH, scan.root_mode)]
     candidates += [(p, st.st_mode) for p, st in scan.dirs.items() if p in expected.dirs]
     candidates += [(p, st.st_mode) for p, st in scan.files.items() if p in expected.files]
-    return [
-        Notice("writable", path, f"mode {stat.filemode(mode)} has a write bit set (blessed caches are read-only)")
-        for path, mode in candidates
-        if mode & 0o222
-    ]
+    for path, mode in candidates:
+        if mode & 0o022:
+            findings.report(
+                "writable_by_others", path, f"mode {stat.filemode(mode)}: other users could change it (chmod go-w)"
+            )
+        elif mode & 0o200:
+            findings.notices.append(
+                Notice(
+                    "writable", path, f"mode {stat.filemode(mode)} has a write bit set (blessed caches are read-only)"
+                )
+            )

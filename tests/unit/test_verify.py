@@ -146,6 +146,22 @@ def test_chmod_only_change_passes_with_writable_notice(root: Path, listing: Tree
     assert "write bit" in result.notices[0].detail
 
 
+def test_an_entry_other_users_can_write_is_a_problem(root: Path, listing: TreeListing) -> None:
+    """Group/other write on a file or a directory below the root: another user could change the cache
+    while it is served, after every byte verified."""
+    make_read_only(root)
+    os.chmod(root / "big.bin", 0o464)
+    os.chmod(root / "nested", 0o557)
+    result = check(root, listing)
+    assert not result.ok
+    assert sorted((p.kind, p.path) for p in result.problems) == [
+        ("writable_by_others", "big.bin"),
+        ("writable_by_others", "nested"),
+    ]
+    assert "chmod go-w" in result.problems[0].detail
+    assert result.notices == ()
+
+
 def test_writable_notices_can_be_turned_off(root: Path, listing: TreeListing) -> None:
     result = check(root, listing, expect_read_only=False)
     assert result.ok and result.notices == ()
