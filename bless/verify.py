@@ -65,6 +65,7 @@ ProblemKind = Literal[
     "extra_dir",
     "root_missing",
     "writable_by_others",
+    "changed_during_verify",
 ]
 NoticeKind = Literal["writable"]
 
@@ -522,6 +523,11 @@ def _hash_file(root_fd: int, rel: str, expected_size: int, progress: ProgressFn 
                 progress(n)
         if hashed != expected_size:
             return failed("size", f"expected {expected_size} bytes, read only {hashed} (it shrank while being read)")
+        after = os.fstat(fd)
+        if (after.st_mtime_ns, after.st_ctime_ns) != (st.st_mtime_ns, st.st_ctime_ns):
+            # Rewritten in place while we read it: the digest may mix old and new bytes. ctime moves on
+            # every write and cannot be set back, so putting the mtime back does not hide it.
+            return failed("changed_during_verify", "written to while it was being hashed; verify again", hashed)
         return _HashOutcome(rel, digest.hexdigest(), hashed, hashed, None)
     except OSError as exc:
         return failed("unreadable", f"read error: {exc.strerror or exc}")

@@ -678,3 +678,27 @@ def test_mode_constants_sanity(root: Path) -> None:
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             assert stat.S_ISREG(os.lstat(os.path.join(dirpath, name)).st_mode)
+
+
+def test_a_file_rewritten_in_place_while_it_is_hashed_is_a_problem(tmp_path: Path) -> None:
+    """One byte rewritten behind the reader, mtime put back: the digest may still match the old bytes, but
+    the file's ctime moved, so the result cannot be trusted."""
+    root = tmp_path / "t"
+    root.mkdir()
+    big = root / "big.bin"
+    big.write_bytes(b"\x07" * (8 * 1024 * 1024))
+    listing = hash_tree(root)
+    before = os.stat(big)
+    rewritten: list[bool] = []
+
+    def progress(_n: int) -> None:
+        if not rewritten:  # after the first chunk: rewrite bytes already read, then hide the mtime change
+            with open(big, "r+b") as handle:
+                handle.write(b"\x07")
+            os.utime(big, ns=(before.st_atime_ns, before.st_mtime_ns))
+            rewritten.append(True)
+
+    result = verify_tree(root, listing.files, listing.dirs, progress=progress, workers=1)
+    assert rewritten
+    assert [(p.kind, p.path) for p in result.problems] == [("changed_during_verify", "big.bin")]
+    assert check(root, listing).ok  # nothing changes it now: verifying again passes
