@@ -8,6 +8,7 @@ The manifest names every file's size and sha256, so the signature covers the who
 The signing side is a directory (``bless trust init --keys DIR``)::
 
     DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 private keys (PKCS#8 PEM, mode 0600)
+    DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.modelsig): not TUF keys, never loaded
     DIR/metadata/root.json               the newest root: what a serving host is provisioned with
     DIR/metadata/<N>.root.json           every root version (key rotation: N+1 is signed by N's keys)
     DIR/metadata/{targets,snapshot,timestamp}.json
@@ -100,6 +101,12 @@ MAX_METADATA_BYTES = 64 << 20
 METADATA_FILE = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
 _TARGET_PREFIX = "blessings"
+#: The TUF private key files of DIR/keys: ``<role>-<anything>.pem`` (``_key_file`` writes ``<role>-<keyid[:16]>``;
+#: a key holder may copy theirs in under another suffix). Only these are loaded: keys/ also holds files that
+#: are not TUF private keys (the Model Signing pair, whose public half is 0644 by design), and loading those
+#: made every later sign and rotate fail.
+_ROLE_KEY_FILE = re.compile(r"^(?:root|targets|snapshot|timestamp)-[^/]+\.pem$")
+_PUBLIC_KEY_SUFFIX = ".pub.pem"
 _DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _BASE_URL = "https://metadata.bless.invalid/"
@@ -258,12 +265,21 @@ def _new_key(keys_dir: Path, role: str) -> tuple[Key, Path]:
     return public, path
 
 
+def _is_role_key_file(name: str) -> bool:
+    """Whether ``name`` is a TUF role's private key file of DIR/keys (``<role>-*.pem``, not ``*.pub.pem``)."""
+    return bool(_ROLE_KEY_FILE.fullmatch(name)) and not name.endswith(_PUBLIC_KEY_SUFFIX)
+
+
 def _load_signers(keys_dir: Path) -> dict[str, CryptoSigner]:
-    """Every private key of ``keys_dir/keys`` by key id (files that are not Ed25519 PEM keys are refused)."""
+    """Every TUF role private key of ``keys_dir/keys`` by key id.
+
+    Only ``<role>-*.pem`` files are read; such a file that is readable by others or not an Ed25519
+    PEM private key is refused. Other files (the Model Signing key pair) are not TUF keys and are left alone.
+    """
     directory = keys_dir / "keys"
     signers: dict[str, CryptoSigner] = {}
     try:
-        names = sorted(entry.name for entry in directory.iterdir() if entry.name.endswith(".pem"))
+        names = sorted(entry.name for entry in directory.iterdir() if _is_role_key_file(entry.name))
     except OSError as exc:
         raise TrustInvalidError(
             f"cannot read the keys directory {directory}: {exc.strerror or exc}",

@@ -120,3 +120,29 @@ def test_model_signing_bundle_checks_with_the_outside_tool(tmp_path: Path) -> No
     target.chmod(0o644)
     target.write_text('{"variant": "changed"}\n')
     assert subprocess.run(command, capture_output=True, text=True, check=False).returncode != 0
+
+
+def test_signing_and_rotation_still_work_after_a_model_signing(tmp_path: Path) -> None:
+    """The Model Signing pair lives in DIR/keys; bless must not take its public half for a TUF private key."""
+    pytest.importorskip("model_signing")
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
+    assert code == 0, stderr
+    public = keys / "keys" / "model-signing-p256.pub.pem"
+    assert public.stat().st_mode & 0o777 == 0o644
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys))
+    assert code == 0, stderr
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
+    assert code == 0, stderr
+    for role in ("targets", "root"):
+        code, data, stderr = invoke(root, "trust", "rotate", "--keys", str(keys), "--role", role, "--json")
+        assert code == 0, stderr
+    assert data["versions"]["root"] == 3
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == 0, data

@@ -280,3 +280,32 @@ def test_other_config_is_not_signed_by_a_signing_of_this_one(tmp_path: Path, rep
     sign_blessing(repo, one, one.to_json_bytes())
     with pytest.raises(UnsignedError):
         check(two, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
+
+
+def test_model_signing_key_pair_in_keys_dir_does_not_stop_signing_or_rotation(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """A repository after ``sign --model-signing``: keys/ also holds the P-256 pair (public half 0644)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    (repo / "keys" / "model-signing-p256.key").write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    (repo / "keys" / "model-signing-p256.key").chmod(0o600)
+    public = repo / "keys" / "model-signing-p256.pub.pem"
+    public.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    public.chmod(0o644)  # as written, and as the README says: a public key is not a secret
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    public.chmod(0o600)  # what a user told to chmod it did: still not a TUF key
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    public.chmod(0o644)
+    for role in ("targets", "root"):
+        assert rotate_role(repo, role).signatures["root"][0] >= 1
+    check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
+    assert public.stat().st_mode & 0o777 == 0o644
