@@ -146,3 +146,27 @@ def test_signing_and_rotation_still_work_after_a_model_signing(tmp_path: Path) -
     assert data["versions"]["root"] == 3
     code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
     assert code == 0, data
+
+
+def test_verify_does_not_switch_to_another_repositorys_rotated_root(tmp_path: Path) -> None:
+    """The store's rollback state survives --trust pointing at another signing repository, whatever its version."""
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for keys in (a, b):
+        assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+        assert invoke(root, "sign", manifest.config_hash, "--keys", str(keys))[0] == 0
+    assert invoke(root, "sign", manifest.config_hash, "--keys", str(a))[0] == 0  # A's timestamp v3
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(a / "metadata"), "--json")
+    assert code == 0 and data["trust"]["versions"]["timestamp"] == 3
+    code, _, stderr = invoke(root, "verify", manifest.config_hash, "--trust", str(b / "metadata"))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert invoke(root, "trust", "rotate", "--keys", str(b), "--role", "targets")[0] == 0
+    code, _, stderr = invoke(root, "verify", manifest.config_hash, "--trust", str(b / "metadata"))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert "another root chain" in stderr and str(root / "trust") in stderr and "Traceback" not in stderr
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(a / "metadata"), "--json")
+    assert code == 0 and data["trust"]["versions"] == {"root": 1, "timestamp": 3, "snapshot": 3, "targets": 3}
