@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,26 @@ def test_verify_does_not_switch_to_another_repositorys_rotated_root(tmp_path: Pa
     assert "another root chain" in stderr and str(root / "trust") in stderr and "Traceback" not in stderr
     code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(a / "metadata"), "--json")
     assert code == 0 and data["trust"]["versions"] == {"root": 1, "timestamp": 3, "snapshot": 3, "targets": 3}
+
+
+def test_root_expiry_is_set_at_init_and_at_rotation_not_at_sign(tmp_path: Path) -> None:
+    """A rotation writes a new root version: its expiry is --root-expires there too (it is not a sign option)."""
+    root = tmp_path / "root"
+    keys = tmp_path / "keys"
+
+    def root_days() -> float:
+        signed = json.loads((keys / "metadata" / "root.json").read_text())["signed"]
+        expires = datetime.strptime(signed["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return (expires - datetime.now(UTC)).total_seconds() / 86400
+
+    assert invoke(root, "trust", "init", "--keys", str(keys), "--root-expires", "730d")[0] == 0
+    assert 729 < root_days() <= 730
+    code, data, stderr = invoke(
+        root, "trust", "rotate", "--keys", str(keys), "--role", "targets", "--root-expires", "730d", "--json"
+    )
+    assert code == 0, stderr
+    assert data["versions"]["root"] == 2 and 729 < root_days() <= 730
+    code, _, stderr = invoke(root, "trust", "rotate", "--keys", str(keys), "--role", "root", "--root-expires", "1y")
+    assert code == ExitCode.USAGE and "30d" in stderr
+    code, _, _ = invoke(root, "sign", "0" * 64, "--keys", str(keys), "--root-expires", "730d")
+    assert code == ExitCode.USAGE  # no such option of bless sign: the README must not promise one
