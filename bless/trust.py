@@ -8,6 +8,7 @@ The manifest names every file's size and sha256, so the signature covers the who
 The signing side is a directory (``bless trust init --keys DIR``)::
 
     DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 private keys (PKCS#8 PEM, mode 0600)
+    DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.modelsig): not TUF keys, never loaded
     DIR/metadata/root.json               the newest root: what a serving host is provisioned with
     DIR/metadata/<N>.root.json           every root version (key rotation: N+1 is signed by N's keys)
     DIR/metadata/{targets,snapshot,timestamp}.json
@@ -17,7 +18,9 @@ through python-tuf's own client (:class:`tuf.ngclient.Updater`), fed from memory
 network: the metadata comes from a pulled artifact, from ``DIR`` itself, or from what the host trusted
 before. The Updater keeps TUF's trusted-metadata directory in the store root (``<root>/trust/``): the
 highest versions seen, so metadata that is older (rolled back) or expired is refused even when it is
-validly signed, and thresholds and root rotation work as TUF defines them.
+validly signed, and thresholds and root rotation work as TUF defines them. A store remembers one root
+chain: the Updater always starts from the store's own trusted root, and a presented ``root.json`` must
+be on that chain (:func:`_bootstrap_root`); another chain needs ``<root>/trust`` removed on purpose.
 """
 
 from __future__ import annotations
@@ -100,6 +103,12 @@ MAX_METADATA_BYTES = 64 << 20
 METADATA_FILE = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
 _TARGET_PREFIX = "blessings"
+#: The TUF private key files of DIR/keys: ``<role>-<anything>.pem`` (``_key_file`` writes ``<role>-<keyid[:16]>``;
+#: a key holder may copy theirs in under another suffix). Only these are loaded: keys/ also holds files that
+#: are not TUF private keys (the Model Signing pair, whose public half is 0644 by design), and loading those
+#: made every later sign and rotate fail.
+_ROLE_KEY_FILE = re.compile(r"^(?:root|targets|snapshot|timestamp)-[^/]+\.pem$")
+_PUBLIC_KEY_SUFFIX = ".pub.pem"
 _DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _BASE_URL = "https://metadata.bless.invalid/"
@@ -258,12 +267,21 @@ def _new_key(keys_dir: Path, role: str) -> tuple[Key, Path]:
     return public, path
 
 
+def _is_role_key_file(name: str) -> bool:
+    """Whether ``name`` is a TUF role's private key file of DIR/keys (``<role>-*.pem``, not ``*.pub.pem``)."""
+    return bool(_ROLE_KEY_FILE.fullmatch(name)) and not name.endswith(_PUBLIC_KEY_SUFFIX)
+
+
 def _load_signers(keys_dir: Path) -> dict[str, CryptoSigner]:
-    """Every private key of ``keys_dir/keys`` by key id (files that are not Ed25519 PEM keys are refused)."""
+    """Every TUF role private key of ``keys_dir/keys`` by key id.
+
+    Only ``<role>-*.pem`` files are read; such a file that is readable by others or not an Ed25519
+    PEM private key is refused. Other files (the Model Signing key pair) are not TUF keys and are left alone.
+    """
     directory = keys_dir / "keys"
     signers: dict[str, CryptoSigner] = {}
     try:
-        names = sorted(entry.name for entry in directory.iterdir() if entry.name.endswith(".pem"))
+        names = sorted(entry.name for entry in directory.iterdir() if _is_role_key_file(entry.name))
     except OSError as exc:
         raise TrustInvalidError(
             f"cannot read the keys directory {directory}: {exc.strerror or exc}",
@@ -617,18 +635,89 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
     return SignatureUntrustedError(f"signature check failed: {cause}", hint=hint_keys)
 
 
-def _check_anchor(state_dir: Path, anchor: bytes) -> None:
+def _forget_hint(state_dir: Path) -> str:
+    """How an operator deliberately moves a store to another root chain (and what that costs)."""
+    return (
+        f"to trust another root on purpose, remove {state_dir} (the host then forgets the versions it trusted: "
+        "rollback protection starts again from the new root), or use another store root (--root)"
+    )
+
+
+def _root_metadata(data: bytes, what: str) -> Metadata[Root]:
+    metadata = _parse(data, what)
+    if not isinstance(metadata.signed, Root):
+        raise TrustInvalidError(f"{what} is not root metadata")
+    return metadata
+
+
+def _bootstrap_root(state_dir: Path, anchor: bytes, available: Mapping[str, bytes]) -> bytes:
+    """The root the Updater starts from: the store's trusted root, once ``anchor`` is shown to be on its chain.
+
+    A store remembers one root chain. The presented ``anchor`` is accepted only if it is the store's
+    trusted root, a root the store passed through, or a successor reachable through ``N.root.json``
+    files of ``available``, each version signed by a threshold of the previous version's root keys and
+    of its own (checked with python-tuf's ``Root.verify_delegate``, as its Updater does). Starting the
+    Updater from the store's root (never from ``anchor``) keeps its rollback state: bootstrapping from
+    an unrelated root made the Updater discard the timestamp and snapshot versions it had trusted.
+
+    Raises:
+        TrustInvalidError: another root chain, a missing link of the chain, or unreadable trust state (66).
+        RollbackError: a root older than the store's that the store never trusted (64).
+    """
+    presented = _root_metadata(anchor, "the trusted root.json")
+    current_path = state_dir / "root.json"
+    if not current_path.exists():
+        return anchor  # first use: this store trusts the root it is provisioned with
+    current_bytes = _read_limited(current_path)
     try:
-        version = _parse(anchor, "the trusted root.json").signed.version
-    except AttributeError:
-        raise TrustInvalidError("the trusted root.json is not root metadata") from None
-    kept = state_dir / "root_history" / f"{version}.root.json"
-    if kept.is_file() and kept.read_bytes() != anchor:
-        raise TrustInvalidError(
-            f"this store already trusts another root of version {version} ({kept})",
-            hint="use the root.json this store was first verified with, or another store root (--root); "
-            f"remove {state_dir} only if you mean to forget what this host trusted",
-        )
+        current = _root_metadata(current_bytes, f"{current_path}")
+    except TrustInvalidError as exc:
+        raise TrustInvalidError(str(exc), hint=_forget_hint(state_dir)) from None
+    have, want = current.signed.version, presented.signed.version
+    another = TrustInvalidError(
+        f"this store already trusts another root chain (its root is version {have}: {current_path}); "
+        f"the presented root.json (version {want}) is not on that chain",
+        hint=f"use the root.json this store was first verified with (or a later one of its chain); "
+        f"{_forget_hint(state_dir)}",
+        details={"trusted_root_version": have, "presented_root_version": want},
+    )
+    if want == have:
+        if presented.signed != current.signed:
+            raise another
+        return current_bytes
+    if want < have:
+        kept = state_dir / "root_history" / f"{want}.root.json"
+        if not kept.is_file():
+            raise RollbackError(
+                f"the presented root.json is version {want}; this store already trusts version {have} and never "
+                f"trusted a version {want}",
+                hint="provision the host with the current root.json of the signing repository (DIR/metadata/root.json)",
+                details={"trusted_root_version": have, "presented_root_version": want},
+            )
+        if _root_metadata(_read_limited(kept), f"{kept}").signed != presented.signed:
+            raise another
+        return current_bytes  # a root this store followed before: it keeps following from where it is
+    trusted = current.signed
+    for version in range(have + 1, want + 1):
+        name = f"{version}.root.json"
+        data = anchor if version == want else available.get(name)
+        if data is None:
+            raise TrustInvalidError(
+                f"cannot follow this store's root version {have} to the presented version {want}: {name} is missing",
+                hint="verify with --trust pointing at the signing repository's metadata directory (it keeps every "
+                "N.root.json), or put the missing N.root.json files beside the root.json",
+                details={"trusted_root_version": have, "presented_root_version": want},
+            )
+        successor = _root_metadata(data, name)
+        try:
+            if successor.signed.version != version:
+                raise tuf_errors.BadVersionNumberError(f"{name} holds version {successor.signed.version}")
+            trusted.verify_delegate(Root.type, successor.signed_bytes, successor.signatures)
+            successor.signed.verify_delegate(Root.type, successor.signed_bytes, successor.signatures)
+        except tuf_errors.RepositoryError as exc:
+            raise TrustInvalidError(f"{another} ({name}: {exc})", hint=another.hint, details=another.details) from None
+        trusted = successor.signed
+    return current_bytes
 
 
 def check_blessing(
@@ -663,10 +752,18 @@ def check_blessing(
     if candidate is None:
         candidate = trust_files if "timestamp.json" in trust_files else metadata_from_dir(state_dir)
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
+    # The Updater follows root versions through the fetcher: offer it the chain the anchor was checked
+    # through (the trust directory's N.root.json), and the anchor itself under its version's name.
+    served = dict(candidate)
+    for file_name, file_data in trust_files.items():
+        if file_name.endswith(".root.json"):
+            served.setdefault(file_name, file_data)
     with FileLock(str(state_dir.parent / "trust.lock")):
-        _check_anchor(state_dir, anchor)
+        presented_version = _root_metadata(anchor, "the trusted root.json").signed.version
+        served[f"{presented_version}.root.json"] = anchor
+        bootstrap = _bootstrap_root(state_dir, anchor, served)
         try:
-            updater = Updater(str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(candidate), bootstrap=anchor)
+            updater = Updater(str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(served), bootstrap=bootstrap)
             updater.refresh()
             info = updater.get_targetinfo(name)
         except tuf_errors.ExpiredMetadataError as exc:
@@ -707,6 +804,12 @@ def check_blessing(
                 details={"target": name},
             ) from None
         trusted = metadata_from_dir(state_dir)
+        if "root.json" not in trusted or _parse(trusted["root.json"], "root.json").signed.version < presented_version:
+            # The chain was checked above; an Updater that did not reach the presented root is a bug, not a pass.
+            raise TrustInvalidError(
+                f"the store's trusted root did not reach the presented version {presented_version}",
+                hint=_forget_hint(state_dir),
+            )
     versions: dict[str, int] = {}
     expiries: list[str] = []
     for role in (Root.type, Timestamp.type, Snapshot.type, Targets.type):

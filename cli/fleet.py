@@ -60,6 +60,14 @@ ExpiresOption = Annotated[
     ),
 ]
 
+#: The root's validity: set where a root version is written (trust init, trust rotate), never by bless sign.
+RootExpiresOption = Annotated[
+    str,
+    typer.Option(
+        "--root-expires", help=f"How long the new root version stays valid (default {DEFAULT_ROOT_EXPIRES.days}d)."
+    ),
+]
+
 PlainHttpOption = Annotated[
     bool | None,
     typer.Option(
@@ -132,9 +140,7 @@ def trust_init_command(
         int, typer.Option("--targets-threshold", min=1, help="Targets signatures required.")
     ] = 1,
     expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
-    root_expires: Annotated[
-        str, typer.Option("--root-expires", help=f"Root validity (default {DEFAULT_ROOT_EXPIRES.days}d).")
-    ] = f"{DEFAULT_ROOT_EXPIRES.days}d",
+    root_expires: RootExpiresOption = f"{DEFAULT_ROOT_EXPIRES.days}d",
     json_output: JsonOption = False,
 ) -> Report:
     """Create the TUF roles (root, targets, snapshot, timestamp) and their Ed25519 keys in DIR.
@@ -192,14 +198,16 @@ def trust_rotate_command(
     keys: KeysOption,
     role: Annotated[str, typer.Option("--role", help="root, targets, snapshot or timestamp.")],
     expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
+    root_expires: RootExpiresOption = f"{DEFAULT_ROOT_EXPIRES.days}d",
     json_output: JsonOption = False,
 ) -> Report:
     """Replace a role's keys in a new root version (signed by the old and new root keys) and re-sign.
 
     Hosts provisioned with an older root follow the rotation on their next verification; metadata
-    signed with the revoked keys is refused from then on.
+    signed with the revoked keys is refused from then on. The new root version expires after
+    --root-expires (whatever the role rotated: every rotation writes a new root).
     """
-    result = rotate_role(keys, role, expires=parse_duration(expires))
+    result = rotate_role(keys, role, expires=parse_duration(expires), root_expires=parse_duration(root_expires))
     return Report(_sign_data(result), _render_sign)
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,76 @@ def test_model_signing_bundle_checks_with_the_outside_tool(tmp_path: Path) -> No
     target.chmod(0o644)
     target.write_text('{"variant": "changed"}\n')
     assert subprocess.run(command, capture_output=True, text=True, check=False).returncode != 0
+
+
+def test_signing_and_rotation_still_work_after_a_model_signing(tmp_path: Path) -> None:
+    """The Model Signing pair lives in DIR/keys; bless must not take its public half for a TUF private key."""
+    pytest.importorskip("model_signing")
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
+    assert code == 0, stderr
+    public = keys / "keys" / "model-signing-p256.pub.pem"
+    assert public.stat().st_mode & 0o777 == 0o644
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys))
+    assert code == 0, stderr
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
+    assert code == 0, stderr
+    for role in ("targets", "root"):
+        code, data, stderr = invoke(root, "trust", "rotate", "--keys", str(keys), "--role", role, "--json")
+        assert code == 0, stderr
+    assert data["versions"]["root"] == 3
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"), "--json")
+    assert code == 0, data
+
+
+def test_verify_does_not_switch_to_another_repositorys_rotated_root(tmp_path: Path) -> None:
+    """The store's rollback state survives --trust pointing at another signing repository, whatever its version."""
+    root = tmp_path / "root"
+    store = Store(root)
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree)
+    store.publish(tree, manifest)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for keys in (a, b):
+        assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+        assert invoke(root, "sign", manifest.config_hash, "--keys", str(keys))[0] == 0
+    assert invoke(root, "sign", manifest.config_hash, "--keys", str(a))[0] == 0  # A's timestamp v3
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(a / "metadata"), "--json")
+    assert code == 0 and data["trust"]["versions"]["timestamp"] == 3
+    code, _, stderr = invoke(root, "verify", manifest.config_hash, "--trust", str(b / "metadata"))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert invoke(root, "trust", "rotate", "--keys", str(b), "--role", "targets")[0] == 0
+    code, _, stderr = invoke(root, "verify", manifest.config_hash, "--trust", str(b / "metadata"))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert "another root chain" in stderr and str(root / "trust") in stderr and "Traceback" not in stderr
+    code, data, _ = invoke(root, "verify", manifest.config_hash, "--trust", str(a / "metadata"), "--json")
+    assert code == 0 and data["trust"]["versions"] == {"root": 1, "timestamp": 3, "snapshot": 3, "targets": 3}
+
+
+def test_root_expiry_is_set_at_init_and_at_rotation_not_at_sign(tmp_path: Path) -> None:
+    """A rotation writes a new root version: its expiry is --root-expires there too (it is not a sign option)."""
+    root = tmp_path / "root"
+    keys = tmp_path / "keys"
+
+    def root_days() -> float:
+        signed = json.loads((keys / "metadata" / "root.json").read_text())["signed"]
+        expires = datetime.strptime(signed["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return (expires - datetime.now(UTC)).total_seconds() / 86400
+
+    assert invoke(root, "trust", "init", "--keys", str(keys), "--root-expires", "730d")[0] == 0
+    assert 729 < root_days() <= 730
+    code, data, stderr = invoke(
+        root, "trust", "rotate", "--keys", str(keys), "--role", "targets", "--root-expires", "730d", "--json"
+    )
+    assert code == 0, stderr
+    assert data["versions"]["root"] == 2 and 729 < root_days() <= 730
+    code, _, stderr = invoke(root, "trust", "rotate", "--keys", str(keys), "--role", "root", "--root-expires", "1y")
+    assert code == ExitCode.USAGE and "30d" in stderr
+    code, _, _ = invoke(root, "sign", "0" * 64, "--keys", str(keys), "--root-expires", "730d")
+    assert code == ExitCode.USAGE  # no such option of bless sign: the README must not promise one

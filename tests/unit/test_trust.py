@@ -280,3 +280,87 @@ def test_other_config_is_not_signed_by_a_signing_of_this_one(tmp_path: Path, rep
     sign_blessing(repo, one, one.to_json_bytes())
     with pytest.raises(UnsignedError):
         check(two, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
+
+
+def test_model_signing_key_pair_in_keys_dir_does_not_stop_signing_or_rotation(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """A repository after ``sign --model-signing``: keys/ also holds the P-256 pair (public half 0644)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    (repo / "keys" / "model-signing-p256.key").write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    (repo / "keys" / "model-signing-p256.key").chmod(0o600)
+    public = repo / "keys" / "model-signing-p256.pub.pem"
+    public.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    public.chmod(0o644)  # as written, and as the README says: a public key is not a secret
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    public.chmod(0o600)  # what a user told to chmod it did: still not a TUF key
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    public.chmod(0o644)
+    for role in ("targets", "root"):
+        assert rotate_role(repo, role).signatures["root"][0] >= 1
+    check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
+    assert public.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_rotated_other_root_chain_does_not_replace_the_trusted_one(tmp_path: Path, manifest: Manifest) -> None:
+    """Two signing repositories: a store that trusts A's chain refuses B's, whatever B's root version."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for repo in (a, b):
+        init_repository(repo)
+        sign_blessing(repo, manifest, manifest.to_json_bytes())
+    state = tmp_path / "s"
+    assert check(manifest, a / "metadata", state).versions["root"] == 1
+    with pytest.raises(TrustInvalidError):
+        check(manifest, b / "metadata", state)
+    rotate_role(b, "targets")  # B's root v2: a higher version, but not signed by A's root keys
+    with pytest.raises(TrustInvalidError) as info:
+        check(manifest, b / "metadata", state)
+    assert info.value.exit_code == ExitCode.TRUST_INVALID
+    assert str(state) in (info.value.hint or "")
+    rotate_role(b, "root")
+    with pytest.raises(TrustInvalidError):
+        check(manifest, b / "metadata", state)
+    # The store still trusts A's chain at the versions it had seen: nothing was reset.
+    verdict = check(manifest, a / "metadata", state)
+    assert verdict.versions["root"] == 1 and verdict.versions["timestamp"] == 2
+
+
+def test_a_root_successor_is_followed_only_through_its_chain(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    host_v1 = provision(tmp_path, repo, "host-v1")
+    state = tmp_path / "s"
+    check(manifest, host_v1, state, snapshot_metadata(repo))
+    rotate_role(repo, "targets")
+    rotate_role(repo, "root")
+    # Re-provisioned with root v3 alone: v2 (the link signed by v1's keys) is nowhere to be found.
+    host_v3 = provision(tmp_path, repo, "host-v3")
+    with pytest.raises(TrustInvalidError) as info:
+        check(manifest, host_v3, state)
+    assert "2.root.json" in str(info.value)
+    # With the chain (the signing repository's metadata, or a pulled artifact) the store follows it.
+    assert check(manifest, host_v3, state, snapshot_metadata(repo)).versions["root"] == 3
+    assert check(manifest, host_v3, state).versions["root"] == 3
+    # The root a host was first provisioned with still works: it is where this store's chain started.
+    assert check(manifest, host_v1, state).versions["root"] == 3
+
+
+def test_an_older_root_the_store_never_trusted_is_a_rollback(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
+    host_v1 = provision(tmp_path, repo, "host-v1")
+    rotate_role(repo, "targets")
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    host_v2 = provision(tmp_path, repo, "host-v2")
+    state = tmp_path / "s"
+    assert check(manifest, host_v2, state, snapshot_metadata(repo)).versions["root"] == 2
+    with pytest.raises(RollbackError) as info:
+        check(manifest, host_v1, state)
+    assert info.value.exit_code == ExitCode.ROLLBACK
+    assert check(manifest, host_v2, state).versions["root"] == 2
