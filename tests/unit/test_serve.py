@@ -720,7 +720,8 @@ def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)
-    assert result.to_dict()["stop_command"] == "serve-full stop unit"
+    # The store root is named: a stop against the default root would leave this lease and serve dir behind.
+    assert result.to_dict()["stop_command"] == f"serve-full stop unit --root {store.root}"
     # The engine that outlives serve-full --detach: its own session, as the local runtime starts it.
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
@@ -771,11 +772,23 @@ def test_detached_serve_names_its_stop_command_not_docker(
     console = Console(record=True, width=200)
     render_detached(console, {"result": result.to_dict()})
     text = console.export_text()
-    assert "serve-full stop unit" in text and "docker" not in text
+    assert f"serve-full stop unit --root {store.root}" in text and "docker" not in text
     with pytest.raises(ContainerConflictError) as refused:  # the detached serve's container holds the name
         do_plan(plan.profile, store, runtime)
-    assert refused.value.hint is not None and "serve-full stop unit" in refused.value.hint
+    assert refused.value.hint is not None and f"serve-full stop unit --root {store.root}" in refused.value.hint
     assert "docker" not in refused.value.hint
+
+
+def test_stop_command_names_a_non_default_root_quoted_for_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The printed stop command must reach the serve's lease and serve dir: the store root is named, quoted."""
+    import shlex
+
+    monkeypatch.setenv("BLESS_ROOT", "/elsewhere")  # a later shell may not have it: named anyway
+    assert serve.stop_command("reference-cpu") == "serve-full stop reference-cpu"
+    assert serve.stop_command("reference-cpu", Path.home() / ".cache" / "bless") == "serve-full stop reference-cpu"
+    command = serve.stop_command("reference-cpu", Path("/tmp/my host"))
+    assert shlex.split(command) == ["serve-full", "stop", "reference-cpu", "--root", "/tmp/my host"]
+    assert serve.stop_command("a b", Path("/elsewhere")) == "serve-full stop 'a b' --root /elsewhere"
 
 
 # --------------------------------------------------------------------------------------------- one start per name
