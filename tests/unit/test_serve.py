@@ -839,3 +839,32 @@ def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store:
     outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=77)
     assert stops == [77] and runtime.calls[-2:] == ["stop", "cleanup_ours"]
     assert outcome.leases_released == 0 and not outcome.notes
+
+
+# --------------------------------------------------------------------------------------------- Docker start errors
+
+
+@pytest.mark.parametrize(
+    "explanation",
+    [
+        "driver failed programming external connectivity on endpoint bless-serve-unit: "
+        "Bind for 127.0.0.1:8000 failed: port is already allocated",
+        "Error starting userland proxy: listen tcp4 127.0.0.1:8000: bind: address already in use",
+    ],
+)
+def test_a_taken_host_port_is_named_with_what_to_do(explanation: str) -> None:
+    """A port held by something else is no missing command or bad mount: the hint says to free or change it."""
+    from types import SimpleNamespace
+
+    from bless.runtime.docker import _start_failed
+
+    spec = ContainerSpec(
+        name="bless-serve-unit", command=("serve",), env={}, labels={}, port=8000, host_ip="127.0.0.1", host_port=8000
+    )
+    err = _start_failed(spec, SimpleNamespace(explanation=explanation))
+    assert int(err.exit_code) == 44  # the documented ENGINE_FAILED: the engine could not be started
+    assert "127.0.0.1:8000 is already in use" in str(err)
+    assert err.hint is not None and "serving.port" in err.hint and "serve-full stop NAME" in err.hint
+    assert "engine command" not in err.hint
+    other = _start_failed(spec, SimpleNamespace(explanation='exec: "vllm": executable file not found in $PATH'))
+    assert other.hint is not None and "engine command exists in the image" in other.hint
