@@ -29,7 +29,9 @@ from bless.store import Store, default_root
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
 ]
-ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)]
+# No dir_okay=False: a directory is refused by load_profile as INPUT_INVALID (3), like a missing file,
+# not by click as a usage error (2).
+ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.")]
 RootOption = Annotated[
     Path | None,
     typer.Option(

@@ -10,9 +10,10 @@ function wrapped in :func:`cli.boundary.command`, registered on the app in one t
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,7 +26,7 @@ from bless.probes import probe_python_environment
 from bless.text import shown
 from bless.verify import verify_tree
 from cli import render
-from cli.boundary import Report, command
+from cli.boundary import Report, command, run_app
 from cli.common import (
     AppState,
     JsonOption,
@@ -138,7 +139,7 @@ def diff_command(
     ] = None,
     profile: Annotated[
         Path | None,
-        typer.Option("--profile", "-p", help="Compare this profile (as resolved here) with HASH_A.", dir_okay=False),
+        typer.Option("--profile", "-p", help="Compare this profile (as resolved here) with HASH_A."),
     ] = None,
     offline: OfflineOption = False,
     declared_hardware: DeclaredHardwareOption = False,
@@ -415,14 +416,16 @@ for _name, _group, _commands in GROUPS:
     app.add_typer(_group, name=_name)
 
 
-def main(*, allow_test_knobs: bool = False) -> None:
+def main(*, allow_test_knobs: bool = False, argv: list[str] | None = None) -> NoReturn:
     """Entry point of the ``bless`` console script (which calls it without arguments).
 
     ``allow_test_knobs`` lets ``bless run`` accept the reference engine's test knobs. No option or
     environment variable sets it: only a Python caller can, and only bless's own integration tests
     do (``tests/integration/knobs_entry.py``), so nothing around a production run can weaken it.
+    ``argv`` (default: ``sys.argv[1:]``) is the command line after ``bless``.
     """
-    app(prog_name="bless", obj=AppState(allow_test_knobs=allow_test_knobs))
+    args = sys.argv[1:] if argv is None else argv
+    run_app(app, args, prog_name="bless", obj=AppState(allow_test_knobs=allow_test_knobs))
 
 
 if __name__ == "__main__":

@@ -426,7 +426,7 @@ def command_for(args: list[str]) -> tuple[typer.Typer, list[str]]:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``serve-full`` console script (``serve-full stop NAME`` is the one subcommand)."""
     chosen, args = command_for(sys.argv[1:] if argv is None else argv)
-    chosen(args=args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
+    boundary.run_app(chosen, args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typer.testing import CliRunner, Result
 import cli.common
 import cli.main
 import cli.render
+import cli.serve
 from bless.errors import EXIT_CODES, ExitCode
 from bless.factors import config_hash
 from bless.flows.resolve import resolve_profile
@@ -723,3 +724,80 @@ def test_engines_says_when_the_interpreter_cannot_be_read(runner: CliRunner, tmp
     result = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing"), "--json"])
     assert result.exit_code == 0
     assert "cannot read package versions" in json.loads(result.stdout)["local"]["error"]
+
+
+# --------------------------------------------------------------------------------------------- parse errors
+
+
+def _entry(
+    capsys: pytest.CaptureFixture[str], entry: Callable[[list[str]], object], args: list[str]
+) -> tuple[int, str, str]:
+    """Run a console-script entry point as the shell would: its exit code, stdout and stderr."""
+    with pytest.raises(SystemExit) as exited:
+        entry(args)
+    captured = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 0), captured.out, captured.err
+
+
+def _bless_main(args: list[str]) -> object:
+    return cli.main.main(argv=args)
+
+
+@pytest.mark.parametrize(
+    ("entry", "args"),
+    [
+        (_bless_main, ["run", "--json"]),
+        (_bless_main, ["run", "--profile", "profiles/reference-cpu.toml", "--trials", "0", "--json"]),
+        (_bless_main, ["run", "--profile", "profiles/reference-cpu.toml", "--trials", "two", "--json"]),
+        (_bless_main, ["verify", "--json"]),
+        (_bless_main, ["list", "--no-such-option", "--json"]),
+        (cli.serve.main, ["--json"]),
+        (cli.serve.main, ["stop", "--json"]),
+    ],
+)
+def test_parse_errors_under_json_still_write_one_json_document(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    entry: Callable[[list[str]], object],
+    args: list[str],
+) -> None:
+    """Errors click raises before a command body runs: exit 2, click's message on stderr, JSON on stdout."""
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    code, out, err = _entry(capsys, entry, args)
+    assert code == ExitCode.USAGE
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["error"]["exit_code"] == ExitCode.USAGE
+    assert doc["error"]["error"] == "UsageError" and "--help" in doc["error"]["hint"]
+    assert "Error:" in err and "Usage:" in err  # humans get what click always printed
+    code, out, err = _entry(capsys, entry, [arg for arg in args if arg != "--json"])
+    assert code == ExitCode.USAGE and out == "" and "Error:" in err
+
+
+def test_entry_points_exit_with_the_command_code(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Non-standalone click must not swallow exit codes: success is 0, a refusal its own code, --help 0."""
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    assert _entry(capsys, _bless_main, ["--help"])[0] == 0
+    code, out, _ = _entry(capsys, _bless_main, ["exit-codes", "--json"])
+    assert code == 0 and json.loads(out)["ok"] is True
+    code, out, _ = _entry(capsys, _bless_main, ["show", "deadbeefdeadbeef", "--json"])
+    assert code == ExitCode.NO_MANIFEST and json.loads(out)["error"]["exit_code"] == ExitCode.NO_MANIFEST
+
+
+@pytest.mark.parametrize("command", [["hash"], ["run"], ["diff", "deadbeefdeadbeef"]])
+def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    bless_profile(Store(tmp_path / "root"), write_profile(tmp_path), tmp_path)  # diff's hash must exist
+    hash_ = Store(tmp_path / "root").records()[0].manifest
+    assert hash_ is not None
+    args = [hash_.config_hash if arg == "deadbeefdeadbeef" else arg for arg in command]
+    code, out, err = _entry(capsys, _bless_main, [*args, "--profile", str(tmp_path), "--json"])
+    assert code == ExitCode.INPUT_INVALID, err
+    assert "is a directory" in json.loads(out)["error"]["message"]
+    code, _, _ = _entry(capsys, _bless_main, [*args, "--profile", str(tmp_path / "missing.toml")])
+    assert code == ExitCode.INPUT_INVALID
