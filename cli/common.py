@@ -26,8 +26,15 @@ from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import Store, default_root
 
+# The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
+# and most commands have none of those on success.
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+    bool,
+    typer.Option(
+        "--json",
+        help="Write exactly one JSON document to stdout, instead of the human output; stderr keeps only "
+        "progress, warnings and error messages, if any.",
+    ),
 ]
 # No dir_okay=False: a directory is refused by load_profile as INPUT_INVALID (3), like a missing file,
 # not by click as a usage error (2).

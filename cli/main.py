@@ -363,7 +363,11 @@ def exit_codes_command(
     ] = False,
     json_output: JsonOption = False,
 ) -> Report:
-    """Print the table of exit codes (stable: scripts may rely on them)."""
+    """Show the table of exit codes (stable: scripts may rely on them).
+
+    The table is for reading and goes to stderr, as all human output does; for a file or a pipe use
+    --json (one JSON document) or --markdown (the README's table), which write to stdout.
+    """
     if markdown and json_output:
         raise UsageError("--markdown and --json are exclusive")
     data = {"exit_codes": render.exit_code_rows()}
