@@ -309,7 +309,12 @@ def serve_full(
         bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Check everything and print the plan; start nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check everything and print the plan; start nothing. With --from, the pull still installs "
+            "the blessing (and its trust state) into the store, so the plan checks what would be served.",
+        ),
     ] = False,
     debug: Annotated[
         bool,
