@@ -36,6 +36,7 @@ from cli.common import (
     VerboseOption,
     app_state,
     lookup_manifest,
+    reading_store,
     resolve_profile_file,
 )
 from cli.fleet import (
@@ -161,7 +162,7 @@ def diff_command(
             "nothing to compare HASH_A with",
             hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
         )
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     blessed = lookup_manifest(store, hash_a)
     a_side = _manifest_side(blessed)
     if profile is not None:
@@ -189,7 +190,7 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     while an invalid manifest is present. Two files claiming one config hash exit
     MANIFEST_DUPLICATE (23).
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     index = store.index()
     manifests: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
@@ -250,7 +251,7 @@ def show_command(
     json_output: JsonOption = False,
 ) -> Report:
     """Show one blessing: summary, trials, golden outputs and provenance (--json: the whole manifest)."""
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     path = store.manifest_path(manifest.config_hash)
     data = {
@@ -278,7 +279,7 @@ def verify_command(
     listed otherwise; NO_MANIFEST (20) for an unknown hash. With --trust DIR the manifest must
     also be a validly signed, unexpired, current TUF target (exit 60-66 otherwise).
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     verdict = trust_check(store, manifest, trust)
     store.check_permissions(manifest)
@@ -332,7 +333,7 @@ def gc_command(
     keeps what a running server holds a lease on (a crashed server's lease is dropped); refuses
     (22) while any manifest there is invalid.
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     forgotten = [
         str(directory)
         for directory in forget_manifests_dir or ()

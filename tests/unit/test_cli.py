@@ -338,10 +338,35 @@ def test_manifests_dir_option_and_env(
     assert parse(by_option)["manifests_dir"] == str(elsewhere)
     by_env = runner.invoke(app, ["list", "--json"], env={"BLESS_ROOT": str(root)})
     assert parse(by_env)["manifests"][0]["config_hash"] == blessed.config_hash
-    empty = runner.invoke(
+    # A manifests dir named on purpose but missing is a typo, not "nothing blessed" (as bless gate says).
+    missing = runner.invoke(
         app, ["--manifests-dir", str(tmp_path / "none"), "list", "--json"], env={"BLESS_ROOT": str(root)}
     )
-    assert parse(empty)["manifests"] == []
+    assert missing.exit_code == ExitCode.USAGE
+    assert str(tmp_path / "none") in parse(missing)["error"]["message"]
+    fresh = runner.invoke(app, ["list", "--json"], env={"BLESS_ROOT": str(tmp_path / "fresh")})
+    assert fresh.exit_code == 0 and parse(fresh)["manifests"] == []  # the default dir of a new store may be missing
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["show", "HASH"], ["verify", "HASH"], ["diff", "HASH", "HASH"], ["gc", "--dry-run"]]
+)
+def test_read_only_commands_refuse_a_missing_manifests_dir_given_explicitly(
+    runner: CliRunner, root: Path, blessed: Manifest, tmp_path: Path, command: list[str]
+) -> None:
+    """By option or by environment: exit 2 naming the directory, with the JSON document, never "nothing blessed"."""
+    missing = tmp_path / "typo"
+    args = [blessed.config_hash if arg == "HASH" else arg for arg in command]
+    for result in (
+        runner.invoke(app, ["--root", str(root), "--manifests-dir", str(missing), *args, "--json"]),
+        runner.invoke(app, [*args, "--json"], env={"BLESS_ROOT": str(root), "BLESS_MANIFESTS_DIR": str(missing)}),
+    ):
+        assert result.exit_code == ExitCode.USAGE, result.stderr
+        error = parse(result)["error"]
+        assert f"the manifests directory {missing} does not exist" in error["message"]
+        assert "--manifests-dir" in error["hint"]
+        assert f"{missing} does not exist" in result.stderr
+    assert not missing.exists()  # refused before anything could create it
 
 
 # --------------------------------------------------------------------------------------------- show
