@@ -826,3 +826,29 @@ def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
     assert "is a directory" in json.loads(out)["error"]["message"]
     code, _, _ = _entry(capsys, _bless_main, [*args, "--profile", str(tmp_path / "missing.toml")])
     assert code == ExitCode.INPUT_INVALID
+
+
+# --------------------------------------------------------------------------------------------- push rendering
+
+
+@pytest.mark.parametrize(("uploaded", "says_rest"), [(3, False), (1, True)])
+def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
+    from rich.console import Console
+
+    from cli.fleet import _render_push
+
+    console = Console(record=True, width=200)
+    data = {
+        "reference": "localhost:5000/caches/reference:v1",
+        "digest": "sha256:" + "0" * 64,
+        "pinned": "localhost:5000/caches/reference@sha256:" + "0" * 64,
+        "blobs_uploaded": uploaded,
+        "blobs_total": 3,
+        "bytes_uploaded": 10 * uploaded,
+        "bytes_total": 30,
+        "signatures": None,
+    }
+    _render_push(console, data)
+    text = console.export_text()
+    assert f"{uploaded} of 3 blobs uploaded" in text
+    assert ("the registry had the rest" in text) is says_rest
