@@ -19,7 +19,13 @@ import typer
 from rich.console import Console
 
 from bless.engines.support import local_vllm_status, supported_engines
-from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageError, VerifyFailedError
+from bless.errors import (
+    InputInvalidError,
+    ManifestDuplicateError,
+    ManifestInvalidError,
+    UsageError,
+    VerifyFailedError,
+)
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
@@ -392,9 +398,19 @@ def engines_command(
     """List the engine versions bless has rules for (GPU-proven or from source), and the local vLLM/torch.
 
     Exit 0 whatever is installed: a vLLM without rules is refused by run and serve-full (33), not here.
+    An interpreter that cannot be run (a wrong --python) is INPUT_INVALID (3), after the table.
     """
-    data = {"engines": supported_engines(), "local": local_vllm_status(python, probe_python_environment)}
-    return Report(data, render.render_engines)
+    local = local_vllm_status(python, probe_python_environment)
+    data = {"engines": supported_engines(), "local": local}
+    failure = None
+    if "error" in local:
+        # Not "nothing installed": nothing could be asked, so an "ok" answer would be a false all-clear.
+        failure = InputInvalidError(
+            f"cannot check the vLLM and torch of --python {python}: {local['error']}",
+            hint="pass an interpreter that runs here (the local runtime's, e.g. --python .venv/bin/python)",
+            details={"python": python},
+        )
+    return Report(data, render.render_engines, failure)
 
 
 #: Every command of ``bless``, in the order ``bless --help`` lists them.

@@ -745,10 +745,16 @@ def test_engines_lists_versions_and_the_local_vllm(
     assert human.exit_code == 0 and said in human.stderr and "0.33.0" in human.stderr
 
 
-def test_engines_says_when_the_interpreter_cannot_be_read(runner: CliRunner, tmp_path: Path) -> None:
+def test_engines_refuses_an_interpreter_it_cannot_run(runner: CliRunner, tmp_path: Path) -> None:
+    """A wrong --python is an input error (3), not an all-clear: the table still comes, then the refusal."""
     result = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing"), "--json"])
-    assert result.exit_code == 0
-    assert "cannot read package versions" in json.loads(result.stdout)["local"]["error"]
+    assert result.exit_code == ExitCode.INPUT_INVALID
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and document["engines"]
+    assert "cannot read package versions" in document["local"]["error"]
+    assert document["error"]["exit_code"] == ExitCode.INPUT_INVALID and "--python" in document["error"]["hint"]
+    human = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing")])
+    assert human.exit_code == ExitCode.INPUT_INVALID and "What to do:" in human.stderr
 
 
 # --------------------------------------------------------------------------------------------- parse errors
