@@ -91,6 +91,11 @@ def load_profile(path: Path) -> Profile:
         raise InputInvalidError(
             f"{path}: no such profile file", hint="pass an existing file with --profile (see profiles/)"
         ) from None
+    except IsADirectoryError:
+        raise InputInvalidError(
+            f"{path}: is a directory, not a profile file",
+            hint="pass a profile TOML file with --profile (see profiles/)",
+        ) from None
     except OSError as exc:
         raise InputInvalidError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
     try:

@@ -10,6 +10,10 @@ run the body and are the only place that turns outcomes into output and exit cod
   ``diagnostics()`` (red title, then what to do);
 * a :class:`~bless.errors.BlessError` exits with its ``exit_code``; Ctrl-C exits 130; any other
   exception is a bug: exit 1 with one line (the traceback only with ``--verbose``).
+
+:func:`run_app` is the entry points' side of the same promise: a command line click refuses before
+any command body runs (a missing option, ``--trials 0``) is reported as click prints it on stderr,
+and with ``--json`` also as the same JSON error document a :class:`~bless.errors.UsageError` gives.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ParamSpec
+from typing import Any, NoReturn, ParamSpec
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer._click.exceptions import ClickException
 
-from bless.errors import BlessError, ExitCode, InterruptedByUserError
+from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
 from bless.text import json_safe, shown
 from cli.common import AppState
 from cli.render import err_console
@@ -168,3 +173,36 @@ def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: b
         }
         emit_json({"ok": False, "error": error}, lenient=True)
     return int(ExitCode.INTERNAL)
+
+
+def run_app(app: typer.Typer, args: list[str], *, prog_name: str, obj: object | None = None) -> NoReturn:
+    """Run a typer app as a console script's entry point, and exit with its code.
+
+    Click's standalone mode would print a parse error (a missing option, ``--trials 0``) and exit 2
+    with nothing on stdout, breaking the promise of exactly one JSON document under ``--json``: here
+    click runs non-standalone, and such an error is shown as click shows it (usage, then the error)
+    and, when ``--json`` is among ``args``, also written as a JSON error document.
+    """
+    try:
+        code = app(args=args, prog_name=prog_name, obj=obj, standalone_mode=False)
+    except ClickException as exc:
+        exc.show()  # unchanged for humans: the usage line, the try-help line and the error
+        if "--json" in args:
+            emit_json(document({}, _click_error(exc, prog_name)), lenient=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        # What standalone click does for an aborted prompt (bless has none; kept for completeness).
+        err_console().print(Text("Aborted!", style="bold red"))
+        sys.exit(int(ExitCode.INTERNAL))
+    # Non-standalone click returns the command's return value (None) or a typer.Exit's code.
+    sys.exit(code if isinstance(code, int) else int(ExitCode.OK))
+
+
+def _click_error(exc: ClickException, prog_name: str) -> BlessError:
+    """Click's refusal as our error: USAGE (2) for a bad command line, as our own UsageError reports it."""
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)  # a UsageError knows the (sub)command it refused
+    command_path = getattr(ctx, "command_path", None) or prog_name
+    if exc.exit_code == ExitCode.USAGE:
+        return UsageError(message, hint=f"{command_path} --help shows the options and arguments")
+    return BlessError(message, hint=INTERNAL_HINT)  # exit 1, as click exits for its other errors

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from bless.errors import NoManifestError
+from bless.errors import NoManifestError, UsageError
 from bless.factors import (
     ResolvedConfig,
     declared_hardware_factor,
@@ -26,10 +26,19 @@ from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import Store, default_root
 
+# The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
+# and most commands have none of those on success.
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Write exactly one JSON document to stdout (humans still get stderr).")
+    bool,
+    typer.Option(
+        "--json",
+        help="Write exactly one JSON document to stdout, instead of the human output; stderr keeps only "
+        "progress, warnings and error messages, if any.",
+    ),
 ]
-ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.", dir_okay=False)]
+# No dir_okay=False: a directory is refused by load_profile as INPUT_INVALID (3), like a missing file,
+# not by click as a usage error (2).
+ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.")]
 RootOption = Annotated[
     Path | None,
     typer.Option(
@@ -81,6 +90,36 @@ def app_state(ctx: typer.Context) -> AppState:
     """The :class:`AppState` of this invocation (defaults when the callback did not run)."""
     obj = ctx.obj
     return obj if isinstance(obj, AppState) else AppState()
+
+
+def check_manifests_dir(store: Store) -> None:
+    """Refuse (USAGE, 2) when the store's manifests dir does not exist, naming it.
+
+    Used where the directory was named on purpose (``--manifests-dir`` or ``$BLESS_MANIFESTS_DIR``,
+    or any dir ``bless gate`` is pointed at): a typo there must not read as "nothing is blessed".
+    """
+    if not store.manifests_dir.is_dir():
+        raise UsageError(
+            f"the manifests directory {store.manifests_dir} does not exist",
+            hint="point --manifests-dir (or $BLESS_MANIFESTS_DIR) at the directory your blessings were "
+            "published to; to publish into a checkout: bless --manifests-dir DIR run --profile P, then commit "
+            "DIR/*.json",
+            details={"manifests_dir": str(store.manifests_dir)},
+        )
+
+
+def reading_store(ctx: typer.Context) -> Store:
+    """The store of a command that reads blessings (list, show, verify, diff, gc).
+
+    A manifests dir given explicitly must exist (:func:`check_manifests_dir`); the default
+    ``<root>/manifests`` may be missing (a fresh store: nothing blessed yet). ``bless run``
+    uses :meth:`AppState.store` instead: publishing creates the directory.
+    """
+    state = app_state(ctx)
+    store = state.store()
+    if state.manifests_dir is not None:
+        check_manifests_dir(store)
+    return store
 
 
 def command_store(ctx: typer.Context, *, root: Path | None, manifests_dir: Path | None) -> Store:

@@ -253,10 +253,12 @@ def sign_command(
 def _render_push(console: Console, data: Mapping[str, Any]) -> None:
     console.print(Text.assemble(("pushed", "bold green"), f" {data['reference']}"))
     console.print(f"  digest {data['digest']}  (pull by digest: {data['pinned']})")
+    # Only when some blobs were skipped: "had the rest" after uploading all of them reads as a contradiction.
+    had_some = data["blobs_uploaded"] < data["blobs_total"]
     console.print(
         f"  {data['blobs_uploaded']} of {data['blobs_total']} blobs uploaded, "
-        f"{render.human_bytes(data['bytes_uploaded'])} of {render.human_bytes(data['bytes_total'])} "
-        "(the registry had the rest)"
+        f"{render.human_bytes(data['bytes_uploaded'])} of {render.human_bytes(data['bytes_total'])}"
+        + (" (the registry had the rest)" if had_some else "")
     )
     if data["signatures"]:
         console.print(f"  signatures (TUF metadata) under tag {data['signatures']}")

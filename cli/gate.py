@@ -24,7 +24,7 @@ from bless.store import atomic_write_bytes
 from bless.text import shown
 from cli import render
 from cli.boundary import Report, command
-from cli.common import JsonOption, ManifestsDirOption, RootOption, command_store
+from cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
@@ -96,13 +96,8 @@ def gate_command(
             hint="pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests",
         )
     store = command_store(ctx, root=root, manifests_dir=manifests_dir)
-    if not store.manifests_dir.is_dir():
-        # A typo in CI must not read as "nothing is blessed": say which directory is missing.
-        raise UsageError(
-            f"the manifests directory {store.manifests_dir} does not exist",
-            hint="point --manifests-dir at the directory your blessings were published to; to publish "
-            "into a checkout: bless --manifests-dir DIR run --profile P, then commit DIR/*.json",
-        )
+    # Even the default: a gate always means a published set, and a typo in CI must not read as "nothing is blessed".
+    check_manifests_dir(store)
     report = run_gate(paths, store=store, verify=verify)
     if junit is not None:
         try:

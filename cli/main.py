@@ -10,22 +10,29 @@ function wrapped in :func:`cli.boundary.command`, registered on the app in one t
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from bless.engines.support import local_vllm_status, supported_engines
-from bless.errors import ManifestDuplicateError, ManifestInvalidError, UsageError, VerifyFailedError
+from bless.errors import (
+    InputInvalidError,
+    ManifestDuplicateError,
+    ManifestInvalidError,
+    UsageError,
+    VerifyFailedError,
+)
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.text import shown
 from bless.verify import verify_tree
 from cli import render
-from cli.boundary import Report, command
+from cli.boundary import Report, command, run_app
 from cli.common import (
     AppState,
     JsonOption,
@@ -35,6 +42,7 @@ from cli.common import (
     VerboseOption,
     app_state,
     lookup_manifest,
+    reading_store,
     resolve_profile_file,
 )
 from cli.fleet import (
@@ -138,7 +146,7 @@ def diff_command(
     ] = None,
     profile: Annotated[
         Path | None,
-        typer.Option("--profile", "-p", help="Compare this profile (as resolved here) with HASH_A.", dir_okay=False),
+        typer.Option("--profile", "-p", help="Compare this profile (as resolved here) with HASH_A."),
     ] = None,
     offline: OfflineOption = False,
     declared_hardware: DeclaredHardwareOption = False,
@@ -160,7 +168,7 @@ def diff_command(
             "nothing to compare HASH_A with",
             hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
         )
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     blessed = lookup_manifest(store, hash_a)
     a_side = _manifest_side(blessed)
     if profile is not None:
@@ -188,7 +196,7 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     while an invalid manifest is present. Two files claiming one config hash exit
     MANIFEST_DUPLICATE (23).
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     index = store.index()
     manifests: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
@@ -249,7 +257,7 @@ def show_command(
     json_output: JsonOption = False,
 ) -> Report:
     """Show one blessing: summary, trials, golden outputs and provenance (--json: the whole manifest)."""
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     path = store.manifest_path(manifest.config_hash)
     data = {
@@ -277,7 +285,7 @@ def verify_command(
     listed otherwise; NO_MANIFEST (20) for an unknown hash. With --trust DIR the manifest must
     also be a validly signed, unexpired, current TUF target (exit 60-66 otherwise).
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     verdict = trust_check(store, manifest, trust)
     store.check_permissions(manifest)
@@ -331,7 +339,7 @@ def gc_command(
     keeps what a running server holds a lease on (a crashed server's lease is dropped); refuses
     (22) while any manifest there is invalid.
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     forgotten = [
         str(directory)
         for directory in forget_manifests_dir or ()
@@ -362,7 +370,11 @@ def exit_codes_command(
     ] = False,
     json_output: JsonOption = False,
 ) -> Report:
-    """Print the table of exit codes (stable: scripts may rely on them)."""
+    """Show the table of exit codes (stable: scripts may rely on them).
+
+    The table is for reading and goes to stderr, as all human output does; for a file or a pipe use
+    --json (one JSON document) or --markdown (the README's table), which write to stdout.
+    """
     if markdown and json_output:
         raise UsageError("--markdown and --json are exclusive")
     data = {"exit_codes": render.exit_code_rows()}
@@ -386,9 +398,19 @@ def engines_command(
     """List the engine versions bless has rules for (GPU-proven or from source), and the local vLLM/torch.
 
     Exit 0 whatever is installed: a vLLM without rules is refused by run and serve-full (33), not here.
+    An interpreter that cannot be run (a wrong --python) is INPUT_INVALID (3), after the table.
     """
-    data = {"engines": supported_engines(), "local": local_vllm_status(python, probe_python_environment)}
-    return Report(data, render.render_engines)
+    local = local_vllm_status(python, probe_python_environment)
+    data = {"engines": supported_engines(), "local": local}
+    failure = None
+    if "error" in local:
+        # Not "nothing installed": nothing could be asked, so an "ok" answer would be a false all-clear.
+        failure = InputInvalidError(
+            f"cannot check the vLLM and torch of --python {python}: {local['error']}",
+            hint="pass an interpreter that runs here (the local runtime's, e.g. --python .venv/bin/python)",
+            details={"python": python},
+        )
+    return Report(data, render.render_engines, failure)
 
 
 #: Every command of ``bless``, in the order ``bless --help`` lists them.
@@ -415,14 +437,16 @@ for _name, _group, _commands in GROUPS:
     app.add_typer(_group, name=_name)
 
 
-def main(*, allow_test_knobs: bool = False) -> None:
+def main(*, allow_test_knobs: bool = False, argv: list[str] | None = None) -> NoReturn:
     """Entry point of the ``bless`` console script (which calls it without arguments).
 
     ``allow_test_knobs`` lets ``bless run`` accept the reference engine's test knobs. No option or
     environment variable sets it: only a Python caller can, and only bless's own integration tests
     do (``tests/integration/knobs_entry.py``), so nothing around a production run can weaken it.
+    ``argv`` (default: ``sys.argv[1:]``) is the command line after ``bless``.
     """
-    app(prog_name="bless", obj=AppState(allow_test_knobs=allow_test_knobs))
+    args = sys.argv[1:] if argv is None else argv
+    run_app(app, args, prog_name="bless", obj=AppState(allow_test_knobs=allow_test_knobs))
 
 
 if __name__ == "__main__":

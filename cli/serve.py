@@ -309,7 +309,12 @@ def serve_full(
         bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Check everything and print the plan; start nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check everything and print the plan; start nothing. With --from, the pull still installs "
+            "the blessing (and its trust state) into the store, so the plan checks what would be served.",
+        ),
     ] = False,
     debug: Annotated[
         bool,
@@ -426,7 +431,7 @@ def command_for(args: list[str]) -> tuple[typer.Typer, list[str]]:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``serve-full`` console script (``serve-full stop NAME`` is the one subcommand)."""
     chosen, args = command_for(sys.argv[1:] if argv is None else argv)
-    chosen(args=args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
+    boundary.run_app(chosen, args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
 
 
 if __name__ == "__main__":

@@ -121,14 +121,28 @@ def _require_owner(mapping: Mapping[str, str], what: str) -> None:
         )
 
 
+# How the daemon says the published host port is taken: by another container's publish, or by a host listener.
+_PORT_TAKEN = ("port is already allocated", "address already in use")
+
+
 def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
     """The daemon answered but could not start the container: say which side is at fault.
 
-    GPU requests the daemon cannot satisfy are the environment's problem; anything else
+    GPU requests the daemon cannot satisfy are the environment's problem, and so is a host port that
+    something else holds (its own hint: the engine and mounts are fine); anything else
     (an executable missing from the image, a bad mount, an overlay the kernel refuses)
     is this engine failing to start.
     """
     explanation = str(getattr(exc, "explanation", None) or exc)
+    if any(marker in explanation for marker in _PORT_TAKEN):
+        # Not the engine's fault, and nothing to look for in the image or the mounts: say what holds the port.
+        where = f"{spec.host_ip or '0.0.0.0'}:{spec.host_port}" if spec.host_port else "the published port"
+        return EngineFailedError(
+            f"Docker could not start container {spec.name!r}: the host port {where} is already in use ({explanation})",
+            hint="stop what holds the port (serve-full stop NAME if it is a detached serve of ours, bless-serve-NAME "
+            "in docker ps; ss -ltnp shows other listeners), or change serving.port in the profile",
+            details={"daemon_error": explanation, "host_ip": spec.host_ip, "host_port": spec.host_port},
+        )
     if "could not select device driver" in explanation:
         return RuntimeUnavailableError(
             f"Docker cannot give container {spec.name!r} GPUs: {explanation}",

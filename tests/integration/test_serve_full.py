@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,9 +167,10 @@ def test_detach_canary_passes_and_a_second_start_is_refused(
 
         # serve-full stop NAME (what --detach printed): the container, its overlay volume, the serve dir and the
         # lease are gone, and the engine stopped gracefully.
-        assert outcome["stop_command"] == f"serve-full stop {name}"
+        # It names the store root: run as printed, it reaches this serve's lease and serve dir.
+        assert shlex.split(outcome["stop_command"]) == ["serve-full", "stop", name, "--root", str(root)]
         serve_dir = Path(outcome["serve_dir"])
-        stopped = serve("stop", name, "--root", str(root), "--json")
+        stopped = serve(*shlex.split(outcome["stop_command"])[1:], "--json")
         assert stopped.code == 0, stopped.stderr[-3000:]
         report = stopped.json()
         assert report["stopped"] == [container] and report["serve_dirs_removed"] == [str(serve_dir)]

@@ -21,6 +21,7 @@ from typer.testing import CliRunner, Result
 import cli.common
 import cli.main
 import cli.render
+import cli.serve
 from bless.errors import EXIT_CODES, ExitCode
 from bless.factors import config_hash
 from bless.flows.resolve import resolve_profile
@@ -337,10 +338,35 @@ def test_manifests_dir_option_and_env(
     assert parse(by_option)["manifests_dir"] == str(elsewhere)
     by_env = runner.invoke(app, ["list", "--json"], env={"BLESS_ROOT": str(root)})
     assert parse(by_env)["manifests"][0]["config_hash"] == blessed.config_hash
-    empty = runner.invoke(
+    # A manifests dir named on purpose but missing is a typo, not "nothing blessed" (as bless gate says).
+    missing = runner.invoke(
         app, ["--manifests-dir", str(tmp_path / "none"), "list", "--json"], env={"BLESS_ROOT": str(root)}
     )
-    assert parse(empty)["manifests"] == []
+    assert missing.exit_code == ExitCode.USAGE
+    assert str(tmp_path / "none") in parse(missing)["error"]["message"]
+    fresh = runner.invoke(app, ["list", "--json"], env={"BLESS_ROOT": str(tmp_path / "fresh")})
+    assert fresh.exit_code == 0 and parse(fresh)["manifests"] == []  # the default dir of a new store may be missing
+
+
+@pytest.mark.parametrize(
+    "command", [["list"], ["show", "HASH"], ["verify", "HASH"], ["diff", "HASH", "HASH"], ["gc", "--dry-run"]]
+)
+def test_read_only_commands_refuse_a_missing_manifests_dir_given_explicitly(
+    runner: CliRunner, root: Path, blessed: Manifest, tmp_path: Path, command: list[str]
+) -> None:
+    """By option or by environment: exit 2 naming the directory, with the JSON document, never "nothing blessed"."""
+    missing = tmp_path / "typo"
+    args = [blessed.config_hash if arg == "HASH" else arg for arg in command]
+    for result in (
+        runner.invoke(app, ["--root", str(root), "--manifests-dir", str(missing), *args, "--json"]),
+        runner.invoke(app, [*args, "--json"], env={"BLESS_ROOT": str(root), "BLESS_MANIFESTS_DIR": str(missing)}),
+    ):
+        assert result.exit_code == ExitCode.USAGE, result.stderr
+        error = parse(result)["error"]
+        assert f"the manifests directory {missing} does not exist" in error["message"]
+        assert "--manifests-dir" in error["hint"]
+        assert f"{missing} does not exist" in result.stderr
+    assert not missing.exists()  # refused before anything could create it
 
 
 # --------------------------------------------------------------------------------------------- show
@@ -719,7 +745,116 @@ def test_engines_lists_versions_and_the_local_vllm(
     assert human.exit_code == 0 and said in human.stderr and "0.33.0" in human.stderr
 
 
-def test_engines_says_when_the_interpreter_cannot_be_read(runner: CliRunner, tmp_path: Path) -> None:
+def test_engines_refuses_an_interpreter_it_cannot_run(runner: CliRunner, tmp_path: Path) -> None:
+    """A wrong --python is an input error (3), not an all-clear: the table still comes, then the refusal."""
     result = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing"), "--json"])
-    assert result.exit_code == 0
-    assert "cannot read package versions" in json.loads(result.stdout)["local"]["error"]
+    assert result.exit_code == ExitCode.INPUT_INVALID
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and document["engines"]
+    assert "cannot read package versions" in document["local"]["error"]
+    assert document["error"]["exit_code"] == ExitCode.INPUT_INVALID and "--python" in document["error"]["hint"]
+    human = runner.invoke(app, ["engines", "--python", str(tmp_path / "missing")])
+    assert human.exit_code == ExitCode.INPUT_INVALID and "What to do:" in human.stderr
+
+
+# --------------------------------------------------------------------------------------------- parse errors
+
+
+def _entry(
+    capsys: pytest.CaptureFixture[str], entry: Callable[[list[str]], object], args: list[str]
+) -> tuple[int, str, str]:
+    """Run a console-script entry point as the shell would: its exit code, stdout and stderr."""
+    with pytest.raises(SystemExit) as exited:
+        entry(args)
+    captured = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 0), captured.out, captured.err
+
+
+def _bless_main(args: list[str]) -> object:
+    return cli.main.main(argv=args)
+
+
+@pytest.mark.parametrize(
+    ("entry", "args"),
+    [
+        (_bless_main, ["run", "--json"]),
+        (_bless_main, ["run", "--profile", "profiles/reference-cpu.toml", "--trials", "0", "--json"]),
+        (_bless_main, ["run", "--profile", "profiles/reference-cpu.toml", "--trials", "two", "--json"]),
+        (_bless_main, ["verify", "--json"]),
+        (_bless_main, ["list", "--no-such-option", "--json"]),
+        (cli.serve.main, ["--json"]),
+        (cli.serve.main, ["stop", "--json"]),
+    ],
+)
+def test_parse_errors_under_json_still_write_one_json_document(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    entry: Callable[[list[str]], object],
+    args: list[str],
+) -> None:
+    """Errors click raises before a command body runs: exit 2, click's message on stderr, JSON on stdout."""
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    code, out, err = _entry(capsys, entry, args)
+    assert code == ExitCode.USAGE
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["error"]["exit_code"] == ExitCode.USAGE
+    assert doc["error"]["error"] == "UsageError" and "--help" in doc["error"]["hint"]
+    assert "Error:" in err and "Usage:" in err  # humans get what click always printed
+    code, out, err = _entry(capsys, entry, [arg for arg in args if arg != "--json"])
+    assert code == ExitCode.USAGE and out == "" and "Error:" in err
+
+
+def test_entry_points_exit_with_the_command_code(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Non-standalone click must not swallow exit codes: success is 0, a refusal its own code, --help 0."""
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    assert _entry(capsys, _bless_main, ["--help"])[0] == 0
+    code, out, _ = _entry(capsys, _bless_main, ["exit-codes", "--json"])
+    assert code == 0 and json.loads(out)["ok"] is True
+    code, out, _ = _entry(capsys, _bless_main, ["show", "deadbeefdeadbeef", "--json"])
+    assert code == ExitCode.NO_MANIFEST and json.loads(out)["error"]["exit_code"] == ExitCode.NO_MANIFEST
+
+
+@pytest.mark.parametrize("command", [["hash"], ["run"], ["diff", "deadbeefdeadbeef"]])
+def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
+    bless_profile(Store(tmp_path / "root"), write_profile(tmp_path), tmp_path)  # diff's hash must exist
+    hash_ = Store(tmp_path / "root").records()[0].manifest
+    assert hash_ is not None
+    args = [hash_.config_hash if arg == "deadbeefdeadbeef" else arg for arg in command]
+    code, out, err = _entry(capsys, _bless_main, [*args, "--profile", str(tmp_path), "--json"])
+    assert code == ExitCode.INPUT_INVALID, err
+    assert "is a directory" in json.loads(out)["error"]["message"]
+    code, _, _ = _entry(capsys, _bless_main, [*args, "--profile", str(tmp_path / "missing.toml")])
+    assert code == ExitCode.INPUT_INVALID
+
+
+# --------------------------------------------------------------------------------------------- push rendering
+
+
+@pytest.mark.parametrize(("uploaded", "says_rest"), [(3, False), (1, True)])
+def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
+    from rich.console import Console
+
+    from cli.fleet import _render_push
+
+    console = Console(record=True, width=200)
+    data = {
+        "reference": "localhost:5000/caches/reference:v1",
+        "digest": "sha256:" + "0" * 64,
+        "pinned": "localhost:5000/caches/reference@sha256:" + "0" * 64,
+        "blobs_uploaded": uploaded,
+        "blobs_total": 3,
+        "bytes_uploaded": 10 * uploaded,
+        "bytes_total": 30,
+        "signatures": None,
+    }
+    _render_push(console, data)
+    text = console.export_text()
+    assert f"{uploaded} of 3 blobs uploaded" in text
+    assert ("the registry had the rest" in text) is says_rest

@@ -74,3 +74,24 @@ def test_run_stops_on_a_signal_even_when_started_with_sigint_ignored(tmp_path: P
             child.wait()
     assert code == ExitCode.INTERRUPTED and ExitCode.INTERRUPTED.value == 130, rest
     assert "interrupted" in rest and "Traceback" not in rest
+
+
+def test_summary_of_a_run_interrupted_before_staging_names_no_tree(tmp_path: Path) -> None:
+    """summary.md lists only the files the evidence dir has: no tree/ when nothing was staged."""
+    from bless.flows.resolve import resolve_profile
+    from bless.flows.run.results import RunOptions
+    from bless.flows.run.summary import render_summary
+    from bless.profile import load_profile
+    from tests.unit.test_cli import write_profile
+
+    resolved = resolve_profile(load_profile(write_profile(tmp_path)), image_resolver=None)
+    options = RunOptions(trials=3)
+    early = render_summary(
+        resolved, "run-1", 1, {}, [], ("interrupted",), options, interrupted="the bootstrap", has_tree=False, logs=[]
+    )
+    files = next(line for line in early.splitlines() if line.startswith("Files here:"))
+    assert "`tree/` (the rejected cache)" not in files and "nothing was staged" in files
+    assert "evidence.json" in files and "trial-N.log" not in files
+    full = render_summary(resolved, "run-1", 1, {}, [], ("bad",), options, logs=["bootstrap.log", "trial-1.log"])
+    files = next(line for line in full.splitlines() if line.startswith("Files here:"))
+    assert "`tree/`" in files and "`bootstrap.log`, `trial-1.log` (engine logs)" in files

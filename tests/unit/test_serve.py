@@ -740,7 +740,8 @@ def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)
-    assert result.to_dict()["stop_command"] == "serve-full stop unit"
+    # The store root is named: a stop against the default root would leave this lease and serve dir behind.
+    assert result.to_dict()["stop_command"] == f"serve-full stop unit --root {store.root}"
     # The engine that outlives serve-full --detach: its own session, as the local runtime starts it.
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
@@ -791,11 +792,23 @@ def test_detached_serve_names_its_stop_command_not_docker(
     console = Console(record=True, width=200)
     render_detached(console, {"result": result.to_dict()})
     text = console.export_text()
-    assert "serve-full stop unit" in text and "docker" not in text
+    assert f"serve-full stop unit --root {store.root}" in text and "docker" not in text
     with pytest.raises(ContainerConflictError) as refused:  # the detached serve's container holds the name
         do_plan(plan.profile, store, runtime)
-    assert refused.value.hint is not None and "serve-full stop unit" in refused.value.hint
+    assert refused.value.hint is not None and f"serve-full stop unit --root {store.root}" in refused.value.hint
     assert "docker" not in refused.value.hint
+
+
+def test_stop_command_names_a_non_default_root_quoted_for_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The printed stop command must reach the serve's lease and serve dir: the store root is named, quoted."""
+    import shlex
+
+    monkeypatch.setenv("BLESS_ROOT", "/elsewhere")  # a later shell may not have it: named anyway
+    assert serve.stop_command("reference-cpu") == "serve-full stop reference-cpu"
+    assert serve.stop_command("reference-cpu", Path.home() / ".cache" / "bless") == "serve-full stop reference-cpu"
+    command = serve.stop_command("reference-cpu", Path("/tmp/my host"))
+    assert shlex.split(command) == ["serve-full", "stop", "reference-cpu", "--root", "/tmp/my host"]
+    assert serve.stop_command("a b", Path("/elsewhere")) == "serve-full stop 'a b' --root /elsewhere"
 
 
 # --------------------------------------------------------------------------------------------- one start per name
@@ -846,3 +859,32 @@ def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store:
     outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=77)
     assert stops == [77] and runtime.calls[-2:] == ["stop", "cleanup_ours"]
     assert outcome.leases_released == 0 and not outcome.notes
+
+
+# --------------------------------------------------------------------------------------------- Docker start errors
+
+
+@pytest.mark.parametrize(
+    "explanation",
+    [
+        "driver failed programming external connectivity on endpoint bless-serve-unit: "
+        "Bind for 127.0.0.1:8000 failed: port is already allocated",
+        "Error starting userland proxy: listen tcp4 127.0.0.1:8000: bind: address already in use",
+    ],
+)
+def test_a_taken_host_port_is_named_with_what_to_do(explanation: str) -> None:
+    """A port held by something else is no missing command or bad mount: the hint says to free or change it."""
+    from types import SimpleNamespace
+
+    from bless.runtime.docker import _start_failed
+
+    spec = ContainerSpec(
+        name="bless-serve-unit", command=("serve",), env={}, labels={}, port=8000, host_ip="127.0.0.1", host_port=8000
+    )
+    err = _start_failed(spec, SimpleNamespace(explanation=explanation))
+    assert int(err.exit_code) == 44  # the documented ENGINE_FAILED: the engine could not be started
+    assert "127.0.0.1:8000 is already in use" in str(err)
+    assert err.hint is not None and "serving.port" in err.hint and "serve-full stop NAME" in err.hint
+    assert "engine command" not in err.hint
+    other = _start_failed(spec, SimpleNamespace(explanation='exec: "vllm": executable file not found in $PATH'))
+    assert other.hint is not None and "engine command exists in the image" in other.hint

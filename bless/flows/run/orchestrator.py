@@ -8,6 +8,7 @@ cross-device comparison, the manifest a publish writes, and the evidence a rejec
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -276,7 +277,17 @@ class Orchestrator:
     ) -> Path:
         """Hand a rejected candidate's tree, summary and evidence to the store; returns where they went."""
         summary = render_summary(
-            self.resolved, self.run_id, candidate, bootstrap, trials, reasons, options, interrupted=interrupted
+            self.resolved,
+            self.run_id,
+            candidate,
+            bootstrap,
+            trials,
+            reasons,
+            options,
+            interrupted=interrupted,
+            # What store.reject will keep: the tree only when something was staged, and the logs copied below.
+            has_tree=os.path.lexists(tree),
+            logs=[log.name for log in sorted(evidence.glob("*.log"))],
         )
         record = {
             "config_hash": self.resolved.config_hash,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from bless.factors import ResolvedConfig
@@ -19,12 +20,26 @@ def render_summary(
     options: RunOptions,
     *,
     interrupted: str | None = None,
+    has_tree: bool = True,
+    logs: Sequence[str] | None = None,
 ) -> str:
     """The ``summary.md`` a human reads first in a rejected-evidence dir.
 
     ``interrupted`` names the step a signal stopped (``"trial 2"``, ``"the bootstrap"``): that step
-    started but has no verdict, so it is not among the finished trials.
+    started but has no verdict, so it is not among the finished trials. ``has_tree`` says whether a
+    candidate tree is kept (none when nothing was staged, e.g. a bootstrap interrupted early), and
+    ``logs`` names the engine logs kept next to it (None: the usual bootstrap and trial logs).
     """
+    # The file list names only what is there: a reader told of a tree/ that is missing suspects lost evidence.
+    files = ["`tree/` (the rejected cache)"] if has_tree else []
+    files.append("`evidence.json` (everything above, machine-readable)")
+    if logs is None:
+        files.append("`bootstrap.log` and `trial-N.log` (engine logs)")
+    elif logs:
+        files.append(", ".join(f"`{name}`" for name in logs) + " (engine logs)")
+    files_line = "Files here: " + ", ".join(files) + "."
+    if not has_tree:
+        files_line += " No `tree/`: nothing was staged before the run stopped."
     progress = f"- trials finished: {len(trials)} of {options.trials} planned"
     if interrupted is not None:
         progress += f"; interrupted during {interrupted}"
@@ -55,8 +70,7 @@ def render_summary(
         json.dumps(bootstrap, indent=2, sort_keys=True),
         "```",
         "",
-        "Files here: `tree/` (the rejected cache), `evidence.json` (everything above, machine-readable),",
-        "`bootstrap.log` and `trial-N.log` (engine logs).",
+        files_line,
         "",
     ]
     return "\n".join(lines)

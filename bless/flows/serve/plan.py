@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,9 +38,18 @@ DEBUG_BANNER = (
 )
 
 
-def stop_command(name: str) -> str:
-    """The command line that stops the detached serve of profile ``name`` and cleans up after it."""
-    return f"serve-full stop {name}"
+def stop_command(name: str, root: Path | None = None) -> str:
+    """The shell command line that stops the detached serve of profile ``name`` and cleans up after it.
+
+    ``root`` is the store root the serve used. It is named (``--root``) unless it is the built-in
+    default ``~/.cache/bless``: the lease and serve dir live under it, and a stop run against another
+    root (a shell without the same ``--root`` or ``$BLESS_ROOT``) would stop the engine but leave them
+    behind, the lease pinning the blessed version forever. Words are quoted for a shell.
+    """
+    words = ["serve-full", "stop", name]
+    if root is not None and root != Path.home() / ".cache" / "bless":
+        words += ["--root", str(root)]
+    return shlex.join(words)
 
 
 def serve_container_name(profile: Profile) -> str:
@@ -85,8 +95,11 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
         )
 
 
-def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
-    """Refuse (12) when the serving container name is taken: ours (serving already) or foreign (never touched)."""
+def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path | None = None) -> None:
+    """Refuse (12) when the serving container name is taken: ours (serving already) or foreign (never touched).
+
+    ``root``: the store root, named in the stop command of the hint (see :func:`stop_command`).
+    """
     holder = runtime.name_holder(name)
     if holder == "free":
         # What else a real start would refuse (a volume in the overlay's place): a --dry-run says it too.
@@ -112,10 +125,10 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str) -> None:
     )
     if status == "running":
         message = f"{profile.label} is already running: container {name!r} of ours is up"
-        hint = f"use the running engine, or stop it first ({stop_command(profile.name)})"
+        hint = f"use the running engine, or stop it first ({stop_command(profile.name, root)})"
     else:
         message = f"container {name!r} of ours already exists ({status}): a stopped serve-full --detach left it"
-        hint = f"remove it ({stop_command(profile.name)}), then retry"
+        hint = f"remove it ({stop_command(profile.name, root)}), then retry"
     raise ContainerConflictError(message, hint=hint, details={"name": name, "holder": "ours", "status": status})
 
 
@@ -166,6 +179,11 @@ class LaunchPlan:
     @property
     def container_name(self) -> str:
         return self.spec.name
+
+    @property
+    def store_root(self) -> Path:
+        """The store root this serve uses: the serve dir is ``<root>/serve/<dir>``."""
+        return self.serve_dir.parent.parent
 
     @property
     def client_host(self) -> str:
@@ -284,7 +302,7 @@ def plan(
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
     name = serve_container_name(profile)
-    check_name_free(runtime, profile, name)
+    check_name_free(runtime, profile, name, root=store.root)
     # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
     # versions are refused here, before anything starts, unless allowed.
     adapter = adapter.for_factors(resolved.factors)

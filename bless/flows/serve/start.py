@@ -83,7 +83,7 @@ class LaunchResult:
             "url": self.url,
             "detached": self.detached,
             # How to end a detached serve and clean up after it (container, overlay volume, serve dir, lease).
-            "stop_command": stop_command(self.plan.profile.name) if self.detached else None,
+            "stop_command": stop_command(self.plan.profile.name, self.plan.store_root) if self.detached else None,
             "canary": self.canary.to_dict(),
             "recheck": self.recheck,
             "serve_dir": str(self.plan.serve_dir),
