@@ -29,7 +29,11 @@ from typing import Any, NoReturn, ParamSpec
 import typer
 from rich.console import Console
 from rich.text import Text
-from typer._click.exceptions import ClickException
+
+try:  # typer >= 0.2x ships its own copy of click, whose exceptions are not click's
+    from typer._click.exceptions import ClickException
+except ImportError:  # older typer runs on click itself
+    from click.exceptions import ClickException  # type: ignore[assignment]
 
 from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
 from bless.text import json_safe, shown
