@@ -178,7 +178,7 @@ def test_missing_file_and_directory(tmp_path):
     assert "no such profile file" in invalid(tmp_path / "nope.toml").message
     directory = tmp_path / "dir.toml"
     directory.mkdir()
-    assert "cannot read profile" in invalid(directory).message
+    assert "is a directory, not a profile file" in invalid(directory).message
 
 
 def test_huge_file_refused_before_reading(tmp_path):
