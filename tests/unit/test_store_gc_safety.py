@@ -1,0 +1,112 @@
+"""gc fails closed: a lost record of manifests dirs, symlinks planted in the store, another path to
+the root, a leased tree behind a publish marker, hostile side files and odd lock files never make it
+remove what a blessing or a running server needs, nor anything outside the store."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bless.manifest import Manifest
+from bless.store import Store
+from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object
+from cli.main import app
+from tests.unit.store_helpers import make_factors, make_manifest, write_tree
+
+OLD_ID = "20240101T000000Z-000000000001"
+NEW_ID = "20240102T000000Z-000000000002"
+
+
+def publish(store: Store, run_id: str, variant: str, dir_id: str) -> Manifest:
+    staged = write_tree(store.new_staging_dir(run_id) / "cache", variant)
+    manifest = make_manifest(staged, make_factors("tiny"), dir_id=dir_id)
+    store.publish(staged, manifest)
+    return manifest
+
+
+def superseded(tmp_path: Path) -> tuple[Store, Manifest, Manifest]:
+    """A store whose first version was superseded by a rebless: gc's garbage, normally."""
+    store = Store(tmp_path / "root")
+    return store, publish(store, "run1", "old", OLD_ID), publish(store, "run2", "new", NEW_ID)
+
+
+def make_old(path: Path, seconds: float = 7200) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp), follow_symlinks=False)
+
+
+def victim(tmp_path: Path) -> Path:
+    """A directory outside the store that must survive gc, with old subdirs gc would take for its own."""
+    outside = tmp_path / "victim"
+    for name in ("precious", OLD_ID, "staging-run"):
+        (outside / name).mkdir(parents=True)
+        (outside / name / "data.txt").write_text("keep me\n")
+        make_old(outside / name)
+    return outside
+
+
+def untouched(outside: Path) -> bool:
+    return all((outside / name / "data.txt").read_text() == "keep me\n" for name in ("precious", OLD_ID, "staging-run"))
+
+
+def gc_cli(root: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--root", str(root), "gc", *args])
+    return result.exit_code, result.output
+
+
+# ------------------------------------------------------------------------------ side files
+
+
+def nested(depth: int = 100_000) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_the_side_file_reader_refuses_what_could_hang_or_crash_it(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(nested())
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as handle:
+        handle.truncate(JSON_SIDE_FILE_MAX + 1)
+    results: dict[str, object] = {}
+
+    def read_all() -> None:
+        for path in (deep, fifo, zero, huge):
+            results[path.name] = read_json_object(path)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "the reader blocked (a FIFO?)"
+    assert results == {"deep.json": None, "fifo.json": None, "zero.json": None, "huge.json": None}
+    for path in (deep, fifo, zero, huge):
+        with pytest.raises(UnreadableJsonError):
+            load_json_object(path)
+    assert load_json_object(tmp_path / "missing.json") is None
+
+
+def test_hostile_claims_caches_and_lease_files_do_not_break_commands(tmp_path: Path) -> None:
+    store, old, new = superseded(tmp_path)
+    claims = sorted((store.root / "state").glob("claims-*.json"))
+    assert claims
+    for path in claims:
+        path.write_bytes(nested())
+    runner = CliRunner()
+    for command in (["list"], ["verify", new.config_hash]):
+        result = runner.invoke(app, ["--root", str(store.root), *command])
+        assert result.exit_code == 0, result.output
+    # A lease that cannot be read is honoured: what it may protect stays.
+    lease_dir = store.root / "leases" / old.config_hash / old.cache.dir_id
+    lease_dir.mkdir(parents=True)
+    (lease_dir / "0123456789abcdef.json").write_bytes(nested())
+    code, output = gc_cli(store.root, "--keep", "0")
+    assert code == 0, output
+    assert store.blessed_dir(old).is_dir()
