@@ -296,14 +296,20 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
         raise InputInvalidError(f"keep must be a non-negative integer, got {keep!r}")
     paths = store.paths
-    # Fail closed before touching anything: an unreadable manifest may reference any version.
+    # Fail closed before touching anything: an unreadable manifest may reference any version, and
+    # so may one in a manifests dir gc does not know of (its record lost or unreadable).
     unsure = store.unreadable_manifests_dirs()
+    unknown = store.manifests_dirs_unknown()
     for directory in store.known_manifests_dirs():
         if directory not in unsure:
             store.index_of(directory).require_all_valid()
     sweep = _Sweep(dry_run, fault)
     _recover(store, sweep)
     fault("gc-start")
+    if unknown is not None:
+        sweep.notes.append(
+            f"{unknown}: a manifests dir gc does not know of may reference any blessed version, so none is removed"
+        )
     for directory, why in sorted(unsure.items()):
         sweep.notes.append(
             f"manifests dir {directory} ({why}) was published to: its manifests may reference any blessed "
@@ -318,7 +324,7 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
                 continue
-            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure)
+            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure and unknown is None)
     _gc_staging(store, sweep)
     _gc_serve_dirs(store, sweep)
     _gc_run_logs(store, sweep)

@@ -4,6 +4,7 @@ remove what a blessing or a running server needs, nor anything outside the store
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bless.errors import VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object
@@ -57,6 +59,66 @@ def untouched(outside: Path) -> bool:
 def gc_cli(root: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, ["--root", str(root), "gc", *args])
     return result.exit_code, result.output
+
+
+# ------------------------------------------------------------------ the record of manifests dirs
+
+
+@pytest.mark.parametrize("content", [b"{", b"[]", b'{"dirs": "nope"}', b'{"dirs": [1]}', b"[" * 100_000])
+def test_a_corrupt_record_of_manifests_dirs_keeps_every_blessed_version(tmp_path: Path, content: bytes) -> None:
+    store, old, new = superseded(tmp_path)
+    record = store.root / "state" / "manifests-dirs.json"
+    record.write_bytes(content)
+
+    report = store.gc(keep=0)
+    assert not any(action.path.is_relative_to(store.root / "blessed") for action in report.actions)
+    assert store.blessed_dir(old).is_dir() and store.blessed_dir(new).is_dir()
+    assert any(str(record) in note and "none is removed" in note for note in report.notes), report.notes
+    # Rewriting it would forget the dirs it lists: publish and forget refuse until it is repaired.
+    with pytest.raises(VerifyFailedError, match=r"manifests-dirs\.json") as refused:
+        publish(store, "run3", "third", "20240103T000000Z-000000000003")
+    assert refused.value.details["reason"] == "store_state"
+    with pytest.raises(VerifyFailedError):
+        store.forget_manifests_dir(tmp_path / "gone")
+    assert record.read_bytes() == content
+
+
+def test_a_record_that_is_a_fifo_or_a_symlink_keeps_every_blessed_version(tmp_path: Path) -> None:
+    store, old, _ = superseded(tmp_path)
+    record = store.root / "state" / "manifests-dirs.json"
+    record.unlink()
+    os.mkfifo(record)
+    assert store.gc(keep=0).actions == ()
+    record.unlink()
+    (tmp_path / "elsewhere.json").write_text('{"version": 1, "dirs": []}')
+    record.symlink_to(tmp_path / "elsewhere.json")
+    assert store.gc(keep=0).actions == ()
+    assert store.blessed_dir(old).is_dir()
+
+
+def test_a_missing_record_keeps_blessed_versions_until_a_publish_writes_it(tmp_path: Path) -> None:
+    store, old, new = superseded(tmp_path)
+    record = store.root / "state" / "manifests-dirs.json"
+    assert json.loads(record.read_text())["dirs"] == []  # written even for root/manifests alone
+    record.unlink()
+
+    report = store.gc(keep=0)
+    assert not any(action.path.is_relative_to(store.root / "blessed") for action in report.actions)
+    assert any(str(record) in note and "missing" in note for note in report.notes), report.notes
+    code, output = gc_cli(store.root)
+    assert code == 0 and "missing" in output and store.blessed_dir(old).is_dir()
+
+    third = publish(store, "run3", "third", "20240103T000000Z-000000000003")
+    removed = {action.path for action in store.gc(keep=0).actions}
+    assert {store.blessed_dir(old), store.blessed_dir(new)} <= removed
+    assert store.blessed_dir(third).is_dir()
+
+
+def test_a_store_without_blessed_versions_needs_no_record(tmp_path: Path) -> None:
+    store = Store(tmp_path / "root")
+    (store.root / "blessed").mkdir(parents=True)
+    report = store.gc(keep=0)
+    assert report.notes == ()
 
 
 # ------------------------------------------------------------------------------ side files
