@@ -8,6 +8,7 @@ created under ``umask 000`` must not be writable by other users.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -42,6 +43,7 @@ __all__ = [
     "read_json_object",
     "remove_tree",
     "set_tree_modes",
+    "symlink_on_the_way",
     "tree_bytes",
     "unsafe_to_trust",
     "walk",
@@ -246,8 +248,41 @@ def make_owner_writable(root: Path) -> None:
             pending.extend(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a file, a symlink or a whole tree (read-only directories included)."""
+def symlink_on_the_way(path: Path, base: Path) -> str | None:
+    """Why removing ``path`` would go through (or remove) something other than ``base``'s own entries.
+
+    Every component of ``path`` below ``base`` (``path`` itself included) must not be a symlink, and
+    each but the last must be a directory; ``path`` must be below ``base``. ``base`` itself may be a
+    symlink (a store root may be one). None when removing ``path`` is safe on these counts.
+    """
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        return f"{path} is not below {base}"
+    current = base
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return None  # nothing there to remove (or to go through)
+        except OSError as exc:
+            return f"{current}: cannot stat ({exc.strerror or exc})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{current} is a symlink"
+        if index < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            return f"{current} is not a directory"
+    return None
+
+
+def remove_tree(path: Path, *, within: Path | None = None) -> None:
+    """Remove a file, a symlink or a whole tree (read-only directories included).
+
+    With ``within``, refuses (OSError ELOOP) unless :func:`symlink_on_the_way` finds ``path`` a real
+    entry below it: a symlink planted in the store must never lead a removal outside it.
+    """
+    if within is not None and (why := symlink_on_the_way(path, within)) is not None:
+        raise OSError(errno.ELOOP, f"not removed, symlinks are never followed or removed here: {why}", str(path))
     try:
         st = os.lstat(path)
     except FileNotFoundError:

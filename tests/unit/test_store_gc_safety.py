@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from bless.errors import VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
-from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object
+from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from cli.main import app
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
@@ -119,6 +119,91 @@ def test_a_store_without_blessed_versions_needs_no_record(tmp_path: Path) -> Non
     (store.root / "blessed").mkdir(parents=True)
     report = store.gc(keep=0)
     assert report.notes == ()
+
+
+# ----------------------------------------------------------------------------- planted symlinks
+
+
+@pytest.mark.parametrize("where", ["blessed-hash", "rejected-hash", "serve", "staging", "runs", "blessed"])
+def test_gc_never_follows_a_symlink_in_the_store(tmp_path: Path, where: str) -> None:
+    store, old, new = superseded(tmp_path)
+    outside = victim(tmp_path)
+    root = store.root
+    link = {
+        "blessed-hash": root / "blessed" / ("e" * 64),
+        "rejected-hash": root / "rejected" / ("f" * 64),
+        "serve": root / "serve",
+        "staging": root / "staging",
+        "runs": root / "runs",
+        "blessed": root / "blessed",
+    }[where]
+    if where == "blessed":
+        (root / "blessed").rename(tmp_path / "real-blessed")
+        outside = tmp_path / "real-blessed"
+    elif link.exists():
+        remove_tree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside)
+
+    code, output = gc_cli(root, "--keep", "0")
+    assert code == 0, output
+    assert "symlink" in output
+    assert link.is_symlink()
+    if where == "blessed":
+        # The planted blessed/ leads to the real trees: gc must not remove through it either.
+        assert (outside / old.config_hash / old.cache.dir_id).is_dir()
+        assert (outside / new.config_hash / new.cache.dir_id).is_dir()
+    else:
+        assert untouched(outside)
+
+
+def test_gc_leaves_symlinked_entries_and_names_that_are_not_dir_ids(tmp_path: Path) -> None:
+    store, old, new = superseded(tmp_path)
+    outside = victim(tmp_path)
+    hash_dir = store.root / "blessed" / old.config_hash
+    hash_dir.chmod(0o755)
+    stray = hash_dir / "not-a-dir-id"
+    stray.mkdir()
+    (stray / "data.txt").write_text("mine\n")
+    (hash_dir / "20240101T000000Z-00000000000f").symlink_to(outside / OLD_ID)
+    serve_link = store.root / "serve" / "tiny-old"
+    serve_link.parent.mkdir(parents=True, exist_ok=True)
+    serve_link.symlink_to(outside / "precious")
+    make_old(serve_link)
+
+    removed = {action.path for action in store.gc(keep=0).actions}
+    assert store.blessed_dir(old) in removed
+    assert (stray / "data.txt").read_text() == "mine\n"
+    assert serve_link.is_symlink() and untouched(outside)
+    assert store.blessed_dir(new).is_dir()
+
+
+def test_remove_tree_within_refuses_a_path_through_a_symlink(tmp_path: Path) -> None:
+    outside = victim(tmp_path)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "link").symlink_to(outside)
+    with pytest.raises(OSError, match="symlink"):
+        remove_tree(base / "link" / "precious", within=base)
+    with pytest.raises(OSError, match="symlink"):
+        remove_tree(base / "link", within=base)
+    assert untouched(outside)
+
+
+# -------------------------------------------------------------------- leases, by identity
+
+
+def test_gc_keeps_a_serve_dir_leased_through_another_path_to_the_root(tmp_path: Path) -> None:
+    store, old, _ = superseded(tmp_path)
+    link = tmp_path / "root-link"
+    link.symlink_to(store.root)
+    serve_dir = link / "serve" / "tiny-x"
+    serve_dir.mkdir(parents=True)
+    make_old(store.root / "serve" / "tiny-x")
+    with Store(link).serving_lease(old, name="srv", serve_dir=serve_dir):
+        removed = {action.path for action in store.gc(keep=0).actions}
+        assert store.root / "serve" / "tiny-x" not in removed
+        assert serve_dir.is_dir() and store.blessed_dir(old).is_dir()
 
 
 # ------------------------------------------------------------------------------ side files
