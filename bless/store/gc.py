@@ -99,11 +99,17 @@ def _debris_hashes(store: Store) -> list[str]:
     return sorted(hashes)
 
 
+def _leased_dir_ids(store: Store, config_hash: str) -> set[str]:
+    """dir_ids of ``config_hash`` a lease may hold: its holder is alive or cannot be judged."""
+    return {lease.dir_id for lease in store.leases.leases(config_hash) if lease.alive is not False}
+
+
 def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
     """Crash debris of one hash: (path, reason, finalize) where finalize = complete, do not delete."""
     paths = store.paths
     found: list[tuple[Path, str, bool]] = []
     referenced: set[str] | None = None
+    leased: set[str] | None = None
     for entry in listdir(paths.blessed / config_hash):
         if entry.name.startswith(PARTIAL_PREFIX):
             found.append((Path(entry.path), "partial copy of an interrupted publish", False))
@@ -113,8 +119,12 @@ def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
                 referenced = store.referenced_dir_ids_if_sure(config_hash)
                 if referenced is None:
                     continue  # cannot tell whether that publish committed: leave it to a later run
+            if leased is None:
+                leased = _leased_dir_ids(store, config_hash)
             tree = paths.blessed / config_hash / dir_id
-            if dir_id not in referenced and is_dir_id(dir_id) and os.path.lexists(tree):
+            # A superseded version a server still holds (its publish marker left by a crash after
+            # the commit) is the lease's to keep: only its marker goes, and gc handles the tree.
+            if dir_id not in referenced and dir_id not in leased and is_dir_id(dir_id) and os.path.lexists(tree):
                 # Before its marker, so that a crash here leaves the marker to retry with.
                 found.append((tree, "tree of an interrupted publish (no manifest references it)", False))
             found.append((Path(entry.path), "marker of an interrupted publish", False))
@@ -249,11 +259,14 @@ def _recover(store: Store, sweep: _Sweep) -> None:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
                 continue
-            # Listed again under the lock: only now is nobody writing this hash.
-            for path, reason, finalize in _debris(store, config_hash):
-                sweep.drop(path, reason, point="recover-remove", finalize=finalize)
-    for path, reason in _staging_debris(store):
-        sweep.drop(path, reason, point="recover-remove")
+            # Listed again under the lock (nobody is writing this hash) and the lease guard (a
+            # lease taken from here on sees what this pass removed; one taken before is seen).
+            with store.leases.guard(config_hash):
+                for path, reason, finalize in _debris(store, config_hash):
+                    sweep.drop(path, reason, point="recover-remove", finalize=finalize)
+    if _real_dir(store, store.paths.staging, sweep):
+        for path, reason in _staging_debris(store):
+            sweep.drop(path, reason, point="recover-remove")
 
 
 def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
