@@ -494,7 +494,9 @@ class Store:
         it has published to) references, beyond the ``keep`` newest (by dir_id, which starts with a
         UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime). Also
         staging dirs whose owner process is dead on this host, and the debris :meth:`recover`
-        removes. When a recorded manifests dir cannot be read, no blessed version is removed. A
+        removes. When a recorded manifests dir cannot be read, or the record of those dirs is
+        unreadable or (with blessed versions present) missing, no blessed version is removed. Nothing
+        is removed through a symlink in the store (each one is noted instead). A
         version a live serving lease holds is kept (a provably stale lease is removed instead), as
         is the serve dir it names; other ``serve/`` dirs untouched for an hour go, and ``runs/``
         logs go with the blessed version they produced. Archived manifests are kept (history).
@@ -502,6 +504,8 @@ class Store:
         Raises:
             ManifestInvalidError: a manifest is invalid: gc cannot know what it references.
             InputInvalidError: negative ``keep``.
+            VerifyFailedError: a hash's lock file is not a regular file, or cannot be opened
+                (reason ``store_lock``).
         """
         with os_errors(f"gc of {self.root}"):
             return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from bless.errors import BlessError, LockHeldError
+from bless.errors import LockHeldError, VerifyFailedError
 from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, os_errors, read_json_object
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
@@ -82,10 +83,7 @@ class HashLocks:
         except Timeout:  # a TimeoutError, hence an OSError: handled first
             raise self._held_error(config_hash, waited=limit if wait else None) from None
         except OSError as exc:
-            raise BlessError(
-                f"taking the lock {path} failed: {exc.strerror or exc}",
-                hint="check that the store root exists and is writable",
-            ) from exc
+            raise self._lock_refused(path, exc) from exc
         holder = self.holder_path(config_hash)
         try:
             with _HELD_GUARD:
@@ -105,6 +103,25 @@ class HashLocks:
                     _HELD.pop(key, None)
         finally:
             flock.release()
+
+    @staticmethod
+    def _lock_refused(path: Path, exc: OSError) -> VerifyFailedError:
+        """The refusal when the lock file cannot be opened: not a file of ours, or no write access."""
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # missing: the directory is what cannot be written
+        if not stat.S_ISREG(mode):
+            kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
+            message = f"the lock {path} is {kind}, not a lock file bless made, so it is not used"
+            hint = f"remove {path} (bless recreates it), and find out who put it there"
+        else:
+            message = f"cannot take the lock {path}: {exc.strerror or exc}"
+            hint = (
+                "run as a user who can write the store's locks/ dir (every writer, and gc even with --dry-run, "
+                "locks each config hash so that what it reads does not change under it)"
+            )
+        return VerifyFailedError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
 
     def _held_error(self, config_hash: str, *, waited: float | None) -> LockHeldError:
         holder = read_json_object(self.holder_path(config_hash))

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from typer.testing import CliRunner
 
-from bless.errors import VerifyFailedError
+from bless.errors import ExitCode, VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
@@ -269,3 +270,33 @@ def test_hostile_claims_caches_and_lease_files_do_not_break_commands(tmp_path: P
     code, output = gc_cli(store.root, "--keep", "0")
     assert code == 0, output
     assert store.blessed_dir(old).is_dir()
+
+
+# ------------------------------------------------------------------------------ lock files
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory"])
+def test_an_odd_lock_file_is_a_documented_refusal(tmp_path: Path, kind: str) -> None:
+    store, old, _ = superseded(tmp_path)
+    lock = store.root / "locks" / f"{old.config_hash}.lock"
+    lock.unlink()
+    if kind == "symlink":
+        lock.symlink_to(tmp_path / "elsewhere")
+    else:
+        lock.mkdir()
+    code, output = gc_cli(store.root)
+    assert code == ExitCode.VERIFY_FAILED, output
+    assert kind in output and "remove" in output
+    assert "internal error" not in output
+
+
+def test_a_lock_that_cannot_be_opened_is_a_documented_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, _, _ = superseded(tmp_path)
+
+    def denied(self: FileLock, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(FileLock, "acquire", denied)
+    code, output = gc_cli(store.root, "--dry-run")
+    assert code == ExitCode.VERIFY_FAILED, output
+    assert "Permission denied" in output and "internal error" not in output
