@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock
-
 from bless.errors import VerifyFailedError
-from bless.store.fsutil import FILE_MODE, UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
+from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
+from bless.store.locks import blocking_file_lock
 
 __all__ = ["ManifestsDirsRecord"]
 
@@ -83,7 +82,7 @@ class ManifestsDirsRecord:
     def _locked(self) -> Iterator[None]:
         # Two publishes of different hashes may add a dir at once: read-modify-write under a lock.
         ensure_dir(self._state)
-        with FileLock(str(self._state / f"{_NAME}.lock"), mode=FILE_MODE):
+        with blocking_file_lock(self._state / f"{_NAME}.lock"):
             yield
 
     def add(self, directory: Path | None) -> None:

@@ -23,12 +23,51 @@ from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, os_err
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
 
-__all__ = ["HashLocks"]
+__all__ = ["HashLocks", "blocking_file_lock", "lock_refusal"]
 
 # Locks this process holds, per thread. A second FileLock on the same file from the same thread
 # would otherwise contend with itself.
 _HELD: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
+
+
+def lock_refusal(path: Path, exc: OSError) -> VerifyFailedError:
+    """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # missing: the directory is what cannot be written
+    if not stat.S_ISREG(mode):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
+        message = f"the lock {path} is {kind}, not a lock file bless made, so it is not used"
+        hint = f"remove {path} (bless recreates it), and find out who put it there"
+    else:
+        message = f"cannot take the lock {path}: {exc.strerror or exc}"
+        hint = (
+            f"run as a user who can write {path.parent} (every writer, and gc even with --dry-run, takes the "
+            "store's locks so that what it reads does not change under it)"
+        )
+    return VerifyFailedError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
+
+
+@contextmanager
+def blocking_file_lock(path: Path) -> Iterator[None]:
+    """Hold the flock at ``path`` for the ``with`` body, waiting for it; an unusable lock file is a refusal.
+
+    For the store's short-held locks (lease guard, manifests-dirs record).
+
+    Raises:
+        VerifyFailedError: the lock file cannot be opened (:func:`lock_refusal`).
+    """
+    flock = FileLock(str(path), mode=FILE_MODE)
+    try:
+        flock.acquire()  # waits forever: never a Timeout
+    except OSError as exc:
+        raise lock_refusal(path, exc) from exc
+    try:
+        yield
+    finally:
+        flock.release()
 
 
 class HashLocks:
@@ -83,7 +122,7 @@ class HashLocks:
         except Timeout:  # a TimeoutError, hence an OSError: handled first
             raise self._held_error(config_hash, waited=limit if wait else None) from None
         except OSError as exc:
-            raise self._lock_refused(path, exc) from exc
+            raise lock_refusal(path, exc) from exc
         holder = self.holder_path(config_hash)
         try:
             with _HELD_GUARD:
@@ -103,25 +142,6 @@ class HashLocks:
                     _HELD.pop(key, None)
         finally:
             flock.release()
-
-    @staticmethod
-    def _lock_refused(path: Path, exc: OSError) -> VerifyFailedError:
-        """The refusal when the lock file cannot be opened: not a file of ours, or no write access."""
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            mode = stat.S_IFREG  # missing: the directory is what cannot be written
-        if not stat.S_ISREG(mode):
-            kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
-            message = f"the lock {path} is {kind}, not a lock file bless made, so it is not used"
-            hint = f"remove {path} (bless recreates it), and find out who put it there"
-        else:
-            message = f"cannot take the lock {path}: {exc.strerror or exc}"
-            hint = (
-                "run as a user who can write the store's locks/ dir (every writer, and gc even with --dry-run, "
-                "locks each config hash so that what it reads does not change under it)"
-            )
-        return VerifyFailedError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
 
     def _held_error(self, config_hash: str, *, waited: float | None) -> LockHeldError:
         holder = read_json_object(self.holder_path(config_hash))

@@ -290,6 +290,24 @@ def test_an_odd_lock_file_is_a_documented_refusal(tmp_path: Path, kind: str) -> 
     assert "internal error" not in output
 
 
+def test_odd_lease_guard_and_record_locks_are_documented_refusals(tmp_path: Path) -> None:
+    store, old, _ = superseded(tmp_path)
+    guard = store.root / "leases" / old.config_hash / ".lock"
+    guard.parent.mkdir(parents=True, exist_ok=True)
+    guard.unlink(missing_ok=True)
+    guard.symlink_to(tmp_path / "elsewhere")
+    code, output = gc_cli(store.root)
+    assert code == ExitCode.VERIFY_FAILED, output
+    assert "symlink" in output and "internal error" not in output
+
+    record_lock = store.root / "state" / "manifests-dirs.json.lock"
+    record_lock.unlink(missing_ok=True)
+    record_lock.mkdir()
+    with pytest.raises(VerifyFailedError, match="directory") as refused:
+        publish(store, "run3", "third", "20240103T000000Z-000000000003")
+    assert refused.value.details["reason"] == "store_lock"
+
+
 def test_a_lock_that_cannot_be_opened_is_a_documented_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, _, _ = superseded(tmp_path)
 
