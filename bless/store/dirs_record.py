@@ -2,7 +2,12 @@
 
 Recorded before a publish commits, so that gc, run with any ``--manifests-dir`` or none, consults
 every dir a manifest referencing a blessed tree can live in. ``root/manifests`` is always consulted
-and never recorded, so a relocated root (``cp -a``) does not name its old place.
+and never recorded, so a relocated root (``cp -a``) does not name its old place. Every publish
+writes the record (an empty list when it only used ``root/manifests``), so its absence in a store
+that has blessed versions means it was lost or predates it: gc then cannot know every dir.
+
+A record that cannot be read (corrupt, not a regular file) is never rewritten: that would forget
+the dirs it lists. Adding to or removing from it is then refused until a person repairs it.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock
-
-from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, read_json_object
+from bless.errors import VerifyFailedError
+from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
+from bless.store.locks import blocking_file_lock
 
 __all__ = ["ManifestsDirsRecord"]
 
@@ -29,11 +34,45 @@ class ManifestsDirsRecord:
         self._state = state_dir
         self.path = state_dir / _NAME
 
-    def dirs(self) -> list[Path]:
-        """The recorded dirs (none when the record is missing or unreadable)."""
-        document = read_json_object(self.path) or {}
+    def problem(self) -> str | None:
+        """Why the record cannot be used (it exists but is unreadable or malformed), or None."""
+        try:
+            self._read()
+        except UnreadableJsonError as exc:
+            return str(exc)
+        return None
+
+    def exists(self) -> bool:
+        """Is there anything at the record's path (a file, or something else there)?"""
+        return os.path.lexists(self.path)
+
+    def _read(self) -> list[Path]:
+        document = load_json_object(self.path)
+        if document is None:
+            return []
         dirs = document.get("dirs")
-        return [Path(d) for d in dirs if isinstance(d, str)] if isinstance(dirs, list) else []
+        if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
+            raise UnreadableJsonError('has no "dirs" list of paths')
+        return [Path(d) for d in dirs]
+
+    def dirs(self) -> list[Path]:
+        """The recorded dirs (none when the record is missing or unusable: see :meth:`problem`)."""
+        try:
+            return self._read()
+        except UnreadableJsonError:
+            return []
+
+    def _require(self) -> list[Path]:
+        try:
+            return self._read()
+        except UnreadableJsonError as exc:
+            raise VerifyFailedError(
+                f"the store's record of its manifests dirs {self.path} {exc}: rewriting it would forget the dirs "
+                "gc must consult before removing a blessed version",
+                hint=f'repair {self.path} (JSON: {{"version": 1, "dirs": [every --manifests-dir this store '
+                "published to]}) or restore it from a backup, then retry",
+                details={"reason": "store_state", "path": str(self.path)},
+            ) from exc
 
     def _write(self, dirs: list[Path]) -> None:
         document = {"version": 1, "dirs": sorted({str(d) for d in dirs})}
@@ -43,20 +82,28 @@ class ManifestsDirsRecord:
     def _locked(self) -> Iterator[None]:
         # Two publishes of different hashes may add a dir at once: read-modify-write under a lock.
         ensure_dir(self._state)
-        with FileLock(str(self._state / f"{_NAME}.lock"), mode=FILE_MODE):
+        with blocking_file_lock(self._state / f"{_NAME}.lock"):
             yield
 
-    def add(self, directory: Path) -> None:
-        """Record ``directory`` (absolute) unless it is recorded already."""
+    def add(self, directory: Path | None) -> None:
+        """Record ``directory`` (absolute) unless it is recorded already; None only writes the record.
+
+        Raises:
+            VerifyFailedError: the record exists but cannot be read (reason ``store_state``).
+        """
         with self._locked():
-            recorded = self.dirs()
-            if directory not in recorded:
-                self._write([*recorded, directory])
+            recorded = self._require()
+            if not self.exists() or (directory is not None and directory not in recorded):
+                self._write([*recorded, *([directory] if directory is not None else [])])
 
     def remove(self, directory: Path) -> bool:
-        """Drop ``directory`` from the record; True when it was recorded."""
+        """Drop ``directory`` from the record; True when it was recorded.
+
+        Raises:
+            VerifyFailedError: the record exists but cannot be read (reason ``store_state``).
+        """
         with self._locked():
-            recorded = self.dirs()
+            recorded = self._require()
             if directory not in recorded:
                 return False
             self._write([d for d in recorded if d != directory])

@@ -27,6 +27,7 @@ from bless.store.fsutil import (
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
+    listdir,
     os_errors,
     remove_tree,
     unsafe_to_trust,
@@ -331,12 +332,23 @@ class Store:
         return self._dirs_record.dirs()
 
     def remember_manifests_dir(self) -> None:
-        """Record this store's manifests dir among those it published to (before a publish commits)."""
-        if self._paths.manifests_dir != self._paths.default_manifests_dir:
-            self._dirs_record.add(self._paths.manifests_dir)
+        """Record this store's manifests dir among those it published to (before a publish commits).
+
+        Writes the record even for ``root/manifests`` (recorded as no dir): a store with blessed
+        versions and no record is one whose record was lost, and gc keeps everything there.
+
+        Raises:
+            VerifyFailedError: the record cannot be read (reason ``store_state``).
+        """
+        own = self._paths.manifests_dir
+        self._dirs_record.add(own if own != self._paths.default_manifests_dir else None)
 
     def forget_manifests_dir(self, directory: Path) -> bool:
-        """Drop ``directory`` from the record (it is gone for good); True when it was recorded."""
+        """Drop ``directory`` from the record (it is gone for good); True when it was recorded.
+
+        Raises:
+            VerifyFailedError: the record cannot be read (reason ``store_state``).
+        """
         with os_errors(f"updating {self._dirs_record.path}"):
             return self._dirs_record.remove(Path(directory).absolute())
 
@@ -348,6 +360,35 @@ class Store:
     def unreadable_manifests_dirs(self) -> dict[Path, str]:
         """Recorded manifests dirs that cannot be listed now, with why (gc then removes no version)."""
         return self._dirs_record.unreadable()
+
+    def manifests_dirs_unknown(self) -> str | None:
+        """Why the set of manifests dirs to consult is not known (gc then removes no version), or None.
+
+        The record exists but cannot be read, or it is missing although blessed versions exist (it
+        was lost, or the store predates it: every publish writes it).
+        """
+        record = self._dirs_record.path
+        problem = self._dirs_record.problem()
+        if problem is not None:
+            return (
+                f"the record of the manifests dirs this store published to, {record}, {problem}; repair it "
+                '(JSON: {"version": 1, "dirs": [every --manifests-dir this store published to]}) or restore it'
+            )
+        if not self._dirs_record.exists() and self._has_blessed_versions():
+            return (
+                f"the record of the manifests dirs this store published to, {record}, is missing (lost, or the "
+                "store predates it); the next publish writes it, or create it listing every --manifests-dir "
+                'this store published to (JSON: {"version": 1, "dirs": [...]}; [] when only root/manifests)'
+            )
+        return None
+
+    def _has_blessed_versions(self) -> bool:
+        for hash_entry in listdir(self._paths.blessed):
+            if hash_entry.is_dir(follow_symlinks=False) and any(
+                not e.name.startswith(".") for e in listdir(Path(hash_entry.path))
+            ):
+                return True
+        return False
 
     def referenced_dir_ids(self, config_hash: str) -> set[str]:
         """dir_ids of ``config_hash`` that a manifest in any known manifests dir references.
@@ -364,7 +405,7 @@ class Store:
 
     def referenced_dir_ids_if_sure(self, config_hash: str) -> set[str] | None:
         """:meth:`referenced_dir_ids`, or None when that cannot be known (a manifest or dir unreadable)."""
-        if self.unreadable_manifests_dirs():
+        if self.unreadable_manifests_dirs() or self.manifests_dirs_unknown() is not None:
             return None
         try:
             return self.referenced_dir_ids(config_hash)
@@ -453,7 +494,9 @@ class Store:
         it has published to) references, beyond the ``keep`` newest (by dir_id, which starts with a
         UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime). Also
         staging dirs whose owner process is dead on this host, and the debris :meth:`recover`
-        removes. When a recorded manifests dir cannot be read, no blessed version is removed. A
+        removes. When a recorded manifests dir cannot be read, or the record of those dirs is
+        unreadable or (with blessed versions present) missing, no blessed version is removed. Nothing
+        is removed through a symlink in the store (each one is noted instead). A
         version a live serving lease holds is kept (a provably stale lease is removed instead), as
         is the serve dir it names; other ``serve/`` dirs untouched for an hour go, and ``runs/``
         logs go with the blessed version they produced. Archived manifests are kept (history).
@@ -461,6 +504,8 @@ class Store:
         Raises:
             ManifestInvalidError: a manifest is invalid: gc cannot know what it references.
             InputInvalidError: negative ``keep``.
+            VerifyFailedError: a hash's lock file is not a regular file, or cannot be opened
+                (reason ``store_lock``).
         """
         with os_errors(f"gc of {self.root}"):
             return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)

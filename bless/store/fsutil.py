@@ -8,6 +8,7 @@ created under ``umask 000`` must not be writable by other users.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -24,9 +25,11 @@ from bless.errors import BlessError
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "JSON_SIDE_FILE_MAX",
     "READ_ONLY_DIR_MODE",
     "READ_ONLY_FILE_MODE",
     "TMP_MARK",
+    "UnreadableJsonError",
     "age_s",
     "atomic_write_bytes",
     "ensure_dir",
@@ -34,11 +37,13 @@ __all__ = [
     "fsync_tree",
     "holds",
     "listdir",
+    "load_json_object",
     "make_owner_writable",
     "os_errors",
     "read_json_object",
     "remove_tree",
     "set_tree_modes",
+    "symlink_on_the_way",
     "tree_bytes",
     "unsafe_to_trust",
     "walk",
@@ -243,8 +248,41 @@ def make_owner_writable(root: Path) -> None:
             pending.extend(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a file, a symlink or a whole tree (read-only directories included)."""
+def symlink_on_the_way(path: Path, base: Path) -> str | None:
+    """Why removing ``path`` would go through (or remove) something other than ``base``'s own entries.
+
+    Every component of ``path`` below ``base`` (``path`` itself included) must not be a symlink, and
+    each but the last must be a directory; ``path`` must be below ``base``. ``base`` itself may be a
+    symlink (a store root may be one). None when removing ``path`` is safe on these counts.
+    """
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        return f"{path} is not below {base}"
+    current = base
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return None  # nothing there to remove (or to go through)
+        except OSError as exc:
+            return f"{current}: cannot stat ({exc.strerror or exc})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{current} is a symlink"
+        if index < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            return f"{current} is not a directory"
+    return None
+
+
+def remove_tree(path: Path, *, within: Path | None = None) -> None:
+    """Remove a file, a symlink or a whole tree (read-only directories included).
+
+    With ``within``, refuses (OSError ELOOP) unless :func:`symlink_on_the_way` finds ``path`` a real
+    entry below it: a symlink planted in the store must never lead a removal outside it.
+    """
+    if within is not None and (why := symlink_on_the_way(path, within)) is not None:
+        raise OSError(errno.ELOOP, f"not removed, symlinks are never followed or removed here: {why}", str(path))
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -297,10 +335,66 @@ def listdir(path: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
+#: The largest side file (lease, owner record, claims cache, manifests-dirs record) read. These are a
+#: few hundred bytes to a few MiB (a claims cache of a very large manifests dir); anything bigger is
+#: not one of ours, and reading it whole could exhaust memory (a symlink to /dev/zero, say).
+JSON_SIDE_FILE_MAX = 16 * 1024 * 1024
+
+
+class UnreadableJsonError(Exception):
+    """A JSON side file exists but cannot be used; ``str()`` says why."""
+
+
+def load_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing.
+
+    Never follows a symlink and never blocks (a FIFO is refused, not waited on); only a regular
+    file of at most :data:`JSON_SIDE_FILE_MAX` bytes is read. Deeply nested JSON (RecursionError)
+    is invalid like any other bad document.
+
+    Raises:
+        UnreadableJsonError: anything else (unreadable, not a regular file, too big, not a JSON object).
+    """
     try:
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
-    return document if isinstance(document, dict) else None
+    except OSError as exc:
+        raise UnreadableJsonError(f"cannot be opened ({exc.strerror or exc})") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableJsonError("is not a regular file")
+        if st.st_size > JSON_SIDE_FILE_MAX:
+            raise UnreadableJsonError(f"is {st.st_size} bytes, over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
+        chunks: list[bytes] = []
+        size = 0
+        # Read to EOF but never past the cap: the file may grow after fstat.
+        while chunk := os.read(fd, min(1 << 20, JSON_SIDE_FILE_MAX + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > JSON_SIDE_FILE_MAX:
+                raise UnreadableJsonError(f"is over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
+    except OSError as exc:
+        raise UnreadableJsonError(f"cannot be read ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    try:
+        document = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as exc:
+        raise UnreadableJsonError("is not valid JSON") from exc
+    if not isinstance(document, dict):
+        raise UnreadableJsonError("is not a JSON object")
+    return document
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing, unreadable or not an object.
+
+    For hints and records whose absence the caller already handles: see :func:`load_json_object`
+    for what is refused (symlinks, FIFOs, huge or deeply nested files).
+    """
+    try:
+        return load_json_object(path)
+    except UnreadableJsonError:
+        return None

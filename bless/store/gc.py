@@ -4,7 +4,12 @@
 and completes interrupted rejects. :func:`gc` also removes blessed versions that no manifest in
 ANY manifests dir this store has published to references, old rejected evidence and the staging
 dirs of dead runs. Every hash is handled under its lock (skipped while a writer holds it), and gc
-fails safe: an invalid manifest, or a manifests dir it cannot read, keeps every blessed version.
+fails safe: an invalid manifest, a manifests dir it cannot read, or a lost or unreadable record of
+those dirs keeps every blessed version. A tree a live serving lease holds is never removed.
+
+Nothing is removed through a symlink: a symlink where the store layout has a directory (``blessed/``,
+``blessed/<hash>/``, ``serve/``...) or an entry gc would remove is reported and left alone, since
+following it would delete whatever it points at, outside the store.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +25,16 @@ from typing import TYPE_CHECKING
 from bless.errors import InputInvalidError
 from bless.factors import CONFIG_HASH, is_config_hash
 from bless.store.faults import FaultHook
-from bless.store.fsutil import TMP_MARK, age_s, fsync_dir, listdir, read_json_object, remove_tree, tree_bytes
+from bless.store.fsutil import (
+    TMP_MARK,
+    age_s,
+    fsync_dir,
+    listdir,
+    read_json_object,
+    remove_tree,
+    symlink_on_the_way,
+    tree_bytes,
+)
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
 from bless.store.lease import Lease
 from bless.store.procid import process_alive
@@ -84,11 +99,17 @@ def _debris_hashes(store: Store) -> list[str]:
     return sorted(hashes)
 
 
+def _leased_dir_ids(store: Store, config_hash: str) -> set[str]:
+    """dir_ids of ``config_hash`` a lease may hold: its holder is alive or cannot be judged."""
+    return {lease.dir_id for lease in store.leases.leases(config_hash) if lease.alive is not False}
+
+
 def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
     """Crash debris of one hash: (path, reason, finalize) where finalize = complete, do not delete."""
     paths = store.paths
     found: list[tuple[Path, str, bool]] = []
     referenced: set[str] | None = None
+    leased: set[str] | None = None
     for entry in listdir(paths.blessed / config_hash):
         if entry.name.startswith(PARTIAL_PREFIX):
             found.append((Path(entry.path), "partial copy of an interrupted publish", False))
@@ -98,8 +119,12 @@ def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
                 referenced = store.referenced_dir_ids_if_sure(config_hash)
                 if referenced is None:
                     continue  # cannot tell whether that publish committed: leave it to a later run
+            if leased is None:
+                leased = _leased_dir_ids(store, config_hash)
             tree = paths.blessed / config_hash / dir_id
-            if dir_id not in referenced and is_dir_id(dir_id) and os.path.lexists(tree):
+            # A superseded version a server still holds (its publish marker left by a crash after
+            # the commit) is the lease's to keep: only its marker goes, and gc handles the tree.
+            if dir_id not in referenced and dir_id not in leased and is_dir_id(dir_id) and os.path.lexists(tree):
                 # Before its marker, so that a crash here leaves the marker to retry with.
                 found.append((tree, "tree of an interrupted publish (no manifest references it)", False))
             found.append((Path(entry.path), "marker of an interrupted publish", False))
@@ -151,11 +176,21 @@ class _Sweep:
 
     dry_run: bool
     fault: FaultHook
+    #: Where removals may happen: the store root and its manifests dir (temp files of a crash).
+    bases: tuple[Path, ...]
     actions: list[GcAction] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def drop(self, path: Path, reason: str, *, point: str, finalize: bool = False) -> None:
-        """Remove ``path`` (or, with ``finalize``, complete an interrupted reject) and record it."""
+        """Remove ``path`` (or, with ``finalize``, complete an interrupted reject) and record it.
+
+        Never through a symlink (see the module docstring): such a path is noted and left alone.
+        """
+        base = max((b for b in self.bases if path.is_relative_to(b)), key=lambda b: len(b.parts), default=None)
+        why = symlink_on_the_way(path, base) if base is not None else f"{path} is outside the store"
+        if why is not None:
+            self.notes.append(f"{path}: left alone, gc never follows or removes symlinks in the store ({why})")
+            return
         size = 0 if finalize else tree_bytes(path)
         if not self.dry_run:
             try:
@@ -163,31 +198,80 @@ class _Sweep:
                 if finalize:
                     _finalize_rejected(path)
                 else:
-                    remove_tree(path)
+                    remove_tree(path, within=base)
             except OSError as exc:
                 self.notes.append(f"{path}: could not clean up: {exc.strerror or exc}")
                 return
         self.actions.append(GcAction(path, reason, size))
 
+    def note(self, text: str) -> None:
+        """Add a note once (recovery and gc may both come across the same thing)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def _new_sweep(store: Store, *, dry_run: bool, fault: FaultHook) -> _Sweep:
+    return _Sweep(dry_run, fault, bases=(store.paths.root, store.paths.manifests_dir))
+
+
+def _symlink_note(why: str) -> str:
+    return (
+        f"{why}: gc never follows a symlink in the store, so nothing there or below it was removed; "
+        "replace it with the directory it should be (or remove the symlink) by hand"
+    )
+
+
+def _real_dir(store: Store, directory: Path, sweep: _Sweep) -> bool:
+    """Is ``directory`` (in the store layout) a real directory reached without symlinks? Notes why not."""
+    why = symlink_on_the_way(directory, store.paths.root)
+    if why is not None:
+        sweep.note(_symlink_note(why))
+        return False
+    try:
+        return stat.S_ISDIR(os.lstat(directory).st_mode)
+    except OSError:
+        return False  # missing: nothing to clean there
+
+
+def _hash_dirs_ok(store: Store, config_hash: str, sweep: _Sweep) -> bool:
+    """Are the per-hash dirs gc may remove from or lock in free of symlinks? Notes each that is not."""
+    paths = store.paths
+    ok = True
+    for directory in (paths.blessed, paths.archive, paths.rejected, paths.leases):
+        why = symlink_on_the_way(directory / config_hash, paths.root)
+        if why is not None:
+            sweep.note(_symlink_note(why))
+            ok = False
+    why = symlink_on_the_way(paths.locks, paths.root)
+    if why is not None:
+        sweep.note(_symlink_note(why))
+        ok = False
+    return ok
+
 
 def _recover(store: Store, sweep: _Sweep) -> None:
     for config_hash in _debris_hashes(store):
+        if not _hash_dirs_ok(store, config_hash, sweep):
+            continue
         if not _debris(store, config_hash):
             continue  # look before locking: most hashes have no debris
         with store.try_lock(config_hash) as locked:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
                 continue
-            # Listed again under the lock: only now is nobody writing this hash.
-            for path, reason, finalize in _debris(store, config_hash):
-                sweep.drop(path, reason, point="recover-remove", finalize=finalize)
-    for path, reason in _staging_debris(store):
-        sweep.drop(path, reason, point="recover-remove")
+            # Listed again under the lock (nobody is writing this hash) and the lease guard (a
+            # lease taken from here on sees what this pass removed; one taken before is seen).
+            with store.leases.guard(config_hash):
+                for path, reason, finalize in _debris(store, config_hash):
+                    sweep.drop(path, reason, point="recover-remove", finalize=finalize)
+    if _real_dir(store, store.paths.staging, sweep):
+        for path, reason in _staging_debris(store):
+            sweep.drop(path, reason, point="recover-remove")
 
 
 def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
     """Clean (or list) crash debris; returns the actions and notes. See :meth:`Store.recover`."""
-    sweep = _Sweep(dry_run, fault)
+    sweep = _new_sweep(store, dry_run=dry_run, fault=fault)
     _recover(store, sweep)
     return sweep.actions, sweep.notes
 
@@ -217,7 +301,8 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
                 (
                     Path(e.path)
                     for e in listdir(paths.blessed / config_hash)
-                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in referenced
+                    # Only names a publish makes: anything else there is not gc's to judge.
+                    if is_dir_id(e.name) and e.is_dir(follow_symlinks=False) and e.name not in referenced
                 ),
                 key=lambda p: p.name,
                 reverse=True,
@@ -244,6 +329,8 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
 
 
 def _gc_staging(store: Store, sweep: _Sweep) -> None:
+    if not _real_dir(store, store.paths.staging, sweep):
+        return
     for entry in listdir(store.paths.staging):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
@@ -263,10 +350,30 @@ def _gc_staging(store: Store, sweep: _Sweep) -> None:
 
 def _gc_serve_dirs(store: Store, sweep: _Sweep) -> None:
     """``serve/<name>-<stamp>-<token>/`` of serves that are not running: no live lease names them."""
-    serving = {lease.serve_dir for lease in store.leases.leases() if lease.alive is not False and lease.serve_dir}
+    if not _real_dir(store, store.paths.serve, sweep):
+        return
+    # By identity, not by name: a lease taken through another path to the root (a symlink, a bind
+    # mount) names this same dir differently.
+    serving: set[tuple[int, int]] = set()
+    for lease in store.leases.leases():
+        if lease.alive is not False and lease.serve_dir:
+            try:
+                st = Path(lease.serve_dir).stat()
+            except (OSError, ValueError):
+                continue  # gone (or not a path): it protects nothing that exists
+            serving.add((st.st_dev, st.st_ino))
     for entry in listdir(store.paths.serve):
         path = Path(entry.path)
-        if entry.name.startswith(".") or str(path) in serving:
+        if entry.name.startswith("."):
+            continue
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if (st.st_dev, st.st_ino) in serving:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            sweep.note(_symlink_note(f"{path} is a symlink"))
             continue
         # A serve-full that is starting may not have written its lease yet: only old dirs go.
         if age_s(path) > STALE_S:
@@ -276,6 +383,8 @@ def _gc_serve_dirs(store: Store, sweep: _Sweep) -> None:
 
 def _gc_run_logs(store: Store, sweep: _Sweep) -> None:
     """``runs/<run_id>/``: engine logs go with the blessed version they produced, or when very old."""
+    if not _real_dir(store, store.paths.runs, sweep):
+        return
     removed = {action.path for action in sweep.actions}
     for entry in listdir(store.paths.runs):
         path = Path(entry.path)
@@ -296,14 +405,20 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
         raise InputInvalidError(f"keep must be a non-negative integer, got {keep!r}")
     paths = store.paths
-    # Fail closed before touching anything: an unreadable manifest may reference any version.
+    # Fail closed before touching anything: an unreadable manifest may reference any version, and
+    # so may one in a manifests dir gc does not know of (its record lost or unreadable).
     unsure = store.unreadable_manifests_dirs()
+    unknown = store.manifests_dirs_unknown()
     for directory in store.known_manifests_dirs():
         if directory not in unsure:
             store.index_of(directory).require_all_valid()
-    sweep = _Sweep(dry_run, fault)
+    sweep = _new_sweep(store, dry_run=dry_run, fault=fault)
     _recover(store, sweep)
     fault("gc-start")
+    if unknown is not None:
+        sweep.notes.append(
+            f"{unknown}: a manifests dir gc does not know of may reference any blessed version, so none is removed"
+        )
     for directory, why in sorted(unsure.items()):
         sweep.notes.append(
             f"manifests dir {directory} ({why}) was published to: its manifests may reference any blessed "
@@ -314,11 +429,13 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.leases) if is_config_hash(e.name)}
     for config_hash in sorted(hashes):
+        if not _hash_dirs_ok(store, config_hash, sweep):
+            continue
         with store.try_lock(config_hash) as locked:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
                 continue
-            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure)
+            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure and unknown is None)
     _gc_staging(store, sweep)
     _gc_serve_dirs(store, sweep)
     _gc_run_logs(store, sweep)

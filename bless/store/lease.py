@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from bless.errors import InputInvalidError
 from bless.factors import is_config_hash
 from bless.manifest import utc_now
-from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
+from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
 from bless.store.layout import check_dir_id, check_hash, is_dir_id
+from bless.store.locks import blocking_file_lock
 from bless.store.procid import process_alive, process_identity
 
 __all__ = ["Lease", "LeaseBook"]
@@ -75,7 +74,7 @@ class LeaseBook:
         check_hash(config_hash)
         directory = self._dir / config_hash
         ensure_dir(directory)
-        with FileLock(str(directory / ".lock"), mode=FILE_MODE):
+        with blocking_file_lock(directory / ".lock"):
             yield
 
     def acquire(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,17 +18,56 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from bless.errors import BlessError, LockHeldError
+from bless.errors import LockHeldError, VerifyFailedError
 from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, os_errors, read_json_object
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
 
-__all__ = ["HashLocks"]
+__all__ = ["HashLocks", "blocking_file_lock", "lock_refusal"]
 
 # Locks this process holds, per thread. A second FileLock on the same file from the same thread
 # would otherwise contend with itself.
 _HELD: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
+
+
+def lock_refusal(path: Path, exc: OSError) -> VerifyFailedError:
+    """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # missing: the directory is what cannot be written
+    if not stat.S_ISREG(mode):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
+        message = f"the lock {path} is {kind}, not a lock file bless made, so it is not used"
+        hint = f"remove {path} (bless recreates it), and find out who put it there"
+    else:
+        message = f"cannot take the lock {path}: {exc.strerror or exc}"
+        hint = (
+            f"run as a user who can write {path.parent} (every writer, and gc even with --dry-run, takes the "
+            "store's locks so that what it reads does not change under it)"
+        )
+    return VerifyFailedError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
+
+
+@contextmanager
+def blocking_file_lock(path: Path) -> Iterator[None]:
+    """Hold the flock at ``path`` for the ``with`` body, waiting for it; an unusable lock file is a refusal.
+
+    For the store's short-held locks (lease guard, manifests-dirs record).
+
+    Raises:
+        VerifyFailedError: the lock file cannot be opened (:func:`lock_refusal`).
+    """
+    flock = FileLock(str(path), mode=FILE_MODE)
+    try:
+        flock.acquire()  # waits forever: never a Timeout
+    except OSError as exc:
+        raise lock_refusal(path, exc) from exc
+    try:
+        yield
+    finally:
+        flock.release()
 
 
 class HashLocks:
@@ -82,10 +122,7 @@ class HashLocks:
         except Timeout:  # a TimeoutError, hence an OSError: handled first
             raise self._held_error(config_hash, waited=limit if wait else None) from None
         except OSError as exc:
-            raise BlessError(
-                f"taking the lock {path} failed: {exc.strerror or exc}",
-                hint="check that the store root exists and is writable",
-            ) from exc
+            raise lock_refusal(path, exc) from exc
         holder = self.holder_path(config_hash)
         try:
             with _HELD_GUARD:
