@@ -227,6 +227,16 @@ def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: with a duplicate, which value counts depends on the reader."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"duplicate key {shown(key)!r}")
+        document[key] = value
+    return document
+
+
 def _reject_constant(name: str) -> Any:
     """``NaN``/``Infinity`` are not JSON (Python's parser accepts them by default)."""
     raise ValueError(f"{name} is not a JSON value")
@@ -251,7 +261,7 @@ def load_manifest(path: Path) -> Manifest:
     except OSError as exc:
         raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
-        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as exc:
         raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:

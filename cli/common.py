@@ -109,7 +109,7 @@ def check_manifests_dir(store: Store) -> None:
 
 
 def reading_store(ctx: typer.Context) -> Store:
-    """The store of a command that reads blessings (list, show, verify, diff, gc).
+    """The store of a command that reads blessings (list, show, verify, diff, gc, sign, push).
 
     A manifests dir given explicitly must exist (:func:`check_manifests_dir`); the default
     ``<root>/manifests`` may be missing (a fresh store: nothing blessed yet). ``bless run``

@@ -31,7 +31,7 @@ from bless.trust import (
 )
 from cli import render
 from cli.boundary import Report, command
-from cli.common import JsonOption, app_state, lookup_manifest
+from cli.common import JsonOption, app_state, lookup_manifest, reading_store
 
 # The registry client (oras, requests) is imported by the commands that talk to a registry, not by
 # every bless command: run, verify and serve-full without --from neither need it nor pay its import.
@@ -235,7 +235,7 @@ def sign_command(
     The manifest names every file's size and sha256, so the signature covers the whole tree. A
     re-blessed config's older versions are delisted unless --keep-previous.
     """
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     signed_bytes = stored_manifest_bytes(store, manifest)
     result = sign_blessing(keys, manifest, signed_bytes, expires=parse_duration(expires), keep_previous=keep_previous)
@@ -291,7 +291,7 @@ def push_command(
     from bless.flows.push import push_blessing
     from bless.registry import parse_reference
 
-    store = app_state(ctx).store()
+    store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     result = push_blessing(store, manifest, parse_reference(reference), metadata_dir=metadata, plain_http=plain_http)
     return Report(result.to_dict(), _render_push)

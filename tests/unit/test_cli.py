@@ -349,7 +349,16 @@ def test_manifests_dir_option_and_env(
 
 
 @pytest.mark.parametrize(
-    "command", [["list"], ["show", "HASH"], ["verify", "HASH"], ["diff", "HASH", "HASH"], ["gc", "--dry-run"]]
+    "command",
+    [
+        ["list"],
+        ["show", "HASH"],
+        ["verify", "HASH"],
+        ["diff", "HASH", "HASH"],
+        ["gc", "--dry-run"],
+        ["sign", "HASH", "--keys", "/nonexistent-keys"],
+        ["push", "HASH", "127.0.0.1:9/never/contacted:v1"],
+    ],
 )
 def test_read_only_commands_refuse_a_missing_manifests_dir_given_explicitly(
     runner: CliRunner, root: Path, blessed: Manifest, tmp_path: Path, command: list[str]

@@ -567,3 +567,14 @@ def test_a_trailing_newline_breaks_a_pattern_field(document, tmp_path, field, pa
     target[path[-1]] += "\n"
     error = refused(write_json(tmp_path / "m.json", document))
     assert field in error.message
+
+
+def test_a_duplicate_key_is_invalid_json(manifest, tmp_path):
+    """Which of two values for one key counts depends on the reader: a manifest says one thing."""
+    text = manifest.to_json_bytes().decode()
+    doubled = text.replace('"profile_name":', '"profile_name": "other", "profile_name":', 1)
+    assert doubled != text
+    path = tmp_path / "m.json"
+    path.write_text(doubled, encoding="utf-8")
+    error = refused(path)
+    assert "duplicate key 'profile_name'" in error.message
