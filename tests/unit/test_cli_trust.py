@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bless.errors import ExitCode
+from bless.manifest import Manifest
 from bless.store import Store
 from cli.main import app
 from tests.unit.store_helpers import make_manifest, write_tree
@@ -27,12 +28,18 @@ def invoke(root: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     return result.exit_code, document, result.stderr
 
 
-def test_init_sign_verify_with_trust_and_without(tmp_path: Path) -> None:
+def blessed_store(tmp_path: Path) -> tuple[Path, Store, Manifest]:
+    """A store under ``tmp_path/root`` holding one published blessing of a small tree."""
     root = tmp_path / "root"
     store = Store(root)
     tree = write_tree(tmp_path / "tree")
     manifest = make_manifest(tree)
     store.publish(tree, manifest)
+    return root, store, manifest
+
+
+def test_init_sign_verify_with_trust_and_without(tmp_path: Path) -> None:
+    root, _, manifest = blessed_store(tmp_path)
     keys = tmp_path / "keys"
 
     code, data, _ = invoke(root, "trust", "init", "--keys", str(keys), "--json")
@@ -79,11 +86,7 @@ def test_init_sign_verify_with_trust_and_without(tmp_path: Path) -> None:
 
 
 def test_a_manifest_edited_after_signing_is_refused(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    store = Store(root)
-    tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree)
-    store.publish(tree, manifest)
+    root, store, manifest = blessed_store(tmp_path)
     keys = tmp_path / "keys"
     assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
     assert invoke(root, "sign", manifest.config_hash, "--keys", str(keys))[0] == 0
@@ -99,11 +102,7 @@ def test_a_manifest_edited_after_signing_is_refused(tmp_path: Path) -> None:
 
 def test_model_signing_bundle_checks_with_the_outside_tool(tmp_path: Path) -> None:
     pytest.importorskip("model_signing")
-    root = tmp_path / "root"
-    store = Store(root)
-    tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree)
-    store.publish(tree, manifest)
+    root, store, manifest = blessed_store(tmp_path)
     keys = tmp_path / "keys"
     assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
     code, data, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing", "--json")
@@ -126,11 +125,7 @@ def test_model_signing_bundle_checks_with_the_outside_tool(tmp_path: Path) -> No
 def test_signing_and_rotation_still_work_after_a_model_signing(tmp_path: Path) -> None:
     """The Model Signing pair lives in DIR/keys; bless must not take its public half for a TUF private key."""
     pytest.importorskip("model_signing")
-    root = tmp_path / "root"
-    store = Store(root)
-    tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree)
-    store.publish(tree, manifest)
+    root, _, manifest = blessed_store(tmp_path)
     keys = tmp_path / "keys"
     assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
     code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
@@ -151,11 +146,7 @@ def test_signing_and_rotation_still_work_after_a_model_signing(tmp_path: Path) -
 
 def test_verify_does_not_switch_to_another_repositorys_rotated_root(tmp_path: Path) -> None:
     """The store's rollback state survives --trust pointing at another signing repository, whatever its version."""
-    root = tmp_path / "root"
-    store = Store(root)
-    tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree)
-    store.publish(tree, manifest)
+    root, _, manifest = blessed_store(tmp_path)
     a, b = tmp_path / "a", tmp_path / "b"
     for keys in (a, b):
         assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
