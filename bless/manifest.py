@@ -156,7 +156,7 @@ def validate_document(document: Any, *, where: str) -> None:
             hint="a manifest must not be edited by hand; restore it from the store or re-bless",
             details={"errors": errors},
         )
-    if not is_config_hash(document["config_hash"]):  # the schema's "$" would let a trailing newline through
+    if not is_config_hash(document["config_hash"]):  # the one rule (bless.factors), whatever the schema spells
         raise ManifestInvalidError(f"{where}: config_hash {document['config_hash']!r} is not a config hash")
     cache = document["cache"]
     seen: set[str] = set()

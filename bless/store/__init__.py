@@ -41,7 +41,7 @@ Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publ
 the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no lock.
 """
 
-from bless.store.facade import Store, default_root
+from bless.store.facade import Store, builtin_root, default_root
 from bless.store.faults import GC_STEPS, PUBLISH_STEPS, REJECT_STEPS, FaultHook
 from bless.store.fsutil import TMP_MARK, atomic_write_bytes
 from bless.store.gc import GcAction, GcReport
@@ -64,6 +64,7 @@ __all__ = [
     "PublishResult",
     "Store",
     "atomic_write_bytes",
+    "builtin_root",
     "default_root",
     "process_alive",
     "process_identity",

@@ -48,12 +48,17 @@ from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
 __all__ = ["Store", "default_root"]
 
 
+def builtin_root() -> Path:
+    """``~/.cache/bless``: the store root when neither ``--root`` nor ``$BLESS_ROOT`` names one."""
+    return Path.home() / ".cache" / "bless"
+
+
 def default_root() -> Path:
-    """The store root: ``$BLESS_ROOT`` when set and non-empty, else ``~/.cache/bless``."""
+    """The store root: ``$BLESS_ROOT`` when set and non-empty, else :func:`builtin_root`."""
     env = os.environ.get("BLESS_ROOT", "").strip()
     if env:
         return Path(env).expanduser()
-    return Path.home() / ".cache" / "bless"
+    return builtin_root()
 
 
 class Store:

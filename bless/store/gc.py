@@ -237,15 +237,14 @@ def _hash_dirs_ok(store: Store, config_hash: str, sweep: _Sweep) -> bool:
     """Are the per-hash dirs gc may remove from or lock in free of symlinks? Notes each that is not."""
     paths = store.paths
     ok = True
-    for directory in (paths.blessed, paths.archive, paths.rejected, paths.leases):
-        why = symlink_on_the_way(directory / config_hash, paths.root)
+    for directory in (
+        *(d / config_hash for d in (paths.blessed, paths.archive, paths.rejected, paths.leases)),
+        paths.locks,
+    ):
+        why = symlink_on_the_way(directory, paths.root)
         if why is not None:
             sweep.note(_symlink_note(why))
             ok = False
-    why = symlink_on_the_way(paths.locks, paths.root)
-    if why is not None:
-        sweep.note(_symlink_note(why))
-        ok = False
     return ok
 
 

@@ -666,26 +666,17 @@ def test_real_process_streams(root: Path, blessed: Manifest) -> None:
     import sys
 
     repo = Path(__file__).resolve().parents[2]
-    completed = subprocess.run(
-        [sys.executable, "-m", "cli.main", "--root", str(root), "verify", "f" * 64, "--json"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def verify(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", "--root", str(root), "verify", *args]
+        return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, check=False)
+
+    completed = verify("f" * 64, "--json")
     assert completed.returncode == 20, completed.stderr
     document = json.loads(completed.stdout)
     assert document["ok"] is False and document["error"]["error"] == "NoManifestError"
     assert "no blessed manifest" in completed.stderr
-    ok = subprocess.run(
-        [sys.executable, "-m", "cli.main", "--root", str(root), "verify", blessed.config_hash],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    ok = verify(blessed.config_hash)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == ""
 

@@ -24,7 +24,7 @@ from bless.manifest import Manifest, load_manifest
 from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
-from bless.store import Store
+from bless.store import Store, builtin_root
 from bless.verify import VerifyResult, verify_tree
 
 SERVE_PREFIX = "bless-serve-"
@@ -47,7 +47,7 @@ def stop_command(name: str, root: Path | None = None) -> str:
     behind, the lease pinning the blessed version forever. Words are quoted for a shell.
     """
     words = ["serve-full", "stop", name]
-    if root is not None and root != Path.home() / ".cache" / "bless":
+    if root is not None and root != builtin_root():
         words += ["--root", str(root)]
     return shlex.join(words)
 
