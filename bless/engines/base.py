@@ -139,6 +139,21 @@ class EngineLaunch:
 
 
 @dataclass(frozen=True)
+class CompileLocation:
+    """A place the engine, or a library it loads, writes compiled state, pointed into the blessed tree.
+
+    bless sets ``env`` to ``<cache mount>/<subdir>`` at every start, so the bootstrap writes that state
+    into the staged tree (and so into the blessing), trials and serving find it there (a read-only
+    lower layer: any new file lands in the overlay's upper layer, where it is judged), and nothing
+    of it reaches the engine's HOME or temp dir. ``what`` says who writes what there, for people.
+    """
+
+    env: str
+    subdir: str
+    what: str
+
+
+@dataclass(frozen=True)
 class ModelMount:
     """A host path (weights, HF cache) the runtime presents read-only at ``target``."""
 
