@@ -55,3 +55,50 @@ class UpperVerdict:
     @property
     def recompiled(self) -> bool:
         return bool(self.new_artifacts)
+
+
+OutsideWhere = Literal["HOME", "TMPDIR", "container"]
+OutsideKind = Literal["file", "link", "socket", "other"]
+
+
+@dataclass(frozen=True)
+class OutsideEntry:
+    """One file an engine wrote outside the blessed tree during a start.
+
+    ``where`` is the engine's private HOME or temp dir (fresh and empty at the start, so every
+    file in it was written by this start; ``path`` relative to it), or ``container``: a change
+    Docker lists in the container's own filesystem (``path`` absolute).
+    """
+
+    where: OutsideWhere
+    path: str
+    size: int | None = None
+    #: What it is: a regular file, a symbolic link, a socket (an engine's IPC endpoint), or anything else.
+    #: Docker's diff does not say: its entries are ``file``.
+    kind: OutsideKind = "file"
+
+    @property
+    def shown(self) -> str:
+        """``HOME/.triton/cache/x`` or ``/usr/lib/x``: the path as people read it."""
+        return self.path if self.where == "container" else f"{self.where}/{self.path}"
+
+
+@dataclass(frozen=True)
+class OutsideVerdict:
+    """The adapter's reading of writes outside the blessed tree.
+
+    ``noise`` is what the adapter names as expected and harmless (``shown path: reason``);
+    ``compiled`` is everything else: compiled state the blessing does not hold, which fails a trial
+    and refuses a serve (fail closed: a write nobody named counts as compiled).
+    """
+
+    noise: tuple[str, ...]
+    compiled: tuple[str, ...]
+
+    def counts(self) -> dict[str, int]:
+        """``{"written": n, "noise": n, "compiled": n}`` for tables and ``--json``."""
+        return {
+            "written": len(self.noise) + len(self.compiled),
+            "noise": len(self.noise),
+            "compiled": len(self.compiled),
+        }

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.evidence import LogSignals, UpperVerdict
+from bless.evidence import LogSignals, OutsideVerdict, UpperVerdict
 from bless.verify import VerifyResult
 
 
@@ -27,6 +27,7 @@ class ReuseReport:
     upper_unexpected: tuple[str, ...]
     tree_unchanged: bool | None
     drift: tuple[str, ...] = ()
+    outside: OutsideVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,15 @@ class ReuseReport:
             "upper_unexpected": list(self.upper_unexpected),
             "tree_unchanged": self.tree_unchanged,
             "drift": list(self.drift),
+            "outside": (
+                {
+                    **self.outside.counts(),
+                    "compiled_files": list(self.outside.compiled),
+                    "noise_files": list(self.outside.noise),
+                }
+                if self.outside is not None
+                else None
+            ),
         }
 
 
@@ -48,8 +58,10 @@ def classify_reuse(
     upper: UpperVerdict | None,
     tree_check: VerifyResult | None,
     drift: Sequence[str] = (),
+    outside: OutsideVerdict | None = None,
 ) -> ReuseReport:
-    """Combine log markers, upper-layer writes, the post-run tree check and engine-key drift into one verdict."""
+    """Combine log markers, upper-layer writes, writes outside the tree, the post-run tree check and
+    engine-key drift into one verdict."""
     reasons: list[str] = []
     if not signals.load_markers:
         reasons.append("no load marker in the engine log: the blessed artifact was not loaded")
@@ -64,6 +76,8 @@ def classify_reuse(
         if upper.unexpected:
             shown = ", ".join(upper.unexpected[:5])
             reasons.append(f"{len(upper.unexpected)} unexpected write(s) in the upper layer: {shown}")
+    if outside is not None and outside.compiled:
+        reasons.extend(compiled_outside_reasons(outside))
     reasons.extend(drift)
     tree_unchanged = None
     if tree_check is not None:
@@ -85,4 +99,17 @@ def classify_reuse(
         upper_unexpected=upper.unexpected if upper else (),
         tree_unchanged=tree_unchanged,
         drift=tuple(drift),
+        outside=outside,
     )
+
+
+#: How many compiled-outside paths a reason names (the evidence keeps them all).
+SHOWN_OUTSIDE = 5
+
+
+def compiled_outside_reasons(outside: OutsideVerdict) -> list[str]:
+    """One reason per compiled file outside the blessing (the first few), then how many more."""
+    reasons = [f"compiled outside the blessing: {item}" for item in outside.compiled[:SHOWN_OUTSIDE]]
+    if len(outside.compiled) > SHOWN_OUTSIDE:
+        reasons.append(f"... and {len(outside.compiled) - SHOWN_OUTSIDE} more file(s) compiled outside the blessing")
+    return reasons

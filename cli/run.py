@@ -206,6 +206,13 @@ def run_command(
     return Report(data, render_run, failure)
 
 
+def _outside(counts: Any) -> str:
+    """``noise/compiled`` file counts written outside the blessed tree (``-`` when not recorded)."""
+    if not isinstance(counts, Mapping):
+        return "-"
+    return f"{counts.get('noise', 0)}/{counts.get('compiled', 0)}"
+
+
 def render_run(console: Console, data: Mapping[str, Any]) -> None:
     """Trials table, then the published hash (or the rejection)."""
     table = Table(title="trials", title_justify="left")
@@ -217,6 +224,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
         "start->ready s",
         "torch.compile s",
         "requests",
+        "outside (noise/compiled)",
         "reasons",
     ):
         table.add_column(column)
@@ -230,6 +238,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
             _num(boot.get("start_to_ready_s")),
             _num(boot.get("timings", {}).get("torch_compile_s")),
             str(boot.get("requests", "")),
+            _outside(boot.get("outside")),
             "",
         )
         for trial in candidate["trials"]:
@@ -241,6 +250,7 @@ def render_run(console: Console, data: Mapping[str, Any]) -> None:
                 _num(trial.get("start_to_ready_s")),
                 _num(trial.get("timings", {}).get("torch_compile_s")),
                 str((trial.get("coherence") or {}).get("requests", "")),
+                _outside((trial.get("reuse") or {}).get("outside")),
                 render.cell("; ".join(trial["reasons"])[:200]),
             )
     console.print(table)

@@ -40,10 +40,11 @@ from types import TracebackType
 from typing import Any, Literal
 
 from bless import labels
+from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import ImageMissingError, RuntimeUnavailableError, UnknownEngineVersionError
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideEntry, UpperEntry
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 
 IMAGE = "bless-reference:0.1.0"  # the image profiles/reference-cpu.toml names
@@ -225,6 +226,10 @@ class Behavior:
     log: list[str] | None = None  # None: the markers the reference engine prints for this phase
     upper: list[UpperEntry] = field(default_factory=list)
     touch_tree: bool = False  # write into the (read-only lower) tree: a leak the hash check must catch
+    # Files the engine writes outside the tree at its start: ("HOME" | "TMPDIR", relative path) -> content,
+    # into the spec's private mounts; and changes in its container's own filesystem (absolute paths).
+    outside: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    container_changes: list[str] = field(default_factory=list)
     exit_at_boot: bool = False  # the engine dies before listening (prints FATAL)
     interrupt_on_request: int | None = None  # SIGINT the main thread when the n-th completion arrives
 
@@ -336,6 +341,12 @@ class FakeRuntime:
         behavior = self.scenario(phase, candidate, trial)
         container = FakeContainer(spec, phase, candidate, trial, behavior, upper=list(behavior.upper))
         self.containers.append(container)
+        private = {ENGINE_HOME: "HOME", ENGINE_TMP: "TMPDIR"}
+        for mount in spec.mounts:
+            for (where, relative), content in behavior.outside.items():
+                if mount.kind == "private" and private.get(mount.target) == where:
+                    (mount.source / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (mount.source / relative).write_bytes(content)
         lines = self._boot(container)
         if behavior.exit_at_boot:
             container.exit_code = 1
@@ -378,6 +389,10 @@ class FakeRuntime:
 
     def upper_entries(self, started: Started) -> list[UpperEntry]:
         return list(self.container(started.name).upper)
+
+    def filesystem_changes(self, started: Started) -> list[OutsideEntry]:
+        changes = self.container(started.name).behavior.container_changes
+        return [OutsideEntry(where="container", path=path) for path in changes]
 
     def name_holder(self, name: str) -> NameHolder:
         self._call("name_holder")
@@ -451,9 +466,10 @@ class FakeRuntime:
     def _boot(self, container: FakeContainer) -> list[str]:
         """What the engine does and prints before it listens: the reference engine's markers, its artifact."""
         spec, behavior = container.spec, container.behavior
-        if not spec.mounts:  # nothing mounted (a debug serve): no cache to talk about
+        cache_mounts = [mount for mount in spec.mounts if mount.kind != "private"]
+        if not cache_mounts:  # nothing mounted (a debug serve): no cache to talk about
             return list(behavior.log or [])
-        (mount,) = spec.mounts
+        (mount,) = cache_mounts
         cache = mount.source
         bootstrap = container.phase == labels.PHASE_BOOTSTRAP
         if behavior.log is not None:

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bless.errors import InputInvalidError
-from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.evidence import (
+    ArtifactSummary,
+    LogSignals,
+    OutsideEntry,
+    OutsideKind,
+    OutsideVerdict,
+    UpperEntry,
+    UpperVerdict,
+)
 from bless.factors import REDACTED, ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
@@ -36,6 +44,13 @@ SECRET_WORDS = frozenset(
 #: A part that ends with one of these is a secret too: words glued together (``HFTOKEN``, ``hfToken``, ``MYAPIKEY``).
 SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY", "CREDENTIALS")
 _NAME_PARTS = re.compile(r"[^A-Za-z]+")
+
+#: The engine's HOME and temp dir at every start (bootstrap, trials, serving; every runtime). bless makes
+#: both fresh and empty for each start and presents them at these fixed paths: nothing of the host's or
+#: the image's HOME reaches the engine, and the paths never change (vLLM hashes HOME-derived paths into
+#: its cache key). What the engine leaves in them is judged after the start (:meth:`EngineAdapter.classify_outside`).
+ENGINE_HOME = "/var/lib/bless-engine/home"
+ENGINE_TMP = "/var/lib/bless-engine/tmp"
 
 
 def looks_secret(name: str) -> bool:
@@ -154,6 +169,46 @@ class CompileLocation:
 
 
 @dataclass(frozen=True)
+class OutsideRule:
+    """How an adapter names one kind of write outside the blessed tree (first matching rule wins).
+
+    ``pattern`` is searched in :attr:`OutsideEntry.shown` (``HOME/...``, ``TMPDIR/...`` or an absolute
+    container path). ``noise`` True: expected and harmless, for ``reason``; False: compiled state the
+    blessing does not hold (``reason`` says what it is).
+    """
+
+    pattern: re.Pattern[str]
+    noise: bool
+    reason: str
+    #: Only entries of these kinds match (None: any kind).
+    kinds: frozenset[OutsideKind] | None = None
+
+    def matches(self, entry: OutsideEntry) -> bool:
+        """Whether this rule names ``entry``."""
+        return (self.kinds is None or entry.kind in self.kinds) and bool(self.pattern.search(entry.shown))
+
+
+#: Suffixes of compiled code and kernels: such a file outside the blessing is compiled state wherever it is.
+COMPILED_SUFFIXES = re.compile(r"\.(so|cubin|ptx|fatbin|hsaco|o|pyd|dll|ptxas|llir|ttir|ttgir|json\.best_config)$")
+
+
+def classify_outside(rules: Sequence[OutsideRule], entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+    """Apply ``rules`` (first match wins); a write no rule names counts as compiled (fail closed)."""
+    noise: list[str] = []
+    compiled: list[str] = []
+    for entry in entries:
+        shown = entry.shown
+        rule = next((rule for rule in rules if rule.matches(entry)), None)
+        if rule is not None and rule.noise:
+            noise.append(f"{shown}: {rule.reason}")
+        elif rule is not None:
+            compiled.append(f"{shown}: {rule.reason}")
+        else:
+            compiled.append(f"{shown}: written outside the blessed tree and named by no rule of the adapter")
+    return OutsideVerdict(noise=tuple(noise), compiled=tuple(compiled))
+
+
+@dataclass(frozen=True)
 class ModelMount:
     """A host path (weights, HF cache) the runtime presents read-only at ``target``."""
 
@@ -235,4 +290,17 @@ class EngineAdapter(Protocol):
 
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """Split upper-layer writes into expected rewrites, new compiled artifacts and the rest."""
+        ...
+
+    def compile_locations(self) -> tuple[CompileLocation, ...]:
+        """Every place outside its cache root where the engine (or a library it loads) writes compiled state.
+
+        bless points each into the blessed tree at every start (the ``engine.compile_locations``
+        factor); what is not declared and still written lands in the private HOME or temp dir and is
+        judged by :meth:`classify_outside`.
+        """
+        ...
+
+    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+        """Name each write outside the blessed tree (private HOME, temp dir, container filesystem)."""
         ...

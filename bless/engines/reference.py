@@ -8,10 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import bless
-from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting, argv_value
+from bless.engines.base import (
+    ENGINE_HOME,
+    CompileLocation,
+    EngineLaunch,
+    EnvPolicy,
+    ModelMount,
+    OutsideRule,
+    UnsafeSetting,
+    argv_value,
+    classify_outside,
+)
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
-from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 from bless.factors import ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
@@ -38,7 +48,19 @@ KNOBS = {
     "BLESS_REFERENCE_POISON_CANDIDATES": "marks artifacts of some candidates as bad compiles",
     "BLESS_REFERENCE_CRASH_AT_BOOT": "makes the engine crash at boot",
     "BLESS_REFERENCE_NEVER_READY": "makes the engine never become ready",
+    "BLESS_REFERENCE_JIT_OUTSIDE": "writes a kernel into a JIT cache under HOME, outside the blessed tree",
 }
+#: How the reference engine's writes outside its cache dir read (first match wins; the rest is compiled).
+OUTSIDE_RULES: tuple[OutsideRule, ...] = (
+    OutsideRule(
+        re.compile(r"^TMPDIR/bless-inductor-[^/]+/"),
+        noise=True,
+        reason="Inductor's scratch dir, which the engine makes per start and fills from the blessed Mega-Cache "
+        "when it loads (its markers and Inductor's cache-hit counters prove the load); deleted at a clean stop",
+    ),
+    OutsideRule(re.compile(r"/__pycache__/[^/]+\.pyc$"), noise=True, reason="Python bytecode of imported modules"),
+    OutsideRule(re.compile(r"^HOME/\.triton/"), noise=False, reason="a Triton-style JIT cache under HOME"),
+)
 DEBUG_ENV = {
     "TORCH_COMPILE_DEBUG": "torch.compile debug output (slow, writes debug trees)",
     "TORCH_LOGS": "torch trace logging (a debug start)",
@@ -52,7 +74,7 @@ class ReferenceAdapter:
     name = "reference"
     adapter_version = "1"
     cache_mount_path = "/var/cache/bless-engine"
-    home = "/root"
+    home = ENGINE_HOME
     readonly_bind_ok = True
     env_policy = EnvPolicy(ignored=("*LOG_LEVEL*", "PYTHONUNBUFFERED"))
     environment_packages: tuple[str, ...] = ("torch",)
@@ -191,6 +213,17 @@ class ReferenceAdapter:
             if match:
                 timings["torch_compile_s"] = float(match.group(1))
         return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
+
+    def compile_locations(self) -> tuple[CompileLocation, ...]:
+        """None: the engine's only compiled state is its Mega-Cache artifact in the cache dir.
+
+        Inductor's own cache is per-start scratch in the temp dir by design (:data:`OUTSIDE_RULES`).
+        """
+        return ()
+
+    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+        """Inductor's per-start scratch and bytecode are noise; a kernel under HOME (or anything unnamed) is not."""
+        return classify_outside(OUTSIDE_RULES, entries)
 
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """The reference engine never writes while loading: any write is suspect, an artifact a recompile."""

@@ -6,6 +6,9 @@ start carries our labels, pins the cache path and HOME, and is stopped the same 
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -14,15 +17,81 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bless.engines.base import EngineAdapter
+from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
 from bless.factors import ResolvedConfig
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.trials import EngineClient, wait_ready
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40
+#: The private dirs of one start, under the dir its caller gives (:func:`engine_spec`'s ``private_dir``).
+PRIVATE_DIRS: tuple[tuple[OutsideWhere, str, str], ...] = (("HOME", "home", ENGINE_HOME), ("TMPDIR", "tmp", ENGINE_TMP))
+
+
+def compile_locations(resolved: ResolvedConfig) -> dict[str, str]:
+    """The declared compile locations of a resolved config: env name -> dir relative to the cache root.
+
+    Read from the ``engine.compile_locations`` factor, so what a start gets is what was hashed and
+    what the manifest lists.
+    """
+    engine = resolved.factors.get("engine")
+    locations = engine.get("compile_locations") if isinstance(engine, Mapping) else None
+    if not isinstance(locations, Mapping):
+        return {}
+    return {str(name): str(subdir) for name, subdir in sorted(locations.items())}
+
+
+def compile_env(resolved: ResolvedConfig, cache_root: str) -> dict[str, str]:
+    """The env that points every declared compile location under ``cache_root``."""
+    return {name: f"{cache_root}/{subdir}" for name, subdir in compile_locations(resolved).items()}
+
+
+def make_private_dirs(spec: ContainerSpec) -> None:
+    """Fresh, empty sources for a spec's private mounts (its HOME and temp dir): what a previous start left is gone.
+
+    Made at the start, not when the spec is built, so that planning (``--dry-run``) creates nothing.
+    Mode 0777: an image may run its engine as another user than the one that made the dirs; the
+    parent is the caller's own scratch dir.
+    """
+    for mount in spec.mounts:
+        if mount.kind != "private":
+            continue
+        path = mount.source
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+        path.mkdir(parents=True)
+        path.chmod(0o777)
+
+
+def _kind(mode: int) -> OutsideKind:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "socket" if stat.S_ISSOCK(mode) else "other"
+
+
+def list_private(private_dir: Path) -> list[OutsideEntry]:
+    """Every file and link a start left in its private HOME and temp dir (directories alone say nothing)."""
+    found: list[OutsideEntry] = []
+    for where, name, _target in PRIVATE_DIRS:
+        root = private_dir / name
+        for directory, dirs, files in os.walk(root):
+            dirs.sort()
+            for entry in sorted(files) + [d for d in dirs if (Path(directory) / d).is_symlink()]:
+                path = Path(directory) / entry
+                relative = path.relative_to(root).as_posix()
+                try:
+                    info = path.lstat()
+                except OSError:
+                    found.append(OutsideEntry(where=where, path=relative, kind="other"))
+                    continue
+                found.append(OutsideEntry(where=where, path=relative, size=info.st_size, kind=_kind(info.st_mode)))
+    return found
 
 
 def engine_spec(
@@ -40,12 +109,17 @@ def engine_spec(
     host_port: int | None = None,
     log_path: Path | None = None,
     gpu_ids: tuple[str, ...] | None = None,
+    private_dir: Path | None = None,
 ) -> ContainerSpec:
     """The container spec for one engine start of ``resolved`` (argv and env from its factors).
 
     ``host_port`` is where the engine must be reachable on the host (serving); None picks a free one.
     Docker maps it to the fixed container port; a local engine listens on it itself. ``gpu_ids``
     pins the engine to those GPUs (a parallel trial's slot); None gives it the first ``gpu_count``.
+    ``private_dir`` (a dir of this start alone) gets a fresh, empty ``home/`` and ``tmp/``, presented
+    at :data:`ENGINE_HOME` and :data:`ENGINE_TMP`; every declared compile location points into the
+    cache mount (into the private temp dir when there is none: a debug start). Without it the engine
+    would see a HOME nobody watches: only tests of the runtimes themselves leave it out.
     """
     if runtime.kind == "local" and host_port is not None:
         port, host_port = host_port, None
@@ -53,7 +127,17 @@ def engine_spec(
         port = runtime.engine_port(DEFAULT_ENGINE_PORT)
     profile = resolved.profile
     launch = adapter.launch(resolved, port=port, debug=debug)
-    env = {**launch.env, **(extra_env or {}), "HOME": adapter.home}
+    env = {
+        **launch.env,
+        **compile_env(resolved, adapter.cache_mount_path if cache_mount else ENGINE_TMP),
+        **(extra_env or {}),
+        "HOME": adapter.home,
+    }
+    private: tuple[Mount, ...] = ()
+    if private_dir is not None:
+        private = tuple(Mount("private", private_dir / name, target) for _, name, target in PRIVATE_DIRS)
+        # Python's tempfile (and so torch, Triton, vLLM) reads TMPDIR first; TMP/TEMP for the rest.
+        env.update({"TMPDIR": ENGINE_TMP, "TMP": ENGINE_TMP, "TEMP": ENGINE_TMP})
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
     return ContainerSpec(
@@ -61,7 +145,7 @@ def engine_spec(
         command=launch.command,
         env=env,
         labels=dict(labels),
-        mounts=((cache_mount,) if cache_mount else ()) + weights,
+        mounts=((cache_mount,) if cache_mount else ()) + private + weights,
         image=image,
         port=port,
         host_ip=host_ip,
@@ -97,12 +181,15 @@ class EngineSession:
     stop_result: StopResult | None = None
     log: str = ""
     upper: list[UpperEntry] = field(default_factory=list)
+    #: Files the engine wrote outside the blessed tree: its private HOME and temp dir, its container.
+    outside: list[OutsideEntry] = field(default_factory=list)
     _t0: float = 0.0
     _client: EngineClient | None = None
     # stop() may come from another thread too (Ctrl-C stops every parallel trial from the main thread).
     _stop_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> EngineSession:
+        make_private_dirs(self.spec)
         self._t0 = time.monotonic()
         self.started = self.runtime.start(self.spec)
         return self
@@ -146,8 +233,19 @@ class EngineSession:
             stopped = self.runtime.stop(self.started, self.stop_timeout_s)
             self.log = self.runtime.logs(self.started)
             self.upper = self.runtime.upper_entries(self.started)
+            self.outside = self.outside_so_far()
             self.stop_result = stopped  # last: a reader that sees it also sees the log and the upper
             return self.stop_result
+
+    def outside_so_far(self) -> list[OutsideEntry]:
+        """What the engine has written outside the blessed tree until now (the full list once stopped)."""
+        if self.started is None:
+            return []
+        if self.stop_result is not None:
+            return self.outside
+        private_dirs = {m.source.parent for m in self.spec.mounts if m.kind == "private"}
+        found = [entry for directory in sorted(private_dirs) for entry in list_private(directory)]
+        return found + self.runtime.filesystem_changes(self.started)
 
     def current_log(self) -> str:
         """The log so far (the full log once stopped)."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideEntry, UpperEntry
 
-MountKind = Literal["rw", "ro", "overlay"]
+MountKind = Literal["rw", "ro", "overlay", "private"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,10 @@ class Mount:
 
     ``rw``: read-write bind. ``ro``: read-only bind. ``overlay``: ``source`` is the
     read-only lower layer; writes land in a throw-away upper layer kept under
-    ``scratch`` (the runtime creates ``scratch/upper`` and ``scratch/work``).
+    ``scratch`` (the runtime creates ``scratch/upper`` and ``scratch/work``). ``private``: ``source`` is
+    a fresh, empty directory of this start alone (its HOME, its temp dir), writable at ``target``;
+    after the stop, whatever the engine wrote there is in ``source`` whatever the runtime (the local
+    runtime's copy mode moves it back), for the caller to judge.
     """
 
     kind: MountKind
@@ -129,6 +132,14 @@ class Runtime(Protocol):
 
     def upper_entries(self, started: Started) -> list[UpperEntry]:
         """Paths written to the overlay's upper layer (new / rewritten / deleted); empty without overlay."""
+        ...
+
+    def filesystem_changes(self, started: Started) -> list[OutsideEntry]:
+        """Files the engine changed in its container's own filesystem, outside every mount (Docker's diff).
+
+        The local runtime has no container filesystem: its engines write only to their mounts (and to
+        the private HOME and temp dir, which the caller lists itself), so it reports none.
+        """
         ...
 
     def name_holder(self, name: str) -> NameHolder:

@@ -32,7 +32,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from bless import labels as bless_labels
@@ -44,7 +44,7 @@ from bless.errors import (
     InputInvalidError,
     RuntimeUnavailableError,
 )
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 
@@ -614,6 +614,35 @@ class DockerRuntime:
             for _, mount in _overlay_mounts(started.spec)
         ]
         return upper_layer.combine(per_mount) if per_mount else []
+
+    def filesystem_changes(self, started: Started) -> list[OutsideEntry]:
+        """The container's own filesystem changes (``docker diff``), outside every mount, leaves only.
+
+        Docker lists the mount points it created (and their parents) and every directory whose content
+        changed: those say nothing by themselves, so only paths that are neither a mount point, nor
+        under or above one, nor the parent of another listed path are kept. Call it before :meth:`remove`.
+        """
+        container = self._container(started)
+        if container is None:
+            return []
+        docker = _docker_module()
+        with _daemon(f"listing filesystem changes of {started.name}"):
+            try:
+                raw = container.diff() or []
+            except docker.errors.NotFound:
+                return []
+        changed = sorted({str(item.get("Path")) for item in raw if isinstance(item, dict) and item.get("Path")})
+        targets = [PurePosixPath(mount.target) for mount in started.spec.mounts]
+        kept: list[OutsideEntry] = []
+        for index, path in enumerate(changed):
+            pure = PurePosixPath(path)
+            if any(pure == t or pure in t.parents or t in pure.parents for t in targets):
+                continue
+            following = changed[index + 1] if index + 1 < len(changed) else ""
+            if following.startswith(path.rstrip("/") + "/"):
+                continue  # a directory whose content is listed after it
+            kept.append(OutsideEntry(where="container", path=path))
+        return kept
 
     # -- ownership of names ---------------------------------------------------------
 

@@ -50,7 +50,7 @@ from bless.errors import (
     InputInvalidError,
     RuntimeUnavailableError,
 )
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 
@@ -108,6 +108,21 @@ def _missing_dirs(target: Path) -> list[Path]:
         missing.append(current)
         current = current.parent
     return list(reversed(missing))
+
+
+def _collect_private(spec: ContainerSpec) -> None:
+    """Copy mode: move what the engine wrote into each private dir's target back to its source.
+
+    In namespace mode (and under Docker) the source is bind-mounted at the target, so the writes are
+    already there; callers read a private mount's writes from its source in every mode.
+    """
+    for mount in spec.mounts:
+        target = Path(mount.target)
+        if mount.kind != "private" or target.resolve() == mount.source.resolve() or not target.is_dir():
+            continue
+        for child in sorted(target.iterdir()):
+            with contextlib.suppress(OSError):
+                shutil.move(str(child), str(mount.source / child.name))
 
 
 @dataclass
@@ -271,7 +286,7 @@ class LocalRuntime:
             proc_dirs.extend(d for d in _missing_dirs(Path(target)) if d not in proc_dirs)
             q_source, q_target = shlex.quote(str(source)), shlex.quote(target)
             step(f"mkdir -p {q_target}", f"mkdir {target}")
-            if mount.kind == "rw":
+            if mount.kind in ("rw", "private"):
                 step(f"mount --bind {q_source} {q_target}", f"bind {source} at {target}")
             elif mount.kind == "ro":
                 step(f"mount --bind {q_source} {q_target}", f"bind {source} at {target}")
@@ -327,6 +342,8 @@ class LocalRuntime:
                         hint="run as root (private mount namespace), or use the directory at its own path",
                     )
                 continue
+            if target.resolve() == source and mount.kind == "private":
+                continue  # already where the engine writes
             if target.resolve() == source:
                 raise RuntimeUnavailableError(
                     f"without a mount namespace a {mount.kind} mount needs a target other than its source "
@@ -350,6 +367,8 @@ class LocalRuntime:
                     hint="the target must be creatable by this user; or run as root",
                 ) from exc
             copies.append((target, not pre_existing))
+            if mount.kind == "private":
+                continue  # the engine's own fresh dir: nothing read-only about it, nothing to say
             notes.append(
                 f"read-only layer NOT enforced: {target} is a writable copy of {source} "
                 "(no mount namespace); writes are reported by comparing the copy with the original, "
@@ -507,6 +526,8 @@ class LocalRuntime:
                     time.sleep(_POLL_S)
             seconds = time.monotonic() - began
         code = self._reap(proc)
+        if not self.uses_mount_namespace:
+            _collect_private(started.spec)
         return StopResult(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
 
     def stop_detached(self, pid: int, timeout_s: int, is_alive: Callable[[], bool]) -> StopResult:
@@ -606,6 +627,11 @@ class LocalRuntime:
                 diffed = upper_layer.diff_trees(Path(mount.target), mount.source.resolve())
                 per_mount.append((mount.target, diffed))
         return upper_layer.combine(per_mount) if per_mount else []
+
+    def filesystem_changes(self, started: Started) -> list[OutsideEntry]:
+        """None: a local engine has no container filesystem (its private HOME and temp dir are listed by the caller)."""
+        del started
+        return []
 
     # -- ownership of names ---------------------------------------------------------
 

@@ -365,7 +365,7 @@ def test_resolve_builds_every_factor_group():
     assert factors["runtime"] == {"kind": "docker", "image_id": PINNED_IMAGE}
     assert factors["model"] == {"source": "builtin", "id": "reference-tiny"}
     assert factors["hardware"] == HW
-    assert factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": "/root"}
+    assert factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": "/var/lib/bless-engine/home"}
     assert resolved.config_hash == config_hash(factors)
     assert parse_config_hash(resolved.config_hash.upper()) == resolved.config_hash
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bless import labels
-from bless.engines.base import EnvPolicy
+from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EnvPolicy
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import (
@@ -226,10 +226,12 @@ def test_verify_failure_names_the_file_and_how(store: Store, tmp_path: Path) -> 
     assert "start" not in runtime.calls
 
 
-def test_debug_needs_no_manifest_and_mounts_nothing(store: Store) -> None:
+def test_debug_needs_no_manifest_and_mounts_no_cache(store: Store) -> None:
     profile = make_profile(env={"TORCH_LOGS": "+dynamo"})  # unsafe: allowed in a debug start, and said so
     plan = do_plan(profile, store, serving_runtime(), debug=True)
-    assert plan.mount is None and plan.spec.mounts == ()
+    # No cache: only the engine's own fresh HOME and temp dir, as at every start.
+    assert plan.mount is None
+    assert [(m.kind, m.target) for m in plan.spec.mounts] == [("private", ENGINE_HOME), ("private", ENGINE_TMP)]
     assert "--no-compile" in plan.spec.command
     data = plan.to_dict()
     assert data["blessed"] is False and data["banner"] == serve.DEBUG_BANNER

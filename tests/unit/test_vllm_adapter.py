@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bless.engines import get_adapter
+from bless.engines.base import ENGINE_HOME
 from bless.engines.vllm import (
     CACHE_MOUNT_PATH,
     COMPILE_MARKERS,
@@ -137,9 +138,9 @@ def upper_entries(name: str, kind: UpperKind) -> list[UpperEntry]:
 def test_adapter_identity() -> None:
     a = get_adapter("vllm")
     assert isinstance(a, VllmAdapter)
-    assert (a.name, a.adapter_version) == ("vllm", "2")
+    assert (a.name, a.adapter_version) == ("vllm", "3")
     assert a.cache_mount_path == CACHE_MOUNT_PATH == "/var/cache/bless-engine"
-    assert a.home == "/root"
+    assert a.home == ENGINE_HOME
     assert a.readonly_bind_ok is False  # vLLM 0.20 rewrites inductor_cache entries while loading
     assert a.environment_packages == ("vllm", "torch", "triton", "transformers")
 
@@ -179,8 +180,9 @@ def test_launch_snapshot_tiny_llama_local() -> None:
     )  # fmt: skip
     assert dict(launch.env) == {
         "VLLM_CACHE_ROOT": "/var/cache/bless-engine",
-        "HOME": "/root",
+        "HOME": ENGINE_HOME,
         "PYTHONUNBUFFERED": "1",
+        "TRITON_CACHE_AUTOTUNING": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
@@ -212,8 +214,9 @@ def test_launch_snapshot_docker_example() -> None:
     assert dict(launch.env) == {
         "HF_HOME": HF_HOME_MOUNT_PATH,
         "VLLM_CACHE_ROOT": "/var/cache/bless-engine",
-        "HOME": "/root",
+        "HOME": ENGINE_HOME,
         "PYTHONUNBUFFERED": "1",
+        "TRITON_CACHE_AUTOTUNING": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
@@ -258,7 +261,7 @@ def test_local_model_under_docker_uses_the_fixed_mount(tmp_path: Path) -> None:
 def test_profile_env_cannot_move_cache_or_home() -> None:
     launch = adapter().launch(resolved(with_env(VLLM_CACHE_ROOT="/elsewhere", HOME="/home/x")), port=8000)
     assert launch.env["VLLM_CACHE_ROOT"] == CACHE_MOUNT_PATH
-    assert launch.env["HOME"] == "/root"
+    assert launch.env["HOME"] == ENGINE_HOME
 
 
 def test_profile_env_is_passed() -> None:
@@ -471,8 +474,8 @@ def test_env_vars_the_profile_sets_are_factors(name: str) -> None:
 
 def test_cache_path_and_home_are_factors() -> None:
     r = resolved(base_doc())
-    assert r.factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": "/root"}
-    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "2"}
+    assert r.factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": ENGINE_HOME}
+    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "3", **VllmAdapter().compile_location_factor()}
 
 
 @pytest.mark.parametrize(

@@ -242,7 +242,8 @@ def test_replays_force_the_aot_load_where_the_release_has_the_switch() -> None:
 )
 def test_effective_aot_switches(vllm: str, torch: str, env: dict[str, str], expected: dict[str, bool]) -> None:
     runtime = {"kind": "local", "packages": {"vllm": vllm, "torch": torch}}
-    assert VllmAdapter().engine_factors(runtime, env) == {"aot": expected}
+    adapter = VllmAdapter(vllm)
+    assert VllmAdapter().engine_factors(runtime, env) == {"aot": expected, **adapter.compile_location_factor()}
 
 
 def test_aot_switches_are_factors_and_docker_adds_none(tmp_path: Path) -> None:
@@ -271,7 +272,10 @@ def test_aot_switches_are_factors_and_docker_adds_none(tmp_path: Path) -> None:
     assert with_mega.factors["engine"]["aot"] == {"aot_compile": True, "mega_artifact": True}
     assert without.factors["engine"]["aot"] == {"aot_compile": True, "mega_artifact": False}
     assert with_mega.config_hash != without.config_hash
-    assert VllmAdapter().engine_factors({"kind": "docker", "image_id": "sha256:" + "ab" * 32}, {}) == {}
+    # Under Docker the versions are not probed: no AOT switch, but the (nearest) compile locations, which
+    # every start's env is built from.
+    docker = VllmAdapter().engine_factors({"kind": "docker", "image_id": "sha256:" + "ab" * 32}, {})
+    assert docker == VllmAdapter().compile_location_factor()
 
 
 # --- reuse: the AOT artifact must be loaded from the blessed tree ---------------------------------------------

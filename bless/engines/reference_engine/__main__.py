@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import uuid
 import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -23,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 from . import ENGINE_VERSION, markers
-from .knobs import CRASH_AT_BOOT, KnobError, Knobs, active_knobs, parse_knobs
+from .knobs import CRASH_AT_BOOT, JIT_OUTSIDE, KnobError, Knobs, active_knobs, parse_knobs
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -81,6 +82,18 @@ def setup_inductor_dir(cache_dir: Path | None, env: MutableMapping[str, str]) ->
     return path, created
 
 
+def write_jit_outside(home: Path) -> Path:
+    """What :data:`~.knobs.JIT_OUTSIDE` does: a kernel in a Triton-style cache under ``home``, new at every start.
+
+    Triton names its cache entries by a hash of the kernel; a fresh name per start is what a JIT
+    that compiles at every start (a cache nobody kept) leaves behind.
+    """
+    kernel = home / ".triton" / "cache" / uuid.uuid4().hex / "reference_kernel.cubin"
+    kernel.parent.mkdir(parents=True, exist_ok=True)
+    kernel.write_bytes(b"\x7fELF reference test kernel\n")
+    return kernel
+
+
 class _Stop:
     """Signal state: set by SIGTERM/SIGINT; shuts the HTTP server down from a helper thread."""
 
@@ -120,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CRASH_KNOB
     if not 1 <= args.port <= 65535 and args.port != 0:
         return _fatal(f"--port must be 0..65535, got {args.port}", EXIT_USAGE)
+    if knobs.jit_outside:
+        try:
+            kernel = write_jit_outside(Path.home())
+        except OSError as exc:
+            return _fatal(f"{JIT_OUTSIDE}: cannot write the kernel under HOME: {exc}")
+        markers.emit(f"{markers.MARKER_PREFIX}JIT kernel written outside the cache dir (test knob): {kernel}")
 
     cache_dir: Path | None = None
     inductor_dir: Path | None = None

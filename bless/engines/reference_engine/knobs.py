@@ -15,10 +15,20 @@ IGNORE_CACHE = "BLESS_REFERENCE_IGNORE_CACHE"
 POISON_CANDIDATES = "BLESS_REFERENCE_POISON_CANDIDATES"
 CRASH_AT_BOOT = "BLESS_REFERENCE_CRASH_AT_BOOT"
 NEVER_READY = "BLESS_REFERENCE_NEVER_READY"
+# Writes a kernel into a Triton-style JIT cache under HOME at every start, as a library that compiles
+# outside the engine's cache dir does (vLLM's Triton kernels went to ~/.triton before bless owned HOME).
+JIT_OUTSIDE = "BLESS_REFERENCE_JIT_OUTSIDE"
 # Injected by bless's orchestrator (the bootstrap candidate number); read only with POISON_CANDIDATES.
 CANDIDATE = "BLESS_CANDIDATE"
 
-KNOB_NAMES: tuple[str, ...] = (NONDETERMINISTIC, IGNORE_CACHE, POISON_CANDIDATES, CRASH_AT_BOOT, NEVER_READY)
+KNOB_NAMES: tuple[str, ...] = (
+    NONDETERMINISTIC,
+    IGNORE_CACHE,
+    POISON_CANDIDATES,
+    CRASH_AT_BOOT,
+    NEVER_READY,
+    JIT_OUTSIDE,
+)
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -38,6 +48,7 @@ class Knobs:
     candidate: int | None = None
     crash_at_boot: bool = False
     never_ready: bool = False
+    jit_outside: bool = False
 
     @property
     def poison_on_save(self) -> bool:
@@ -77,6 +88,7 @@ def parse_knobs(env: Mapping[str, str]) -> Knobs:
         candidate=candidate,
         crash_at_boot=_flag(env, CRASH_AT_BOOT),
         never_ready=_flag(env, NEVER_READY),
+        jit_outside=_flag(env, JIT_OUTSIDE),
     )
 
 
@@ -94,4 +106,6 @@ def active_knobs(knobs: Knobs) -> list[str]:
         active.append(f"{CRASH_AT_BOOT}=1")
     if knobs.never_ready:
         active.append(f"{NEVER_READY}=1")
+    if knobs.jit_outside:
+        active.append(f"{JIT_OUTSIDE}=1")
     return active

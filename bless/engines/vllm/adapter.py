@@ -8,13 +8,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bless.engines.base import EngineLaunch, EnvPolicy, ModelMount, UnsafeSetting, argv_value
+from bless.engines.base import (
+    ENGINE_HOME,
+    CompileLocation,
+    EngineLaunch,
+    EnvPolicy,
+    ModelMount,
+    UnsafeSetting,
+    argv_value,
+    classify_outside,
+)
 from bless.engines.vllm import evidence, serve_args, versions
 from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
 from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
 from bless.engines.vllm.versions import VllmVersionRules
 from bless.errors import InputInvalidError, UnknownEngineVersionError
-from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
+from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 from bless.factors import ResolvedConfig
 from bless.profile import Profile
 from bless.verify import TreeListing
@@ -34,10 +43,13 @@ class VllmAdapter:
 
     name = "vllm"
     # 2: per-version rules from each release's source; the effective AOT switches are factors.
-    adapter_version = "2"
+    # 3: a private HOME and temp dir per start, every compile location in the blessed tree, Triton's
+    #    autotuning results kept (and so blessed).
+    adapter_version = "3"
     cache_mount_path = CACHE_MOUNT_PATH
-    # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH up to 0.26: pin it.
-    home = "/root"
+    # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH up to 0.26: a fixed path,
+    # fresh and empty at every start (bless owns it).
+    home = ENGINE_HOME
     # vLLM rewrites inductor_cache entries while loading: a read-only bind dies with EROFS.
     readonly_bind_ok = False
     env_policy: EnvPolicy = ENV_POLICY
@@ -132,13 +144,27 @@ class VllmAdapter:
         """The effective AOT-compile and mega-artifact switches: they change what vLLM writes to disk.
 
         Computed as the release's ``envs.py`` does, from the probed torch version and the env. Under
-        Docker the versions are not probed: the image ID (a factor) fixes them, so nothing is added.
+        Docker the versions are not probed: the image ID (a factor) fixes them, so no switch is added.
+        The compile locations (of the release's entry, the nearest one when it is not known) always are:
+        every start's env points them into the blessed tree.
         """
         adapter = self.for_environment(runtime)
         if adapter.vllm_version is None or adapter.torch_version is None:
-            return {}
+            return adapter.compile_location_factor()
         switches = adapter.version_rules.aot_switches(adapter.torch_version, env)
-        return {"aot": switches.to_factor()}
+        return {"aot": switches.to_factor(), **adapter.compile_location_factor()}
+
+    def compile_locations(self) -> tuple[CompileLocation, ...]:
+        """Every compile-state location this vLLM release's source shows (Triton, Inductor, CUDA, JIT libraries)."""
+        return self.version_rules.compile_locations
+
+    def compile_location_factor(self) -> dict[str, Any]:
+        """``{"compile_locations": {ENV: dir under the cache root}}``: the factor every start's env is built from."""
+        return {"compile_locations": {loc.env: loc.subdir for loc in self.compile_locations()}}
+
+    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+        """By :data:`evidence.OUTSIDE_RULES`: named noise, else compiled state the blessing does not hold."""
+        return classify_outside(evidence.OUTSIDE_RULES, entries)
 
     def replay_env(self) -> dict[str, str]:
         """``VLLM_FORCE_AOT_LOAD=1`` where the release has it and AOT compile is on.

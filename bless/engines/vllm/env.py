@@ -124,6 +124,10 @@ PINNED_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # Triton keeps its autotuning results (a benchmark-driven, run-to-run varying choice of kernel config,
+    # and so of numerics) in its cache dir, which bless points into the blessed tree: the bootstrap's
+    # choice is blessed, and trials and serving replay it instead of benchmarking again.
+    "TRITON_CACHE_AUTOTUNING": "1",
 }
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bless.engines.base import COMPILED_SUFFIXES, OutsideRule
 from bless.engines.vllm.versions import VllmVersionRules
 from bless.errors import BootstrapFailedError
 from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
@@ -129,6 +130,31 @@ UPPER_RULES: dict[str, UpperRules] = {
     "0.20": UpperRules(vllm_version="0.20", expected_rewrites=_INDUCTOR_REWRITES, evidence=_REWRITES_SEEN)
 }
 
+
+#: Where bless points the declared compile locations (``jit/<name>`` under the cache root): a new file
+#: there during a trial or a serve is a compile the blessing does not hold.
+_JIT = re.compile(r"^jit/")
+
+# --- writes outside the blessed tree ------------------------------------------------------------------
+
+#: How vLLM's writes outside the blessed tree read (first match wins; anything unnamed counts as compiled).
+#: Every compile location vLLM's source shows is pointed into the tree, so a compiled file here means a
+#: writer nobody declared: the trial fails naming it, and the adapter learns a new location.
+OUTSIDE_RULES: tuple[OutsideRule, ...] = (
+    OutsideRule(re.compile(r"/__pycache__/[^/]+\.pyc$"), noise=True, reason="Python bytecode of imported modules"),
+    # Seen at every start of vLLM 0.26 (H200): three sockets named by a UUID, left in the temp dir
+    # after a clean stop (its ZeroMQ IPC endpoints between the API server and the engine core).
+    OutsideRule(
+        re.compile(r"^TMPDIR/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
+        noise=True,
+        reason="a ZeroMQ IPC socket of vLLM's processes (a socket holds no content)",
+        kinds=frozenset({"socket"}),
+    ),
+    OutsideRule(COMPILED_SUFFIXES, noise=False, reason="compiled code or a kernel"),
+    OutsideRule(re.compile(r"^HOME/\.triton/"), noise=False, reason="Triton's default cache under HOME"),
+    OutsideRule(re.compile(r"^HOME/\.nv/"), noise=False, reason="CUDA's default PTX JIT cache under HOME"),
+    OutsideRule(re.compile(r"^TMPDIR/torchinductor_"), noise=False, reason="Inductor's default cache dir"),
+)
 
 # --- reading evidence -----------------------------------------------------------------------------
 
@@ -298,7 +324,8 @@ def classify_upper(rules: UpperRules, entries: Sequence[UpperEntry]) -> UpperVer
     * expected: a *rewrite of an existing path* matching this vLLM version's rules
       (``rules``);
     * new artifacts (a recompile or a re-keyed cache): any new path under ``torch_compile_cache/``
-      (inductor entries, kernels, a new key dir), any written ``artifact_*`` or ``rank_*/model``,
+      (inductor entries, kernels, a new key dir) or under a declared compile location (``jit/``: a
+      Triton kernel, a CUDA JIT entry), any written ``artifact_*`` or ``rank_*/model``,
       any written Triton ``.cubin``;
     * unexpected: everything else (other rewrites, deletions, writes outside the compile cache).
     """
@@ -312,7 +339,7 @@ def classify_upper(rules: UpperRules, entries: Sequence[UpperEntry]) -> UpperVer
         elif entry.kind == "rewritten" and any(rule.match(path) for rule in rules.expected_rewrites):
             expected.append(path)
         elif (
-            (entry.kind == "new" and _TORCH_COMPILE_CACHE.match(path))
+            (entry.kind == "new" and (_TORCH_COMPILE_CACHE.match(path) or _JIT.match(path)))
             or _COMPONENT_ARTIFACT.fullmatch(path)
             or _AOT_MODEL.fullmatch(path)
             or _CUBIN.fullmatch(path)

@@ -8,6 +8,7 @@ the tree's ownership is then normalized and the tree hashed. Any failure is a
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from bless import labels
 from bless.devices import GpuSlot
 from bless.errors import BootstrapFailedError, EngineHttpError, NotReadyError
 from bless.flows.run.containers import RunContainers, write_log
-from bless.flows.session import log_tail
+from bless.flows.session import compile_locations, log_tail
 from bless.runtime.base import Mount
 from bless.trials import CoherenceReport, warm_up
 from bless.verify import TreeListing, hash_tree
@@ -33,7 +34,12 @@ def run_bootstrap(
     mount = Mount("rw", tree, adapter.cache_mount_path)
     log_path = evidence / "bootstrap.log"
     name = containers.name("bootstrap", candidate)
-    session = containers.session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot)
+    # Every declared compile location exists in the staged tree before the start (and so in the blessing):
+    # a later start finds its dir on the read-only lower layer instead of creating it in the upper one.
+    for subdir in compile_locations(containers.resolved).values():
+        (tree / subdir).mkdir(parents=True, exist_ok=True)
+    private = evidence / "bootstrap-private"
+    session = containers.session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot, private)
     report: CoherenceReport | None = None
     failure: str | None = None
     try:
@@ -62,6 +68,10 @@ def run_bootstrap(
     listing = hash_tree(tree)
     artifacts = adapter.summarize_artifacts(listing)
     signals = adapter.read_log(session.log)
+    # Recorded, not judged: what the bootstrap compiled outside the tree is missing from the blessing,
+    # and the trials, which must not compile anything, are what fails on it.
+    outside = adapter.classify_outside(session.outside)
+    shutil.rmtree(private, ignore_errors=True)
     info.update(
         {
             "timings": dict(signals.timings),
@@ -70,6 +80,7 @@ def run_bootstrap(
             "compile_markers": len(signals.compile_markers),
             "files": len(listing.files),
             "total_size": listing.total_size,
+            "outside": {**outside.counts(), "compiled_files": list(outside.compiled[:200])},
         }
     )
     return info, report, listing, artifacts

@@ -9,6 +9,7 @@ from the containers of a run that is still going.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,9 +46,12 @@ class RunContainers:
         )
 
     def session(
-        self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path, slot: GpuSlot
+        self, phase: str, name: str, mount: Mount, candidate: int, log_path: Path, slot: GpuSlot, private_dir: Path
     ) -> EngineSession:
-        """One engine start of ``phase`` (bootstrap or trial) on ``slot``'s GPUs, labeled as this run's."""
+        """One engine start of ``phase`` (bootstrap or trial) on ``slot``'s GPUs, labeled as this run's.
+
+        ``private_dir`` receives the start's fresh HOME and temp dir (what the engine leaves there is judged).
+        """
         plan = self.profile.trials
         spec = engine_spec(
             self.resolved,
@@ -75,6 +79,7 @@ class RunContainers:
             },
             log_path=log_path,
             gpu_ids=slot.device_ids or None,
+            private_dir=private_dir,
         )
         return EngineSession(
             self.runtime,
@@ -121,6 +126,13 @@ class RunContainers:
                 else:
                     removed.extend(self.runtime.cleanup_ours({**selector, labels.RUN_ID: run_id}))
         return removed, spared
+
+
+def keep_private(private_dir: Path, evidence: Path) -> None:
+    """Move a start's private HOME and temp dir into the evidence (a failed trial keeps what it compiled)."""
+    if evidence.exists():
+        shutil.rmtree(evidence)
+    shutil.move(str(private_dir), str(evidence))
 
 
 def write_log(path: Path, log: str) -> None:

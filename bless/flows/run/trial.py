@@ -19,7 +19,7 @@ from bless import labels
 from bless.devices import GpuSlot
 from bless.errors import EngineHttpError, NotReadyError
 from bless.flows.events import Event, EventSink
-from bless.flows.run.containers import RunContainers, write_log
+from bless.flows.run.containers import RunContainers, keep_private, write_log
 from bless.flows.run.results import TrialResult
 from bless.flows.run.schedule import TrialSchedule
 from bless.reuse import classify_reuse
@@ -65,7 +65,8 @@ def run_trial(
         mount = Mount("overlay", proof.tree, adapter.cache_mount_path, scratch=scratch)
     log_path = proof.evidence / f"trial-{index}.log"
     name = containers.name("trial", proof.candidate, index)
-    session = containers.session(labels.PHASE_TRIAL, name, mount, proof.candidate, log_path, slot)
+    private = scratch / "private"
+    session = containers.session(labels.PHASE_TRIAL, name, mount, proof.candidate, log_path, slot, private)
     coherence: CoherenceReport | None = None
     reasons: list[str] = []
 
@@ -108,10 +109,14 @@ def run_trial(
     upper = adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
     tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
     drift = adapter.drift_reasons(proof.engine_keys, signals.engine_keys)
-    reuse = classify_reuse(signals, upper, tree_check, drift)
+    outside = adapter.classify_outside(session.outside)
+    reuse = classify_reuse(signals, upper, tree_check, drift, outside)
     reasons.extend(reuse.reasons)
     if session.stop_result is not None and not session.stop_result.graceful:
         reasons.append(f"the engine did not stop within {profile.trials.stop_timeout_s} s")
+    if outside.compiled and private.is_dir():
+        # The files themselves are the evidence of what was compiled outside the blessing.
+        keep_private(private, proof.evidence / f"trial-{index}-outside")
     shutil.rmtree(scratch, ignore_errors=True)
     return TrialResult(
         index=index,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bless.evidence import UpperEntry
+from bless.evidence import OutsideVerdict, UpperEntry
 from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.serve_dir import discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.start import LaunchResult
@@ -21,6 +21,8 @@ class FinishResult:
     upper_dir: str | None
     upper_entries: tuple[UpperEntry, ...]
     notes: tuple[str, ...] = ()
+    #: What the engine wrote outside the blessed tree while it served (its private HOME and temp dir).
+    outside: OutsideVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -31,6 +33,9 @@ class FinishResult:
             "upper_dir": self.upper_dir,
             "upper_written": len(self.upper_entries),
             "upper_entries": upper_summary(self.upper_entries),
+            "outside": (
+                {**self.outside.counts(), "compiled_files": list(self.outside.compiled[:200])} if self.outside else None
+            ),
             "notes": list(self.notes),
         }
 
@@ -46,7 +51,14 @@ def finish(
     finally:
         runtime.remove(result.started)
     upper = tuple(session.upper)
-    kept = keep_upper or failed
+    outside = plan_.adapter.classify_outside(session.outside)
+    if outside.compiled:
+        # Compiled after the ready-time check (a batch shape nothing had warmed up?): served unproven code.
+        notes.append(
+            f"the engine compiled {len(outside.compiled)} file(s) outside the blessing while serving "
+            f"(first: {outside.compiled[0]}); the serve dir is kept as evidence"
+        )
+    kept = keep_upper or failed or bool(outside.compiled)
     if kept:
         save_evidence(plan_.serve_dir, session.log)
     else:
@@ -61,4 +73,5 @@ def finish(
         upper_dir=str(upper_dir) if kept and upper_dir else None,
         upper_entries=upper,
         notes=tuple(notes),
+        outside=outside,
     )

@@ -17,7 +17,7 @@ from bless.factors import GpuInfo, ResolvedConfig
 from bless.flows.events import new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
-from bless.flows.serve.serve_dir import ENGINE_LOG, new_serve_dir
+from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.flows.session import EngineSession, engine_spec
 from bless.manifest import Manifest, load_manifest
@@ -390,6 +390,7 @@ def plan(
         host_ip=profile.serving_host,
         host_port=profile.serving_port,
         log_path=serve_dir / ENGINE_LOG,
+        private_dir=serve_dir / PRIVATE_DIR,
     )
     return LaunchPlan(
         debug=debug,

@@ -22,6 +22,8 @@ from bless.runtime.base import Runtime
 
 SERVE_DIR = "serve"
 ENGINE_LOG = "engine.log"
+#: The engine's private HOME and temp dir (home/, tmp/), fresh at the start, discarded with the serve dir.
+PRIVATE_DIR = "private"
 CANARY_FILE = "canary.json"
 _MAX_UPPER_REPORTED = 200
 

@@ -27,6 +27,7 @@ from bless.flows.serve.plan import LaunchPlan, stop_command
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
+from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
 from bless.trials import EngineClient
 
@@ -226,6 +227,9 @@ def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
         reasons.append("the engine log shows no load marker: it did not load the blessed artifact")
     blessed_keys = plan_.manifest.artifacts.get("engine_keys", {})
     reasons.extend(plan_.adapter.drift_reasons(blessed_keys, signals.engine_keys))
+    # By the time it is ready the engine has compiled or loaded everything it serves with (kernels are
+    # JIT-compiled during warm-up and graph capture): a compiled file outside the blessing is served unproven.
+    reasons.extend(compiled_outside_reasons(plan_.adapter.classify_outside(session.outside_so_far())))
     return reasons
 
 
