@@ -4,11 +4,12 @@
 For every vLLM release on the package index (0.20.0 and newer) this script
 
 1. ``fetch``: reads the release's x86-64 wheel from the package index WITHOUT downloading it whole
-   (HTTP range requests on the wheel's zip central directory, then only the needed members),
+   (HTTP range requests on the wheel's zip central directory, then only its ``vllm/**/*.py``
+   members), scans every Python file for assignments to a compile-state location's env var,
    trims each needed source file to the statements bless depends on (lines are verbatim; only
    lines are dropped) and writes them to ``tests/fixtures/vllm/source/<version>/<member>.txt`` with a
    ``SOURCE.json`` saying where they came from (wheel file name, its sha256 from the index, each
-   member's sha256 and line count);
+   member's sha256 and line count, a digest of every scanned file);
 2. ``derive``: reads those excerpts and prints the version's rules entry (JSON);
 3. ``update``: writes the derived entries into ``bless/engines/vllm/versions.json`` (the adapter's data);
 4. ``check``: derives every stored version again and prints a diff; exit 1 when any entry differs
@@ -25,7 +26,9 @@ What a release must still contain for an entry to be derived (a release that lac
 loudly, naming what vanished: that is the signal to read the release and update bless):
 the log markers of :data:`MARKERS`, the cache layout needles of :data:`LAYOUT_NEEDLES`,
 ``compile_factors()`` with its ``ignored_factors`` set, ``CompilationConfig.compute_hash`` with
-its ``ignored_factors`` set, and ``use_aot_compile`` / ``use_mega_aot_artifact``.
+its ``ignored_factors`` set, ``use_aot_compile`` / ``use_mega_aot_artifact``, and the evidence of
+every ``always`` location of :data:`COMPILE_LOCATIONS`. An optional location whose evidence is gone
+simply leaves the entry (``update`` prints that diff for review).
 
 The excerpts double as test fixtures (``tests/unit/test_vllm_versions.py``): a stored entry that
 no longer agrees with its excerpts fails the suite. No network in tests.
@@ -39,6 +42,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import sys
 import textwrap
 import tokenize
@@ -46,6 +50,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +119,177 @@ LAYOUT_NEEDLES: dict[str, tuple[tuple[str, str], ...]] = {
     "dummy_cache": (("vllm/compilation/caching.py", 'os.path.join(envs.VLLM_CACHE_ROOT, "dummy_cache")'),),
     # VLLM_FORCE_AOT_LOAD re-raises a failed AOT load instead of recompiling.
     "force_aot_load": (("vllm/compilation/decorators.py", "if envs.VLLM_FORCE_AOT_LOAD:"),),
+    # vLLM hands its compile cache dir (torch_compile_cache/<10 hex>/rank_<R>_<D>/<component>, or
+    # VLLM_CACHE_ROOT/dummy_cache) to the compiler's initialize_cache: there the parameters named in
+    # COMPILE_CACHE_PARAMS are that dir, which is what lets an env assignment built from them count
+    # as inside the cache (see env_set_by_vllm).
+    "compile_cache_param": (
+        ("vllm/compilation/backends.py", "cache_dir=cache_dir, disable_cache=disable_cache, prefix=prefix"),
+        ("vllm/compilation/backends.py", "local_cache_dir, disable_cache, self.prefix"),
+        ("vllm/compilation/caching.py", "cache_dir=dummy_cache_dir,"),
+    ),
 }
+
+# --- where the engine, or a library it loads, writes compiled state -----------------------------------------
+# bless points each location's env var into the blessed tree (``<cache mount>/<subdir>``). A location
+# is in a release's entry only when that release's source shows it uses the writer: the first
+# (file, needle) of ``evidence`` found in the release is recorded. ``always``: every release must
+# show it (a release without it fails the derivation loudly, like a moved marker). Defaults are
+# those of the writer's own source (Triton's knobs.py, torch's cache_dir_utils / cpp_extension,
+# FlashInfer's jit/env.py, TileLang's env.py, CUTLASS's CuTe DSL), or vLLM's where vLLM reads it.
+
+
+@dataclass(frozen=True)
+class LocationSpec:
+    """One compile-state location: its env var, its dir in the blessed tree, who writes what there."""
+
+    env: str
+    subdir: str
+    what: str
+    evidence: tuple[tuple[str, str], ...]
+    always: bool
+
+
+COMPILE_LOCATIONS: tuple[LocationSpec, ...] = (
+    LocationSpec(
+        "TRITON_CACHE_DIR",
+        "jit/triton",
+        "Triton: JIT-compiled kernels (vLLM's Triton ops; Inductor's too while this is set), its autotune "
+        "cache and the compiled launcher/driver modules; default $TRITON_HOME/.triton/cache (~/.triton/cache)",
+        (("vllm/triton_utils/__init__.py", "import triton"),),
+        always=True,
+    ),
+    LocationSpec(
+        "TORCHINDUCTOR_CACHE_DIR",
+        "jit/inductor",
+        "Inductor (torch.compile): FX-graph, AOTAutograd and autotune caches and generated kernels of "
+        "compiles outside vLLM's backend (vLLM points it into its own compile cache while it compiles); "
+        "default <tmp>/torchinductor_<user>",
+        (("vllm/compilation/decorators.py", 'os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache'),),
+        always=True,
+    ),
+    LocationSpec(
+        "CUDA_CACHE_PATH",
+        "jit/cuda",
+        "the CUDA driver's JIT cache: PTX the driver compiles for this GPU (kernels shipped as PTX only); "
+        "default ~/.nv/ComputeCache",
+        (("vllm/platforms/cuda.py", "import vllm._C"),),
+        always=True,
+    ),
+    LocationSpec(
+        "TORCH_EXTENSIONS_DIR",
+        "jit/torch_extensions",
+        "C++/CUDA extensions torch.utils.cpp_extension.load builds at run time (vLLM's hf3fs KV connector, "
+        "vendored kernels); default $XDG_CACHE_HOME/torch_extensions (~/.cache/torch_extensions)",
+        (
+            (
+                "vllm/distributed/kv_transfer/kv_connector/v1/hf3fs/hf3fs_client.py",
+                "from torch.utils.cpp_extension import load",
+            ),
+            (
+                "vllm/third_party/fmha_sm100/cute/src/sm100/build_k2q_csr/__init__.py",
+                "from torch.utils.cpp_extension import load",
+            ),
+        ),
+        always=True,
+    ),
+    LocationSpec(
+        "FLASHINFER_WORKSPACE_BASE",
+        "jit/flashinfer",
+        "FlashInfer: JIT-built kernels (cached_ops), generated sources, downloaded cubins and autotune "
+        "results under <base>/.cache/flashinfer; default base HOME (~/.cache/flashinfer)",
+        (("vllm/utils/flashinfer.py", 'importlib.util.find_spec("flashinfer")'),),
+        always=False,
+    ),
+    LocationSpec(
+        "DG_JIT_CACHE_DIR",
+        "jit/deep_gemm",
+        "DeepGEMM JIT-compiled kernels; vLLM sets VLLM_CACHE_ROOT/deep_gemm when it is unset (DeepGEMM's "
+        "own default ~/.deep_gemm)",
+        (("vllm/utils/deep_gemm.py", 'DEEP_GEMM_JIT_CACHE_ENV_NAME = "DG_JIT_CACHE_DIR"'),),
+        always=False,
+    ),
+    LocationSpec(
+        "TILELANG_CACHE_DIR",
+        "jit/tilelang",
+        "TileLang JIT kernels and autotune results (its TILELANG_TMP_DIR defaults under it); default ~/.tilelang/cache",
+        (
+            ("vllm/model_executor/layers/mhc.py", "import tilelang"),
+            ("vllm/_tilelang_ops.py", "import tilelang"),
+            ("vllm/model_executor/kernels/mhc/tilelang_kernels.py", "import tilelang"),
+            ("vllm/tilelang_utils/__init__.py", "import tilelang"),
+        ),
+        always=False,
+    ),
+    LocationSpec(
+        "CUTE_DSL_CACHE_DIR",
+        "jit/cute_dsl",
+        "CUTLASS CuTe DSL compiled kernels (vLLM's CuTe DSL kernels, FlashAttention's CuTe path); "
+        "default $TMPDIR/<user>/cutlass_python_cache",
+        (("vllm/vllm_flash_attn/cute/cache_utils.py", "import cutlass"),),
+        always=False,
+    ),
+    LocationSpec(
+        "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
+        "jit/flash_attention_cute",
+        "vllm_flash_attn's exported CuTe DSL kernels (written only with FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1); "
+        "default <tmp>/<user>/flash_attention_cute_dsl_cache",
+        (("vllm/vllm_flash_attn/cute/cache_utils.py", 'os.getenv("FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"'),),
+        always=False,
+    ),
+    LocationSpec(
+        "MINFER_FMHA_CACHE_DIR",
+        "jit/minfer_fmha",
+        "the vendored SM100 FMHA kernels (vllm/third_party/fmha_sm100), JIT-built; default ~/.cache/minfer/fmha_sm100",
+        (("vllm/third_party/fmha_sm100/jit.py", 'os.environ.get("MINFER_FMHA_CACHE_DIR")'),),
+        always=False,
+    ),
+    LocationSpec(
+        "MM_SPARSE_ATTN_AOT_CACHE",
+        "jit/mm_sparse_attn",
+        "AOT-compiled sparse-attention kernels of the vendored fmha_sm100; default ~/.cache/minfer/mm_sparse_attn",
+        (("vllm/third_party/fmha_sm100/cute/src/common/aot_cache.py", '"MM_SPARSE_ATTN_AOT_CACHE"'),),
+        always=False,
+    ),
+    LocationSpec(
+        "FLYDSL_RUNTIME_CACHE_DIR",
+        "jit/flydsl",
+        "FlyDSL kernels of the ROCm (AMD) model runners; vLLM replaces an unset or non-writable value "
+        "with ~/.flydsl/cache",
+        (
+            ("vllm/models/deepseek_v41/amd/mono/runner.py", 'os.environ.get("FLYDSL_RUNTIME_CACHE_DIR")'),
+            ("vllm/models/deepseek_v4/amd/mono/runner.py", 'os.environ.get("FLYDSL_RUNTIME_CACHE_DIR")'),
+        ),
+        always=False,
+    ),
+    LocationSpec(
+        "OUTLINES_CACHE_DIR",
+        "jit/outlines",
+        "Outlines' compiled structured-output index cache (written only with VLLM_V1_USE_OUTLINES_CACHE=1); "
+        "default $XDG_CACHE_HOME/.cache/outlines, else ~/.cache/outlines",
+        (("vllm/v1/structured_output/utils.py", 'os.getenv("OUTLINES_CACHE_DIR")'),),
+        always=False,
+    ),
+    LocationSpec(
+        "XDG_CACHE_HOME",
+        "jit/xdg",
+        "the catch-all for libraries that follow the XDG base-dir spec (default ~/.cache): torch "
+        "extensions' and PyTorch's kernel-cache defaults, and what else derives its cache from it",
+        (("vllm/envs.py", '"XDG_CACHE_HOME",'),),
+        always=True,
+    ),
+)
+LOCATION_ENVS = frozenset(spec.env for spec in COMPILE_LOCATIONS)
+#: Parameters of vllm/compilation/compiler_interface.py that are vLLM's compile cache dir: those of
+#: ``initialize_cache(self, cache_dir, ...)`` and ``initialize_inductor_cache(base_cache_dir)``, which
+#: vLLM calls with it (the ``compile_cache_param`` layout needles).
+COMPILE_CACHE_PARAMS: dict[str, frozenset[str]] = {
+    "vllm/compilation/compiler_interface.py": frozenset({"cache_dir", "base_cache_dir"}),
+}
+#: What an env assignment's value may be built from and still stay inside the blessed tree: vLLM's
+#: cache root (bless pins it to the cache mount), its compile cache dir under it, or the caller's
+#: own value of that env var (bless's location, already inside).
+INSIDE_ROOTS = frozenset({"VLLM_CACHE_ROOT", "compile_cache_dir", "caller"})
 
 # --- members read from the wheel, and which statements of each are kept ----------------------------------
 # Needles select statements (the innermost statement holding the needle, whole); functions and
@@ -203,29 +378,66 @@ def _wheel_file(index: dict[str, Any], version: str) -> dict[str, Any]:
     return wheels[0]  # type: ignore[no-any-return]
 
 
+def _optional_needles_by_file() -> dict[str, set[str]]:
+    """Needles in files a release may lack (a location's evidence): absent files are skipped."""
+    needles: dict[str, set[str]] = {}
+    for spec in COMPILE_LOCATIONS:
+        for path, needle in spec.evidence:
+            needles.setdefault(path, set()).add(needle)
+    return needles
+
+
 def fetch(version: str, index: dict[str, Any]) -> Path:
-    """Read the needed members of ``version``'s wheel and write trimmed excerpts + SOURCE.json."""
+    """Read the needed members of ``version``'s wheel and write trimmed excerpts + SOURCE.json.
+
+    Every ``vllm/**/*.py`` member is read and scanned for assignments to a location's env var
+    (:func:`env_assignments`): their statements, and what their values are built from, are kept.
+    """
     wheel = _wheel_file(index, version)
     url = urllib.parse.urljoin(INDEX_JSON, wheel["url"])
     reader = io.BufferedReader(_RangeReader(url, int(wheel["size"])), 1 << 16)
-    archive = zipfile.ZipFile(reader)
+    return write_excerpts(version, zipfile.ZipFile(reader), wheel, FIXTURES / version)
+
+
+def write_excerpts(version: str, archive: zipfile.ZipFile, wheel: dict[str, Any], out: Path) -> Path:
+    """Trim the needed members of ``archive`` (the release's wheel) into ``out``: excerpts + SOURCE.json."""
     names = set(archive.namelist())
     metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
-    out = FIXTURES / version
+    # A fresh dir: an excerpt a newer rule set no longer needs must not linger and be read.
+    shutil.rmtree(out, ignore_errors=True)
     members: dict[str, dict[str, Any]] = {}
+    # Whole sources, read once in archive order (the range reader then reads forward).
+    sources: dict[str, str] = {}
+    scanned = hashlib.sha256()
+    python = sorted(
+        (i for i in archive.infolist() if i.filename.startswith("vllm/") and i.filename.endswith(".py")),
+        key=lambda info: info.header_offset,
+    )
+    for info in python:
+        data = archive.read(info)
+        sources[info.filename] = data.decode("utf-8")
+    for name in sorted(sources):
+        scanned.update(f"{name} {hashlib.sha256(sources[name].encode()).hexdigest()}\n".encode())
 
     def read(name: str) -> str:
-        data = archive.read(name)
+        text = sources[name] if name in sources else archive.read(name).decode("utf-8")
+        data = text.encode("utf-8")
         members[name] = {"sha256": hashlib.sha256(data).hexdigest(), "lines": data.count(b"\n")}
-        return data.decode("utf-8")
+        return text
 
     excerpts: dict[str, str] = {"METADATA": trim_metadata(read(metadata_name))}
-    excerpts[ENVS] = trim_envs(read(ENVS))
+    optional = _optional_needles_by_file()
+    excerpts[ENVS] = trim_envs(read(ENVS), optional.pop(ENVS, set()))
     excerpts[COMPILATION_CONFIG] = trim_compilation_config(read(COMPILATION_CONFIG))
-    for path, needles in sorted(_needles_by_file().items()):
-        if path not in names:
+    needles = _needles_by_file()
+    for path, extra in optional.items():
+        if path in sources:
+            needles.setdefault(path, set()).update(extra)
+    spans = {path: found for path, text in sources.items() if (found := env_assignment_spans(path, text))}
+    for path in sorted(set(needles) | set(spans)):
+        if path not in sources:
             raise SystemExit(f"vLLM {version}: {path} is not in the wheel (moved?): read the release and update")
-        excerpts[path] = trim_to_statements(read(path), needles)
+        excerpts[path] = trim_to_statements(read(path), needles.get(path, ()), spans.get(path, ()))
     for path, text in excerpts.items():
         target = out / (path + EXCERPT_SUFFIX)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +448,9 @@ def fetch(version: str, index: dict[str, Any]) -> Path:
         "wheel_sha256": wheel["digests"]["sha256"],
         "wheel_size": int(wheel["size"]),
         "members": {("METADATA" if k == metadata_name else k): v for k, v in sorted(members.items())},
+        # Every vllm/**/*.py member was scanned for env assignments: how many, and a digest of
+        # their "name sha256" lines (sorted), so a re-fetch shows whether the scanned source changed.
+        "scanned": {"python_files": len(sources), "sha256": scanned.hexdigest()},
         "note": "excerpts of the members above: lines are verbatim, only lines were dropped "
         "(scripts/vllm_rules.py fetch)",
     }
@@ -274,11 +489,12 @@ def _render(lines: list[str], spans: Iterable[tuple[int, int]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def trim_envs(text: str) -> str:
-    """The AOT/cache functions, ``compile_factors`` whole, and one line per ``environment_variables`` key."""
+def trim_envs(text: str, needles: Iterable[str] = ()) -> str:
+    """The AOT/cache functions, ``compile_factors`` whole, one line per ``environment_variables`` key,
+    and the statements holding ``needles`` (a location's evidence)."""
     tree = ast.parse(text)
     lines = text.splitlines()
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int]] = _needle_spans(text, tree, needles)
     found: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in ENVS_FUNCTIONS:
@@ -320,15 +536,23 @@ def trim_compilation_config(text: str) -> str:
     raise SystemExit(f"{COMPILATION_CONFIG}: class CompilationConfig not found: read the release and update")
 
 
-def trim_to_statements(text: str, needles: Iterable[str]) -> str:
-    """For each needle: the innermost simple statement holding it (whole), else just its line."""
+def trim_to_statements(text: str, needles: Iterable[str], spans: Iterable[tuple[int, int]] = ()) -> str:
+    """For each needle: the innermost simple statement holding it (whole), else just its line; plus ``spans``."""
     tree = ast.parse(text)
-    lines = text.splitlines()
-    statements = [
+    return _render(text.splitlines(), [*_needle_spans(text, tree, needles), *spans])
+
+
+def _simple_statements(tree: ast.AST) -> list[ast.stmt]:
+    return [
         node
         for node in ast.walk(tree)
         if isinstance(node, ast.stmt) and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
     ]
+
+
+def _needle_spans(text: str, tree: ast.AST, needles: Iterable[str]) -> list[tuple[int, int]]:
+    lines = text.splitlines()
+    statements = _simple_statements(tree)
     spans: list[tuple[int, int]] = []
     for needle in needles:
         hits = [i for i, line in enumerate(lines, 1) if needle in line]
@@ -348,7 +572,249 @@ def trim_to_statements(text: str, needles: Iterable[str]) -> str:
                 spans.append((start, end) if end - start <= 20 else (line, line))
             else:
                 spans.append((line, line))
-    return _render(lines, spans)
+    return spans
+
+
+# --- env assignments: where a release sets a location's env var itself, and to what --------------------------
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A simple statement of a source or an excerpt, at its line in the release's file."""
+
+    line: int
+    end: int
+    node: ast.stmt
+
+
+@dataclass(frozen=True)
+class EnvAssignment:
+    """``os.environ[NAME] = value`` or ``os.environ.setdefault(NAME, value)`` for a location's ``NAME``."""
+
+    env: str
+    how: str
+    statement: _Statement
+    value: ast.expr
+    key_line: int | None
+
+
+def _shift(node: ast.AST, offset: int) -> None:
+    """Move ``node``'s line numbers by ``offset`` (a chunk parsed alone, back to its lines in the file)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.stmt | ast.expr):
+            child.lineno += offset
+            child.end_lineno = (child.end_lineno or child.lineno - offset) + offset
+
+
+_COMPOUND = (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match,
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass,
+)  # fmt: skip
+
+
+def _plain(nodes: Iterable[ast.AST]) -> list[ast.stmt]:
+    """Statements that hold no other statement (an ``if`` or ``def`` is read through its body)."""
+    return [node for node in nodes if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND)]
+
+
+def _statements_of(text: str) -> list[_Statement]:
+    """Every plain statement of a whole source file, in line order."""
+    nodes = sorted(_plain(ast.walk(ast.parse(text))), key=lambda n: n.lineno)
+    return [_Statement(n.lineno, n.end_lineno or n.lineno, n) for n in nodes]
+
+
+def _excerpt_statements(text: str) -> list[_Statement]:
+    """The simple statements an excerpt holds whole, at their lines in the release's file.
+
+    Each run (``# [lines a-b]``) is split into statements by parsing growing chunks of its lines;
+    a compound statement's header (``if x:``, ``def f(...):``) parses with a ``pass`` body added.
+    A line that starts no statement (a piece of one kept alone) is skipped.
+    """
+    found: list[_Statement] = []
+    for match in re.finditer(r"^# \[lines (\d+)-(\d+)\]\n((?:(?!# \[lines ).*\n?)*)", text, flags=re.M):
+        first = int(match[1])
+        lines = match[3].splitlines()
+        index = 0
+        while index < len(lines):
+            parsed = None
+            for stop in range(index + 1, min(len(lines), index + 40) + 1):
+                chunk = lines[index:stop]
+                indent = re.match(r"\s*", chunk[0])[0]  # type: ignore[index]
+                for body in ("", "\n" + indent + "    pass"):
+                    try:
+                        tree = ast.parse(textwrap.dedent("\n".join(chunk) + body))
+                    except SyntaxError:
+                        continue
+                    parsed = (stop, tree)
+                    break
+                if parsed:
+                    break
+            if parsed is None:
+                index += 1
+                continue
+            stop, tree = parsed
+            for node in sorted(_plain(ast.walk(tree)), key=lambda n: n.lineno):
+                _shift(node, first + index - 1)
+                found.append(_Statement(node.lineno, node.end_lineno or node.lineno, node))
+            index = stop
+    return found
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return ast.unparse(node) == "os.environ"
+
+
+def _assigned(statements: Iterable[_Statement], target: str, before: int) -> list[_Statement]:
+    """The statements before line ``before`` that assign ``target`` (a name or ``self.x``), in order."""
+    out: list[_Statement] = []
+    for statement in statements:
+        node = statement.node
+        if statement.line >= before:
+            continue
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        if any(ast.unparse(t) == target for t in targets) and getattr(node, "value", None) is not None:
+            out.append(statement)
+    return out
+
+
+def _string_constant(statements: list[_Statement], node: ast.expr, before: int) -> tuple[str | None, int | None]:
+    """A literal string, or a name bound to one earlier (``NAME = "DG_JIT_CACHE_DIR"``), with that line."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, None
+    if isinstance(node, ast.Name):
+        for statement in reversed(_assigned(statements, node.id, before)):
+            value = getattr(statement.node, "value", None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                return value.value, statement.line
+    return None, None
+
+
+def env_assignments(statements: list[_Statement], names: frozenset[str] = LOCATION_ENVS) -> list[EnvAssignment]:
+    """Every statement that sets one of ``names`` through ``os.environ`` (by literal or constant name)."""
+    found: list[EnvAssignment] = []
+    for statement in statements:
+        node = statement.node
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and _is_environ(target.value):
+                    env, key_line = _string_constant(statements, target.slice, statement.line)
+                    if env in names:
+                        found.append(EnvAssignment(env, "set", statement, node.value, key_line))
+        for call in ast.walk(node):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "setdefault"
+                and _is_environ(call.func.value)
+                and len(call.args) == 2
+            ):
+                env, key_line = _string_constant(statements, call.args[0], statement.line)
+                if env in names:
+                    found.append(EnvAssignment(env, "setdefault", statement, call.args[1], key_line))
+    return found
+
+
+_PATH_WRAPPERS = {"os.path.join", "Path", "pathlib.Path", "str", "os.path.abspath", "os.path.realpath"}
+
+
+def value_roots(
+    statements: list[_Statement],
+    value: ast.expr,
+    before: int,
+    env: str,
+    params: frozenset[str],
+    used: set[int] | None = None,
+    seen: frozenset[str] = frozenset(),
+) -> set[str]:
+    """What an assigned path is built from, read from its expression and the assignments it names.
+
+    ``VLLM_CACHE_ROOT`` (``envs.VLLM_CACHE_ROOT``), ``compile_cache_dir`` (a name in ``params`` that
+    is never assigned: vLLM's compile cache dir handed in), ``caller`` (``env``'s own value read
+    back), ``HOME``, ``TMP``, ``env:X`` (another env var), or ``unknown: <expr>``. A name counts
+    as every earlier assignment to it (branches included). ``used`` collects the lines read.
+    """
+    used = used if used is not None else set()
+
+    def roots(node: ast.expr) -> set[str]:
+        return value_roots(statements, node, before, env, params, used, seen)
+
+    text = ast.unparse(value)
+    if isinstance(value, ast.Constant):
+        return set() if value.value is None else {f"unknown: {text}"}
+    if text == "envs.VLLM_CACHE_ROOT":
+        return {"VLLM_CACHE_ROOT"}
+    if isinstance(value, ast.IfExp):
+        return roots(value.body) | roots(value.orelse)
+    if isinstance(value, ast.BoolOp):
+        return set().union(*(roots(item) for item in value.values))
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+        return roots(value.left)
+    if isinstance(value, ast.Subscript):
+        return roots(value.value)
+    if isinstance(value, ast.Call):
+        func = ast.unparse(value.func)
+        if func in ("Path.home", "pathlib.Path.home"):
+            return {"HOME"}
+        if func in ("tempfile.gettempdir", "tempfile.mkdtemp"):
+            return {"TMP"}
+        if func == "os.path.expanduser" and value.args:
+            first = value.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("~"):
+                return {"HOME"}
+            return roots(first)
+        if func in ("os.environ.get", "os.getenv") and value.args:
+            name, _ = _string_constant(statements, value.args[0], before)
+            read = {"caller" if name == env else f"env:{name or ast.unparse(value.args[0])}"}
+            return read | (roots(value.args[1]) if len(value.args) > 1 else set())
+        if func in _PATH_WRAPPERS and value.args:
+            return roots(value.args[0])
+        return {f"unknown: {text}"}
+    if isinstance(value, ast.Name | ast.Attribute):
+        if text in seen:
+            return set()
+        bound = _assigned(statements, text, before)
+        if not bound:
+            return {"compile_cache_dir"} if text in params else {f"unknown: {text}"}
+        found: set[str] = set()
+        for statement in bound:
+            used.update(range(statement.line, statement.end + 1))
+            assigned = getattr(statement.node, "value", None)
+            if assigned is not None:
+                found |= value_roots(statements, assigned, statement.line, env, params, used, seen | {text})
+        return found
+    return {f"unknown: {text}"}
+
+
+def env_assignment_spans(path: str, text: str) -> list[tuple[int, int]]:
+    """The lines an excerpt must keep to show each env assignment of ``text`` and what its value is built from.
+
+    Names are followed inside the assignment's enclosing top-level function or class (the whole
+    file for a module-level one), which is what the excerpt then holds for :func:`value_roots`.
+    """
+    if not any(name in text for name in LOCATION_ENVS):
+        return []
+    tree = ast.parse(text)
+    statements = _statements_of(text)
+    spans: list[tuple[int, int]] = []
+    for assignment in env_assignments(statements):
+        line = assignment.statement.line
+        top = next((n for n in tree.body if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
+        if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            local = [s for s in statements if top.lineno <= s.line <= (top.end_lineno or top.lineno)]
+        else:
+            local = statements
+        used: set[int] = set()
+        value_roots(local, assignment.value, line, assignment.env, COMPILE_CACHE_PARAMS.get(path, frozenset()), used)
+        spans.append((assignment.statement.line, assignment.statement.end))
+        if assignment.key_line is not None:
+            spans.append((assignment.key_line, assignment.key_line))
+        spans.extend((number, number) for number in used)
+    return spans
 
 
 # =========================================================================================================
@@ -509,7 +975,84 @@ def derive(version: str, root: Path = FIXTURES) -> dict[str, Any]:
             "hashed_fields": {name: default for name, default in sorted(fields.items()) if name not in excluded},
             "excluded_from_hash": excluded,
         },
+        "compile_locations": derive_compile_locations(version, base),
+        "env_set_by_vllm": derive_env_set_by_vllm(base, layout),
     }
+
+
+def _excerpt_files(base: Path) -> dict[str, Path]:
+    """The release's files that have an excerpt under ``base``, by their path in the wheel."""
+    return {
+        path.relative_to(base).as_posix().removesuffix(EXCERPT_SUFFIX): path
+        for path in sorted(base.rglob("*.py" + EXCERPT_SUFFIX))
+    }
+
+
+def derive_compile_locations(version: str, base: Path) -> list[dict[str, Any]]:
+    """The locations whose evidence the release's excerpts hold (the first (file, needle) found)."""
+    files = _excerpt_files(base)
+    found: list[dict[str, Any]] = []
+    for spec in COMPILE_LOCATIONS:
+        evidence = next(
+            (
+                {"file": path, "needle": needle}
+                for path, needle in spec.evidence
+                if path in files and needle in files[path].read_text(encoding="utf-8")
+            ),
+            None,
+        )
+        if evidence is None:
+            if spec.always:
+                raise ValueError(
+                    f"vLLM {version}: no evidence of {spec.env} ({spec.what.split(':')[0]}): "
+                    f"none of {[needle for _, needle in spec.evidence]} found: read the release and update"
+                )
+            continue
+        found.append({"env": spec.env, "subdir": spec.subdir, "what": spec.what, "evidence": evidence})
+    return found
+
+
+def derive_env_set_by_vllm(base: Path, layout: dict[str, bool]) -> dict[str, list[dict[str, Any]]]:
+    """Every place the excerpts show the release setting a location's env var, and what the value is built from.
+
+    ``built_from`` (see :func:`value_roots`); ``inside_cache``: every root is vLLM's cache root, its
+    compile cache dir or the caller's own value, i.e. the path stays inside the blessed tree.
+    """
+    found: dict[str, list[dict[str, Any]]] = {}
+    for path, excerpt in _excerpt_files(base).items():
+        text = excerpt.read_text(encoding="utf-8")
+        if not any(name in text for name in LOCATION_ENVS):
+            continue
+        source_lines = dict(_excerpt_lines(text))
+        statements = _excerpt_statements(text)
+        params = COMPILE_CACHE_PARAMS.get(path, frozenset()) if layout.get("compile_cache_param") else frozenset()
+        for assignment in env_assignments(statements):
+            roots = value_roots(statements, assignment.value, assignment.statement.line, assignment.env, params)
+            found.setdefault(assignment.env, []).append(
+                {
+                    "file": path,
+                    "line_no": assignment.statement.line,
+                    "line": source_lines[assignment.statement.line].strip(),
+                    "how": assignment.how,
+                    "value": ast.unparse(assignment.value),
+                    "built_from": sorted(roots),
+                    "inside_cache": bool(roots) and roots <= INSIDE_ROOTS,
+                }
+            )
+    return {
+        env: sorted(items, key=lambda item: (item["file"], item["line_no"])) for env, items in sorted(found.items())
+    }
+
+
+def _excerpt_lines(text: str) -> Iterable[tuple[int, str]]:
+    """(line number in the release's file, line) for every line an excerpt keeps."""
+    number = 0
+    for line in text.splitlines():
+        if header := re.fullmatch(r"# \[lines (\d+)-\d+\]", line):
+            number = int(header[1])
+            continue
+        yield number, line
+        number += 1
 
 
 def _compilation_fields(text: str, version: str) -> dict[str, str]:

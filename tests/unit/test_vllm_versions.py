@@ -63,6 +63,8 @@ def test_every_release_from_0_20_has_an_entry_and_excerpts() -> None:
         assert source["version"] == version and source["wheel"].startswith(f"vllm-{version}-")
         assert re.fullmatch(r"[0-9a-f]{64}", source["wheel_sha256"])
         assert "vllm/envs.py" in source["members"]
+        # Every Python file was scanned for env assignments, not just the excerpted ones.
+        assert source["scanned"]["python_files"] > 1000 and re.fullmatch(r"[0-9a-f]{64}", source["scanned"]["sha256"])
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -110,6 +112,122 @@ def test_what_changed_across_releases_is_in_the_data() -> None:
     assert [rules[v].torch for v in ("0.26.0", "0.27.0", "0.33.0")] == ["2.11.0", "2.13.0", "2.14.0"]
     assert all(rules[v].force_load_env == "VLLM_FORCE_AOT_LOAD" for v in VERSIONS)
     assert all(not rules[v].raw["aot"]["force_load_hashed_by_vllm"] for v in VERSIONS)
+
+
+# --- compile-state locations and the env vars vLLM sets itself --------------------------------------------------
+
+ALWAYS = {"TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME"}
+#: The env assignments whose value vLLM builds outside its cache dir (derived: inside_cache false).
+#: FlyDSL's ROCm model runners replace an unset or non-writable FLYDSL_RUNTIME_CACHE_DIR with
+#: ~/.flydsl/cache: pointed at a writable dir in the blessed tree it is left alone, but a read-only
+#: one would send those kernels to HOME. Any other entry here is a new fact to handle.
+MOVED_OUTSIDE = {
+    ("0.32.0", "FLYDSL_RUNTIME_CACHE_DIR", "vllm/models/deepseek_v41/amd/mono/runner.py"),
+    ("0.33.0", "FLYDSL_RUNTIME_CACHE_DIR", "vllm/models/deepseek_v4/amd/mono/runner.py"),
+    ("0.33.0", "FLYDSL_RUNTIME_CACHE_DIR", "vllm/models/deepseek_v41/amd/mono/runner.py"),
+    ("0.33.0", "FLYDSL_RUNTIME_CACHE_DIR", "vllm/models/minimax_m3/amd/specialized_decode/mono/runner.py"),
+}
+
+
+def _locations(version: str) -> dict[str, str]:
+    return {location.env: location.subdir for location in vllm_versions.all_rules()[version].compile_locations}
+
+
+def test_compile_locations_are_those_each_release_uses() -> None:
+    for version in VERSIONS:
+        locations = _locations(version)
+        assert set(locations) >= ALWAYS, version
+        assert all(subdir.startswith("jit/") for subdir in locations.values())
+        assert len(set(locations.values())) == len(locations), "two env vars share a dir"
+        for item in stored(version)["compile_locations"]:
+            excerpt = SOURCE / version / (item["evidence"]["file"] + ".txt")
+            assert item["evidence"]["needle"] in excerpt.read_text(), (version, item["env"])
+    # The vendored SM100 FMHA kernels (and their JIT cache dirs) arrived in 0.24, FlyDSL's runners in 0.32.
+    assert not {"MINFER_FMHA_CACHE_DIR", "MM_SPARSE_ATTN_AOT_CACHE"} & set(_locations("0.23.0"))
+    assert _locations("0.24.0")["MINFER_FMHA_CACHE_DIR"] == "jit/minfer_fmha"
+    assert "FLYDSL_RUNTIME_CACHE_DIR" not in _locations("0.31.0")
+    assert _locations("0.33.0")["FLYDSL_RUNTIME_CACHE_DIR"] == "jit/flydsl"
+    assert _locations("0.26.0")["FLASHINFER_WORKSPACE_BASE"] == "jit/flashinfer"
+
+
+def test_a_release_without_the_writer_has_no_location(tmp_path: Path) -> None:
+    shutil.copytree(SOURCE / "0.24.0", tmp_path / "0.24.0")
+    jit = tmp_path / "0.24.0" / "vllm" / "third_party" / "fmha_sm100" / "jit.py.txt"
+    assert 'os.environ.get("MINFER_FMHA_CACHE_DIR")' in jit.read_text()
+    jit.write_text(jit.read_text().replace('os.environ.get("MINFER_FMHA_CACHE_DIR")', "None"))
+    envs = [item["env"] for item in RULES.derive("0.24.0", tmp_path)["compile_locations"]]
+    assert "MINFER_FMHA_CACHE_DIR" not in envs and "MM_SPARSE_ATTN_AOT_CACHE" in envs
+
+
+def test_a_release_without_an_always_present_writer_fails_the_derivation(tmp_path: Path) -> None:
+    shutil.copytree(SOURCE / "0.26.0", tmp_path / "0.26.0")
+    triton = tmp_path / "0.26.0" / "vllm" / "triton_utils" / "__init__.py.txt"
+    triton.write_text(triton.read_text().replace("import triton", "import nothing"))
+    with pytest.raises(ValueError, match="no evidence of TRITON_CACHE_DIR"):
+        RULES.derive("0.26.0", tmp_path)
+
+
+def test_vllm_never_moves_a_declared_location_outside_the_cache_except_the_named_ones() -> None:
+    outside: set[tuple[str, str, str]] = set()
+    for version in VERSIONS:
+        declared = set(_locations(version))
+        for env, items in stored(version)["env_set_by_vllm"].items():
+            assert env in declared, (version, env)
+            for item in items:
+                if not item["inside_cache"]:
+                    outside.add((version, env, item["file"]))
+                else:
+                    assert set(item["built_from"]) <= {"VLLM_CACHE_ROOT", "compile_cache_dir", "caller"}
+    new = sorted(outside - MOVED_OUTSIDE)
+    assert outside == MOVED_OUTSIDE, f"vLLM moves a location outside the blessed tree: {new}"
+    flydsl = stored("0.33.0")["env_set_by_vllm"]["FLYDSL_RUNTIME_CACHE_DIR"]
+    assert {tuple(item["built_from"]) for item in flydsl} == {("HOME",)}
+
+
+def test_vllm_forces_inductor_and_triton_into_its_compile_cache() -> None:
+    """Every release points TORCHINDUCTOR_CACHE_DIR into its cache; from 0.31 a caller's TRITON_CACHE_DIR is kept."""
+    for version in VERSIONS:
+        rules = vllm_versions.all_rules()[version]
+        inductor = {item["file"]: item for item in stored(version)["env_set_by_vllm"]["TORCHINDUCTOR_CACHE_DIR"]}
+        assert inductor["vllm/compilation/decorators.py"]["built_from"] == ["VLLM_CACHE_ROOT"]
+        assert inductor["vllm/compilation/compiler_interface.py"]["built_from"] == ["compile_cache_dir"]
+        assert any(
+            line.startswith("vllm/compilation/decorators.py:") and 'os.environ["TORCHINDUCTOR_CACHE_DIR"]' in line
+            for line in rules.env_set_by_vllm["TORCHINDUCTOR_CACHE_DIR"]
+        )
+        triton = next(
+            item
+            for item in stored(version)["env_set_by_vllm"]["TRITON_CACHE_DIR"]
+            if item["file"] == "vllm/compilation/compiler_interface.py"
+        )
+        honours_caller = RULES._version_key(version) >= (0, 31, 0)
+        expected = ["caller", "compile_cache_dir"] if honours_caller else ["compile_cache_dir"]
+        assert triton["built_from"] == expected, version
+
+
+def test_an_assignment_to_home_is_derived_as_outside(tmp_path: Path) -> None:
+    """The derivation reads what a value is built from: a release that sent Triton's cache to HOME would show it."""
+    shutil.copytree(SOURCE / "0.33.0", tmp_path / "0.33.0")
+    moved = tmp_path / "0.33.0" / "vllm" / "moved.py.txt"
+    moved.write_text(
+        '# [lines 10-11]\n    home = os.path.expanduser("~/.triton")\n'
+        '    os.environ["TRITON_CACHE_DIR"] = os.path.join(home, "cache")\n'
+    )
+    items = RULES.derive("0.33.0", tmp_path)["env_set_by_vllm"]["TRITON_CACHE_DIR"]
+    item = next(item for item in items if item["file"] == "vllm/moved.py")
+    assert item["built_from"] == ["HOME"] and item["inside_cache"] is False and item["line_no"] == 11
+
+
+def test_compile_cache_parameters_count_only_while_vllm_passes_its_cache_dir(tmp_path: Path) -> None:
+    """``base_cache_dir`` is vLLM's compile cache dir only while backends.py hands that dir to the compiler."""
+    shutil.copytree(SOURCE / "0.33.0", tmp_path / "0.33.0")
+    backends = tmp_path / "0.33.0" / "vllm" / "compilation" / "backends.py.txt"
+    backends.write_text(backends.read_text().replace("local_cache_dir, disable_cache, self.prefix", "elsewhere"))
+    entry = RULES.derive("0.33.0", tmp_path)
+    assert entry["layout"]["compile_cache_param"] is False
+    inductor = entry["env_set_by_vllm"]["TORCHINDUCTOR_CACHE_DIR"]
+    moved = [item for item in inductor if item["file"] == "vllm/compilation/compiler_interface.py"]
+    assert moved and moved[0]["built_from"] == ["unknown: base_cache_dir"] and moved[0]["inside_cache"] is False
 
 
 # --- the rules read real log lines --------------------------------------------------------------------------

@@ -10,7 +10,11 @@ it needs as test fixtures (``tests/fixtures/vllm/source/<version>/``) and derive
   (``use_aot_compile`` / ``use_mega_aot_artifact``), and the force-AOT-load switch;
 * the exact logger format strings of the load / compile / fatal markers and of the timings;
 * the cache layout (backbone and AOT dirs, the forced ``inductor_cache``, ``dummy_cache``);
-* the ``CompilationConfig`` fields (with their defaults as written) that enter vLLM's key.
+* the ``CompilationConfig`` fields (with their defaults as written) that enter vLLM's key;
+* the places the release, or a library it loads, writes compiled state (``compile_locations``: an
+  env var each, pointed into the blessed tree), each shown by a line of the release's source, and
+  every place the release sets one of those env vars itself (``env_set_by_vllm``) with what the
+  value is built from (vLLM's cache root, its compile cache dir, the caller's own value, HOME, ...).
 
 Entries with ``gpu_proven`` were also run on a GPU through bless (``docs/evidence/``); the others
 come from source only. Nothing here is imported by the core: the vLLM adapter reads it.
@@ -85,6 +89,10 @@ class VllmVersionRules:
     force_load_env: str | None
     layout: Mapping[str, bool]
     compilation_hashed_fields: Mapping[str, str]
+    #: Where this release or a library it loads writes compiled state, as bless points it into the tree.
+    compile_locations: tuple[CompileLocation, ...]
+    #: env var -> every ``file:line: statement`` of the release that sets it itself.
+    env_set_by_vllm: Mapping[str, tuple[str, ...]]
     wheel: str
     wheel_sha256: str
     gpu_proven: str | None = None
@@ -178,6 +186,14 @@ def _entry(raw: Mapping[str, Any]) -> VllmVersionRules:
         force_load_env=raw["aot"]["force_load_env"],
         layout=dict(raw["layout"]),
         compilation_hashed_fields=dict(raw["compilation_config"]["hashed_fields"]),
+        compile_locations=tuple(
+            CompileLocation(env=item["env"], subdir=item["subdir"], what=item["what"])
+            for item in raw["compile_locations"]
+        ),
+        env_set_by_vllm={
+            env: tuple(f"{item['file']}:{item['line_no']}: {item['line']}" for item in items)
+            for env, items in raw["env_set_by_vllm"].items()
+        },
         wheel=raw["source"]["wheel"],
         wheel_sha256=raw["source"]["wheel_sha256"],
         gpu_proven=raw.get("gpu_proven"),
