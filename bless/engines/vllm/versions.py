@@ -96,7 +96,6 @@ class VllmVersionRules:
     wheel: str
     wheel_sha256: str
     gpu_proven: str | None = None
-    compile_locations: tuple[CompileLocation, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -197,10 +196,6 @@ def _entry(raw: Mapping[str, Any]) -> VllmVersionRules:
         wheel=raw["source"]["wheel"],
         wheel_sha256=raw["source"]["wheel_sha256"],
         gpu_proven=raw.get("gpu_proven"),
-        compile_locations=tuple(
-            CompileLocation(env=item["env"], subdir=item["subdir"], what=item["what"])
-            for item in raw.get("compile_locations", ())
-        ),
         raw=raw,
     )
 
