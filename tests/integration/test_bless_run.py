@@ -277,6 +277,34 @@ def test_ignore_cache_knob_fails_reuse_although_outputs_match(tmp_path: Path) ->
     assert_nothing_left(h)
 
 
+# --- 4a. compiled outside the blessing ---------------------------------------------------------------------
+
+
+def test_a_kernel_compiled_outside_the_blessing_fails_the_trial_naming_it(tmp_path: Path) -> None:
+    """The engine writes a kernel into a Triton-style cache under its HOME at every start (the knob): the
+    cache dir is reused as it should be, but what the start compiled outside it fails the trial, named,
+    with the file kept as evidence; HOME is bless's fresh private dir, not the image's."""
+    profile, _ = case_profile(tmp_path, "jitoutside", {"BLESS_REFERENCE_JIT_OUTSIDE": "1"})
+    root = tmp_path / "root"
+    result = bless(root, "run", "--profile", str(profile), "--trials", "1", "--json", knobs=True)
+    document = json_failure(result, 41)
+    h = document["config_hash"]
+    assert manifests(root) == []
+    (evidence_dir,) = rejected(root, h)
+    evidence = json.loads((evidence_dir / "evidence.json").read_text())
+    assert evidence["bootstrap"]["outside"]["compiled"] == 1, "the bootstrap's own kernel is recorded"
+    (trial,) = evidence["trials"]
+    reuse = trial["reuse"]
+    assert reuse["load_markers"] >= 1 and reuse["compile_markers"] == 0, "the blessed artifact itself was loaded"
+    assert reuse["outside"]["compiled"] == 1
+    (compiled,) = reuse["outside"]["compiled_files"]
+    assert compiled.startswith("HOME/.triton/cache/") and "reference_kernel.cubin" in compiled
+    assert any(r.startswith("compiled outside the blessing: HOME/.triton/cache/") for r in trial["reasons"])
+    kept = list((evidence_dir / "trial-1-outside" / "home" / ".triton" / "cache").glob("*/reference_kernel.cubin"))
+    assert len(kept) == 1, "the kernel itself is kept as evidence"
+    assert_nothing_left(h)
+
+
 # --- 4b. --parallel 2 on Docker ----------------------------------------------------------------------------
 
 

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Benchmark: vLLM start->ready like for like, on one GPU host, in one run.
+
+Three ways to start the same configuration (the profile's serve arguments and env, as serve-full's
+plan builds them), each timed from process launch until ``GET /v1/models`` answers:
+
+* ``plain-cold``: vLLM with an empty compile cache and a fresh, empty HOME (a plain cold start);
+* ``plain-warm``: vLLM with the cache its cold start of the same round left, read-write, and the HOME
+  that start left (Triton's kernels included): the best an operator gets without bless;
+* ``serve-full``: ``serve-full --profile P`` of the blessing in ``--root`` (verification, the overlay,
+  a fresh private HOME: a fresh fleet host); its canary time is recorded beside.
+
+One untimed plain cold start first (it writes the interpreter's bytecode of the site tree, which the
+first process on a fresh host pays for), then ``--rounds`` rounds, the order alternating (round 1:
+cold, warm, serve-full; round 2: serve-full, cold, warm; ...). Reported: every start, each side's
+median and range, the ratios of the medians, and each start's ``torch.compile took`` seconds.
+
+    python3 scripts/bench_vllm_start.py --profile profiles/vllm-0.26-llama-3.1-8b-dummy-local.toml \\
+        --root /tmp/bless-vllm-root [--rounds 2] [--json OUT]
+
+Needs a blessing of the profile in ``--root`` (``bless run``), vLLM importable by the profile's python,
+and root (serve-full's overlay). Plain starts get the env serve-full would give the engine minus what
+bless adds (compile locations, the private temp dir, the force-load switch), on a port of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+COMPILE_TOOK = re.compile(r"torch\.compile took ([0-9.]+) s")
+CANARY_PASSED = re.compile(r"canary passed", re.IGNORECASE)
+# What bless adds to the engine's env beyond the profile's: a plain start goes without it.
+BLESS_ONLY_ENV = ("TMPDIR", "TMP", "TEMP", "TRITON_CACHE_AUTOTUNING", "VLLM_FORCE_AOT_LOAD")
+PASSED_ON = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "LANG")
+
+
+def serve_plan(profile: str, root: str) -> dict[str, Any]:
+    """serve-full's dry-run plan: the engine's argv and env exactly as a blessed serve would start it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.serve", "--root", root, "--profile", profile, "--dry-run", "--json"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        sys.exit(f"serve-full --dry-run failed ({out.returncode}): {out.stderr[-2000:]}")
+    plan: dict[str, Any] = json.loads(out.stdout)
+    return plan
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Poll ``/v1/models`` every 0.25 s until it answers 200, the process exits, or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as reply:
+                if reply.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 120) -> int | None:
+    """SIGINT for vLLM, SIGTERM for serve-full (both stop gracefully), SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def plain_start(plan: dict[str, Any], cache: Path, home: Path, log: Path) -> dict[str, Any]:
+    """One plain vLLM start of the plan's argv with ``cache`` as VLLM_CACHE_ROOT and ``home`` as HOME."""
+    container = plan["container"]
+    # bless's compile locations point under the cache mount: a plain start keeps each library's default.
+    under_cache = plan["mount"]["target"].rstrip("/") + "/"
+    env = {name: value for name, value in os.environ.items() if name in PASSED_ON}
+    env.update(
+        {
+            name: value
+            for name, value in container["env"].items()
+            if name not in BLESS_ONLY_ENV and not value.startswith(under_cache)
+        }
+    )
+    env.update({"HOME": str(home), "VLLM_CACHE_ROOT": str(cache)})
+    port = free_port()
+    command = list(container["command"])
+    command[command.index("--port") + 1] = str(port)
+    began = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    ready = wait_ready(port, proc, 900)
+    seconds = time.monotonic() - began
+    code = stop(proc)
+    # What a plain start leaves in HOME (Triton's kernels): compiled state outside any cache an operator keeps.
+    files = [path for path in home.rglob("*") if path.is_file()]
+    return {
+        "ready": ready,
+        "start_to_ready_s": round(seconds, 2),
+        "exit_code": code,
+        "home_files": len(files),
+        "home_bytes": sum(path.stat().st_size for path in files),
+        **compile_time(log),
+    }
+
+
+def serve_full_start(profile: str, root: str, port: int, log: Path) -> dict[str, Any]:
+    """One ``serve-full`` of the blessing, timed to the engine answering; the canary's verdict beside."""
+    began = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.serve", "--root", root, "--profile", profile],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    ready = wait_ready(port, proc, 900)
+    seconds = time.monotonic() - began
+    canary_s = None
+    deadline = time.monotonic() + 300
+    while ready and time.monotonic() < deadline and proc.poll() is None:
+        if CANARY_PASSED.search(log.read_text(errors="replace")):
+            canary_s = round(time.monotonic() - began, 2)
+            break
+        time.sleep(0.25)
+    code = stop(proc)
+    return {
+        "ready": ready,
+        "start_to_ready_s": round(seconds, 2),
+        "canary_passed_at_s": canary_s,
+        "exit_code": code,
+        **compile_time(log),
+    }
+
+
+def compile_time(log: Path) -> dict[str, Any]:
+    found = COMPILE_TOOK.findall(log.read_text(errors="replace")) if log.exists() else []
+    return {"torch_compile_s": float(found[-1]) if found else None}
+
+
+def summary(starts: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    values = [s[key] for s in starts if s.get(key) is not None and s.get("ready")]
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": round(statistics.median(values), 2), "min": min(values), "max": max(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--root", required=True, help="the store holding the profile's blessing")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--logs", type=Path, help="keep every start's log in this dir")
+    args = parser.parse_args(argv)
+    plan = serve_plan(args.profile, args.root)
+    port = int(plan["container"]["host_port"] or plan["container"]["port"])
+    scratch = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
+    logs = args.logs or scratch / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    starts: dict[str, list[dict[str, Any]]] = {"plain-cold": [], "plain-warm": [], "serve-full": []}
+    try:
+        print("warm-up: one untimed plain cold start", file=sys.stderr)
+        warmup = plain_start(plan, scratch / "w-cache", scratch / "w-home", logs / "warmup.log")
+        print(f"  {warmup}", file=sys.stderr)
+        for number in range(1, args.rounds + 1):
+            cache, home = scratch / f"r{number}-cache", scratch / f"r{number}-home"
+            order = ["plain", "serve-full"] if number % 2 else ["serve-full", "plain"]
+            for side in order:
+                if side == "plain":
+                    cold = plain_start(plan, cache, home, logs / f"r{number}-plain-cold.log")
+                    warm = plain_start(plan, cache, home, logs / f"r{number}-plain-warm.log")
+                    starts["plain-cold"].append({"round": number, **cold})
+                    starts["plain-warm"].append({"round": number, **warm})
+                    print(f"round {number}: plain cold {cold}\nround {number}: plain warm {warm}", file=sys.stderr)
+                else:
+                    served = serve_full_start(args.profile, args.root, port, logs / f"r{number}-serve-full.log")
+                    starts["serve-full"].append({"round": number, **served})
+                    print(f"round {number}: serve-full {served}", file=sys.stderr)
+    finally:
+        shutil.rmtree(scratch / "w-cache", ignore_errors=True)
+    ready = {side: summary(runs, "start_to_ready_s") for side, runs in starts.items()}
+    compiled = {side: summary(runs, "torch_compile_s") for side, runs in starts.items()}
+
+    def ratio(table: dict[str, Any], a: str, b: str) -> float | None:
+        top, bottom = table[a].get("median"), table[b].get("median")
+        return round(float(top) / float(bottom), 3) if top and bottom else None
+
+    result = {
+        "profile": args.profile,
+        "rounds": args.rounds,
+        "warmup": warmup,
+        "starts": starts,
+        "start_to_ready_s": ready,
+        "torch_compile_s": compiled,
+        "ratios": {
+            "serve_full_over_plain_warm": ratio(ready, "serve-full", "plain-warm"),
+            "serve_full_over_plain_cold": ratio(ready, "serve-full", "plain-cold"),
+            "plain_warm_over_plain_cold": ratio(ready, "plain-warm", "plain-cold"),
+            "torch_compile_serve_full_over_plain_cold": ratio(compiled, "serve-full", "plain-cold"),
+        },
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
