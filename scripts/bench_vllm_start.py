@@ -57,7 +57,7 @@ def serve_plan(profile: str, root: str) -> dict[str, Any]:
     )  # fmt: skip
     if out.returncode != 0:
         sys.exit(f"serve-full --dry-run failed ({out.returncode}): {out.stderr[-2000:]}")
-    plan: dict[str, Any] = json.loads(out.stdout)
+    plan: dict[str, Any] = json.loads(out.stdout)["plan"]
     return plan
 
 

@@ -58,6 +58,14 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
         reason="Inductor's scratch dir, which the engine makes per start and fills from the blessed Mega-Cache "
         "when it loads (its markers and Inductor's cache-hit counters prove the load); deleted at a clean stop",
     ),
+    # Inductor's C++ backend (CPU) compiles ATen's own vectorization headers once per process into
+    # <temp>/torchinductor_<user>/precompiled_headers, whatever TORCHINDUCTOR_CACHE_DIR says: the same
+    # headers for every model, no kernel of this one (the wrapper that includes them is rebuilt on CPU).
+    OutsideRule(
+        re.compile(r"^TMPDIR/torchinductor_[^/]+/precompiled_headers/"),
+        noise=True,
+        reason="ATen's C++ headers precompiled by Inductor's CPU backend (the same for every model)",
+    ),
     OutsideRule(re.compile(r"/__pycache__/[^/]+\.pyc$"), noise=True, reason="Python bytecode of imported modules"),
     OutsideRule(re.compile(r"^HOME/\.triton/"), noise=False, reason="a Triton-style JIT cache under HOME"),
 )

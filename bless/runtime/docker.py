@@ -62,6 +62,8 @@ _HINT_DAEMON = (
 _HINT_IMAGE = "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
 # 128 + SIGKILL: what Docker reports for a container killed by `docker stop` after its timeout.
 _KILLED_EXIT_CODE = 137
+# Where Docker puts the init process of a container started with ``init`` (its diff lists the file as added).
+DOCKER_INIT = "/usr/sbin/docker-init"
 # Characters that would break the overlay mount's comma/colon separated option string.
 _OVERLAY_UNSAFE = frozenset(",:\n")
 # Where normalize_ownership's helper container sees the tree.
@@ -632,6 +634,9 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return []
         changed = sorted({str(item.get("Path")) for item in raw if isinstance(item, dict) and item.get("Path")})
+        if self._init:
+            # Docker itself puts its init binary into every container started with --init (as ours are).
+            changed = [path for path in changed if path != DOCKER_INIT]
         targets = [PurePosixPath(mount.target) for mount in started.spec.mounts]
         kept: list[OutsideEntry] = []
         for index, path in enumerate(changed):
