@@ -46,6 +46,9 @@ SERVE_ARGS: dict[str, _Arg] = {
     "enable_prefix_caching": _Arg("--enable-prefix-caching", "bool"),
     "enable_chunked_prefill": _Arg("--enable-chunked-prefill", "bool"),
     "trust_remote_code": _Arg("--trust-remote-code", "bool"),
+    # Which implementation serves the model: it decides whether vLLM compiles it AOT (0.33 turns AOT
+    # off for the Transformers backend), so the adapter reads it: never through extra_args.
+    "model_impl": _Arg("--model-impl", "str", choices=("auto", "vllm", "transformers", "terratorch")),
     "enforce_eager": _Arg("--enforce-eager", "bool"),
 }
 COMPILATION_CONFIG = "compilation_config"
