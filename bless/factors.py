@@ -207,8 +207,16 @@ class FactorSource(Protocol):
         """Validated, canonical serve arguments."""
         ...
 
-    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        """Engine switches that change what is compiled to disk, for the resolved runtime and the env."""
+    def engine_factors(
+        self,
+        runtime: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Engine switches that change what is compiled to disk, for the resolved runtime, env, serve
+        arguments and model factor (the engine may compile one model differently from another)."""
         ...
 
 
@@ -291,16 +299,17 @@ def resolve(
         else:
             hashed_env[name] = value
     runtime = _runtime_factor(profile, adapter, image_resolver, environment_probe)
+    model = _model_factor(profile, revision_lookup, model_dir_probe)
     factors: dict[str, Any] = {
         "factors_version": FACTORS_VERSION,
         # Engine switches that change what is compiled to disk (vLLM: effective AOT / mega-artifact).
         "engine": {
             "name": adapter.name,
             "adapter_version": adapter.adapter_version,
-            **adapter.engine_factors(runtime, profile.env),
+            **adapter.engine_factors(runtime, profile.env, serve=serve, model=model),
         },
         "runtime": runtime,
-        "model": _model_factor(profile, revision_lookup, model_dir_probe),
+        "model": model,
         "serve": serve,
         "env": hashed_env,
         "hardware": hardware_probe(profile.hardware),

@@ -291,6 +291,19 @@ COMPILE_CACHE_PARAMS: dict[str, frozenset[str]] = {
 #: own value of that env var (bless's location, already inside).
 INSIDE_ROOTS = frozenset({"VLLM_CACHE_ROOT", "compile_cache_dir", "caller"})
 
+# --- models that opt out of AOT compile ------------------------------------------------------------------------
+# A model class decorated (or wrapped) with ``support_torch_compile(..., use_aot_compile=False)``
+# compiles without AOT: no torch_aot_compile/<hash>/rank_<R>_<D>/model is written for it. Every
+# Python file outside vllm/compilation/ is scanned for such calls. One inside the Transformers
+# backend's package applies to every model vLLM serves through it: ``--model-impl transformers``,
+# an architecture the registry maps to the module "transformers", and, under ``auto``, an
+# architecture the registry does not know (vLLM falls back to the backend). For those releases the
+# registry's architectures are kept (:data:`REGISTRY`), so the adapter can tell which one a
+# model's config.json names.
+TRANSFORMERS_BACKEND = "vllm/model_executor/models/transformers/"
+REGISTRY = "vllm/model_executor/models/registry.py"
+REGISTRY_UNION = "_VLLM_MODELS"
+
 # --- members read from the wheel, and which statements of each are kept ----------------------------------
 # Needles select statements (the innermost statement holding the needle, whole); functions and
 # classes listed are kept whole (CompilationConfig: its field statements and compute_hash only).
@@ -433,7 +446,13 @@ def write_excerpts(version: str, archive: zipfile.ZipFile, wheel: dict[str, Any]
     for path, extra in optional.items():
         if path in sources:
             needles.setdefault(path, set()).update(extra)
-    spans = {path: found for path, text in sources.items() if (found := env_assignment_spans(path, text))}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for path, text in sources.items():
+        found = env_assignment_spans(path, text) + aot_opt_out_spans(path, text)
+        if found:
+            spans[path] = found
+    if any(path.startswith(TRANSFORMERS_BACKEND) for path, text in sources.items() if aot_opt_out_spans(path, text)):
+        spans.setdefault(REGISTRY, []).extend(registry_spans(sources[REGISTRY]))
     for path in sorted(set(needles) | set(spans)):
         if path not in sources:
             raise SystemExit(f"vLLM {version}: {path} is not in the wheel (moved?): read the release and update")
@@ -623,14 +642,14 @@ def _statements_of(text: str) -> list[_Statement]:
     return [_Statement(n.lineno, n.end_lineno or n.lineno, n) for n in nodes]
 
 
-def _excerpt_statements(text: str) -> list[_Statement]:
-    """The simple statements an excerpt holds whole, at their lines in the release's file.
+def _excerpt_trees(text: str) -> list[ast.Module]:
+    """The statements an excerpt holds whole, parsed, with the line numbers of the release's file.
 
     Each run (``# [lines a-b]``) is split into statements by parsing growing chunks of its lines;
-    a compound statement's header (``if x:``, ``def f(...):``) parses with a ``pass`` body added.
-    A line that starts no statement (a piece of one kept alone) is skipped.
+    a compound statement's header (``if x:``, ``def f(...):``, a decorated ``class``) parses with a
+    ``pass`` body added. A line that starts no statement (a piece of one kept alone) is skipped.
     """
-    found: list[_Statement] = []
+    found: list[ast.Module] = []
     for match in re.finditer(r"^# \[lines (\d+)-(\d+)\]\n((?:(?!# \[lines ).*\n?)*)", text, flags=re.M):
         first = int(match[1])
         lines = match[3].splitlines()
@@ -653,11 +672,17 @@ def _excerpt_statements(text: str) -> list[_Statement]:
                 index += 1
                 continue
             stop, tree = parsed
-            for node in sorted(_plain(ast.walk(tree)), key=lambda n: n.lineno):
+            for node in tree.body:
                 _shift(node, first + index - 1)
-                found.append(_Statement(node.lineno, node.end_lineno or node.lineno, node))
+            found.append(tree)
             index = stop
     return found
+
+
+def _excerpt_statements(text: str) -> list[_Statement]:
+    """The plain statements an excerpt holds whole (see :func:`_excerpt_trees`), in line order."""
+    nodes = sorted(_plain(node for tree in _excerpt_trees(text) for node in ast.walk(tree)), key=lambda n: n.lineno)
+    return [_Statement(n.lineno, n.end_lineno or n.lineno, n) for n in nodes]
 
 
 def _is_environ(node: ast.AST) -> bool:
@@ -817,6 +842,67 @@ def env_assignment_spans(path: str, text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# --- AOT opt-outs and the model registry ---------------------------------------------------------------------
+
+
+def _opts_out_of_aot(node: ast.AST) -> ast.keyword | None:
+    """The ``use_aot_compile=False`` keyword of a ``support_torch_compile(...)`` call, if ``node`` is one."""
+    if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("support_torch_compile")):
+        return None
+    return next(
+        (
+            keyword
+            for keyword in node.keywords
+            if keyword.arg == "use_aot_compile"
+            and isinstance(keyword.value, ast.Constant)
+            and keyword.value.value is False
+        ),
+        None,
+    )
+
+
+def _aot_opt_outs(path: str, nodes: Iterable[ast.AST]) -> list[tuple[ast.keyword, str, tuple[int, int]]]:
+    """(keyword, what it applies to, span to keep) for each AOT opt-out among ``nodes`` (statements, classes)."""
+    found: list[tuple[ast.keyword, str, tuple[int, int]]] = []
+    for node in nodes:
+        if isinstance(node, ast.ClassDef):
+            for decorator in node.decorator_list:
+                if keyword := _opts_out_of_aot(decorator):
+                    found.append((keyword, node.name, (decorator.lineno, node.lineno)))
+        elif isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND):
+            for call in ast.walk(node):
+                if keyword := _opts_out_of_aot(call):
+                    applies = "model_impl=transformers" if path.startswith(TRANSFORMERS_BACKEND) else "unknown"
+                    found.append((keyword, applies, (node.lineno, node.end_lineno or node.lineno)))
+    return found
+
+
+def aot_opt_out_spans(path: str, text: str) -> list[tuple[int, int]]:
+    """The lines an excerpt must keep to show each AOT opt-out of ``text`` (none under vllm/compilation/)."""
+    if path.startswith("vllm/compilation/") or "use_aot_compile" not in text:
+        return []
+    return [span for _, _, span in _aot_opt_outs(path, ast.walk(ast.parse(text)))]
+
+
+def registry_spans(text: str) -> list[tuple[int, int]]:
+    """The registry's ``_VLLM_MODELS`` union and every dict it unpacks, whole."""
+    tree = ast.parse(text)
+    assigned = {
+        node.targets[0].id: node
+        for node in tree.body
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+    }
+    union = assigned.get(REGISTRY_UNION)
+    if union is None or not isinstance(union.value, ast.Dict):
+        raise SystemExit(f"{REGISTRY}: {REGISTRY_UNION} = {{...}} not found: read the release and update")
+    parts = [
+        value.id
+        for key, value in zip(union.value.keys, union.value.values, strict=True)
+        if key is None and isinstance(value, ast.Name)
+    ]
+    return [_span(assigned[name]) for name in [*parts, REGISTRY_UNION] if name in assigned]
+
+
 # =========================================================================================================
 # derive: the rules entry, from the excerpts alone
 # =========================================================================================================
@@ -965,6 +1051,7 @@ def derive(version: str, root: Path = FIXTURES) -> dict[str, Any]:
             "mega_artifact_default_from_torch": torch_threshold("use_mega_aot_artifact"),
             "force_load_env": force,
             "force_load_hashed_by_vllm": bool(force and force in hashed),
+            **derive_aot_opt_outs(version, base),
         },
         "markers": markers,
         "timings": timings,
@@ -1041,6 +1128,58 @@ def derive_env_set_by_vllm(base: Path, layout: dict[str, bool]) -> dict[str, lis
             )
     return {
         env: sorted(items, key=lambda item: (item["file"], item["line_no"])) for env, items in sorted(found.items())
+    }
+
+
+def derive_aot_opt_outs(version: str, base: Path) -> dict[str, Any]:
+    """``disabled_for``: every ``use_aot_compile=False`` of the release's models (file, the verbatim
+    line, what it applies to); and, where one applies to the Transformers backend, ``architectures``:
+    the registry's, split into those vLLM implements itself and those it serves through the backend."""
+    opt_outs: list[dict[str, str]] = []
+    for path, excerpt in _excerpt_files(base).items():
+        text = excerpt.read_text(encoding="utf-8")
+        if path.startswith("vllm/compilation/") or "use_aot_compile" not in text:
+            continue
+        lines = dict(_excerpt_lines(text))
+        nodes = [node for tree in _excerpt_trees(text) for node in ast.walk(tree)]
+        for keyword, applies, _ in _aot_opt_outs(path, nodes):
+            line = lines[keyword.value.lineno].strip()
+            opt_outs.append({"file": path, "line": line, "applies_to": applies})
+    found: dict[str, Any] = {"disabled_for": sorted(opt_outs, key=lambda item: (item["file"], item["line"]))}
+    if any(item["applies_to"] == "model_impl=transformers" for item in opt_outs):
+        found["architectures"] = _registry_architectures(version, base)
+    return found
+
+
+def _registry_architectures(version: str, base: Path) -> dict[str, list[str]]:
+    """The registry's architectures, as ``_VLLM_MODELS`` merges them: by the module each maps to."""
+    path = base / (REGISTRY + EXCERPT_SUFFIX)
+    if not path.exists():
+        raise ValueError(f"vLLM {version}: the Transformers backend opts out of AOT but {REGISTRY} was not kept")
+    dicts: dict[str, ast.Dict] = {}
+    for block in _blocks(path.read_text(encoding="utf-8")):
+        for node in ast.parse(block).body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Dict)
+            ):
+                dicts[node.targets[0].id] = node.value
+    union = dicts.get(REGISTRY_UNION)
+    if union is None:
+        raise ValueError(f"vLLM {version}: {REGISTRY_UNION} not found in the {REGISTRY} excerpt")
+    module_of: dict[str, str] = {}
+    for key, value in zip(union.keys, union.values, strict=True):
+        if key is not None or not isinstance(value, ast.Name) or value.id not in dicts:
+            raise ValueError(f"vLLM {version}: {REGISTRY_UNION} holds {ast.unparse(value)}, not a registry dict")
+        part = dicts[value.id]
+        for arch, target in zip(part.keys, part.values, strict=True):
+            # ``**{k: ... for k in ...}`` re-keys names already in another dict: nothing new.
+            if isinstance(arch, ast.Constant) and isinstance(target, ast.Tuple):
+                module_of[str(arch.value)] = str(ast.literal_eval(target)[0])
+    return {
+        "native": sorted(arch for arch, module in module_of.items() if module != "transformers"),
+        "transformers": sorted(arch for arch, module in module_of.items() if module == "transformers"),
     }
 
 

@@ -240,8 +240,16 @@ class EngineAdapter(Protocol):
         """Refuse (UnknownEngineVersionError) an engine version the adapter has no rules for, unless allowed."""
         ...
 
-    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        """Engine switches that change what is compiled to disk, resolved for a runtime factor and the env."""
+    def engine_factors(
+        self,
+        runtime: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Engine switches that change what is compiled to disk, resolved for a runtime factor, the env,
+        the canonical serve arguments and the model factor."""
         ...
 
     def replay_env(self) -> dict[str, str]:

@@ -97,7 +97,14 @@ class ReferenceAdapter:
     def require_known_version(self, *, allow_unknown: bool) -> None:
         """The reference engine ships with bless: its version is always the one these rules describe."""
 
-    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    def engine_factors(
+        self,
+        runtime: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """No engine switch beyond the serve arguments and env (already factors)."""
         return {}
 

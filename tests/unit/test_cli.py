@@ -23,7 +23,7 @@ import cli.main
 import cli.render
 import cli.serve
 from bless.errors import EXIT_CODES, ExitCode
-from bless.factors import config_hash
+from bless.factors import config_hash, declared_hardware_factor
 from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
 from bless.profile import load_profile
@@ -271,6 +271,82 @@ def test_diff_usage_errors(bless: Invoke, profile: Path, blessed: Manifest) -> N
     short = bless("diff", "--profile", str(profile), "abc")
     assert short.exit_code == ExitCode.INPUT_INVALID
     assert "8 to 64 hex" in short.stderr
+
+
+def vllm_profile_text(serve: str) -> str:
+    """A vLLM profile that resolves offline with --declared-hardware (pinned image and revision)."""
+    return f"""
+profile_version = 1
+name = "vllm-cli-test"
+
+[engine]
+name = "vllm"
+
+[runtime]
+kind = "docker"
+image = "{IMAGE_ID}"
+
+[model]
+source = "huggingface"
+id = "org/vl-model"
+revision = "{"0123456789abcdef" * 2 + "01234567"}"
+hf_home = "/srv/hf"
+
+[serve]
+max_model_len = 4096
+{serve}
+
+[hardware]
+accelerator = "cuda"
+gpu_name = "NVIDIA H200"
+compute_capability = "9.0"
+"""
+
+
+def bless_vllm_profile(store: Store, path: Path, work: Path, variant: str) -> Manifest:
+    resolved = resolve_profile(load_profile(path), image_resolver=None, hardware_probe=declared_hardware_factor)
+    manifest = make_manifest(write_tree(work / f"tree-{variant}", variant), resolved.factors)
+    store.publish(work / f"tree-{variant}", manifest)
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "field"),
+    [
+        # vllm#50891 and vllm#53366: vLLM's own compile key misses both; bless's hash and diff do not.
+        (
+            "limit_mm_per_prompt = { image = 1 }",
+            "limit_mm_per_prompt = { image = 2 }",
+            "serve.limit_mm_per_prompt.image",
+        ),
+        (
+            'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_max = 4 }',
+            'speculative_config = { method = "ngram", num_speculative_tokens = 5, prompt_lookup_max = 4 }',
+            "serve.speculative_config.num_speculative_tokens",
+        ),
+    ],
+)
+def test_diff_names_vllm_args_its_own_key_misses(
+    bless: Invoke, store: Store, tmp_path: Path, before: str, after: str, field: str
+) -> None:
+    old = tmp_path / "old.toml"
+    old.write_text(vllm_profile_text(before), encoding="utf-8")
+    new = tmp_path / "new.toml"
+    new.write_text(vllm_profile_text(after), encoding="utf-8")
+    blessed = bless_vllm_profile(store, old, tmp_path, "a")
+    other = bless_vllm_profile(store, new, tmp_path, "b")
+    assert blessed.config_hash != other.config_hash
+
+    document = parse(bless("diff", blessed.config_hash, other.config_hash, "--json"))
+    assert [change["field"] for change in document["changes"]] == [field]
+    document = parse(
+        bless("diff", "--profile", str(new), blessed.config_hash, "--offline", "--declared-hardware", "--json")
+    )
+    assert document["identical"] is False and [change["field"] for change in document["changes"]] == [field]
+    assert document["b"]["config_hash"] == other.config_hash
+    shown = bless("diff", "--profile", str(new), blessed.config_hash[:12], "--offline", "--declared-hardware")
+    assert shown.exit_code == 0, shown.stderr
+    assert field in shown.stderr
 
 
 def test_diff_unknown_prefix(bless: Invoke, profile: Path, blessed: Manifest) -> None:

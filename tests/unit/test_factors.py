@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bless import probes as probes_mod
 from bless.engines.reference import ReferenceAdapter
+from bless.engines.vllm import VllmAdapter
 from bless.errors import ExitCode, HardwareMismatchError, InputInvalidError, ResolutionError
 from bless.factors import (
     REDACTED,
@@ -711,3 +712,113 @@ def test_local_model_path_is_a_factor_on_the_local_runtime(tmp_path: Path) -> No
     assert a.factors["model"]["path"] == str((tmp_path / "a").resolve())
     assert a.config_hash != b.config_hash
     assert [change.field for change in diff_factors(a.factors, b.factors)] == ["model.path"]
+
+
+# --- what vLLM's own key misses, bless's hash keys apart -------------------------------------------------------
+
+
+def vllm_profile(**serve: Any) -> Profile:
+    """A Docker vLLM profile that resolves offline (pinned image ID and revision, declared GPU)."""
+    return profile_from_dict(
+        {
+            "profile_version": 1,
+            "name": "vllm-mm",
+            "engine": {"name": "vllm"},
+            "runtime": {"kind": "docker", "image": PINNED_IMAGE},
+            "model": {"source": "huggingface", "id": "org/vl-model", "revision": HEX40, "hf_home": "/srv/hf"},
+            "serve": {"max_model_len": 4096, **serve},
+            "hardware": {"accelerator": "cuda", "gpu_name": "NVIDIA H200", "compute_capability": "9.0"},
+        }
+    )
+
+
+def vllm_resolved(**serve: Any) -> Any:
+    return resolve(vllm_profile(**serve), VllmAdapter(), image_resolver=None, hardware_probe=declared_hardware_factor)
+
+
+NGRAM = {"method": "ngram", "prompt_lookup_max": 4}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "field"),
+    [
+        # vllm#50891: vLLM's compile key ignores limit_mm_per_prompt.
+        (
+            {"limit_mm_per_prompt": {"image": 1}},
+            {"limit_mm_per_prompt": {"image": 2}},
+            "serve.limit_mm_per_prompt.image",
+        ),
+        (
+            {"limit_mm_per_prompt": {"image": 1}},
+            {"limit_mm_per_prompt": {"image": 1, "video": 0}},
+            "serve.limit_mm_per_prompt.video",
+        ),
+        (
+            {"limit_mm_per_prompt": {"image": {"count": 1, "width": 512}}},
+            {"limit_mm_per_prompt": {"image": {"count": 1, "width": 1024}}},
+            "serve.limit_mm_per_prompt.image.width",
+        ),
+        # vllm#53366: vLLM's compile key ignores speculative_config.num_speculative_tokens.
+        (
+            {"speculative_config": {**NGRAM, "num_speculative_tokens": 3}},
+            {"speculative_config": {**NGRAM, "num_speculative_tokens": 5}},
+            "serve.speculative_config.num_speculative_tokens",
+        ),
+    ],
+)
+def test_vllm_args_its_own_key_misses_change_the_config_hash(
+    before: dict[str, Any], after: dict[str, Any], field: str
+) -> None:
+    a, b = vllm_resolved(**before), vllm_resolved(**after)
+    assert a.config_hash != b.config_hash
+    changes = diff_factors(a.factors, b.factors)
+    assert [change.field for change in changes] == [field]
+    assert change_to_dict(changes[0])["field"] == field
+
+
+def test_vllm_table_args_are_canonical_and_reach_the_engine() -> None:
+    """Key order is not configuration: the same tables hash alike and render the same argv."""
+    spec = {"num_speculative_tokens": 3, "method": "ngram", "prompt_lookup_max": 4}
+    one = vllm_resolved(limit_mm_per_prompt={"video": 1, "image": 2}, speculative_config=spec)
+    other = vllm_resolved(
+        limit_mm_per_prompt={"image": 2, "video": 1}, speculative_config=dict(reversed(list(spec.items())))
+    )
+    assert one.config_hash == other.config_hash
+    assert one.factors["serve"]["speculative_config"]["num_speculative_tokens"] == 3
+    command = VllmAdapter().launch(one, port=8000).command
+    assert command[command.index("--limit-mm-per-prompt") + 1] == '{"image":2,"video":1}'
+    assert command[command.index("--speculative-config") + 1] == (
+        '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "table"),
+    [
+        (["--speculative-config", '{"num_speculative_tokens": 3}'], "speculative_config"),
+        (['-sc={"num_speculative_tokens": 3}'], "speculative_config"),
+        (["--speculative-config.num_speculative_tokens", "3"], "speculative_config"),
+        (['--limit-mm-per-prompt={"image": 2}'], "limit_mm_per_prompt"),
+        (["--limit-mm-per-prompt.image", "2"], "limit_mm_per_prompt"),
+    ],
+)
+def test_vllm_table_args_are_refused_in_extra_args(extra: list[str], table: str) -> None:
+    """In extra_args they would hash as one opaque list: a diff could not name the leaf that changed."""
+    with pytest.raises(InputInvalidError, match="is not allowed here") as info:
+        vllm_resolved(extra_args=extra)
+    assert info.value.hint == f"use the serve.{table} table instead"
+
+
+@pytest.mark.parametrize(
+    ("serve", "message"),
+    [
+        ({"speculative_config": {"num_speculative_tokens": 0}}, "num_speculative_tokens: expected a positive integer"),
+        ({"speculative_config": {"num_speculative_tokens": True}}, "num_speculative_tokens: expected a positive"),
+        ({"speculative_config": "ngram"}, "speculative_config: expected a table"),
+        ({"limit_mm_per_prompt": {"image": -1}}, r"limit_mm_per_prompt\.image: expected a non-negative integer"),
+        ({"limit_mm_per_prompt": {"image": {"count": "2"}}}, r"image\.count: expected a non-negative integer"),
+    ],
+)
+def test_vllm_table_args_are_checked(serve: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputInvalidError, match=message):
+        vllm_resolved(**serve)

@@ -21,9 +21,11 @@ from bless.engines.vllm import (
     ModelMount,
     VllmAdapter,
 )
+from bless.engines.vllm import versions as vllm_versions
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError, ResolutionError
 from bless.evidence import UpperEntry, UpperKind
 from bless.factors import REDACTED, ResolvedConfig, resolve
+from bless.probes import read_model_dir
 from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
 from bless.reuse import classify_reuse
 from bless.verify import FileEntry, TreeListing
@@ -925,3 +927,142 @@ def test_for_factors_picks_the_rules_of_the_resolved_vllm_version_and_says_so() 
     assert not unknown.rules_known
     assert "no entry" in unknown.notes()[0] and "--allow-unknown-engine-version" in unknown.notes()[0]
     assert "no recorded rewrite set" in unknown.notes()[1] and "conservatively" in unknown.notes()[1]
+
+
+# --- AOT only where the model uses it (0.33 turns it off for the Transformers backend) ----------------------
+
+# What a 0.33 bootstrap of a Transformers-backend model leaves: vLLM's key file, Inductor's own caches
+# (no artifact_*, no vllm_compile_cache.py, no AOT model: vLLM writes those only with AOT).
+NO_AOT_TREE = [
+    FileEntry(f"torch_compile_cache/{COLD1_BACKBONE}/rank_0_0/backbone/cache_key_factors.json", 10, "a" * 64),
+    FileEntry(f"torch_compile_cache/{COLD1_BACKBONE}/rank_0_0/inductor_cache/fxgraph/ab/fab/entry", 10, "b" * 64),
+]
+
+
+def local_model(tmp_path: Path, architectures: list[str] | None) -> dict[str, Any]:
+    """A local model factor (local runtime: the real directory) whose config.json names ``architectures``."""
+    if architectures is not None:
+        (tmp_path / "config.json").write_text(json.dumps({"architectures": architectures}), encoding="utf-8")
+    return {"source": "local", "id": "m", "content_sha256": "0" * 64, "path": str(tmp_path)}
+
+
+def specialized(vllm: str, serve: dict[str, Any], model: dict[str, Any] | None = None) -> VllmAdapter:
+    """The adapter as a run builds it: from resolved factors (local runtime, the release's pinned torch)."""
+    torch = vllm_versions.all_rules()[vllm].torch
+    factors = {
+        "runtime": {"kind": "local", "packages": {"vllm": vllm, "torch": torch}},
+        "serve": serve,
+        "model": model or {"source": "huggingface", "id": "org/model", "revision": HEX40},
+        "env": {},
+    }
+    return VllmAdapter().for_factors(factors)
+
+
+def test_0_33_transformers_backend_needs_no_aot_artifact_and_no_force_load() -> None:
+    a = specialized("0.33.0", {"model_impl": "transformers"})
+    assert a.aot_expected is False and a.replay_env() == {}
+    summary = a.summarize_artifacts(listing_of(NO_AOT_TREE))
+    assert summary.engine_keys == {"backbone_keys": [COLD1_BACKBONE], "aot_keys": [], "ranks": ["rank_0_0"]}
+    note = a.notes()[-1]
+    assert "Transformers backend" in note and "model_executor/models/transformers/base.py" in note
+    assert "VLLM_FORCE_AOT_LOAD is not set" in note
+    # The key file is still required: it is what shows vLLM compiled into the tree at all.
+    with pytest.raises(BootstrapFailedError, match=r"backbone/cache_key_factors\.json") as info:
+        a.summarize_artifacts(listing_of(NO_AOT_TREE[1:]))
+    assert "no AOT model required" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("vllm", "impl"), [("0.26.0", "transformers"), ("0.33.0", "vllm"), ("0.33.0", "auto"), ("0.32.0", "transformers")]
+)
+def test_a_release_or_an_implementation_that_uses_aot_still_requires_it(vllm: str, impl: str, tmp_path: Path) -> None:
+    a = specialized(vllm, {"model_impl": impl}, local_model(tmp_path, ["LlamaForCausalLM"]))
+    assert a.aot_expected is True and a.replay_env() == {"VLLM_FORCE_AOT_LOAD": "1"}
+    assert len(a.notes()) == 2
+    with pytest.raises(BootstrapFailedError, match=r"rank_<R>_<D>/model \(the AOT-compiled model\)"):
+        a.summarize_artifacts(listing_of(NO_AOT_TREE))
+    assert a.summarize_artifacts(listing_from_fixture()).engine_keys["aot_keys"] == [COLD1_AOT]
+
+
+@pytest.mark.parametrize(
+    ("architectures", "uses_aot"),
+    [
+        (["LlamaForCausalLM"], True),  # vLLM's own implementation
+        (["GPTNeoXForCausalLM"], False),  # the 0.33 registry serves it through the Transformers backend
+        (["NoSuchModelForCausalLM"], False),  # unknown to vLLM: auto falls back to the backend
+        (["NoSuchModelForCausalLM", "Qwen2ForCausalLM"], True),  # the first one vLLM knows decides
+    ],
+)
+def test_auto_reads_the_local_model_config(architectures: list[str], uses_aot: bool, tmp_path: Path) -> None:
+    a = specialized("0.33.0", {}, local_model(tmp_path, architectures))
+    assert a.aot_expected is uses_aot
+    assert (a.replay_env() == {"VLLM_FORCE_AOT_LOAD": "1"}) is uses_aot
+
+
+def test_auto_without_a_readable_config_is_not_required_but_said(tmp_path: Path) -> None:
+    """Unsure: the AOT model is not required, the note says why, and the force-load switch stays on."""
+    for model in (local_model(tmp_path, None), None):  # a local dir without config.json; a Hub model
+        a = specialized("0.33.0", {"model_impl": "auto"}, model)
+        assert a.aot_expected is None
+        assert a.replay_env() == {"VLLM_FORCE_AOT_LOAD": "1"}
+        assert a.summarize_artifacts(listing_of(NO_AOT_TREE)).engine_keys["aot_keys"] == []
+        # What is there is recorded all the same: a trial must then load it (drift_reasons).
+        assert a.summarize_artifacts(listing_from_fixture()).engine_keys["aot_keys"] == [COLD1_AOT]
+        note = a.notes()[-1]
+        assert "cannot be read here" in note and "every trial must still log a load marker" in note
+    # The reuse verdict still needs a load marker: a start that only compiled fails.
+    unsure = specialized("0.33.0", {"model_impl": "auto"})
+    verdict = classify_reuse(unsure.read_log(log("cold1")), None, None)
+    assert not verdict.passed and any("no load marker" in reason for reason in verdict.reasons)
+
+
+def test_engine_factors_count_aot_only_where_the_model_uses_it(tmp_path: Path) -> None:
+    runtime = {"kind": "local", "packages": {"vllm": "0.33.0", "torch": "2.14.0"}}
+    locations = VllmAdapter("0.33.0").compile_location_factor()
+    off = {"aot": {"aot_compile": False, "mega_artifact": False}, **locations}
+    on = {"aot": {"aot_compile": True, "mega_artifact": True}, **locations}
+    assert VllmAdapter().engine_factors(runtime, {}, serve={"model_impl": "transformers"}, model={}) == off
+    assert VllmAdapter().engine_factors(runtime, {}, serve={"model_impl": "vllm"}, model={}) == on
+    native = local_model(tmp_path, ["LlamaForCausalLM"])
+    assert VllmAdapter().engine_factors(runtime, {}, serve={}, model=native) == on
+    # Unknown (a Hub model under auto): the release's switch stands, so the hash needs no config.json.
+    assert VllmAdapter().engine_factors(runtime, {}, serve={}, model={"source": "huggingface"}) == on
+    older = {"kind": "local", "packages": {"vllm": "0.26.0", "torch": "2.11.0"}}
+    assert VllmAdapter().engine_factors(older, {}, serve={"model_impl": "transformers"}, model={}) == {
+        "aot": {"aot_compile": True, "mega_artifact": False},
+        **VllmAdapter("0.26.0").compile_location_factor(),
+    }
+
+
+def test_a_transformers_profile_resolves_to_aot_off_and_its_own_hash(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}), encoding="utf-8")
+
+    def resolve_with(impl: str) -> ResolvedConfig:
+        doc = with_serve(model_impl=impl)
+        doc["runtime"] = {"kind": "local", "python": "python3"}
+        doc["model"] = {"source": "local", "id": "m", "path": str(tmp_path)}
+        return resolve(
+            profile_from_dict(doc),
+            adapter(),
+            image_resolver=None,
+            hardware_probe=lambda spec: dict(GPU),
+            environment_probe=lambda python, packages: {"packages": {"vllm": "0.33.0", "torch": "2.14.0"}},
+            model_dir_probe=read_model_dir,
+        )
+
+    backend, native = resolve_with("transformers"), resolve_with("auto")
+    assert backend.factors["engine"]["aot"] == {"aot_compile": False, "mega_artifact": False}
+    assert native.factors["engine"]["aot"] == {"aot_compile": True, "mega_artifact": True}
+    assert backend.factors["serve"]["model_impl"] == "transformers" and backend.config_hash != native.config_hash
+    assert "--model-impl" in (launched := adapter().launch(backend, port=1).command)
+    assert launched[launched.index("--model-impl") + 1] == "transformers"
+    run = adapter().for_factors(backend.factors)
+    assert run.aot_expected is False and run.replay_env() == {}
+
+
+def test_model_impl_is_modeled_not_passed_through_extra_args() -> None:
+    with pytest.raises(InputInvalidError, match="'--model-impl=transformers' is not allowed here") as info:
+        resolved(with_serve(extra_args=["--model-impl=transformers"]))
+    assert info.value.hint == "use serve.model_impl instead"
+    with pytest.raises(InputInvalidError, match="not one of auto, vllm, transformers, terratorch"):
+        resolved(with_serve(model_impl="hf"))

@@ -230,6 +230,57 @@ def test_compile_cache_parameters_count_only_while_vllm_passes_its_cache_dir(tmp
     assert moved and moved[0]["built_from"] == ["unknown: base_cache_dir"] and moved[0]["inside_cache"] is False
 
 
+# --- models that compile without AOT ------------------------------------------------------------------------------
+
+TRANSFORMERS_OPT_OUT = {
+    "file": "vllm/model_executor/models/transformers/base.py",
+    "line": "use_aot_compile=False,",
+    "applies_to": "model_impl=transformers",
+}
+
+
+def test_aot_opt_outs_are_those_each_release_has() -> None:
+    """0.33 is the first release whose Transformers backend compiles without AOT; it alone keeps the registry."""
+    for version in VERSIONS:
+        aot = stored(version)["aot"]
+        if version == "0.33.0":
+            assert aot["disabled_for"] == [TRANSFORMERS_OPT_OUT]
+        else:
+            assert aot["disabled_for"] == [] and "architectures" not in aot, version
+    rules = vllm_versions.all_rules()["0.33.0"]
+    assert rules.aot_disabled_for == (vllm_versions.AotOptOut(**TRANSFORMERS_OPT_OUT),)
+    assert {"LlamaForCausalLM", "Qwen2ForCausalLM", "Terratorch"} <= rules.native_architectures
+    assert {"GPTNeoXForCausalLM", "TransformersForCausalLM"} <= rules.transformers_architectures
+    assert not rules.native_architectures & rules.transformers_architectures
+    assert not vllm_versions.all_rules()["0.32.0"].native_architectures
+
+
+def test_a_backend_that_keeps_aot_has_no_opt_out(tmp_path: Path) -> None:
+    shutil.copytree(SOURCE / "0.33.0", tmp_path / "0.33.0")
+    base = tmp_path / "0.33.0" / "vllm" / "model_executor" / "models" / "transformers" / "base.py.txt"
+    base.write_text(base.read_text().replace("use_aot_compile=False", "use_aot_compile=True"))
+    aot = RULES.derive("0.33.0", tmp_path)["aot"]
+    assert aot["disabled_for"] == [] and "architectures" not in aot
+
+
+def test_a_model_class_that_opts_out_is_named_and_makes_every_model_unsure(tmp_path: Path) -> None:
+    shutil.copytree(SOURCE / "0.32.0", tmp_path / "0.32.0")
+    model = tmp_path / "0.32.0" / "vllm" / "model_executor" / "models" / "foo.py.txt"
+    model.parent.mkdir(parents=True, exist_ok=True)
+    model.write_text(
+        "# [lines 40-41]\n@support_torch_compile(use_aot_compile=False)\nclass FooForCausalLM(nn.Module):\n"
+    )
+    disabled = RULES.derive("0.32.0", tmp_path)["aot"]["disabled_for"]
+    expected = {"file": "vllm/model_executor/models/foo.py", "line": "@support_torch_compile(use_aot_compile=False)"}
+    assert disabled == [{**expected, "applies_to": "FooForCausalLM"}]
+    rules = dataclasses.replace(
+        vllm_versions.all_rules()["0.32.0"], aot_disabled_for=(vllm_versions.AotOptOut(**disabled[0]),)
+    )
+    unsure = rules.model_aot("vllm", ["LlamaForCausalLM"])
+    assert unsure.uses_aot is None and unsure.reason and "FooForCausalLM" in unsure.reason
+    assert vllm_versions.all_rules()["0.32.0"].model_aot("transformers", None).uses_aot is True
+
+
 # --- the rules read real log lines --------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from bless.engines.base import (
 from bless.engines.vllm import evidence, serve_args, versions
 from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
 from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
-from bless.engines.vllm.versions import VllmVersionRules
+from bless.engines.vllm.versions import ModelAot, VllmVersionRules
 from bless.errors import InputInvalidError, UnknownEngineVersionError
 from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 from bless.factors import ResolvedConfig
@@ -39,6 +40,11 @@ class VllmAdapter:
     when the version is not known at all, e.g. inside a Docker image) and ``rules_known`` is False:
     :meth:`require_known_version` refuses it unless the caller allows unknown versions. Build one
     for a resolved environment with :meth:`for_environment` / :meth:`for_factors`.
+
+    ``serve``, ``model`` and ``env`` (the resolved factors) specialize it to one model: whether
+    vLLM compiles that model AOT (:meth:`VllmVersionRules.model_aot`, from ``serve.model_impl`` and a
+    local model's ``config.json``) decides whether the AOT artifact is required and the force-load
+    switch set. Without them (no model known) the release's own AOT switch alone decides.
     """
 
     name = "vllm"
@@ -55,7 +61,15 @@ class VllmAdapter:
     env_policy: EnvPolicy = ENV_POLICY
     environment_packages: tuple[str, ...] = ("vllm", "torch", "triton", "transformers")
 
-    def __init__(self, vllm_version: str | None = None, *, torch_version: str | None = None) -> None:
+    def __init__(
+        self,
+        vllm_version: str | None = None,
+        *,
+        torch_version: str | None = None,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.vllm_version = vllm_version
         self.torch_version = torch_version
         exact = versions.rules_for(vllm_version)
@@ -65,9 +79,24 @@ class VllmAdapter:
         self.too_old = nearest is None
         self.version_rules: VllmVersionRules = nearest or versions.all_rules()[versions.known_versions()[0]]
         self.rules = evidence.upper_rules_for(self.version_rules)
+        self.env: Mapping[str, str] = dict(env or {})
+        #: Whether vLLM compiles this model AOT as far as the model decides (always True without one).
+        self.model_aot: ModelAot = ModelAot(True)
+        if serve is not None or model is not None:
+            impl = (serve or {}).get("model_impl")
+            self.model_aot = self.version_rules.model_aot(
+                impl if isinstance(impl, str) else None, model_architectures(model or {})
+            )
 
     @classmethod
-    def for_environment(cls, runtime_factor: Mapping[str, Any]) -> VllmAdapter:
+    def for_environment(
+        cls,
+        runtime_factor: Mapping[str, Any],
+        *,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> VllmAdapter:
         """An adapter for the vLLM version in a resolved ``runtime`` factor (local runtime: ``packages.vllm``)."""
         packages = runtime_factor.get("packages")
         packages = packages if isinstance(packages, Mapping) else {}
@@ -75,15 +104,48 @@ class VllmAdapter:
         return cls(
             version if isinstance(version, str) else None,
             torch_version=torch if isinstance(torch, str) else None,
+            serve=serve,
+            model=model,
+            env=env,
         )
 
     def for_factors(self, factors: Mapping[str, Any]) -> VllmAdapter:
-        """The adapter for the vLLM version in the resolved factors (unknown under Docker)."""
-        runtime = factors.get("runtime")
-        return self.for_environment(runtime if isinstance(runtime, Mapping) else {})
+        """The adapter for the vLLM version (unknown under Docker) and the model in the resolved factors."""
+
+        def part(name: str) -> Mapping[str, Any]:
+            value = factors.get(name)
+            return value if isinstance(value, Mapping) else {}
+
+        env = {name: value for name, value in part("env").items() if isinstance(value, str)}
+        return self.for_environment(part("runtime"), serve=part("serve"), model=part("model"), env=env)
 
     def notes(self) -> tuple[str, ...]:
-        return (self.version_note, self.rules_note)
+        return (self.version_note, self.rules_note) + ((self.aot_note,) if self.aot_note else ())
+
+    @property
+    def aot_expected(self) -> bool | None:
+        """Whether the bootstrap writes vLLM's AOT-compiled model: the release's switch (torch and the
+        env) and the model's implementation both say so; None when the model's part cannot be known."""
+        if not self.version_rules.aot_switches(self.torch_version, self.env).aot_compile:
+            return False
+        return self.model_aot.uses_aot
+
+    @property
+    def aot_note(self) -> str | None:
+        """Why AOT is not required for this model, when the model's implementation is what decides it."""
+        reason = self.model_aot.reason
+        if reason is None or not self.version_rules.aot_switches(self.torch_version, self.env).aot_compile:
+            return None
+        if self.model_aot.uses_aot is False:
+            return (
+                f"{reason}: no AOT artifact is expected and {self.version_rules.force_load_env} is not set; "
+                "without AOT vLLM has no direct load of its compiled graphs (it logs 'Compiling a graph' "
+                "at every start), so trials fail on compile markers"
+            )
+        return (
+            f"{reason}: the AOT artifact is not required, {self.version_rules.force_load_env} is still set "
+            "(it acts only when vLLM loads one), and every trial must still log a load marker"
+        )
 
     @property
     def version_note(self) -> str:
@@ -140,18 +202,29 @@ class VllmAdapter:
             details={"installed": self.vllm_version, "nearest": self.version_rules.version, "known": list(known)},
         )
 
-    def engine_factors(self, runtime: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    def engine_factors(
+        self,
+        runtime: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        serve: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The effective AOT-compile and mega-artifact switches: they change what vLLM writes to disk.
 
-        Computed as the release's ``envs.py`` does, from the probed torch version and the env. Under
-        Docker the versions are not probed: the image ID (a factor) fixes them, so no switch is added.
-        The compile locations (of the release's entry, the nearest one when it is not known) always are:
-        every start's env points them into the blessed tree.
+        Computed as the release's ``envs.py`` does, from the probed torch version and the env, and off
+        where the model is known to compile without AOT (:meth:`VllmVersionRules.model_aot`; a model
+        whose implementation cannot be known keeps the release's switch). Under Docker the versions
+        are not probed: the image ID (a factor) fixes them, so no switch is added. The compile
+        locations (of the release's entry, the nearest one when it is not known) always are: every
+        start's env points them into the blessed tree.
         """
-        adapter = self.for_environment(runtime)
+        adapter = self.for_environment(runtime, serve=serve, model=model, env=env)
         if adapter.vllm_version is None or adapter.torch_version is None:
             return adapter.compile_location_factor()
         switches = adapter.version_rules.aot_switches(adapter.torch_version, env)
+        if adapter.model_aot.uses_aot is False:
+            switches = versions.AotSwitches(aot_compile=False, mega_artifact=False, force_load_env=None)
         return {"aot": switches.to_factor(), **adapter.compile_location_factor()}
 
     def compile_locations(self) -> tuple[CompileLocation, ...]:
@@ -167,14 +240,18 @@ class VllmAdapter:
         return classify_outside(evidence.OUTSIDE_RULES, entries)
 
     def replay_env(self) -> dict[str, str]:
-        """``VLLM_FORCE_AOT_LOAD=1`` where the release has it and AOT compile is on.
+        """``VLLM_FORCE_AOT_LOAD=1`` where the release has it, AOT compile is on and the model uses it.
 
         A replay must load the blessed AOT artifact: with the switch a failed load raises (the
         engine fails to start) instead of logging a warning and recompiling. vLLM excludes it from
         its own key, so it changes no key. A bootstrap never sets it (there is nothing to load yet).
+        Not set for a model vLLM compiles without AOT; set when that cannot be known, since vLLM
+        reads it only on the load of an AOT artifact.
         """
-        switches = self.version_rules.aot_switches(self.torch_version, {})
-        return {switches.force_load_env: "1"} if switches.force_load_env else {}
+        switches = self.version_rules.aot_switches(self.torch_version, self.env)
+        if not switches.force_load_env or self.aot_expected is False:
+            return {}
+        return {switches.force_load_env: "1"}
 
     # --- serve arguments ---------------------------------------------------------------------------
 
@@ -289,8 +366,9 @@ class VllmAdapter:
     # --- evidence ----------------------------------------------------------------------------------
 
     def summarize_artifacts(self, listing: TreeListing) -> ArtifactSummary:
-        """Require the AOT model, the backbone artifacts and ``cache_key_factors.json`` for the same ranks."""
-        return evidence.summarize_artifacts(listing)
+        """Require the AOT model and the backbone artifacts where vLLM compiles this model AOT, and
+        ``cache_key_factors.json`` for the same ranks (:func:`evidence.summarize_artifacts`)."""
+        return evidence.summarize_artifacts(listing, require_aot=self.aot_expected is True, why=self.aot_note)
 
     def read_log(self, log: str) -> LogSignals:
         """Markers (whole lines), timings (seconds) and vLLM's keys from a vLLM server log, by this release's rules."""
@@ -303,6 +381,25 @@ class VllmAdapter:
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """Split overlay upper-layer writes by this release's rewrite rules (unknown: the nearest older's)."""
         return evidence.classify_upper(self.rules, entries)
+
+
+def model_architectures(model: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """A local model's ``config.json`` ``architectures``, from the directory its factor names.
+
+    Only the local runtime's model factor has that path (the real directory whose content is
+    hashed, so what is read here is what was hashed). None when there is none or it says none.
+    """
+    path = model.get("path")
+    if model.get("source") != "local" or not isinstance(path, str):
+        return None
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    found = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(found, list) or not found or not all(isinstance(arch, str) for arch in found):
+        return None
+    return tuple(found)
 
 
 def _serve_factor(resolved: ResolvedConfig) -> dict[str, Any]:

@@ -79,6 +79,7 @@ _EXPECTED_LAYOUT = (
     "torch_compile_cache/<10 hex>/rank_<R>_<D>/backbone/artifact_* and "
     "torch_compile_cache/<10 hex>/rank_<R>_<D>/backbone/cache_key_factors.json"
 )
+_EXPECTED_LAYOUT_WITHOUT_AOT = "torch_compile_cache/<10 hex>/rank_<R>_<D>/backbone/cache_key_factors.json"
 
 
 # --- upper-layer rules, per vLLM version -----------------------------------------------------------
@@ -159,8 +160,13 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
 # --- reading evidence -----------------------------------------------------------------------------
 
 
-def summarize_artifacts(listing: TreeListing) -> ArtifactSummary:
+def summarize_artifacts(listing: TreeListing, *, require_aot: bool = True, why: str | None = None) -> ArtifactSummary:
     """Require the AOT model, the backbone artifacts and ``cache_key_factors.json`` for the same ranks.
+
+    ``require_aot`` False (vLLM compiles this model without AOT, or that cannot be known: ``why``
+    says which): the AOT model and the backbone's ``artifact_*`` (vLLM writes those only with AOT)
+    are not required, the backbone's ``cache_key_factors.json`` still is; whatever AOT model and
+    artifacts are there are recorded all the same, so trials must load them.
 
     ``engine_keys`` records vLLM's own keys: ``backbone_keys`` (10 hex), ``aot_keys`` (64 hex)
     and ``ranks`` (``rank_<R>_<D>``), in the shape :func:`read_log` returns them.
@@ -185,10 +191,16 @@ def summarize_artifacts(listing: TreeListing) -> ArtifactSummary:
         elif _COMPILE_INDEX.fullmatch(path):
             artifacts.append(path)
     missing: list[str] = []
-    if not models:
+    if require_aot and not models:
         missing.append("torch_compile_cache/torch_aot_compile/<64 hex>/rank_<R>_<D>/model (the AOT-compiled model)")
-    if not backbone:
+    if require_aot and not backbone:
         missing.append("torch_compile_cache/<10 hex>/rank_<R>_<D>/backbone/artifact_* (Inductor artifacts)")
+    if not require_aot:
+        # Without artifacts, the key dir vLLM compiled into is known by its cache_key_factors.json.
+        for key, rank in factors:
+            backbone.setdefault(rank, set()).add(key)
+        if not factors:
+            missing.append("torch_compile_cache/<10 hex>/rank_<R>_<D>/backbone/cache_key_factors.json")
     for rank, keys in sorted(backbone.items()):
         missing.extend(
             f"torch_compile_cache/{key}/{rank}/backbone/cache_key_factors.json"
@@ -200,9 +212,14 @@ def summarize_artifacts(listing: TreeListing) -> ArtifactSummary:
             f"the same ranks in both trees (AOT models for {sorted(models)}, backbone artifacts for {sorted(backbone)})"
         )
     if missing:
+        expected = (
+            _EXPECTED_LAYOUT
+            if require_aot
+            else f"{_EXPECTED_LAYOUT_WITHOUT_AOT} (no AOT model required: {why or 'AOT compile is off'})"
+        )
         raise BootstrapFailedError(
             f"the bootstrap did not write vLLM's compile artifacts: missing {'; '.join(missing)}. "
-            f"Expected {_EXPECTED_LAYOUT}; found {_describe_found(listing)}",
+            f"Expected {expected}; found {_describe_found(listing)}",
             hint="read the bootstrap log in the rejected evidence: vLLM must compile with "
             "compilation mode VLLM_COMPILE and VLLM_USE_AOT_COMPILE on (the default with torch >= 2.10)",
             details={"missing": missing},

@@ -46,11 +46,22 @@ SERVE_ARGS: dict[str, _Arg] = {
     "enable_prefix_caching": _Arg("--enable-prefix-caching", "bool"),
     "enable_chunked_prefill": _Arg("--enable-chunked-prefill", "bool"),
     "trust_remote_code": _Arg("--trust-remote-code", "bool"),
+    # Which implementation serves the model: it decides whether vLLM compiles it AOT (0.33 turns AOT
+    # off for the Transformers backend), so the adapter reads it: never through extra_args.
+    "model_impl": _Arg("--model-impl", "str", choices=("auto", "vllm", "transformers", "terratorch")),
     "enforce_eager": _Arg("--enforce-eager", "bool"),
 }
 COMPILATION_CONFIG = "compilation_config"
 EXTRA_ARGS = "extra_args"
-KNOWN_SERVE_KEYS = (*SERVE_ARGS, COMPILATION_CONFIG, EXTRA_ARGS)
+# JSON-valued engine arguments modeled as tables, key -> flag (argv order). vLLM's own compile key
+# misses both (vllm#50891: limit_mm_per_prompt; vllm#53366: num_speculative_tokens), so a change
+# that vLLM would reuse a cache across must change bless's hash, and a diff must name the leaf
+# (serve.speculative_config.num_speculative_tokens), not a whole extra_args list.
+TABLE_ARGS: dict[str, str] = {
+    "limit_mm_per_prompt": "--limit-mm-per-prompt",
+    "speculative_config": "--speculative-config",
+}
+KNOWN_SERVE_KEYS = (*SERVE_ARGS, COMPILATION_CONFIG, *TABLE_ARGS, EXTRA_ARGS)
 
 COMPILATION_MODES = {"NONE": 0, "STOCK_TORCH_COMPILE": 1, "DYNAMO_TRACE_ONCE": 2, "VLLM_COMPILE": 3}
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -69,7 +80,16 @@ _MANAGED_FLAGS = frozenset(
     {"--host", "--port", "--model", "--revision", "--compilation-config", "-cc", "--api-key", "--hf-token"}
     | {arg.flag for arg in SERVE_ARGS.values()}
     | {"--no-" + arg.flag[2:] for arg in SERVE_ARGS.values() if arg.kind == "bool"}
+    | set(TABLE_ARGS.values())
+    | {"-sc"}
 )
+#: Flags that address one key of a JSON argument (``--speculative-config.num_speculative_tokens 3``).
+_TABLE_FLAG_PREFIXES = {
+    **{"--compilation-config.": COMPILATION_CONFIG, "-cc.": COMPILATION_CONFIG, "-sc.": "speculative_config"},
+    **{flag + ".": key for key, flag in TABLE_ARGS.items()},
+}
+#: The short spellings vLLM accepts for a modeled JSON argument.
+_TABLE_ALIASES = {"-cc": COMPILATION_CONFIG, "--compilation-config": COMPILATION_CONFIG, "-sc": "speculative_config"}
 _NO_COMPILE_OPT_LEVELS = {"0"}
 
 
@@ -96,6 +116,14 @@ def normalize_serve(serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         normalized[COMPILATION_CONFIG] = _normalize_compilation_config(
             serve[COMPILATION_CONFIG], where=f"{where}: serve.{COMPILATION_CONFIG}"
         )
+    if "limit_mm_per_prompt" in serve:
+        normalized["limit_mm_per_prompt"] = _normalize_limit_mm_per_prompt(
+            serve["limit_mm_per_prompt"], where=f"{where}: serve.limit_mm_per_prompt"
+        )
+    if "speculative_config" in serve:
+        normalized["speculative_config"] = _normalize_speculative_config(
+            serve["speculative_config"], where=f"{where}: serve.speculative_config"
+        )
     if EXTRA_ARGS in serve:
         normalized[EXTRA_ARGS] = _normalize_extra_args(serve[EXTRA_ARGS], where=f"{where}: serve.{EXTRA_ARGS}")
     return normalized
@@ -109,6 +137,9 @@ def serve_argv(serve: Mapping[str, Any]) -> list[str]:
             argv.extend(_render_arg(spec, serve[key]))
     if COMPILATION_CONFIG in serve:
         argv.extend(["--compilation-config", compilation_config_json(serve[COMPILATION_CONFIG])])
+    for key, flag in TABLE_ARGS.items():
+        if key in serve:
+            argv.extend([flag, compilation_config_json(serve[key])])
     argv.extend(serve.get(EXTRA_ARGS, []))
     return argv
 
@@ -148,7 +179,7 @@ def unsafe_serve_settings(serve: Mapping[str, Any]) -> list[UnsafeSetting]:
 
 
 def compilation_config_json(config: Mapping[str, Any]) -> str:
-    """The ``--compilation-config`` value: compact JSON with sorted keys (same dict, same argv)."""
+    """A JSON argument's value (``--compilation-config``, ...): compact JSON, sorted keys (same dict, same argv)."""
     return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -300,6 +331,49 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
     return {key: config[key] for key in sorted(config)}
 
 
+def _table(where: str, value: Any) -> dict[str, Any]:
+    """A TOML table as a JSON-representable dict with sorted keys (a table value is sorted too)."""
+    if not isinstance(value, Mapping):
+        raise InputInvalidError(f"{where}: expected a table, got {value!r}")
+    table = _json_value(where, value)
+    assert isinstance(table, dict)
+    return {key: table[key] for key in sorted(table)}
+
+
+def _count(where: str, value: object) -> int:
+    """``value`` when it is a non-negative integer (a per-prompt limit, an image size)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputInvalidError(f"{where}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _normalize_limit_mm_per_prompt(value: Any, *, where: str) -> dict[str, Any]:
+    """``{modality = count}`` or ``{modality = {count = N, width = W, ...}}``, as vLLM's
+    ``dict[str, int | dict[str, int]]``; every number a non-negative integer. Keys sorted."""
+    table = _table(where, value)
+    for modality, limit in table.items():
+        if not modality:
+            raise InputInvalidError(f"{where}: a modality name is empty")
+        if isinstance(limit, dict):
+            table[modality] = {key: _count(f"{where}.{modality}.{key}", limit[key]) for key in sorted(limit)}
+        else:
+            _count(f"{where}.{modality}", limit)
+    return table
+
+
+def _normalize_speculative_config(value: Any, *, where: str) -> dict[str, Any]:
+    """vLLM's speculative config, passed through as JSON (keys sorted); ``num_speculative_tokens``
+    a positive integer and ``method`` / ``model`` strings where given (vLLM checks the rest)."""
+    table = _table(where, value)
+    tokens = table.get("num_speculative_tokens")
+    if "num_speculative_tokens" in table and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise InputInvalidError(f"{where}.num_speculative_tokens: expected a positive integer, got {tokens!r}")
+    for key in ("method", "model"):
+        if key in table and (not isinstance(table[key], str) or not table[key]):
+            raise InputInvalidError(f"{where}.{key}: expected a non-empty string, got {table[key]!r}")
+    return table
+
+
 def _flag_of(token: str) -> str:
     return token.split("=", 1)[0]
 
@@ -311,12 +385,14 @@ def _normalize_extra_args(value: Any, *, where: str) -> list[str]:
         if CONTROL_CHARACTERS.search(token):
             raise InputInvalidError(f"{where}: {token!r} contains a control character")
         flag = _flag_of(token)
-        if flag in _MANAGED_FLAGS or flag.startswith(("--compilation-config.", "-cc.")):
+        table = next((key for prefix, key in _TABLE_FLAG_PREFIXES.items() if flag.startswith(prefix)), None)
+        table = table or _TABLE_ALIASES.get(flag) or next((k for k, f in TABLE_ARGS.items() if f == flag), None)
+        if flag in _MANAGED_FLAGS or table:
             modeled = [key for key, spec in SERVE_ARGS.items() if flag in (spec.flag, "--no-" + spec.flag[2:])]
             if modeled:
                 hint = f"use serve.{modeled[0]} instead"
-            elif flag.startswith(("--compilation-config", "-cc")):
-                hint = f"use the serve.{COMPILATION_CONFIG} table instead"
+            elif table:
+                hint = f"use the serve.{table} table instead"
             elif flag in ("--api-key", "--hf-token"):
                 hint = "secrets never go into a profile (extra_args are hashed and written to the manifest)"
             else:

@@ -8,6 +8,8 @@ it needs as test fixtures (``tests/fixtures/vllm/source/<version>/``) and derive
   its ``ignored_factors``, plus the Ray "noset" names) and the names it ignores;
 * the torch versions from which AOT compile and the "mega" AOT artifact are on by default
   (``use_aot_compile`` / ``use_mega_aot_artifact``), and the force-AOT-load switch;
+* the model code that compiles without AOT (``use_aot_compile=False``: 0.33's Transformers backend)
+  and, where that is the backend, the registry's architectures (which ones vLLM implements itself);
 * the exact logger format strings of the load / compile / fatal markers and of the timings;
 * the cache layout (backbone and AOT dirs, the forced ``inductor_cache``, ``dummy_cache``);
 * the ``CompilationConfig`` fields (with their defaults as written) that enter vLLM's key;
@@ -25,7 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -33,7 +35,9 @@ from typing import Any, Literal
 from bless.engines.base import CompileLocation
 
 __all__ = [
+    "AotOptOut",
     "AotSwitches",
+    "ModelAot",
     "TimingRule",
     "VllmVersionRules",
     "all_rules",
@@ -71,6 +75,32 @@ class AotSwitches:
 
 
 @dataclass(frozen=True)
+class AotOptOut:
+    """Model code of a release that compiles without AOT: the file, its verbatim ``use_aot_compile=False``
+    line, and what it applies to (``model_impl=transformers``, a model class name, or ``unknown``)."""
+
+    file: str
+    line: str
+    applies_to: str
+
+
+#: What an opt-out in the Transformers backend applies to: every model vLLM serves through it.
+TRANSFORMERS_BACKEND = "model_impl=transformers"
+
+
+@dataclass(frozen=True)
+class ModelAot:
+    """Whether vLLM compiles one model AOT, as far as the model decides it (torch and the env decide the rest).
+
+    ``uses_aot``: True, False, or None when it cannot be known here; ``reason`` says why (None
+    when nothing in the release turns AOT off for a model).
+    """
+
+    uses_aot: bool | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class VllmVersionRules:
     """Everything bless knows about one vLLM release."""
 
@@ -93,6 +123,12 @@ class VllmVersionRules:
     compile_locations: tuple[CompileLocation, ...]
     #: env var -> every ``file:line: statement`` of the release that sets it itself.
     env_set_by_vllm: Mapping[str, tuple[str, ...]]
+    #: The release's model code that compiles without AOT.
+    aot_disabled_for: tuple[AotOptOut, ...]
+    #: Registry architectures vLLM implements itself / serves through the Transformers backend
+    #: (kept only where the backend opts out of AOT; empty otherwise).
+    native_architectures: frozenset[str]
+    transformers_architectures: frozenset[str]
     wheel: str
     wheel_sha256: str
     gpu_proven: str | None = None
@@ -120,6 +156,46 @@ class VllmVersionRules:
         mega_default = torch_key >= _version_tuple(self.mega_artifact_default_from_torch) and aot
         mega = env.get("VLLM_USE_MEGA_AOT_ARTIFACT", "1" if mega_default else "0") == "1"
         return AotSwitches(aot_compile=aot, mega_artifact=mega, force_load_env=self.force_load_env if aot else None)
+
+    def model_aot(self, model_impl: str | None, architectures: Sequence[str] | None) -> ModelAot:
+        """Whether this release compiles a model AOT, judged by its implementation.
+
+        ``model_impl``: the serve argument (None: vLLM's default ``auto``). ``architectures``: the
+        model's ``config.json`` ``architectures`` (None: not readable here). Under ``auto`` vLLM takes
+        the first architecture its registry knows, and falls back to the Transformers backend when
+        it knows none (``inspect_model_cls``).
+        """
+        if not self.aot_disabled_for:
+            return ModelAot(True)
+        where = "; ".join(f"{opt_out.file}: {opt_out.line}" for opt_out in self.aot_disabled_for)
+        others = sorted({o.applies_to for o in self.aot_disabled_for} - {TRANSFORMERS_BACKEND})
+        if others:
+            return ModelAot(
+                None,
+                f"vLLM {self.version} turns AOT compile off for {', '.join(others)} ({where}): "
+                "whether this model is one of them is not known",
+            )
+        backend = f"vLLM {self.version} turns AOT compile off for the Transformers backend ({where})"
+        impl = model_impl or "auto"
+        if impl == "transformers":
+            return ModelAot(False, f"{backend}, which serve.model_impl = 'transformers' selects")
+        if impl != "auto":
+            return ModelAot(True)
+        if not architectures:
+            return ModelAot(
+                None,
+                f"{backend}; under model_impl 'auto' that depends on the architecture in the model's "
+                "config.json, which cannot be read here (only a local model directory is)",
+            )
+        known = [arch for arch in architectures if arch in self.native_architectures | self.transformers_architectures]
+        if not known:
+            return ModelAot(
+                False,
+                f"{backend}: vLLM implements none of {', '.join(architectures)}, so 'auto' falls back to the backend",
+            )
+        if known[0] in self.transformers_architectures:
+            return ModelAot(False, f"{backend}: vLLM's registry serves {known[0]} through the backend")
+        return ModelAot(True)
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -193,6 +269,12 @@ def _entry(raw: Mapping[str, Any]) -> VllmVersionRules:
             env: tuple(f"{item['file']}:{item['line_no']}: {item['line']}" for item in items)
             for env, items in raw["env_set_by_vllm"].items()
         },
+        aot_disabled_for=tuple(
+            AotOptOut(file=item["file"], line=item["line"], applies_to=item["applies_to"])
+            for item in raw["aot"]["disabled_for"]
+        ),
+        native_architectures=frozenset(raw["aot"].get("architectures", {}).get("native", ())),
+        transformers_architectures=frozenset(raw["aot"].get("architectures", {}).get("transformers", ())),
         wheel=raw["source"]["wheel"],
         wheel_sha256=raw["source"]["wheel_sha256"],
         gpu_proven=raw.get("gpu_proven"),
