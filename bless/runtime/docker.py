@@ -634,9 +634,6 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return []
         changed = sorted({str(item.get("Path")) for item in raw if isinstance(item, dict) and item.get("Path")})
-        if self._init:
-            # Docker itself puts its init binary into every container started with --init (as ours are).
-            changed = [path for path in changed if path != DOCKER_INIT]
         targets = [PurePosixPath(mount.target) for mount in started.spec.mounts]
         kept: list[OutsideEntry] = []
         for index, path in enumerate(changed):
@@ -646,6 +643,8 @@ class DockerRuntime:
             following = changed[index + 1] if index + 1 < len(changed) else ""
             if following.startswith(path.rstrip("/") + "/"):
                 continue  # a directory whose content is listed after it
+            if self._init and path == DOCKER_INIT:
+                continue  # Docker itself puts its init binary into every container started with --init (ours are)
             kept.append(OutsideEntry(where="container", path=path))
         return kept
 

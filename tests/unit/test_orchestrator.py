@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bless import labels
+from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import (
@@ -528,3 +529,56 @@ def test_interrupt_in_the_first_trial_says_that_trial_started(make: Callable[...
     summary = (rejected / "summary.md").read_text()
     assert "trials finished: 0 of 3 planned; interrupted during trial 1" in summary
     assert json.loads((rejected / "evidence.json").read_text())["interrupted_during"] == "trial 1"
+
+
+# --- writes outside the blessed tree ---------------------------------------------------------------------
+
+
+def test_a_kernel_compiled_outside_the_blessing_is_rejected_named_and_kept(make: Callable[..., Harness]) -> None:
+    kernel = ".triton/cache/ABC/kernel.cubin"
+
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        # Every start JIT-compiles into its HOME; the blessed artifact itself is loaded as it should be.
+        return Behavior(outside={("HOME", kernel): b"\x7fELF", ("TMPDIR", "bless-inductor-x/fx"): b"noise"})
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    evidence = _assert_rejected_one(harness, result, f"compiled outside the blessing: HOME/{kernel}")
+    assert evidence["bootstrap"]["outside"]["compiled"] == 1, "the bootstrap's write is recorded, not judged"
+    (trial,) = evidence["trials"]
+    outside = trial["reuse"]["outside"]
+    assert (outside["written"], outside["noise"], outside["compiled"]) == (2, 1, 1)
+    assert outside["compiled_files"] == [f"HOME/{kernel}: a Triton-style JIT cache under HOME"]
+    assert trial["reuse"]["load_markers"] >= 1 and not trial["reuse"]["upper_new_artifacts"]
+    (rejected,) = harness.rejected_dirs()
+    assert (rejected / "trial-1-outside" / "home" / kernel).read_bytes() == b"\x7fELF", "the file is evidence"
+
+
+def test_named_noise_outside_the_tree_passes_and_every_start_gets_a_fresh_private_home(
+    make: Callable[..., Harness],
+) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        return Behavior(outside={("TMPDIR", "bless-inductor-x/fxgraph/entry"): b"scratch"})
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    assert result.published
+    homes = set()
+    for container in harness.runtime.containers:
+        private = {m.target: m for m in container.spec.mounts if m.kind == "private"}
+        assert set(private) == {ENGINE_HOME, ENGINE_TMP}
+        assert container.spec.env["HOME"] == ENGINE_HOME and container.spec.env["TMPDIR"] == ENGINE_TMP
+        homes.add(private[ENGINE_HOME].source)
+    assert len(homes) == len(harness.runtime.containers), "no two starts share a HOME"
+    trial = result.candidates[-1].trials[0].to_dict()
+    assert trial["reuse"]["outside"]["noise"] == 1 and trial["reuse"]["outside"]["compiled"] == 0
+
+
+def test_a_container_filesystem_change_nobody_named_fails_the_trial(make: Callable[..., Harness]) -> None:
+    def scenario(phase: str, candidate: int, trial: int | None) -> Behavior:
+        return Behavior(container_changes=["/root/.cache/some-jit/kernel.bin"] if phase == "trial" else [])
+
+    harness = make(scenario)
+    result = harness.run(trials=3)
+    evidence = _assert_rejected_one(harness, result, "compiled outside the blessing: /root/.cache/some-jit/kernel.bin")
+    assert evidence["trials"][0]["reuse"]["outside"]["compiled"] == 1

@@ -539,3 +539,34 @@ def test_ports_handed_out_are_never_handed_out_twice_until_removed(rt: LocalRunt
     wait_exit(rt, started)
     finish(rt, started)
     assert ports[0] not in rt._ports_handed_out  # free again once its engine is removed
+
+
+PRIVATE_WRITER = (
+    "import pathlib, sys\n"
+    "t = pathlib.Path(sys.argv[1])\n"
+    "print('empty=' + str(not any(t.iterdir())), flush=True)\n"
+    "(t / '.triton' / 'cache').mkdir(parents=True)\n"
+    "(t / '.triton' / 'cache' / 'k.cubin').write_text('kernel')\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["namespace", "copy"])
+def test_a_private_dir_is_writable_at_its_target_and_its_writes_end_up_in_its_source(
+    rt: LocalRuntime, copy_rt: LocalRuntime, tmp_path: Path, mode: str
+) -> None:
+    """The engine's HOME: fresh at the fixed target, its writes readable from the source after the stop."""
+    runtime = rt if mode == "namespace" else copy_rt
+    if mode == "namespace" and not runtime.uses_mount_namespace:
+        pytest.skip("a mount namespace needs root")
+    source = tmp_path / "private" / "home"
+    source.mkdir(parents=True)
+    target = tmp_path / "fixed" / "home"
+    spec = argv_spec(tmp_path, PRIVATE_WRITER, str(target), mounts=(Mount("private", source, str(target)),))
+    started = runtime.start(spec)
+    assert started.enforced_read_only and not started.notes, "a private dir is nobody's read-only layer"
+    assert wait_exit(runtime, started) == 0, runtime.logs(started)
+    runtime.stop(started, 5)
+    assert "empty=True" in runtime.logs(started)
+    assert (source / ".triton" / "cache" / "k.cubin").read_text() == "kernel"
+    finish(runtime, started)
+    assert not target.exists(), "the fixed path is gone with the engine"

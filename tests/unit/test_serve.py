@@ -674,6 +674,20 @@ def test_engine_not_using_the_blessed_cache_fails_45_before_the_canary(
     assert (plan.serve_dir / serve.ENGINE_LOG).read_text() == log  # kept as evidence
 
 
+def test_an_engine_that_compiled_outside_the_blessing_fails_45_and_keeps_the_files(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    """The boot log says "loaded", but a kernel landed in the engine's private HOME: served code nobody proved."""
+    kernel = ".triton/cache/ABC/kernel.cubin"
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0], Behavior(outside={("HOME", kernel): b"\x7fELF"}))
+    with pytest.raises(CacheNotUsedError) as excinfo:
+        serve.start(plan, runtime=runtime, detach=True)
+    assert int(excinfo.value.exit_code) == 45
+    assert f"compiled outside the blessing: HOME/{kernel}" in excinfo.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert (plan.serve_dir / serve.PRIVATE_DIR / "home" / kernel).read_bytes() == b"\x7fELF", "kept as evidence"
+
+
 # ------------------------------------------------------------------------------- serving lease
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bless.engines.reference import ReferenceAdapter
@@ -56,3 +57,69 @@ def test_without_a_serving_port_the_local_engine_gets_a_free_one() -> None:
     spec = spec_for("local", None)
     assert spec.port is not None and spec.port > 0
     assert spec.host_port is None
+
+
+def test_private_dirs_are_made_fresh_and_list_files_links_and_sockets(tmp_path: Path) -> None:
+    import socket
+
+    from bless.flows.session import PRIVATE_DIRS, list_private, make_private_dirs
+    from bless.runtime.base import ContainerSpec, Mount
+
+    private = tmp_path / "private"
+    spec = ContainerSpec(
+        name="x",
+        command=("true",),
+        env={},
+        labels={},
+        mounts=tuple(Mount("private", private / name, target) for _, name, target in PRIVATE_DIRS),
+    )
+    (private / "home").mkdir(parents=True)
+    (private / "home" / "left-by-a-previous-start").write_text("old")
+    make_private_dirs(spec)
+    assert list_private(private) == [], "what a previous start left is gone"
+    assert (private / "home").stat().st_mode & 0o777 == 0o777
+    (private / "home" / ".triton" / "cache").mkdir(parents=True)
+    (private / "home" / ".triton" / "cache" / "k.cubin").write_bytes(b"12345")
+    (private / "home" / "link").symlink_to("/etc/passwd")
+    with socket.socket(socket.AF_UNIX) as sock:
+        # bind() by a relative name: pytest's tmp paths can exceed AF_UNIX's 108 bytes.
+        cwd = os.getcwd()
+        os.chdir(private / "tmp")
+        try:
+            sock.bind("0f4773f1-2853-4348-9f2e-433463316151")
+        finally:
+            os.chdir(cwd)
+        found = {(entry.shown, entry.kind, entry.size) for entry in list_private(private)}
+    assert found == {
+        ("HOME/.triton/cache/k.cubin", "file", 5),
+        ("HOME/link", "link", len("/etc/passwd")),
+        ("TMPDIR/0f4773f1-2853-4348-9f2e-433463316151", "socket", 0),
+    }
+
+
+def test_outside_rules_name_noise_and_call_everything_else_compiled() -> None:
+    from bless.engines.base import classify_outside
+    from bless.engines.vllm.evidence import OUTSIDE_RULES
+    from bless.evidence import OutsideEntry
+
+    socket_name = "TMPDIR", "0f4773f1-2853-4348-9f2e-433463316151"
+    verdict = classify_outside(
+        OUTSIDE_RULES,
+        [
+            OutsideEntry(socket_name[0], socket_name[1], 0, "socket"),  # vLLM's ZeroMQ endpoint
+            OutsideEntry(socket_name[0], socket_name[1], 10, "file"),  # the same name as a file: not a socket
+            OutsideEntry("HOME", ".triton/cache/X/k.cubin", 10),
+            OutsideEntry("HOME", ".config/unknown/state.json", 10),
+            OutsideEntry("container", "/usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc", 10),
+        ],
+    )
+    assert [item.split(":")[0] for item in verdict.noise] == [
+        f"TMPDIR/{socket_name[1]}",
+        "/usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc",
+    ]
+    assert verdict.compiled == (
+        f"TMPDIR/{socket_name[1]}: written outside the blessed tree and named by no rule of the adapter",
+        "HOME/.triton/cache/X/k.cubin: compiled code or a kernel",
+        "HOME/.config/unknown/state.json: written outside the blessed tree and named by no rule of the adapter",
+    )
+    assert verdict.counts() == {"written": 5, "noise": 2, "compiled": 3}

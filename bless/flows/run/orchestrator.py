@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -309,7 +310,21 @@ class Orchestrator:
         )
         for log in sorted(evidence.glob("*.log")):
             shutil.copy2(log, rejected / log.name)
+        for outside in sorted(evidence.glob("*-outside")):
+            # What a trial wrote outside the blessing (its private HOME and temp dir): regular files and
+            # links, the evidence of what was compiled; sockets and pipes carry nothing to keep.
+            shutil.copytree(outside, rejected / outside.name, symlinks=True, ignore=_special_files)
         return rejected
+
+
+def _special_files(directory: str, names: list[str]) -> set[str]:
+    """Names in ``directory`` that are neither directories, regular files nor links (copytree's ignore)."""
+    special = set()
+    for name in names:
+        mode = (Path(directory) / name).lstat().st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            special.add(name)
+    return special
 
 
 def run_bless(

@@ -73,7 +73,7 @@ from bless.flows.serve.plan import (
     plan,
     serve_container_name,
 )
-from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, SERVE_DIR, discard_serve_dir
+from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, SERVE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
 from bless.flows.serve.starting import StartingLock
@@ -84,6 +84,7 @@ __all__ = [
     "DEBUG_BANNER",
     "ENGINE_LOG",
     "NO_CANARY_BANNER",
+    "PRIVATE_DIR",
     "SERVE_DIR",
     "SERVE_PREFIX",
     "CanaryCheck",
