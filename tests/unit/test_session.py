@@ -102,23 +102,23 @@ def test_outside_rules_name_noise_and_call_everything_else_compiled() -> None:
     from bless.engines.vllm.evidence import OUTSIDE_RULES
     from bless.evidence import OutsideEntry
 
-    socket_name = "TMPDIR", "0f4773f1-2853-4348-9f2e-433463316151"
+    socket_name = "0f4773f1-2853-4348-9f2e-433463316151"
     verdict = classify_outside(
         OUTSIDE_RULES,
         [
-            OutsideEntry(socket_name[0], socket_name[1], 0, "socket"),  # vLLM's ZeroMQ endpoint
-            OutsideEntry(socket_name[0], socket_name[1], 10, "file"),  # the same name as a file: not a socket
+            OutsideEntry("TMPDIR", socket_name, 0, "socket"),  # vLLM's ZeroMQ endpoint
+            OutsideEntry("TMPDIR", socket_name, 10, "file"),  # the same name as a file: not a socket
             OutsideEntry("HOME", ".triton/cache/X/k.cubin", 10),
             OutsideEntry("HOME", ".config/unknown/state.json", 10),
             OutsideEntry("container", "/usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc", 10),
         ],
     )
     assert [item.split(":")[0] for item in verdict.noise] == [
-        f"TMPDIR/{socket_name[1]}",
+        f"TMPDIR/{socket_name}",
         "/usr/lib/python3/dist-packages/x/__pycache__/y.cpython-311.pyc",
     ]
     assert verdict.compiled == (
-        f"TMPDIR/{socket_name[1]}: written outside the blessed tree and named by no rule of the adapter",
+        f"TMPDIR/{socket_name}: written outside the blessed tree and named by no rule of the adapter",
         "HOME/.triton/cache/X/k.cubin: compiled code or a kernel",
         "HOME/.config/unknown/state.json: written outside the blessed tree and named by no rule of the adapter",
     )
