@@ -102,3 +102,7 @@ class OutsideVerdict:
             "noise": len(self.noise),
             "compiled": len(self.compiled),
         }
+
+    def to_dict(self, limit: int = 200) -> dict[str, Any]:
+        """The counts, then the first ``limit`` named paths of each kind (``path: reason``)."""
+        return {**self.counts(), "compiled_files": list(self.compiled[:limit]), "noise_files": list(self.noise[:limit])}

@@ -41,15 +41,7 @@ class ReuseReport:
             "upper_unexpected": list(self.upper_unexpected),
             "tree_unchanged": self.tree_unchanged,
             "drift": list(self.drift),
-            "outside": (
-                {
-                    **self.outside.counts(),
-                    "compiled_files": list(self.outside.compiled),
-                    "noise_files": list(self.outside.noise),
-                }
-                if self.outside is not None
-                else None
-            ),
+            "outside": self.outside.to_dict() if self.outside is not None else None,
         }
 
 

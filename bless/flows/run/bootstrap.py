@@ -80,7 +80,7 @@ def run_bootstrap(
             "compile_markers": len(signals.compile_markers),
             "files": len(listing.files),
             "total_size": listing.total_size,
-            "outside": {**outside.counts(), "compiled_files": list(outside.compiled[:200])},
+            "outside": outside.to_dict(),
         }
     )
     return info, report, listing, artifacts

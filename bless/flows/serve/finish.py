@@ -33,9 +33,7 @@ class FinishResult:
             "upper_dir": self.upper_dir,
             "upper_written": len(self.upper_entries),
             "upper_entries": upper_summary(self.upper_entries),
-            "outside": (
-                {**self.outside.counts(), "compiled_files": list(self.outside.compiled[:200])} if self.outside else None
-            ),
+            "outside": self.outside.to_dict() if self.outside else None,
             "notes": list(self.notes),
         }
 
