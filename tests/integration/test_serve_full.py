@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from tests.integration.helpers import REPO, CliResult, our_containers, run_cli, write_profile
 
 pytestmark = pytest.mark.integration
@@ -151,8 +152,13 @@ def test_detach_canary_passes_and_a_second_start_is_refused(
         assert info.status == "running"
         assert info.labels["org.bless.phase"] == "serve"
         assert info.labels["org.bless.config-hash"] == blessed.config_hash
-        (mount,) = info.attrs["Mounts"]
-        assert mount["Type"] == "volume" and mount["Destination"] == "/var/cache/bless-engine"
+        mounts = {mount["Destination"]: mount for mount in info.attrs["Mounts"]}
+        assert set(mounts) == {"/var/cache/bless-engine", ENGINE_HOME, ENGINE_TMP}
+        assert mounts["/var/cache/bless-engine"]["Type"] == "volume"
+        # The engine's own HOME and temp dir: fresh binds under the serve dir, nothing of the image's HOME.
+        for private in (ENGINE_HOME, ENGINE_TMP):
+            assert mounts[private]["Type"] == "bind" and mounts[private]["RW"] is True
+            assert Path(mounts[private]["Source"]).is_relative_to(Path(doc["plan"]["serve_dir"]))
         bindings = info.attrs["NetworkSettings"]["Ports"]["8000/tcp"]
         assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
         assert get_json(f"http://127.0.0.1:{port}/v1/models")["data"][0]["id"] == "reference-tiny"
@@ -282,7 +288,8 @@ def test_debug_starts_without_the_cache_and_leaves_the_blessing_byte_identical(
         assert doc["result"]["canary"]["status"] == "skipped"
         assert "NOT BLESSED" in result.stderr and "DEBUG START" in result.stderr
         info = docker_client.containers.get(container)
-        assert info.attrs["Mounts"] == [], "a debug start mounts no cache at all"
+        destinations = sorted(mount["Destination"] for mount in info.attrs["Mounts"])
+        assert destinations == sorted([ENGINE_HOME, ENGINE_TMP]), "a debug start mounts no cache, only its own dirs"
         assert EAGER_MARKER in info.logs().decode()
     finally:
         remove_serving(docker_client, container)
