@@ -279,12 +279,14 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
                 step("save_artifact_s")
         elif mode.startswith("aot-"):
             cudagraphs = mode.endswith("-graphs")
-            options = {"mode": "reduce-overhead"} if cudagraphs else {}
+            compile_mode = "reduce-overhead" if cudagraphs else None  # None: torch.compile's default
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.enable_aot_compile = True  # torch 2.11 adds aot_compile only with it
             if mode.startswith("aot-save"):
-                compiled = torch.compile(model, fullgraph=True, dynamic=False, **options)
+                # Any: torch types torch.compile as returning the callable it was given, but what comes
+                # back carries the aot_compile entry points, which differ between torch releases.
+                compiled: Any = torch.compile(model, fullgraph=True, dynamic=False, mode=compile_mode)
                 module_aot = getattr(compiled.forward, "aot_compile", None)
                 with torch.no_grad():
                     if module_aot is not None:  # torch 2.13: the compiled Module.__call__, module first
@@ -292,7 +294,9 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
                         aot = module_aot(((ids,), {}))
                     else:  # torch 2.11: compile the unbound forward; the module is its first argument
                         steps["aot_path"] = "unbound forward"
-                        unbound = torch.compile(type(model).forward, fullgraph=True, dynamic=False, **options)
+                        unbound: Any = torch.compile(
+                            type(model).forward, fullgraph=True, dynamic=False, mode=compile_mode
+                        )
                         aot = unbound.aot_compile(((model, ids), {}))
                 step("aot_compile_s")
                 try:
@@ -304,18 +308,18 @@ def child(mode: str, device: str, artifact: Path) -> dict[str, Any]:
                 loaded = aot
             else:
                 with artifact.open("rb") as handle:
-                    data = io.BytesIO(handle.read())
+                    saved = io.BytesIO(handle.read())
                 try:
-                    loaded = torch.compiler.load_compiled_function(data, external_data={"model": model})
+                    loaded = torch.compiler.load_compiled_function(saved, external_data={"model": model})
                 except TypeError:  # no external_data parameter in this torch
-                    loaded = torch.compiler.load_compiled_function(io.BytesIO(data.getvalue()))
+                    loaded = torch.compiler.load_compiled_function(io.BytesIO(saved.getvalue()))
                 step("load_artifact_s")
 
             def function(x: Any) -> Any:  # the compiled Module.__call__: the module is its first argument
                 return loaded(model, x)
 
             def stepped(x: Any) -> Any:  # each call a new CUDA-graph step, as the engine does
-                torch.compiler.cudagraph_mark_step_begin()
+                torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]
                 return function(x).clone()
 
             calls(stepped if cudagraphs else function)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything bless needs on this machine, idempotently:
-#   1. a virtualenv in .venv with bless and its dev tools (pip install -e .[dev])
+#   1. a virtualenv in .venv with bless and its dev tools (pip install -e .[dev]), and torch's CPU
+#      build (the reference engine's unit tests and mypy need it; not a dev extra, because a plain
+#      `pip install torch` from PyPI brings several GB of CUDA packages)
 #   2. a running Docker Engine (scripts/ensure-docker.sh installs/starts one when needed)
 #   3. the reference engine image bless-reference:0.1.0 (cached: a rebuild only when its inputs change)
 #   4. the fleet tools of the tests and benchmarks (Debian packages, when root with apt-get):
@@ -23,6 +25,21 @@ if ! .venv/bin/python -c 'import bless, typer, rich, docker, jsonschema, fileloc
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch .venv/.bless-installed
+fi
+
+# torch: any build already there is left alone (a GPU host's venv may hold its CUDA build). Else the
+# CPU build: first a local wheel (pip's find-links; `+cpu` matches nothing on PyPI, so this can never
+# fetch the CUDA build), then the PyTorch CPU index for a machine with internet and no such wheel.
+# numpy beside it, as in the reference image: torch warns on every import without it.
+TORCH_VERSION=${BLESS_TORCH_VERSION:-2.13.0}
+TORCH_INDEX_URL=${BLESS_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  say "installing torch $TORCH_VERSION (CPU build) into .venv"
+  if ! .venv/bin/python -m pip install -q "torch==$TORCH_VERSION+cpu" numpy; then
+    say "no local CPU wheel of torch $TORCH_VERSION: installing it from $TORCH_INDEX_URL"
+    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
+    .venv/bin/python -m pip install -q numpy
+  fi
 fi
 
 missing=()

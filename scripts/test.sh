@@ -21,6 +21,8 @@ echo "test: pytest" >&2
 export BLESS_REQUIRE_DOCKER=1
 # Registry tests fail (not skip) when docker-registry is missing: setup.sh installed it.
 export BLESS_REQUIRE_REGISTRY=1
+# The reference engine's model tests fail (not skip) when torch is missing: setup.sh installed it.
+export BLESS_REQUIRE_TORCH=1
 set +e
 .venv/bin/python -m pytest "$@"
 code=$?

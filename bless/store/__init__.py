@@ -42,13 +42,13 @@ the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no
 """
 
 from bless.store.facade import Store, builtin_root, default_root
-from bless.store.faults import GC_STEPS, PUBLISH_STEPS, REJECT_STEPS, FaultHook
+from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
 from bless.store.fsutil import TMP_MARK, atomic_write_bytes
 from bless.store.gc import GcAction, GcReport
 from bless.store.index import ManifestIndex, ManifestRecord
 from bless.store.layout import PARTIAL_PREFIX
 from bless.store.procid import process_alive, process_identity
-from bless.store.publish import PublishResult
+from bless.store.publish import PUBLISH_STEPS, PublishResult
 
 __all__ = [
     "GC_STEPS",

@@ -422,7 +422,7 @@ class Store:
     def publish(self, staged_dir: Path, manifest: Manifest, *, fault: FaultHook | None = None) -> PublishResult:
         """Publish ``staged_dir`` as the blessing ``manifest`` describes, atomically.
 
-        Steps (see :data:`~bless.store.faults.PUBLISH_STEPS`): validate, move the tree into
+        Steps (see :data:`~bless.store.publish.PUBLISH_STEPS`): validate, move the tree into
         ``blessed/<hash>/<dir_id>`` (renamed from under ``root/staging``, else copied: the source is
         left untouched), fsync it, make it read-only (files 0444, dirs 0555) and verify it again,
         archive the live manifest of this hash, write the new manifest to a temp file and rename it

@@ -4,29 +4,18 @@ A writer operation (publish, reject, recover, gc) takes an optional ``fault`` ca
 with the name of each point just before the step it names, and at finer points inside the steps
 (each file copied, made read-only, removed). Production code passes nothing: no environment
 variable or setting can reach it. The crash tests run the operation in a child process whose
-``fault`` SIGKILLs the child at a chosen point.
+``fault`` SIGKILLs the child at a chosen point. The publish steps are
+:data:`bless.store.publish.PUBLISH_STEPS`, beside the calls that name them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["GC_STEPS", "PUBLISH_STEPS", "REJECT_STEPS", "FaultHook", "no_fault"]
+__all__ = ["GC_STEPS", "REJECT_STEPS", "FaultHook", "no_fault"]
 
 #: Called with a fault point's name; a test's hook may kill the process there.
 FaultHook = Callable[[str], None]
-
-#: The steps of :meth:`Store.publish`, in order; each is preceded by a fault point of that name.
-PUBLISH_STEPS: tuple[str, ...] = (
-    "validate",
-    "move-tree",
-    "fsync-tree",
-    "make-read-only",
-    "archive-old",
-    "write-manifest-tmp",
-    "rename-manifest",
-    "done",
-)
 
 #: The steps of :meth:`Store.reject`, in order.
 REJECT_STEPS: tuple[str, ...] = (

@@ -1,13 +1,13 @@
 """Atomic publish: the blessed tree lands read-only first, the manifest rename is the commit point.
 
-Steps (:data:`~bless.store.faults.PUBLISH_STEPS`, each preceded by a fault point): ``validate``
+Steps (:data:`PUBLISH_STEPS`, each preceded by a fault point of its name): ``validate``
 (serialize the manifest, re-hash the staged tree and require it equals the manifest's listing),
 ``move-tree`` (rename into ``blessed/<hash>/<dir_id>`` from under ``root/staging``, else copy to a
 ``.partial-`` sibling and rename), ``fsync-tree``, ``make-read-only`` (files 0444, dirs 0555, then
 the tree is verified again), ``archive-old``, ``write-manifest-tmp``, ``rename-manifest`` (the
-commit point, then fsync of the manifests dir), ``done``. Before the commit, a failure gives the
-tree back (or removes the copy); ``kill -9`` anywhere leaves the old blessing or the new one, and
-:meth:`Store.recover` removes the debris.
+commit point, then fsync of the manifests dir), ``clear-intent`` (drop the publishing marker),
+``done``. Before the commit, a failure gives the tree back (or removes the copy); ``kill -9``
+anywhere leaves the old blessing or the new one, and :meth:`Store.recover` removes the debris.
 """
 
 from __future__ import annotations
@@ -63,6 +63,37 @@ class PublishResult:
     archived_manifest: Path | None
 
 
+#: The steps of :func:`publish`, in order; each is preceded by a fault point of its name, where the
+#: crash tests kill a publish. The calls below take their names from here, so the tests that
+#: parametrize over this tuple follow a renamed step; a fault point added with a name of its own is
+#: caught by the test that compares this tuple with the points a real publish reaches.
+PUBLISH_STEPS: tuple[str, ...] = (
+    "validate",
+    "move-tree",
+    "fsync-tree",
+    "make-read-only",
+    "archive-old",
+    "write-manifest-tmp",
+    "rename-manifest",
+    "clear-intent",
+    "done",
+)
+(
+    VALIDATE,
+    MOVE_TREE,
+    FSYNC_TREE,
+    MAKE_READ_ONLY,
+    ARCHIVE_OLD,
+    WRITE_MANIFEST_TMP,
+    RENAME_MANIFEST,
+    CLEAR_INTENT,
+    DONE,
+) = PUBLISH_STEPS
+#: The step whose rename commits the new blessing: a kill before it leaves the old blessing, a kill
+#: at any later step the new one.
+COMMIT_STEP = RENAME_MANIFEST
+
+
 def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook) -> PublishResult:
     """See :meth:`bless.store.Store.publish`."""
     staged_dir = Path(staged_dir).absolute()
@@ -73,7 +104,7 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
     with os_errors(f"publishing {config_hash[:16]}..."), store.lock(config_hash):
         store.recover(fault=fault)
 
-        fault("validate")
+        fault(VALIDATE)
         document = manifest.to_json_bytes()  # validates against the schema
         target = store.blessed_dir(manifest)
         store.require_valid_manifests()
@@ -106,17 +137,17 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
         renamed: bool | None = None  # None: nothing moved yet
         tmp: Path | None = None
         try:
-            fault("move-tree")
+            fault(MOVE_TREE)
             renamed = _move_tree(store, staged_dir, target, fault)
 
-            fault("fsync-tree")
+            fault(FSYNC_TREE)
             fsync_tree(target)
             fsync_dir(target.parent)
             fsync_dir(paths.blessed)
             if renamed:
                 fsync_dir(staged_dir.parent)
 
-            fault("make-read-only")
+            fault(MAKE_READ_ONLY)
             set_tree_modes(target, READ_ONLY_FILE_MODE, READ_ONLY_DIR_MODE, durable=True)
             # Hashing again costs time but closes the gap between validate and now (a writer
             # that still had a staged file open): the commit must cover exactly these bytes.
@@ -129,13 +160,13 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                     details={"problems": [p.to_dict() for p in check.problems]},
                 )
 
-            fault("archive-old")
+            fault(ARCHIVE_OLD)
             archived = _archive_manifest(store, *live) if live is not None else None
 
-            fault("write-manifest-tmp")
+            fault(WRITE_MANIFEST_TMP)
             tmp = write_tmp(paths.manifests_dir, config_hash, document, FILE_MODE)
 
-            fault("rename-manifest")
+            fault(RENAME_MANIFEST)
             tmp.replace(manifest_target)  # THE commit point
             tmp = None
             fault("rename-manifest:before-fsync")
@@ -165,11 +196,11 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                 hint="the blessing is visible but may not survive a power loss; run bless verify",
             ) from exc
         store.note_published(manifest_target, config_hash)
-        fault("clear-intent")
+        fault(CLEAR_INTENT)
         with contextlib.suppress(OSError):
             intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
 
-        fault("done")
+        fault(DONE)
         return PublishResult(
             config_hash=config_hash,
             manifest_path=manifest_target,

@@ -20,25 +20,28 @@ from bless.errors import AlreadyBlessedError
 from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, TMP_MARK, Store
 from bless.store.layout import PUBLISHING_PREFIX
+from bless.store.publish import COMMIT_STEP, MOVE_TREE, RENAME_MANIFEST, VALIDATE
 from bless.verify import verify_tree
 from tests.unit.store_helpers import make_manifest, run_child, write_tree
 
-# The manifest rename is the commit point: a kill before the "done" fault point leaves the old
-# state; at "done" the new blessing is already committed.
-COMMITTED_AT = "done"
+
+def committed_before(step: str) -> bool:
+    """Whether a kill just before ``step`` finds the new blessing committed (the commit step is done)."""
+    return PUBLISH_STEPS.index(step) > PUBLISH_STEPS.index(COMMIT_STEP)
 
 
-def test_the_step_names_are_the_documented_ones() -> None:
-    assert PUBLISH_STEPS == (
-        "validate",
-        "move-tree",
-        "fsync-tree",
-        "make-read-only",
-        "archive-old",
-        "write-manifest-tmp",
-        "rename-manifest",
-        "done",
-    )
+def test_the_steps_are_the_points_a_publish_reaches(tmp_path: Path) -> None:
+    # The crash tests below kill at each of PUBLISH_STEPS, so it must name every step a real publish
+    # takes, in order: points inside a step ("move-tree:copy-file") are the ones with a colon.
+    store = Store(tmp_path / "root")
+    for number, variant in enumerate(("old", "new"), start=1):  # a first blessing, then a rebless
+        tree = write_tree(tmp_path / f"outside-{number}" / "cache", variant)  # copied in: inner points too
+        reached: list[str] = []
+        store.publish(
+            tree, make_manifest(tree, dir_id=f"2024010{number}T000000Z-00000000000{number}"), fault=reached.append
+        )
+        assert [point for point in reached if ":" not in point] == list(PUBLISH_STEPS)
+        assert "move-tree:copy-file" in reached
 
 
 def assert_state(store: Store, config_hash: str, expected: Manifest | None) -> None:
@@ -90,7 +93,7 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
     child = run_child("publish", str(store.root), str(new_tree), str(manifest_file), "--kill-at", step)
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
 
-    expected = new if step == COMMITTED_AT else old
+    expected = new if committed_before(step) else old
     assert_state(store, new.config_hash, expected)
     if rebless and old is not None:
         # The superseded (or still live) old tree is intact either way.
@@ -104,14 +107,14 @@ def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool
     assert blessed_versions(store, new.config_hash) == sorted(
         {m.cache.dir_id for m in (old, expected) if m is not None}
     )
-    if step == "rename-manifest":
+    if step == RENAME_MANIFEST:
         assert any(TMP_MARK in path.name for path in removed), removed
-    if step in ("validate", "move-tree"):
+    if step in (VALIDATE, MOVE_TREE):
         assert new_tree.is_dir()  # not consumed before the move
 
     # The store stays usable: publishing the same version again works (or is already done).
     retry = write_tree(tmp_path / "retry" / "cache", "new")
-    if step == COMMITTED_AT:
+    if committed_before(step):
         with pytest.raises(AlreadyBlessedError):
             store.publish(retry, new)
     else:
@@ -174,7 +177,7 @@ def test_kill_at_every_point_inside_publish(tmp_path: Path, undo: bool) -> None:
     points = trace("publish", str(store.root), str(tree), str(manifest_file), *extra)
     assert points.count("move-tree:copy-file") == 4  # one per file of the tree
     if undo:
-        assert "undo" in points and "rename-manifest" not in points
+        assert "undo" in points and RENAME_MANIFEST not in points
     for index in kill_points(points):
         store, old, new, tree, manifest_file = publish_case(fresh(tmp_path, index), rebless=True)
         assert old is not None

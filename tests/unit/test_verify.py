@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import posixpath
+import pwd
 import shutil
 import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -563,24 +565,76 @@ def test_invalid_worker_count(root: Path, listing: TreeListing) -> None:
         check(root, listing, workers=0)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
-def test_unreadable_file_is_reported(root: Path, listing: TreeListing) -> None:
-    os.chmod(root / "small/a.txt", 0)
-    try:
-        assert found(check(root, listing)) == {("unreadable", "small/a.txt")}
-    finally:
-        os.chmod(root / "small/a.txt", 0o644)
+# Root reads everything whatever the modes say, so as root (the test command's user) the check of
+# an unreadable part runs in a forked child that drops to ``nobody`` (its group, no supplementary
+# groups) first. Forked, not exec'd: the interpreter may live where nobody cannot reach (a pyenv
+# under /root), and the child already holds bless. The tree is then a copy in a fresh dir nobody
+# can reach, because pytest's tmp dirs are 0700 root. As any other user the check runs in-process.
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
-def test_unlistable_dir_is_reported(root: Path, listing: TreeListing) -> None:
-    os.chmod(root / "nested/deep", 0)
+@pytest.fixture
+def reachable_root(root: Path) -> Iterator[Path]:
+    """``root``, or as root a copy of it in a fresh 0755 dir that an unprivileged child can reach."""
+    if os.geteuid() != 0:
+        yield root
+        return
+    base = Path(tempfile.mkdtemp(prefix="bless-verify-"))
     try:
-        result = check(root, listing)
-        assert ("unreadable", "nested/deep") in found(result)
-        assert {("missing", "nested/deep/c.bin"), ("missing", "nested/deep/d.json")} <= found(result)
+        base.chmod(0o755)
+        copy = base / "cache"
+        shutil.copytree(root, copy)  # keeps the modes: files 0644, dirs 0755
+        yield copy
     finally:
-        os.chmod(root / "nested/deep", 0o755)
+        shutil.rmtree(base)  # root removes it whatever modes the test left
+
+
+def unprivileged_found(root: Path, listing: TreeListing) -> set[tuple[str, str]]:
+    """The problems ``verify_tree`` finds when run by a user that the modes apply to."""
+    if os.geteuid() != 0:
+        return found(check(root, listing))
+    nobody = pwd.getpwnam("nobody")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            reply = {"euid": os.geteuid(), "problems": [p.to_dict() for p in check(root, listing).problems]}
+            code = 0
+        except BaseException as exc:
+            reply = {"error": repr(exc)}
+        finally:
+            with os.fdopen(write_end, "w") as out:
+                json.dump(reply, out)
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        reply = json.load(pipe)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, reply
+    assert reply["euid"] == nobody.pw_uid  # the modes bind it: it really dropped root
+    return {(problem["kind"], problem["path"]) for problem in reply["problems"]}
+
+
+def test_unreadable_file_is_reported(reachable_root: Path, listing: TreeListing) -> None:
+    os.chmod(reachable_root / "small/a.txt", 0)
+    try:
+        assert unprivileged_found(reachable_root, listing) == {("unreadable", "small/a.txt")}
+    finally:
+        os.chmod(reachable_root / "small/a.txt", 0o644)
+
+
+def test_unlistable_dir_is_reported(reachable_root: Path, listing: TreeListing) -> None:
+    os.chmod(reachable_root / "nested/deep", 0)
+    try:
+        problems = unprivileged_found(reachable_root, listing)
+        assert ("unreadable", "nested/deep") in problems
+        assert {("missing", "nested/deep/c.bin"), ("missing", "nested/deep/d.json")} <= problems
+    finally:
+        os.chmod(reachable_root / "nested/deep", 0o755)
 
 
 # ---------------------------------------------------------------------------------------------
