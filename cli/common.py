@@ -73,7 +73,7 @@ class AppState:
 
     ``root`` None means :func:`bless.store.default_root` (``$BLESS_ROOT`` or ``~/.cache/bless``);
     ``manifests_dir`` None means ``<root>/manifests``. ``allow_test_knobs`` is no option: only a
-    Python caller of :func:`cli.main.main` sets it (bless's own integration tests).
+    Python caller of :func:`bless.cli.main.main` sets it (bless's own integration tests).
     """
 
     root: Path | None = None

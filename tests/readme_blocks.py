@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
-PROGRAMS = {"bless": "cli.main", "serve-full": "cli.serve"}
+PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
 #: Programs that are not bless's, which README lines may use around it (copying metadata, Docker).
 OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "docker", "git")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
