@@ -5,12 +5,14 @@ Everything here is a thin call into ``bless``; nothing prints.
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+import bless
 from bless.errors import NoManifestError, UsageError
 from bless.factors import (
     ResolvedConfig,
@@ -64,6 +66,30 @@ AllowUnknownEngineVersionOption = Annotated[
 ]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors and error details.")
+]
+
+
+def installed_version() -> str:
+    """bless's version: the installed distribution's, else (a checkout run without installing) the package's own."""
+    try:
+        return importlib.metadata.version("bless")
+    except importlib.metadata.PackageNotFoundError:
+        return bless.__version__
+
+
+def print_version(ctx: typer.Context, value: bool) -> None:
+    """``--version``: ``PROGRAM VERSION`` on stdout, then exit 0 (eager: before any other option is checked).
+
+    Plain text even with ``--json`` on the line, as ``--help``: both answer about the program, not a command.
+    """
+    if value:
+        typer.echo(f"{ctx.find_root().info_name} {installed_version()}")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit."),
 ]
 
 

@@ -27,6 +27,7 @@ from bless.cli.common import (
     ProfileOption,
     RootOption,
     VerboseOption,
+    VersionOption,
     app_state,
     lookup_manifest,
     reading_store,
@@ -68,7 +69,8 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion / --show-completion: typer's shell completion (bash, zsh, fish, PowerShell)
+    add_completion=True,
     # Plain help: rich markup would eat bracketed words ("[hardware]"), and typer's rich help
     # prints a "<bool>" type on every flag.
     rich_markup_mode=None,
@@ -93,6 +95,7 @@ def main_options(
     root: RootOption = None,
     manifests_dir: ManifestsDirOption = None,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Bless and verify compiled torch.compile caches for LLM serving, fail closed."""
     # What the entry point preset (main()'s parameters), completed by the global options.

@@ -41,6 +41,7 @@ from bless.cli.common import (
     ProfileOption,
     RootOption,
     VerboseOption,
+    VersionOption,
 )
 from bless.cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
 from bless.engines import get_adapter
@@ -54,7 +55,7 @@ from bless.text import shown
 
 app = typer.Typer(
     name="serve-full",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion, as bless's
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help, as bless's (bless.cli.main says why)
     help="Serve a profile on its blessed compile cache, fail closed.",
@@ -340,6 +341,7 @@ def serve_full(
     plain_http: PlainHttpOption = None,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
 

@@ -934,3 +934,80 @@ def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int
     text = console.export_text()
     assert f"{uploaded} of 3 blobs uploaded" in text
     assert ("the registry had the rest" in text) is says_rest
+
+
+# --------------------------------------------------------------------------------------------- --version, completion
+
+
+@pytest.mark.parametrize(("entry", "program"), [(_bless_main, "bless"), (cli_serve.main, "serve-full")])
+def test_version_prints_the_installed_version_and_exits_0(
+    capsys: pytest.CaptureFixture[str], entry: Callable[[list[str]], object], program: str
+) -> None:
+    """Eager: no command (bless) and no --profile (serve-full) needed; the distribution's version, one line."""
+    import importlib.metadata
+
+    code, out, _ = _entry(capsys, entry, ["--version"])
+    assert code == 0
+    assert out == f"{program} {importlib.metadata.version('bless')}\n"
+
+
+def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path: Path) -> None:
+    """A checkout run without installing (PYTHONPATH, as the GPU scripts do) has no distribution metadata.
+
+    The interpreter starts without site (-S); its dependencies are reached through a directory that links every
+    entry of this venv's site-packages except bless's own metadata and editable finder.
+    """
+    import subprocess
+    import sys
+    import sysconfig
+
+    import bless
+
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("bless-", "__editable__", "bless.")):
+            (deps / entry.name).symlink_to(entry)
+    repo = Path(__file__).resolve().parents[2]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{repo}:{deps}"}
+    check = (
+        "import importlib.metadata as m\ntry:\n    m.version('bless')\nexcept m.PackageNotFoundError:\n    print('no')"
+    )
+    absent = subprocess.run([sys.executable, "-S", "-c", check], env=env, capture_output=True, text=True, check=False)
+    assert absent.stdout.strip() == "no", absent.stdout + absent.stderr  # the fallback path is the one taken
+    for module, program in (("bless.cli.main", "bless"), ("bless.cli.serve", "serve-full")):
+        result = subprocess.run(
+            [sys.executable, "-S", "-m", module, "--version"], env=env, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout == f"{program} {bless.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "variable", "words", "expected"),
+    [
+        ("bless.cli.main", "_BLESS_COMPLETE", "bless ver", "verify"),
+        ("bless.cli.main", "_BLESS_COMPLETE", "bless run --tri", "--trials"),
+        ("bless.cli.serve", "_SERVE_FULL_COMPLETE", "serve-full --dry", "--dry-run"),
+    ],
+)
+def test_shell_completion_answers_through_the_entry_point(
+    module: str, variable: str, words: str, expected: str
+) -> None:
+    """What the script from --install-completion / --show-completion asks the program at every TAB (bash)."""
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {variable: "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+    program = "bless" if module.endswith("main") else "serve-full"
+    code = f"import sys; sys.argv[0] = {program!r}; import {module} as m; m.main()"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert expected in result.stdout.split(), result.stdout
+
+
+def test_show_completion_prints_a_script_for_the_named_program(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _entry(capsys, _bless_main, ["--show-completion", "bash"])
+    assert code == 0
+    assert "_BLESS_COMPLETE=complete_bash" in out and "complete -o default -F _bless_completion bless" in out

@@ -151,6 +151,10 @@ def test_a_venv_with_only_the_wheel_runs_both_commands(wheel: Path, tmp_path: Pa
     assert Path(origin).is_relative_to(venv), origin
     assert "'runtime'" in schema_fields, schema_fields  # the profile schema, read from the wheel's bless/schema
     assert strays == "[]", "a top-level cli or manifests package is importable from the wheel's venv"
+    version = PYPROJECT["project"]["version"]
+    for program in ("bless", "serve-full"):
+        said = run(str(venv / "bin" / program), "--version")
+        assert (said.returncode, said.stdout) == (0, f"{program} {version}\n"), said.stderr[-3000:]
     codes = run(str(venv / "bin" / "bless"), "exit-codes", "--json")
     assert codes.returncode == 0 and '"ok": true' in codes.stdout, codes.stderr[-3000:]
 
