@@ -40,8 +40,9 @@ fi
 
 if [ "${BLESS_SKIP_DOCKER:-0}" = "1" ]; then
   say "BLESS_SKIP_DOCKER=1: not touching Docker"
+  say "ready: source .venv/bin/activate puts bless and serve-full on PATH"
   exit 0
 fi
 bash scripts/ensure-docker.sh
 bash scripts/build-reference-image.sh >/dev/null
-say "ready: .venv/bin/bless --help"
+say "ready: source .venv/bin/activate puts bless and serve-full on PATH"

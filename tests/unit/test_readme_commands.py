@@ -52,3 +52,13 @@ def test_parse_check_catches_what_a_user_would_hit(tmp_path: Path) -> None:
         check_parses("bash scripts/nope.sh")
     check_parses("BLESS_SKIP_DOCKER=1 .venv/bin/bless --root /tmp/x run --profile profiles/reference-cpu.toml --wait")
     assert json.loads(run_block(Block(1, "offline", "bless exit-codes --json"), tmp_path, timeout=120).stdout)["ok"]
+
+
+def test_the_venv_is_activated_right_after_the_two_commands() -> None:
+    """The README's later lines call bless by name: the block after main.sh / test.sh must put it on PATH."""
+    first, second = BLOCKS[0], BLOCKS[1]
+    assert "bash scripts/main.sh" in first.text
+    assert second.commands()[0].split("#")[0].split() == ["source", ".venv/bin/activate"]
+    assert any(line.startswith("bless ") for line in second.commands())
+    with pytest.raises(AssertionError, match="activates"):
+        check_parses("source ~/other-venv/bin/activate")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -54,3 +55,34 @@ def test_bench_serve_describes_a_host_without_docker(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty dir: no docker here
     bench_serve = _load_script("bench_serve.py")
     assert bench_serve.machine()["docker"] == "none"
+
+
+def _hint(venv: str, active: str | None) -> str:
+    env = {"PATH": "/usr/bin:/bin"} | ({"VIRTUAL_ENV": active} if active else {})
+    result = subprocess.run(
+        ["bash", "-c", f'source scripts/common.sh && activation_hint "{venv}"'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout == "", "the hint must not mix into a command's stdout (main.sh passes --json through)"
+    return result.stderr
+
+
+def test_main_ends_by_saying_how_to_activate_the_venv() -> None:
+    """After main.sh, the README's next command is ``bless list``: without the venv on PATH it is not found."""
+    lines = [line for line in (REPO / "scripts" / "main.sh").read_text().splitlines() if line.strip()]
+    assert "source scripts/common.sh" in lines
+    assert lines[-1] == 'activation_hint "$PWD/.venv"'
+    hint = _hint("/srv/clone/.venv", None)
+    assert "\n    source /srv/clone/.venv/bin/activate\n" in hint  # on a line of its own, to copy
+    assert "/srv/clone/.venv/bin/bless" in hint
+    assert "is active" in _hint("/srv/clone/.venv", "/srv/clone/.venv")
+    assert "source /srv/clone/.venv/bin/activate" in _hint("/srv/clone/.venv", "/elsewhere/.venv")
+
+
+def test_setup_says_how_to_activate_the_venv_whichever_way_it_ends() -> None:
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert setup.count('say "ready: source .venv/bin/activate puts bless and serve-full on PATH"') == 2
