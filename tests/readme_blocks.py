@@ -33,8 +33,8 @@ README = REPO / "README.md"
 MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
-#: Programs that are not bless's, which README lines may use around it (copying metadata, Docker).
-OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "docker", "git")
+#: Programs that are not bless's, which README lines may use around it (copying metadata, Docker, cleaning up).
+OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git")
 #: The one file a README line may ``source``: the activation script of the venv scripts/setup.sh creates.
 VENV_ACTIVATE = ".venv/bin/activate"
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

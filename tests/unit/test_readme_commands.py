@@ -62,3 +62,20 @@ def test_the_venv_is_activated_right_after_the_two_commands() -> None:
     assert any(line.startswith("bless ") for line in second.commands())
     with pytest.raises(AssertionError, match="activates"):
         check_parses("source ~/other-venv/bin/activate")
+
+
+def test_clean_up_undoes_what_setup_and_the_examples_start() -> None:
+    """The Clean up block names a way to stop or remove each thing: registry, dockerd, image, build cache, store."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Clean up\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = [block for block in BLOCKS if block.text in section]
+    commands = block.commands()
+    for expected in (
+        "serve-full stop ",
+        "bash scripts/start-registry.sh --stop ",
+        "bash scripts/ensure-docker.sh --stop",
+        "docker image rm bless-reference:0.1.0",
+        'rm -rf "$(bash scripts/build-reference-image.sh --cache-dir)"',
+        "rm -rf ~/.cache/bless ",
+    ):
+        assert any(line.startswith(expected) for line in commands), expected

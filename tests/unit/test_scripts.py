@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import subprocess
@@ -86,3 +87,117 @@ def test_main_ends_by_saying_how_to_activate_the_venv() -> None:
 def test_setup_says_how_to_activate_the_venv_whichever_way_it_ends() -> None:
     setup = (REPO / "scripts" / "setup.sh").read_text()
     assert setup.count('say "ready: source .venv/bin/activate puts bless and serve-full on PATH"') == 2
+
+
+# ------------------------------------------------------------------ cleaning up what the scripts started
+
+
+def _script(name: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / name), *args],
+        cwd=cwd,
+        env=os.environ | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_start_registry_help_is_usage_not_a_storage_dir(tmp_path: Path) -> None:
+    result = _script("start-registry.sh", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "usage:" in result.stdout and "--stop STORAGE_DIR" in result.stdout
+    assert list(tmp_path.iterdir()) == [], "--help was taken for a directory"
+    unknown = _script("start-registry.sh", "--bogus", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown option: --bogus" in unknown.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_start_registry_stops_what_it_started_and_says_how(tmp_path: Path) -> None:
+    from tests.registry import free_port, registry_binary
+
+    registry_binary()  # skips (or fails under scripts/test.sh) without docker-registry
+    storage = tmp_path / "registry"
+    started = _script("start-registry.sh", str(storage), f"127.0.0.1:{free_port()}", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    assert f"stop it with: bash scripts/start-registry.sh --stop {storage}" in started.stderr
+    pid = int((storage / "registry.pid").read_text())
+    assert Path(f"/proc/{pid}").exists()
+    stopped = _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped the registry of {storage} (pid {pid})" in stopped.stderr
+    assert not _running(pid) and not (storage / "registry.pid").exists()
+    assert (storage / "data").is_dir(), "stopping keeps the blobs"
+    again = _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to stop" in again.stderr
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a stopped child of ours stays in /proc until reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("script", ["start-registry.sh", "ensure-docker.sh"])
+def test_a_stale_pid_file_kills_nothing(script: str, tmp_path: Path) -> None:
+    """A pid file can outlive its process and the pid be reused: --stop checks what the pid is before a kill."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        if script == "start-registry.sh":
+            pidfile, args, env = tmp_path / "registry.pid", ["--stop", str(tmp_path)], None
+        else:
+            pidfile = tmp_path / "dockerd.pid"
+            args, env = ["--stop"], {"BLESS_DOCKERD_PIDFILE": str(pidfile)}
+        pidfile.write_text(f"{bystander.pid}\n")
+        result = _script(script, *args, cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "not running" in result.stderr
+        assert bystander.poll() is None, "--stop killed a process it did not start"
+        assert not pidfile.exists(), "the stale pid file is left behind"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_ensure_docker_stop_without_its_pid_file_leaves_docker_alone(tmp_path: Path) -> None:
+    result = _script("ensure-docker.sh", "--stop", cwd=tmp_path, env={"BLESS_DOCKERD_PIDFILE": str(tmp_path / "none")})
+    assert result.returncode == 0
+    assert "started no dockerd; a Docker Engine started otherwise is left alone" in result.stderr
+    usage = _script("ensure-docker.sh", "--help", cwd=tmp_path)
+    assert usage.returncode == 0 and "--stop" in usage.stderr
+
+
+def test_ensure_docker_records_the_pid_of_the_dockerd_it_starts() -> None:
+    """--stop can only find the daemon through that record: it must be written right after the start."""
+    text = (REPO / "scripts" / "ensure-docker.sh").read_text()
+    start = text.index("setsid nohup dockerd")
+    assert text.index('echo "$pid" >"$PIDFILE"') > start
+    assert text.index('echo "$pid" >"$PIDFILE"') < text.index("wait_for_docker", start)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"BLESS_ROOT": "/srv/bless-root"}, "/srv/bless-root/build"),
+        ({"BLESS_ROOT": "/srv/bless-root", "BLESS_BUILD_CACHE": "/srv/cache"}, "/srv/cache"),
+        ({"HOME": "/home/someone"}, "/home/someone/.cache/bless/build"),
+    ],
+)
+def test_the_build_cache_follows_the_store_root(env: dict[str, str], expected: str, tmp_path: Path) -> None:
+    """The wheelhouse (a torch wheel) goes where BLESS_ROOT puts the store, not always to ~/.cache."""
+    base = {k: v for k, v in os.environ.items() if k not in ("BLESS_ROOT", "BLESS_BUILD_CACHE", "XDG_CACHE_HOME")}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-reference-image.sh"), "--cache-dir"],
+        cwd=tmp_path,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{expected}\n"
