@@ -201,3 +201,68 @@ def test_the_build_cache_follows_the_store_root(env: dict[str, str], expected: s
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{expected}\n"
+
+
+# ------------------------------------------------------------------ setup's steps: one line each, noise in a log
+
+
+def _steps(script: str, log: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (bash) with scripts/common.sh sourced and STEP_LOG at ``log``."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", f"source scripts/common.sh\n{script}"],
+        cwd=REPO,
+        env={"PATH": os.environ["PATH"], "STEP_LOG": str(log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_step_shows_one_line_and_logs_its_noise(tmp_path: Path) -> None:
+    log = tmp_path / "setup.log"
+    log.touch()
+    result = _steps(
+        "run_step 'installing things' sh -c 'echo Get:1 http://deb.example bookworm; echo Collecting pip >&2'\n"
+        "step_said '^Collecting'\n",
+        log,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "setup: installing things\n"
+    assert result.stdout == "Collecting pip\n"  # step_said reads back what the last step printed
+    text = log.read_text()
+    assert "installing things" in text and "Get:1 http://deb.example" in text and "Collecting pip" in text
+
+
+def test_a_failed_step_shows_the_log_tail_and_where_the_log_is(tmp_path: Path) -> None:
+    log = tmp_path / "setup.log"
+    log.touch()
+    result = _steps(
+        "run_step 'first' true\n"
+        "failing() { echo E: Unable to locate package nope && return 7; }\n"
+        "run_step 'installing nope' failing\n"
+        "echo not reached >&2\n",
+        log,
+    )
+    assert result.returncode == 7
+    assert result.stderr.startswith("setup: first\nsetup: installing nope\n")
+    assert "setup: FAILED (exit 7): installing nope" in result.stderr
+    assert "  | E: Unable to locate package nope" in result.stderr
+    assert f"the whole log: {log}" in result.stderr
+    assert "not reached" not in result.stderr, "setup must stop at the failed step"
+
+
+def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
+    """apt-get and pip print hundreds of lines: setup.sh runs them only inside functions given to run_step."""
+    text = (REPO / "scripts" / "setup.sh").read_text()
+    functions = dict(re.findall(r"^(\w+)\(\) \{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL))
+    stepped = {name for name in functions if re.search(rf"^\s*run_step .*\\?\n?\s*{name}\b", text, re.MULTILINE)}
+    assert {"install_bless", "apt_install"} <= stepped, stepped
+    outside = text
+    for name in stepped:
+        outside = outside.replace(functions[name], "")
+    outside = "\n".join(line for line in outside.splitlines() if not line.lstrip().startswith("#"))
+    for tool in ("apt-get install", "apt-get update", "pip install"):
+        assert tool not in outside, f"setup.sh runs {tool} outside a logged step"
+    assert "STEP_LOG=$PWD/.venv/setup.log" in text
+    assert 'say "the output of each step goes to $STEP_LOG"' in text
