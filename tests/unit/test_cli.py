@@ -954,8 +954,8 @@ def test_version_prints_the_installed_version_and_exits_0(
 def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path: Path) -> None:
     """A checkout run without installing (PYTHONPATH, as the GPU scripts do) has no distribution metadata.
 
-    The interpreter starts without site (-S); its dependencies are reached through a directory that links every
-    entry of this venv's site-packages except bless's own metadata and editable finder.
+    The interpreter starts without site (-S); bless and its dependencies are reached through a directory that links
+    the package and every entry of this venv's site-packages except bless's own metadata and editable finder.
     """
     import subprocess
     import sys
@@ -968,16 +968,25 @@ def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path:
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if not entry.name.startswith(("bless-", "__editable__", "bless.")):
             (deps / entry.name).symlink_to(entry)
-    repo = Path(__file__).resolve().parents[2]
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{repo}:{deps}"}
+    # bless alone, not the checkout: an editable install leaves bless.egg-info (metadata) at the checkout's top
+    (deps / "bless").symlink_to(Path(bless.__file__).resolve().parent)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)}
     check = (
         "import importlib.metadata as m\ntry:\n    m.version('bless')\nexcept m.PackageNotFoundError:\n    print('no')"
     )
-    absent = subprocess.run([sys.executable, "-S", "-c", check], env=env, capture_output=True, text=True, check=False)
+    # cwd: -c and -m put it first on sys.path, and the checkout's is where bless.egg-info is
+    absent = subprocess.run(
+        [sys.executable, "-S", "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
     assert absent.stdout.strip() == "no", absent.stdout + absent.stderr  # the fallback path is the one taken
     for module, program in (("bless.cli.main", "bless"), ("bless.cli.serve", "serve-full")):
         result = subprocess.run(
-            [sys.executable, "-S", "-m", module, "--version"], env=env, capture_output=True, text=True, check=False
+            [sys.executable, "-S", "-m", module, "--version"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout == f"{program} {bless.__version__}\n"
