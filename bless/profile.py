@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bless.errors import InputInvalidError
-from bless.schemas import schema_errors
+from bless.schemas import SCHEMA_DIR, schema_errors
 from bless.text import shown
 
 MAX_PROFILE_BYTES = 1 << 20
@@ -116,7 +116,7 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
     if errors:
         raise InputInvalidError(
             f"{where}: " + "; ".join(errors),
-            hint="fix the named field(s); the schema is manifests/schema/profile.v1.json",
+            hint=f"fix the named field(s); the schema is {SCHEMA_DIR / 'profile.v1.json'}",
             details={"file": where, "errors": errors},
         )
     _check_values(where, document)

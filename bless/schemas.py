@@ -1,4 +1,4 @@
-"""Loading and applying the JSON Schemas shipped in ``manifests/schema/``."""
+"""Loading and applying the JSON Schemas shipped in ``bless/schema/`` (``manifests/schema/`` of the repository)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-import manifests
 from bless.text import shown
 
-# Shipped as package data of the ``manifests`` package, so a wheel install finds them too.
-SCHEMA_DIR = Path(manifests.__file__).resolve().parent / "schema"
+# Package data of bless (bless.schema), so a wheel install finds them too; in a checkout bless/schema is a
+# symlink to manifests/schema/, where the schemas are kept next to the manifests documentation.
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 
 
 def _whole_pattern(
@@ -40,7 +40,7 @@ _Validator = jsonschema.validators.extend(Draft202012Validator, {"pattern": _who
 
 @cache
 def validator(name: str) -> jsonschema.protocols.Validator:
-    """The validator for ``manifests/schema/<name>.json`` (e.g. ``profile.v1``)."""
+    """The validator for ``bless/schema/<name>.json`` (e.g. ``profile.v1``)."""
     schema = json.loads((SCHEMA_DIR / f"{name}.json").read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return _Validator(schema)

@@ -35,10 +35,10 @@ try:  # typer >= 0.2x ships its own copy of click, whose exceptions are not clic
 except ImportError:  # older typer runs on click itself
     from click.exceptions import ClickException  # type: ignore[assignment]
 
+from bless.cli.common import AppState
+from bless.cli.render import err_console
 from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
 from bless.text import json_safe, shown
-from cli.common import AppState
-from cli.render import err_console
 
 P = ParamSpec("P")
 

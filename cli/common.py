@@ -5,12 +5,14 @@ Everything here is a thin call into ``bless``; nothing prints.
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+import bless
 from bless.errors import NoManifestError, UsageError
 from bless.factors import (
     ResolvedConfig,
@@ -67,13 +69,37 @@ VerboseOption = Annotated[
 ]
 
 
+def installed_version() -> str:
+    """bless's version: the installed distribution's, else (a checkout run without installing) the package's own."""
+    try:
+        return importlib.metadata.version("bless")
+    except importlib.metadata.PackageNotFoundError:
+        return bless.__version__
+
+
+def print_version(ctx: typer.Context, value: bool) -> None:
+    """``--version``: ``PROGRAM VERSION`` on stdout, then exit 0 (eager: before any other option is checked).
+
+    Plain text even with ``--json`` on the line, as ``--help``: both answer about the program, not a command.
+    """
+    if value:
+        typer.echo(f"{ctx.find_root().info_name} {installed_version()}")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit."),
+]
+
+
 @dataclass(frozen=True)
 class AppState:
     """The global options of ``bless`` (set by the app callback, read by every command).
 
     ``root`` None means :func:`bless.store.default_root` (``$BLESS_ROOT`` or ``~/.cache/bless``);
     ``manifests_dir`` None means ``<root>/manifests``. ``allow_test_knobs`` is no option: only a
-    Python caller of :func:`cli.main.main` sets it (bless's own integration tests).
+    Python caller of :func:`bless.cli.main.main` sets it (bless's own integration tests).
     """
 
     root: Path | None = None

@@ -11,6 +11,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from bless.cli import render
+from bless.cli.boundary import Report, command
+from bless.cli.common import JsonOption, app_state, lookup_manifest, reading_store
 from bless.errors import NoManifestError
 from bless.manifest import Manifest
 from bless.modelsig import write_bundle
@@ -29,9 +32,6 @@ from bless.trust import (
     sign_blessing,
     trust_state_dir,
 )
-from cli import render
-from cli.boundary import Report, command
-from cli.common import JsonOption, app_state, lookup_manifest, reading_store
 
 # The registry client (oras, requests) is imported by the commands that talk to a registry, not by
 # every bless command: run, verify and serve-full without --from neither need it nor pay its import.

@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from bless.cli import render
+from bless.cli.boundary import Report, command
+from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
 from bless.store import atomic_write_bytes
 from bless.text import shown
-from cli import render
-from cli.boundary import Report, command
-from cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:

@@ -1,9 +1,9 @@
 """``bless``: bless, verify and inspect compiled caches (the typer app and its commands).
 
-Each command parses its options, calls ``bless``, and returns a :class:`cli.boundary.Report`; the
-error boundary (:mod:`cli.boundary`) writes it (JSON on stdout with ``--json``, rich on stderr
+Each command parses its options, calls ``bless``, and returns a :class:`bless.cli.boundary.Report`; the
+error boundary (:mod:`bless.cli.boundary`) writes it (JSON on stdout with ``--json``, rich on stderr
 otherwise) and turns failures into the exit codes of ``bless exit-codes``. Every command is a
-function wrapped in :func:`cli.boundary.command`, registered on the app in one table at the end
+function wrapped in :func:`bless.cli.boundary.command`, registered on the app in one table at the end
 (``run`` and ``gate`` live in their own modules, registered the same way).
 """
 
@@ -18,6 +18,34 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from bless.cli import render
+from bless.cli.boundary import Report, command, run_app
+from bless.cli.common import (
+    AppState,
+    JsonOption,
+    ManifestsDirOption,
+    ProfileOption,
+    RootOption,
+    VerboseOption,
+    VersionOption,
+    app_state,
+    lookup_manifest,
+    reading_store,
+    resolve_profile_file,
+)
+from bless.cli.fleet import (
+    TRUST_COMMANDS,
+    TrustOption,
+    pull_command,
+    push_command,
+    render_trust,
+    sign_command,
+    trust_app,
+    trust_check,
+    trust_report,
+)
+from bless.cli.gate import gate_command
+from bless.cli.run import run_command
 from bless.engines.support import local_vllm_status, supported_engines
 from bless.errors import (
     InputInvalidError,
@@ -31,33 +59,6 @@ from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.text import shown
 from bless.verify import verify_tree
-from cli import render
-from cli.boundary import Report, command, run_app
-from cli.common import (
-    AppState,
-    JsonOption,
-    ManifestsDirOption,
-    ProfileOption,
-    RootOption,
-    VerboseOption,
-    app_state,
-    lookup_manifest,
-    reading_store,
-    resolve_profile_file,
-)
-from cli.fleet import (
-    TRUST_COMMANDS,
-    TrustOption,
-    pull_command,
-    push_command,
-    render_trust,
-    sign_command,
-    trust_app,
-    trust_check,
-    trust_report,
-)
-from cli.gate import gate_command
-from cli.run import run_command
 
 app = typer.Typer(
     name="bless",
@@ -68,7 +69,8 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion / --show-completion: typer's shell completion (bash, zsh, fish, PowerShell)
+    add_completion=True,
     # Plain help: rich markup would eat bracketed words ("[hardware]"), and typer's rich help
     # prints a "<bool>" type on every flag.
     rich_markup_mode=None,
@@ -93,6 +95,7 @@ def main_options(
     root: RootOption = None,
     manifests_dir: ManifestsDirOption = None,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Bless and verify compiled torch.compile caches for LLM serving, fail closed."""
     # What the entry point preset (main()'s parameters), completed by the global options.

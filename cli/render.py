@@ -1,7 +1,7 @@
 """The rich views of the bless CLI: each draws a command's JSON document for humans on stderr.
 
 A view takes the console and the same document ``--json`` prints, so what humans and machines see
-cannot disagree. Turning outcomes into output and exit codes is :mod:`cli.boundary`'s job.
+cannot disagree. Turning outcomes into output and exit codes is :mod:`bless.cli.boundary`'s job.
 """
 
 from __future__ import annotations

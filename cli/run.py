@@ -16,6 +16,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from bless.cli import render
+from bless.cli.boundary import Report, command
+from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
 from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
 from bless.flows.events import Event
@@ -25,9 +28,6 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.text import shown
 from bless.trials import trials_for
-from cli import render
-from cli.boundary import Report, command
-from cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
 
 
 @contextmanager

@@ -32,6 +32,18 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from bless.cli import boundary, render
+from bless.cli.boundary import Report
+from bless.cli.common import (
+    AllowUnknownEngineVersionOption,
+    JsonOption,
+    ManifestsDirOption,
+    ProfileOption,
+    RootOption,
+    VerboseOption,
+    VersionOption,
+)
+from bless.cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
 from bless.engines import get_adapter
 from bless.errors import EngineFailedError, InterruptedByUserError
 from bless.flows import serve
@@ -40,23 +52,12 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
 from bless.text import shown
-from cli import boundary, render
-from cli.boundary import Report
-from cli.common import (
-    AllowUnknownEngineVersionOption,
-    JsonOption,
-    ManifestsDirOption,
-    ProfileOption,
-    RootOption,
-    VerboseOption,
-)
-from cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
 
 app = typer.Typer(
     name="serve-full",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion, as bless's
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help, as bless's (cli.main says why)
+    rich_markup_mode=None,  # plain help, as bless's (bless.cli.main says why)
     help="Serve a profile on its blessed compile cache, fail closed.",
 )
 
@@ -340,6 +341,7 @@ def serve_full(
     plain_http: PlainHttpOption = None,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
+    version: VersionOption = False,
 ) -> None:
     """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
 

@@ -62,7 +62,7 @@ def bless_run(
     try:
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "cli.main", "--root", str(root), "run", "--profile", profile,
+            [sys.executable, "-m", "bless.cli.main", "--root", str(root), "run", "--profile", profile,
              "--trials", str(trials), "--parallel", str(parallel), "--json"],
             cwd=REPO, capture_output=True, text=True, check=False,
         )  # fmt: skip

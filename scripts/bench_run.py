@@ -44,7 +44,7 @@ def main() -> int:
     try:
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "cli.main", "--root", str(root), "run", "--profile", args.profile,
+            [sys.executable, "-m", "bless.cli.main", "--root", str(root), "run", "--profile", args.profile,
              "--trials", str(args.trials), "--json"],
             cwd=REPO, capture_output=True, text=True, check=False,
         )  # fmt: skip

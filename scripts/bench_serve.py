@@ -95,7 +95,18 @@ def docker_server_version() -> str | None:
 def bless_fresh(profile: Path, root: Path) -> None:
     print(f"blessing {profile} into {root} (bless run --trials 1; not timed) ...", file=sys.stderr)
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "--root", str(root), "run", "--profile", str(profile), "--trials", "1"],
+        [
+            sys.executable,
+            "-m",
+            "bless.cli.main",
+            "--root",
+            str(root),
+            "run",
+            "--profile",
+            str(profile),
+            "--trials",
+            "1",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -156,7 +167,7 @@ def bench(profile_path: Path, root: Path, *, plans: int, starts: int, repeat: in
     for _ in range(3):
         t = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "cli.serve", "--profile", str(profile_path), "--root", str(root), "--dry-run"],
+            [sys.executable, "-m", "bless.cli.serve", "--profile", str(profile_path), "--root", str(root), "--dry-run"],
             cwd=REPO,
             check=True,
             capture_output=True,

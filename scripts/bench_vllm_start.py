@@ -52,7 +52,7 @@ PASSED_ON = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "L
 def serve_plan(profile: str, root: str) -> dict[str, Any]:
     """serve-full's dry-run plan: the engine's argv and env exactly as a blessed serve would start it."""
     out = subprocess.run(
-        [sys.executable, "-m", "cli.serve", "--root", root, "--profile", profile, "--dry-run", "--json"],
+        [sys.executable, "-m", "bless.cli.serve", "--root", root, "--profile", profile, "--dry-run", "--json"],
         cwd=REPO, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if out.returncode != 0:
@@ -134,7 +134,7 @@ def serve_full_start(profile: str, root: str, port: int, log: Path) -> dict[str,
     began = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.serve", "--root", root, "--profile", profile],
+            [sys.executable, "-m", "bless.cli.serve", "--root", root, "--profile", profile],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     ready = wait_ready(port, proc, 900)

@@ -38,7 +38,9 @@ ONLINE_BASE="python:3.11-slim"
 TORCH_WHEEL="${BLESS_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 TORCH_VERSION="${BLESS_TORCH_VERSION:-2.13.0}"
 TORCH_INDEX_URL="${BLESS_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
-CACHE_DIR="${BLESS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bless/build}"
+# Under the store root (bless's own default root is ~/.cache/bless), so that a BLESS_ROOT on another disk takes
+# the wheelhouse (a ~200 MB torch wheel) and the debootstrap scratch with it, and one rm -r removes both.
+CACHE_DIR="${BLESS_BUILD_CACHE:-${BLESS_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/bless}/build}"
 PULL_TIMEOUT="${BLESS_PULL_TIMEOUT:-30}"
 
 DEBIAN_SUITE="bookworm"
@@ -57,6 +59,7 @@ die() { say "ERROR: $*"; exit 1; }
 usage() {
     cat >&2 <<EOF
 usage: scripts/build-reference-image.sh [--path auto|online|offline] [--force] [VERSION]
+       scripts/build-reference-image.sh --cache-dir
 
 Build the CPU image of the reference engine as $IMAGE_NAME:VERSION (default 0.1.0).
 Prints the image ID on stdout; progress goes to stderr.
@@ -67,6 +70,7 @@ Prints the image ID on stdout; progress goes to stderr.
                        + torch from the local wheel, built with --network none
              auto    : online if $ONLINE_BASE is local or pullable, else offline (default)
   --force    rebuild even if the image is up to date
+  --cache-dir  print the build cache dir (see BLESS_BUILD_CACHE) and exit: no Docker needed
   -h, --help this help
 
 Environment:
@@ -75,8 +79,8 @@ Environment:
                          (default /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl)
   BLESS_TORCH_VERSION    torch version for the online path (default 2.13.0)
   BLESS_TORCH_INDEX_URL  pip index for the online path (default https://download.pytorch.org/whl/cpu)
-  BLESS_BUILD_CACHE      cache dir for the wheelhouse and scratch
-                         (default \${XDG_CACHE_HOME:-\$HOME/.cache}/bless/build)
+  BLESS_BUILD_CACHE      cache dir for the wheelhouse and scratch (default \$BLESS_ROOT/build
+                         when BLESS_ROOT is set, else \${XDG_CACHE_HOME:-\$HOME/.cache}/bless/build)
   BLESS_DEBIAN_MIRROR    Debian mirror for debootstrap (default: from /etc/apt sources,
                          else http://deb.debian.org/debian)
   BLESS_PULL_TIMEOUT     seconds allowed for 'docker pull $ONLINE_BASE' (default 30)
@@ -95,6 +99,7 @@ version=""
 while (( $# > 0 )); do
     case "$1" in
         -h|--help) usage; exit 0 ;;
+        --cache-dir) echo "$CACHE_DIR"; exit 0 ;;
         --path) [[ $# -ge 2 ]] || die "--path needs a value"; path_choice="$2"; shift 2 ;;
         --path=*) path_choice="${1#--path=}"; shift ;;
         --force) force=1; shift ;;

@@ -4,19 +4,23 @@
 #   1. `docker info` already works            -> nothing to do, exit 0.
 #   2. a dockerd process exists but is not up  -> wait for it.
 #   3. `dockerd` is not installed              -> apt-get install docker.io (root only).
-#   4. start `dockerd` detached (setsid nohup), log to $BLESS_DOCKERD_LOG,
-#      and wait up to $BLESS_DOCKERD_TIMEOUT seconds for `docker info`.
+#   4. start `dockerd` detached (setsid nohup), log to $BLESS_DOCKERD_LOG, record its pid in
+#      $BLESS_DOCKERD_PIDFILE, and wait up to $BLESS_DOCKERD_TIMEOUT seconds for `docker info`.
+#
+# `ensure-docker.sh --stop` stops the dockerd that step 4 started (and only that one).
 #
 # Everything this script says goes to stderr, prefixed "ensure-docker:".
 #
 # Environment:
 #   BLESS_DOCKERD_LOG      daemon log file      (default /var/log/bless-dockerd.log)
+#   BLESS_DOCKERD_PIDFILE  pid of the dockerd this script started (default /run/bless-dockerd.pid)
 #   BLESS_DOCKERD_TIMEOUT  seconds to wait      (default 60)
 #   BLESS_DOCKERD_ARGS     extra dockerd flags  (default none; word-split)
 set -euo pipefail
 
 PROG="ensure-docker"
 LOG="${BLESS_DOCKERD_LOG:-/var/log/bless-dockerd.log}"
+PIDFILE="${BLESS_DOCKERD_PIDFILE:-/run/bless-dockerd.pid}"
 TIMEOUT="${BLESS_DOCKERD_TIMEOUT:-60}"
 
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
@@ -24,18 +28,25 @@ die() { say "ERROR: $*"; exit 1; }
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/ensure-docker.sh [--help]
+usage: scripts/ensure-docker.sh [--stop | --help]
 
 Make a Docker Engine reachable. If 'docker info' works, do nothing. Otherwise
 install Debian's docker.io when dockerd is missing (needs root), start dockerd
-in the background (log: \$BLESS_DOCKERD_LOG, default /var/log/bless-dockerd.log)
-and wait up to \$BLESS_DOCKERD_TIMEOUT (default 60) seconds for it.
+in the background (log: \$BLESS_DOCKERD_LOG, default /var/log/bless-dockerd.log;
+pid: \$BLESS_DOCKERD_PIDFILE, default /run/bless-dockerd.pid) and wait up to
+\$BLESS_DOCKERD_TIMEOUT (default 60) seconds for it.
 Extra daemon flags can be given in \$BLESS_DOCKERD_ARGS.
+
+--stop: stop the dockerd this script started (containers still running stop
+with it). A Docker Engine started any other way (systemd, by hand, by the
+docker.io package) is left alone.
 EOF
 }
 
+mode=ensure
 case "${1:-}" in
     -h|--help) usage; exit 0 ;;
+    --stop) mode=stop ;;
     "") ;;
     *) usage; exit 2 ;;
 esac
@@ -90,6 +101,44 @@ show_log_tail() {
         say "(no daemon log at $LOG)"
     fi
 }
+
+# Whether pid $1 is a process named dockerd: a pid file can outlive its daemon, and the pid be reused.
+is_dockerd() {
+    [[ "$1" =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == dockerd ]]
+}
+
+# --stop: only the daemon whose pid step 4 recorded; anything else running Docker is not ours to stop.
+stop_dockerd() {
+    local pid waited=0
+    if [[ ! -f "$PIDFILE" ]]; then
+        say "no $PIDFILE: this script started no dockerd; a Docker Engine started otherwise is left alone"
+        return 0
+    fi
+    pid="$(cat "$PIDFILE")"
+    if ! is_dockerd "$pid"; then
+        rm -f "$PIDFILE"
+        say "the dockerd this script started (pid $pid) is not running; removed $PIDFILE"
+        return 0
+    fi
+    is_root || die "stopping dockerd (pid $pid) needs root; run: sudo $0 --stop"
+    say "stopping dockerd (pid $pid, started by this script); containers still running stop with it"
+    kill -TERM "$pid"
+    while is_dockerd "$pid" && (( waited < TIMEOUT )); do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    if is_dockerd "$pid"; then
+        show_log_tail
+        die "dockerd (pid $pid) still runs after ${TIMEOUT}s; see $LOG"
+    fi
+    rm -f "$PIDFILE"
+    say "stopped dockerd (pid $pid)"
+}
+
+if [[ "$mode" == stop ]]; then
+    stop_dockerd
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------
 # 1. Already reachable?
@@ -172,6 +221,9 @@ say "starting dockerd${extra_args[*]:+ ${extra_args[*]}} (log: $LOG)"
 setsid nohup dockerd "${extra_args[@]}" </dev/null >>"$LOG" 2>&1 &
 pid=$!
 disown "$pid" 2>/dev/null || true
+# Recorded so that --stop (README, "Clean up") stops this daemon and never one started some other way.
+mkdir -p "$(dirname "$PIDFILE")"
+echo "$pid" >"$PIDFILE"
 say "dockerd started (pid $pid); waiting up to ${TIMEOUT}s for 'docker info'"
 
 start=$SECONDS

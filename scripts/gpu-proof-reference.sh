@@ -12,13 +12,13 @@ source scripts/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
 ROOT=${BLESS_ROOT:-/tmp/bless-gpu-root}
 python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
-rc=0; python3 -m cli.main --root "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
+rc=0; python3 -m bless.cli.main --root "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
 echo "run exit $rc" | tee "$OUT/run.rc"
 HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null || true)
 if [ -n "$HASH" ]; then
-  rc=0; python3 -m cli.main --root "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
+  rc=0; python3 -m bless.cli.main --root "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
   echo "verify exit $rc" | tee "$OUT/verify.rc"
-  python3 -m cli.main --root "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
+  python3 -m bless.cli.main --root "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
 fi
 if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected; fi
 tail -5 "$OUT/run.stderr"

@@ -14,8 +14,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PROFILE=${PROFILE:-profiles/vllm-tiny-llama-local.toml}
 ROOT=${BLESS_ROOT:-/tmp/bless-vllm-root}
-bless() { python3 -m cli.main --root "$1" "${@:2}"; }
-serve_full() { python3 -m cli.serve --root "$1" "${@:2}"; }
+bless() { python3 -m bless.cli.main --root "$1" "${@:2}"; }
+serve_full() { python3 -m bless.cli.serve --root "$1" "${@:2}"; }
 
 if [ -n "${MODEL_KIND:-}" ]; then
   model_dir=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["model"]["path"])' "$PROFILE")
@@ -37,7 +37,7 @@ bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
 
 # serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
 # Started directly (not through the shell function): $! must be serve-full's own pid for the signal to reach it.
-python3 -m cli.serve --root "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
+python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
 pid=$!
 for _ in $(seq 1 600); do
   grep -qiE "canary (passed|failed)|refused" "$OUT/serve.stderr" 2>/dev/null && break

@@ -4,6 +4,7 @@
 # Extra arguments go to `bless run` (e.g. --trials 5, --rebless, --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 bash scripts/setup.sh
 PROFILE=${BLESS_PROFILE:-profiles/reference-cpu.toml}
 HASH=$(.venv/bin/bless hash --profile "$PROFILE" --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["config_hash"])')
@@ -13,3 +14,4 @@ else
   .venv/bin/bless run --profile "$PROFILE" "$@"
 fi
 .venv/bin/bless verify "$HASH"
+activation_hint "$PWD/.venv"

@@ -3,28 +3,40 @@
 #   1. a virtualenv in .venv with bless and its dev tools (pip install -e .[dev]), and torch's CPU
 #      build (the reference engine's unit tests and mypy need it; not a dev extra, because a plain
 #      `pip install torch` from PyPI brings several GB of CUDA packages)
-#   2. a running Docker Engine (scripts/ensure-docker.sh installs/starts one when needed)
-#   3. the reference engine image bless-reference:0.1.0 (cached: a rebuild only when its inputs change)
-#   4. the fleet tools of the tests and benchmarks (Debian packages, when root with apt-get):
+#   2. the fleet tools of the tests and benchmarks (Debian packages, when root with apt-get):
 #      docker-registry (Docker Distribution: a real OCI registry the tests start on 127.0.0.1) and
 #      skopeo (the pull benchmark's baseline). Debian's package may also enable its own service on
 #      :5000; bless never uses it (the tests start their own registry on a free loopback port).
-# Set BLESS_SKIP_DOCKER=1 to do only step 1 (e.g. on a GPU host that uses the local runtime).
+#   3. a running Docker Engine (scripts/ensure-docker.sh installs/starts one when needed)
+#   4. the reference engine image bless-reference:0.1.0 (cached: a rebuild only when its inputs change)
+# Set BLESS_SKIP_DOCKER=1 to skip steps 3 and 4 (e.g. on a GPU host that uses the local runtime).
+# One line per step on stderr; what pip, apt-get, dockerd's setup and the image build print goes to
+# .venv/setup.log (rewritten by each run), whose last lines are shown when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 say() { printf 'setup: %s\n' "$*" >&2; }
+
+mkdir -p .venv
+STEP_LOG=$PWD/.venv/setup.log
+: >"$STEP_LOG"
+say "the output of each step goes to $STEP_LOG"
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  say "creating .venv with $($PYTHON --version 2>&1)"
-  "$PYTHON" -m venv .venv
+  run_step "creating .venv with $($PYTHON --version 2>&1)" "$PYTHON" -m venv .venv
 fi
+
+install_bless() {
+  .venv/bin/python -m pip install --upgrade pip \
+    && .venv/bin/python -m pip install -e '.[dev]' \
+    && touch .venv/.bless-installed
+}
 if ! .venv/bin/python -c 'import bless, typer, rich, docker, jsonschema, filelock, huggingface_hub, pytest, hypothesis, tuf, oras' 2>/dev/null \
    || [ pyproject.toml -nt .venv/.bless-installed ]; then
-  say "installing bless and its dev tools into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
-  touch .venv/.bless-installed
+  run_step "installing bless and its dev tools into .venv (pip; a minute or two the first time)" install_bless
+else
+  say "bless and its dev tools in .venv are up to date"
 fi
 
 # torch: any build already there is left alone (a GPU host's venv may hold its CUDA build). Else the
@@ -33,23 +45,28 @@ fi
 # numpy beside it, as in the reference image: torch warns on every import without it.
 TORCH_VERSION=${BLESS_TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${BLESS_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
+install_torch() {
+  .venv/bin/python -m pip install "torch==$TORCH_VERSION+cpu" numpy && return 0
+  echo "no local CPU wheel of torch $TORCH_VERSION: installing it from $TORCH_INDEX_URL"
+  .venv/bin/python -m pip install "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL" \
+    && .venv/bin/python -m pip install numpy
+}
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  say "installing torch $TORCH_VERSION (CPU build) into .venv"
-  if ! .venv/bin/python -m pip install -q "torch==$TORCH_VERSION+cpu" numpy; then
-    say "no local CPU wheel of torch $TORCH_VERSION: installing it from $TORCH_INDEX_URL"
-    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
-    .venv/bin/python -m pip install -q numpy
-  fi
+  run_step "installing torch $TORCH_VERSION (CPU build) into .venv (a local wheel, else the PyTorch CPU index)" install_torch
 fi
 
+# apt-get update only when the package lists cannot serve the install (a fresh image has none).
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"; }
+}
 missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing ${missing[*]} (OCI registry for the tests, skopeo for the pull benchmark)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }
+    run_step "installing ${missing[*]} with apt-get (OCI registry for the tests, skopeo for the pull benchmark)" \
+      apt_install "${missing[@]}"
   else
     say "warning: ${missing[*]} missing and cannot be installed here (not root with apt-get): registry tests skip"
   fi
@@ -57,8 +74,13 @@ fi
 
 if [ "${BLESS_SKIP_DOCKER:-0}" = "1" ]; then
   say "BLESS_SKIP_DOCKER=1: not touching Docker"
+  say "ready: source .venv/bin/activate puts bless and serve-full on PATH"
   exit 0
 fi
-bash scripts/ensure-docker.sh
-bash scripts/build-reference-image.sh >/dev/null
-say "ready: .venv/bin/bless --help"
+run_step "making a Docker Engine reachable (scripts/ensure-docker.sh)" bash scripts/ensure-docker.sh
+# What ensure-docker did, when it did something the user may want to undo (README, "Clean up").
+step_said '^ensure-docker: (installed docker.io|dockerd started|Docker Engine is reachable)' | sed 's/^ensure-docker: /setup:   /' >&2
+run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes)" \
+  bash scripts/build-reference-image.sh
+step_said '^build-reference-image: (.* is up to date|using path|built )' | sed 's/^build-reference-image: /setup:   /' >&2
+say "ready: source .venv/bin/activate puts bless and serve-full on PATH"

@@ -3,8 +3,8 @@
 Every fenced ``bash`` block is checked: each ``bless`` / ``serve-full`` line must parse against the real
 command tree (every command and option exists, values convert, files a flag requires exist), each
 ``bash scripts/...`` line must name a script that exists and parses (``bash -n``), each ``python3 scripts/...``
-line a Python script that exists and compiles. A block marked on
-the line before its fence runs for real, as a user would type it:
+line a Python script that exists and compiles, and ``source`` may only activate the venv setup.sh creates. A
+block marked on the line before its fence runs for real, as a user would type it:
 
 * ``<!-- readme-test: offline -->``: in the unit tests (no Docker, no network);
 * ``<!-- readme-test: docker -->``: in the integration tests (a real Docker Engine, the reference image).
@@ -32,9 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
-PROGRAMS = {"bless": "cli.main", "serve-full": "cli.serve"}
-#: Programs that are not bless's, which README lines may use around it (copying metadata, Docker).
-OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "docker", "git")
+PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
+#: Programs that are not bless's, which README lines may use around it (copying metadata, Docker, cleaning up).
+OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git")
+#: The one file a README line may ``source``: the activation script of the venv scripts/setup.sh creates.
+VENV_ACTIVATE = ".venv/bin/activate"
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -103,6 +105,11 @@ def check_parses(line: str) -> None:
         script = REPO / args[0]
         assert script.is_file(), f"{line!r}: no {args[0]} in the checkout"
         compile(script.read_text(encoding="utf-8"), str(script), "exec")
+        return
+    if words[0] in ("source", "."):
+        # Only the venv that setup.sh makes is ever activated: the README must not promise another.
+        assert args == [VENV_ACTIVATE], f"{line!r}: the README activates {VENV_ACTIVATE}, which setup.sh creates"
+        assert "-m venv .venv" in (REPO / "scripts" / "setup.sh").read_text(encoding="utf-8"), "setup.sh makes no .venv"
         return
     if program in OTHER_TOOLS:
         return  # not ours: its options are its own documentation's business

@@ -36,10 +36,10 @@ def run_cli(
     *args: str,
     env: dict[str, str] | None = None,
     timeout: float = 900,
-    program: str = "cli.main",
+    program: str = "bless.cli.main",
     allow_test_knobs: bool = False,
 ) -> CliResult:
-    """Run ``bless`` (or ``serve-full`` with program="cli.serve") as a real process.
+    """Run ``bless`` (or ``serve-full`` with program="bless.cli.serve") as a real process.
 
     ``allow_test_knobs`` runs ``bless`` through ``knobs_entry.py``, the only way to let the
     reference engine's test knobs through (no option or environment variable does).

@@ -10,7 +10,7 @@ with the repository on ``PYTHONPATH`` (``helpers.run_cli(..., allow_test_knobs=T
 
 from __future__ import annotations
 
-from cli.main import main
+from bless.cli.main import main
 
 if __name__ == "__main__":
     main(allow_test_knobs=True)

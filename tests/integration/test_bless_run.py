@@ -417,7 +417,18 @@ def test_rebless_refused_without_flag_then_archives_prior_and_gc_drops_it(blesse
 
 def _popen_run(root: Path, profile: Path, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "--root", str(root), "run", "--profile", str(profile), "--trials", "1"],
+        [
+            sys.executable,
+            "-m",
+            "bless.cli.main",
+            "--root",
+            str(root),
+            "run",
+            "--profile",
+            str(profile),
+            "--trials",
+            "1",
+        ],
         cwd=REPO,
         env={**os.environ, **WIDE},
         stdout=(out / "stdout").open("wb"),

@@ -33,7 +33,7 @@ from tests.integration.helpers import REPO, CliResult, our_containers, run_cli, 
 
 pytestmark = pytest.mark.integration
 
-SERVE = "cli.serve"
+SERVE = "bless.cli.serve"
 EAGER_MARKER = "bless-reference: compile disabled (eager mode); cache not used"
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import time
 
-import cli.run
-from cli.main import main
+import bless.cli.run
+from bless.cli.main import main
 
 
 class BlockingRuntime:
@@ -30,7 +30,7 @@ class BlockingRuntime:
 
 
 if __name__ == "__main__":
-    cli.run.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[attr-defined,assignment,return-value]
+    bless.cli.run.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[attr-defined,assignment,return-value]
     root, profile = sys.argv[1:3]
     sys.argv = ["bless", "--root", root, "run", "--profile", profile]
     main()

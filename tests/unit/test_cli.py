@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-import cli.common
-import cli.main
-import cli.render
-import cli.serve
+from bless.cli import common as cli_common
+from bless.cli import main as cli_main
+from bless.cli import render as cli_render
+from bless.cli import serve as cli_serve
+from bless.cli.main import app
 from bless.errors import EXIT_CODES, ExitCode
 from bless.factors import config_hash, declared_hardware_factor
 from bless.flows.resolve import resolve_profile
 from bless.manifest import Manifest
 from bless.profile import load_profile
 from bless.store import Store
-from cli.main import app
 from tests.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
@@ -164,7 +164,7 @@ def test_hash_pinned_image_needs_no_runtime(bless: Invoke, profile: Path, monkey
     def no_runtime(kind: str) -> Any:
         raise AssertionError(f"a runtime ({kind}) was constructed for a pinned image ID")
 
-    monkeypatch.setattr(cli.common, "get_runtime", no_runtime)
+    monkeypatch.setattr(cli_common, "get_runtime", no_runtime)
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 0, result.stderr
 
@@ -179,7 +179,7 @@ def test_hash_image_tag_is_resolved_through_the_runtime(
         kinds.append(kind)
         return runtime
 
-    monkeypatch.setattr(cli.common, "get_runtime", fake_get_runtime)
+    monkeypatch.setattr(cli_common, "get_runtime", fake_get_runtime)
     tagged = write_profile(tmp_path, "tagged.toml", image="bless-reference:cpu")
     result = bless("hash", "--profile", str(tagged), "--json")
     assert result.exit_code == 0, result.stderr
@@ -582,15 +582,15 @@ def test_verify_invalid_manifest_fails_closed(bless: Invoke, store: Store, bless
 
 
 def test_verify_progress_bar_path(bless: Invoke, blessed: Manifest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli.render, "PROGRESS_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(cli_render, "PROGRESS_THRESHOLD_BYTES", 0)
     seen: list[int] = []
-    original = cli.render.hashing_progress
+    original = cli_render.hashing_progress
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         seen.append(args[1])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(cli.render, "hashing_progress", recording)
+    monkeypatch.setattr(cli_render, "hashing_progress", recording)
     result = bless("verify", blessed.config_hash, "--json")
     assert result.exit_code == 0, result.stderr
     assert seen == [blessed.cache.total_size]
@@ -603,10 +603,10 @@ def test_hashing_progress_is_thread_safe() -> None:
     from rich.console import Console
 
     console = Console(file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
-    with cli.render.hashing_progress(console, 1000, enabled=True) as none:
+    with cli_render.hashing_progress(console, 1000, enabled=True) as none:
         assert none is None  # below the threshold: no bar
-    total = cli.render.PROGRESS_THRESHOLD_BYTES + 8 * 10_000
-    with cli.render.hashing_progress(console, total, enabled=True) as advance:
+    total = cli_render.PROGRESS_THRESHOLD_BYTES + 8 * 10_000
+    with cli_render.hashing_progress(console, total, enabled=True) as advance:
         assert advance is not None
         threads = [threading.Thread(target=lambda: [advance(1) for _ in range(10_000)]) for _ in range(8)]
         for thread in threads:
@@ -661,7 +661,7 @@ def test_internal_error_without_traceback(bless: Invoke, blessed: Manifest, monk
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(cli.main, "verify_tree", boom)
+    monkeypatch.setattr(cli_main, "verify_tree", boom)
     result = bless("verify", blessed.config_hash)
     assert result.exit_code == 1  # INTERNAL (a stable number: scripts rely on it)
     assert "internal error: RuntimeError: disk on fire" in result.stderr
@@ -685,7 +685,7 @@ def test_keyboard_interrupt_exits_130(bless: Invoke, profile: Path, monkeypatch:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.main, "resolve_profile_file", interrupted)
+    monkeypatch.setattr(cli_main, "resolve_profile_file", interrupted)
     result = bless("hash", "--profile", str(profile))
     assert result.exit_code == 130  # INTERRUPTED (a stable number: scripts rely on it)
     assert "interrupted" in result.stderr
@@ -723,7 +723,7 @@ def test_exit_codes_json(bless: Invoke) -> None:
 def test_exit_codes_markdown(bless: Invoke) -> None:
     result = bless("exit-codes", "--markdown")
     assert result.exit_code == 0
-    assert result.stdout == cli.render.exit_codes_markdown()
+    assert result.stdout == cli_render.exit_codes_markdown()
     for code, meaning in EXIT_CODES:
         assert f"| {int(code)} | `{code.name}` | {meaning} |" in result.stdout
     assert bless("exit-codes", "--markdown", "--json").exit_code == 2
@@ -744,7 +744,7 @@ def test_real_process_streams(root: Path, blessed: Manifest) -> None:
     repo = Path(__file__).resolve().parents[2]
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "cli.main", "--root", str(root), "verify", *args]
+        command = [sys.executable, "-m", "bless.cli.main", "--root", str(root), "verify", *args]
         return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, check=False)
 
     completed = verify("f" * 64, "--json")
@@ -765,7 +765,7 @@ def test_error_details_that_json_cannot_hold_are_still_reported(
     def unresolvable(*args: Any, **kwargs: Any) -> Any:
         raise ResolutionError("no image", details={"where": Path("/somewhere")})
 
-    monkeypatch.setattr(cli.main, "resolve_profile_file", unresolvable)
+    monkeypatch.setattr(cli_main, "resolve_profile_file", unresolvable)
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 31  # RESOLUTION_FAILED
     assert parse(result)["error"]["details"] == {"where": "/somewhere"}
@@ -848,7 +848,7 @@ def _entry(
 
 
 def _bless_main(args: list[str]) -> object:
-    return cli.main.main(argv=args)
+    return cli_main.main(argv=args)
 
 
 @pytest.mark.parametrize(
@@ -859,8 +859,8 @@ def _bless_main(args: list[str]) -> object:
         (_bless_main, ["run", "--profile", "profiles/reference-cpu.toml", "--trials", "two", "--json"]),
         (_bless_main, ["verify", "--json"]),
         (_bless_main, ["list", "--no-such-option", "--json"]),
-        (cli.serve.main, ["--json"]),
-        (cli.serve.main, ["stop", "--json"]),
+        (cli_serve.main, ["--json"]),
+        (cli_serve.main, ["stop", "--json"]),
     ],
 )
 def test_parse_errors_under_json_still_write_one_json_document(
@@ -917,7 +917,7 @@ def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
 def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
     from rich.console import Console
 
-    from cli.fleet import _render_push
+    from bless.cli.fleet import _render_push
 
     console = Console(record=True, width=200)
     data = {
@@ -934,3 +934,89 @@ def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int
     text = console.export_text()
     assert f"{uploaded} of 3 blobs uploaded" in text
     assert ("the registry had the rest" in text) is says_rest
+
+
+# --------------------------------------------------------------------------------------------- --version, completion
+
+
+@pytest.mark.parametrize(("entry", "program"), [(_bless_main, "bless"), (cli_serve.main, "serve-full")])
+def test_version_prints_the_installed_version_and_exits_0(
+    capsys: pytest.CaptureFixture[str], entry: Callable[[list[str]], object], program: str
+) -> None:
+    """Eager: no command (bless) and no --profile (serve-full) needed; the distribution's version, one line."""
+    import importlib.metadata
+
+    code, out, _ = _entry(capsys, entry, ["--version"])
+    assert code == 0
+    assert out == f"{program} {importlib.metadata.version('bless')}\n"
+
+
+def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path: Path) -> None:
+    """A checkout run without installing (PYTHONPATH, as the GPU scripts do) has no distribution metadata.
+
+    The interpreter starts without site (-S); bless and its dependencies are reached through a directory that links
+    the package and every entry of this venv's site-packages except bless's own metadata and editable finder.
+    """
+    import subprocess
+    import sys
+    import sysconfig
+
+    import bless
+
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("bless-", "__editable__", "bless.")):
+            (deps / entry.name).symlink_to(entry)
+    # bless alone, not the checkout: an editable install leaves bless.egg-info (metadata) at the checkout's top
+    (deps / "bless").symlink_to(Path(bless.__file__).resolve().parent)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)}
+    check = (
+        "import importlib.metadata as m\ntry:\n    m.version('bless')\nexcept m.PackageNotFoundError:\n    print('no')"
+    )
+    # cwd: -c and -m put it first on sys.path, and the checkout's is where bless.egg-info is
+    absent = subprocess.run(
+        [sys.executable, "-S", "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    assert absent.stdout.strip() == "no", absent.stdout + absent.stderr  # the fallback path is the one taken
+    for module, program in (("bless.cli.main", "bless"), ("bless.cli.serve", "serve-full")):
+        result = subprocess.run(
+            [sys.executable, "-S", "-m", module, "--version"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout == f"{program} {bless.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "variable", "words", "expected"),
+    [
+        ("bless.cli.main", "_BLESS_COMPLETE", "bless ver", "verify"),
+        ("bless.cli.main", "_BLESS_COMPLETE", "bless run --tri", "--trials"),
+        ("bless.cli.serve", "_SERVE_FULL_COMPLETE", "serve-full --dry", "--dry-run"),
+    ],
+)
+def test_shell_completion_answers_through_the_entry_point(
+    module: str, variable: str, words: str, expected: str
+) -> None:
+    """What the script from --install-completion / --show-completion asks the program at every TAB (bash)."""
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {variable: "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+    program = "bless" if module.endswith("main") else "serve-full"
+    code = f"import sys; sys.argv[0] = {program!r}; import {module} as m; m.main()"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert expected in result.stdout.split(), result.stdout
+
+
+def test_show_completion_prints_a_script_for_the_named_program(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _entry(capsys, _bless_main, ["--show-completion", "bash"])
+    assert code == 0
+    assert "_BLESS_COMPLETE=complete_bash" in out and "complete -o default -F _bless_completion bless" in out

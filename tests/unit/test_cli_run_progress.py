@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
+from bless.cli.run import RunProgress
 from bless.flows.events import Event
-from cli.run import RunProgress
 
 
 def rendered(progress: RunProgress) -> str:

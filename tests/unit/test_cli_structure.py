@@ -12,13 +12,13 @@ import typer.main
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-import cli.boundary
-from cli import common, render
-from cli.main import COMMANDS, GROUPS, app
+import bless.cli.boundary
+from bless.cli import common, render
+from bless.cli.main import COMMANDS, GROUPS, app
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The shared options as ``cli.common`` defines them: (help, envvar) of each.
+#: The shared options as ``bless.cli.common`` defines them: (help, envvar) of each.
 SHARED = {
     "--json": common.JsonOption,
     "--root": common.RootOption,
@@ -48,9 +48,9 @@ def test_every_command_is_registered_the_same_way_behind_the_boundary() -> None:
             chain.append(function)
             function = getattr(function, "__wrapped__", None)
         assert body in chain, f"{name} is registered from the COMMANDS table"
-        # The wrapper made by cli.boundary.command, around the command's own body.
-        assert body.__code__.co_filename == cli.boundary.__file__, name
-        assert chain[-1].__code__.co_filename != cli.boundary.__file__, name
+        # The wrapper made by bless.cli.boundary.command, around the command's own body.
+        assert body.__code__.co_filename == bless.cli.boundary.__file__, name
+        assert chain[-1].__code__.co_filename != bless.cli.boundary.__file__, name
 
 
 def test_shared_options_are_declared_once() -> None:
@@ -101,7 +101,7 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
 
 def _helps() -> dict[str, str]:
     """``--help`` of bless, each of its commands, and serve-full, as a user's terminal shows them."""
-    import cli.serve
+    import bless.cli.serve
 
     runner = CliRunner(env={"COLUMNS": "200"})
     group = typer.main.get_command(app)
@@ -111,7 +111,7 @@ def _helps() -> dict[str, str]:
         result = runner.invoke(app, [*args, "--help"])
         assert result.exit_code == 0, result.output
         helps[" ".join(["bless", *args])] = result.output
-    result = runner.invoke(cli.serve.app, ["--help"])
+    result = runner.invoke(bless.cli.serve.app, ["--help"])
     assert result.exit_code == 0, result.output
     helps["serve-full"] = result.output
     return helps
@@ -127,7 +127,7 @@ def test_help_shows_no_type_on_flags_and_keeps_bracketed_words() -> None:
 
 def test_banners_stay_narrow_in_logs(capsys: pytest.CaptureFixture[str]) -> None:
     """stderr that is not a terminal is drawn 1000 columns wide; a --debug banner must still read as a box."""
-    from cli.serve import render_banners
+    from bless.cli.serve import render_banners
 
     render_banners(render.err_console(), {"debug": True, "warnings": []}, no_canary=False)
     render_banners(render.err_console(), {"debug": False, "warnings": []}, no_canary=True)
@@ -142,7 +142,7 @@ def test_commands_without_a_registry_do_not_import_the_registry_client() -> None
     import sys
 
     code = (
-        "import sys, cli.main, cli.serve\n"
+        "import sys, bless.cli.main, bless.cli.serve\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('oras', 'requests')"
         " or m in ('bless.registry', 'bless.flows.pull', 'bless.flows.push'))\n"
         "print(loaded)\n"

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from bless.cli.main import app
 from bless.errors import ExitCode
 from bless.manifest import Manifest
 from bless.store import Store
-from cli.main import app
 from tests.unit.store_helpers import make_manifest, write_tree
 
 

@@ -26,6 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bless.artifact import ARTIFACT_TYPE, blessing_artifact, trust_tag
+from bless.cli.main import app
 from bless.errors import (
     ArtifactInvalidError,
     BelowThresholdError,
@@ -46,7 +47,6 @@ from bless.registry import parse_reference
 from bless.store import PUBLISH_STEPS, Store
 from bless.trust import RoleKeys, init_repository, sign_blessing
 from bless.verify import verify_tree
-from cli.main import app
 from tests.registry import Registry
 from tests.unit.store_helpers import child_env, make_factors, make_manifest, write_tree
 

@@ -29,6 +29,10 @@ from jsonschema import Draft202012Validator
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
+from bless.cli.gate import render_gate
+from bless.cli.main import app
+from bless.cli.run import render_run
+from bless.cli.serve import render_finished
 from bless.errors import ExitCode
 from bless.factors import config_hash
 from bless.manifest import Manifest, manifest_from_dict
@@ -36,10 +40,6 @@ from bless.schemas import SCHEMA_DIR
 from bless.store import Store
 from bless.text import json_safe, shown
 from bless.verify import BIDI_CONTROLS, check_relative_path
-from cli.gate import render_gate
-from cli.main import app
-from cli.run import render_run
-from cli.serve import render_finished
 from tests.unit.store_helpers import make_manifest, mutate_json, paths_of, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def run_bless(root: Path, *args: str, env: dict[str, str] | None = None) -> subp
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "250", "GITHUB_ACTIONS": "", **(env or {})}
     env.pop("BLESS_MANIFESTS_DIR", None)
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "--root", str(root), *args],
+        [sys.executable, "-m", "bless.cli.main", "--root", str(root), *args],
         cwd=REPO,
         env=env,
         capture_output=True,

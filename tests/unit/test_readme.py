@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bless.cli.render import exit_codes_markdown
 from bless.errors import EXIT_CODES, ExitCode
-from cli.render import exit_codes_markdown
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -52,3 +52,30 @@ def test_parse_check_catches_what_a_user_would_hit(tmp_path: Path) -> None:
         check_parses("bash scripts/nope.sh")
     check_parses("BLESS_SKIP_DOCKER=1 .venv/bin/bless --root /tmp/x run --profile profiles/reference-cpu.toml --wait")
     assert json.loads(run_block(Block(1, "offline", "bless exit-codes --json"), tmp_path, timeout=120).stdout)["ok"]
+
+
+def test_the_venv_is_activated_right_after_the_two_commands() -> None:
+    """The README's later lines call bless by name: the block after main.sh / test.sh must put it on PATH."""
+    first, second = BLOCKS[0], BLOCKS[1]
+    assert "bash scripts/main.sh" in first.text
+    assert second.commands()[0].split("#")[0].split() == ["source", ".venv/bin/activate"]
+    assert any(line.startswith("bless ") for line in second.commands())
+    with pytest.raises(AssertionError, match="activates"):
+        check_parses("source ~/other-venv/bin/activate")
+
+
+def test_clean_up_undoes_what_setup_and_the_examples_start() -> None:
+    """The Clean up block names a way to stop or remove each thing: registry, dockerd, image, build cache, store."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Clean up\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = [block for block in BLOCKS if block.text in section]
+    commands = block.commands()
+    for expected in (
+        "serve-full stop ",
+        "bash scripts/start-registry.sh --stop ",
+        "bash scripts/ensure-docker.sh --stop",
+        "docker image rm bless-reference:0.1.0",
+        'rm -rf "$(bash scripts/build-reference-image.sh --cache-dir)"',
+        "rm -rf ~/.cache/bless ",
+    ):
+        assert any(line.startswith(expected) for line in commands), expected

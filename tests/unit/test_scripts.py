@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -54,3 +56,213 @@ def test_bench_serve_describes_a_host_without_docker(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty dir: no docker here
     bench_serve = _load_script("bench_serve.py")
     assert bench_serve.machine()["docker"] == "none"
+
+
+def _hint(venv: str, active: str | None) -> str:
+    env = {"PATH": "/usr/bin:/bin"} | ({"VIRTUAL_ENV": active} if active else {})
+    result = subprocess.run(
+        ["bash", "-c", f'source scripts/common.sh && activation_hint "{venv}"'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout == "", "the hint must not mix into a command's stdout (main.sh passes --json through)"
+    return result.stderr
+
+
+def test_main_ends_by_saying_how_to_activate_the_venv() -> None:
+    """After main.sh, the README's next command is ``bless list``: without the venv on PATH it is not found."""
+    lines = [line for line in (REPO / "scripts" / "main.sh").read_text().splitlines() if line.strip()]
+    assert "source scripts/common.sh" in lines
+    assert lines[-1] == 'activation_hint "$PWD/.venv"'
+    hint = _hint("/srv/clone/.venv", None)
+    assert "\n    source /srv/clone/.venv/bin/activate\n" in hint  # on a line of its own, to copy
+    assert "/srv/clone/.venv/bin/bless" in hint
+    assert "is active" in _hint("/srv/clone/.venv", "/srv/clone/.venv")
+    assert "source /srv/clone/.venv/bin/activate" in _hint("/srv/clone/.venv", "/elsewhere/.venv")
+
+
+def test_setup_says_how_to_activate_the_venv_whichever_way_it_ends() -> None:
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert setup.count('say "ready: source .venv/bin/activate puts bless and serve-full on PATH"') == 2
+
+
+# ------------------------------------------------------------------ cleaning up what the scripts started
+
+
+def _script(name: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / name), *args],
+        cwd=cwd,
+        env=os.environ | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_start_registry_help_is_usage_not_a_storage_dir(tmp_path: Path) -> None:
+    result = _script("start-registry.sh", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "usage:" in result.stdout and "--stop STORAGE_DIR" in result.stdout
+    assert list(tmp_path.iterdir()) == [], "--help was taken for a directory"
+    unknown = _script("start-registry.sh", "--bogus", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown option: --bogus" in unknown.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_start_registry_stops_what_it_started_and_says_how(tmp_path: Path) -> None:
+    from tests.registry import free_port, registry_binary
+
+    registry_binary()  # skips (or fails under scripts/test.sh) without docker-registry
+    storage = tmp_path / "registry"
+    started = _script("start-registry.sh", str(storage), f"127.0.0.1:{free_port()}", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    assert f"stop it with: bash scripts/start-registry.sh --stop {storage}" in started.stderr
+    pid = int((storage / "registry.pid").read_text())
+    assert Path(f"/proc/{pid}").exists()
+    stopped = _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped the registry of {storage} (pid {pid})" in stopped.stderr
+    assert not _running(pid) and not (storage / "registry.pid").exists()
+    assert (storage / "data").is_dir(), "stopping keeps the blobs"
+    again = _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to stop" in again.stderr
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a stopped child of ours stays in /proc until reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("script", ["start-registry.sh", "ensure-docker.sh"])
+def test_a_stale_pid_file_kills_nothing(script: str, tmp_path: Path) -> None:
+    """A pid file can outlive its process and the pid be reused: --stop checks what the pid is before a kill."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        if script == "start-registry.sh":
+            pidfile, args, env = tmp_path / "registry.pid", ["--stop", str(tmp_path)], None
+        else:
+            pidfile = tmp_path / "dockerd.pid"
+            args, env = ["--stop"], {"BLESS_DOCKERD_PIDFILE": str(pidfile)}
+        pidfile.write_text(f"{bystander.pid}\n")
+        result = _script(script, *args, cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "not running" in result.stderr
+        assert bystander.poll() is None, "--stop killed a process it did not start"
+        assert not pidfile.exists(), "the stale pid file is left behind"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_ensure_docker_stop_without_its_pid_file_leaves_docker_alone(tmp_path: Path) -> None:
+    result = _script("ensure-docker.sh", "--stop", cwd=tmp_path, env={"BLESS_DOCKERD_PIDFILE": str(tmp_path / "none")})
+    assert result.returncode == 0
+    assert "started no dockerd; a Docker Engine started otherwise is left alone" in result.stderr
+    usage = _script("ensure-docker.sh", "--help", cwd=tmp_path)
+    assert usage.returncode == 0 and "--stop" in usage.stderr
+
+
+def test_ensure_docker_records_the_pid_of_the_dockerd_it_starts() -> None:
+    """--stop can only find the daemon through that record: it must be written right after the start."""
+    text = (REPO / "scripts" / "ensure-docker.sh").read_text()
+    start = text.index("setsid nohup dockerd")
+    assert text.index('echo "$pid" >"$PIDFILE"') > start
+    assert text.index('echo "$pid" >"$PIDFILE"') < text.index("wait_for_docker", start)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"BLESS_ROOT": "/srv/bless-root"}, "/srv/bless-root/build"),
+        ({"BLESS_ROOT": "/srv/bless-root", "BLESS_BUILD_CACHE": "/srv/cache"}, "/srv/cache"),
+        ({"HOME": "/home/someone"}, "/home/someone/.cache/bless/build"),
+    ],
+)
+def test_the_build_cache_follows_the_store_root(env: dict[str, str], expected: str, tmp_path: Path) -> None:
+    """The wheelhouse (a torch wheel) goes where BLESS_ROOT puts the store, not always to ~/.cache."""
+    base = {k: v for k, v in os.environ.items() if k not in ("BLESS_ROOT", "BLESS_BUILD_CACHE", "XDG_CACHE_HOME")}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build-reference-image.sh"), "--cache-dir"],
+        cwd=tmp_path,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{expected}\n"
+
+
+# ------------------------------------------------------------------ setup's steps: one line each, noise in a log
+
+
+def _steps(script: str, log: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (bash) with scripts/common.sh sourced and STEP_LOG at ``log``."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", f"source scripts/common.sh\n{script}"],
+        cwd=REPO,
+        env={"PATH": os.environ["PATH"], "STEP_LOG": str(log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_step_shows_one_line_and_logs_its_noise(tmp_path: Path) -> None:
+    log = tmp_path / "setup.log"
+    log.touch()
+    result = _steps(
+        "run_step 'installing things' sh -c 'echo Get:1 http://deb.example bookworm; echo Collecting pip >&2'\n"
+        "step_said '^Collecting'\n",
+        log,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "setup: installing things\n"
+    assert result.stdout == "Collecting pip\n"  # step_said reads back what the last step printed
+    text = log.read_text()
+    assert "installing things" in text and "Get:1 http://deb.example" in text and "Collecting pip" in text
+
+
+def test_a_failed_step_shows_the_log_tail_and_where_the_log_is(tmp_path: Path) -> None:
+    log = tmp_path / "setup.log"
+    log.touch()
+    result = _steps(
+        "run_step 'first' true\n"
+        "failing() { echo E: Unable to locate package nope && return 7; }\n"
+        "run_step 'installing nope' failing\n"
+        "echo not reached >&2\n",
+        log,
+    )
+    assert result.returncode == 7
+    assert result.stderr.startswith("setup: first\nsetup: installing nope\n")
+    assert "setup: FAILED (exit 7): installing nope" in result.stderr
+    assert "  | E: Unable to locate package nope" in result.stderr
+    assert f"the whole log: {log}" in result.stderr
+    assert "not reached" not in result.stderr, "setup must stop at the failed step"
+
+
+def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
+    """apt-get and pip print hundreds of lines: setup.sh runs them only inside functions given to run_step."""
+    text = (REPO / "scripts" / "setup.sh").read_text()
+    functions = dict(re.findall(r"^(\w+)\(\) \{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL))
+    stepped = {name for name in functions if re.search(rf"^\s*run_step .*\\?\n?\s*{name}\b", text, re.MULTILINE)}
+    assert {"install_bless", "apt_install"} <= stepped, stepped
+    outside = text
+    for name in stepped:
+        outside = outside.replace(functions[name], "")
+    outside = "\n".join(line for line in outside.splitlines() if not line.lstrip().startswith("#"))
+    for tool in ("apt-get install", "apt-get update", "pip install"):
+        assert tool not in outside, f"setup.sh runs {tool} outside a logged step"
+    assert "STEP_LOG=$PWD/.venv/setup.log" in text
+    assert 'say "the output of each step goes to $STEP_LOG"' in text

@@ -801,7 +801,7 @@ def test_detached_serve_names_its_stop_command_not_docker(
 ) -> None:
     from rich.console import Console
 
-    from cli.serve import render_detached
+    from bless.cli.serve import render_detached
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)
@@ -834,7 +834,7 @@ def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path
     """Two serve-full of one profile at the same moment: the second (or a --dry-run) is refused 12 at once."""
     from typer.testing import CliRunner
 
-    import cli.serve
+    import bless.cli.serve
 
     store = Store(tmp_path / "root")
     profile = Path(__file__).resolve().parents[2] / "profiles" / "reference-cpu.toml"
@@ -842,7 +842,7 @@ def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path
     with serve.StartingLock(store, "reference-cpu"):
         for extra in (["--dry-run"], ["--detach"]):
             result = runner.invoke(
-                cli.serve.app, ["--profile", str(profile), "--root", str(store.root), "--json", *extra]
+                bless.cli.serve.app, ["--profile", str(profile), "--root", str(store.root), "--json", *extra]
             )
             assert result.exit_code == ExitCode.CONTAINER_CONFLICT, result.output
             assert "another serve-full is starting 'reference-cpu'" in result.output

@@ -14,13 +14,13 @@ import pytest
 from filelock import FileLock
 from typer.testing import CliRunner
 
+from bless.cli.main import app
 from bless.errors import ExitCode, VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.verify import verify_tree
-from cli.main import app
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 OLD_ID = "20240101T000000Z-000000000001"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bless.cli.main import app
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store, process_identity
 from bless.store.scan import ManifestReader
 from bless.verify import verify_tree
-from cli.main import app
 from tests.unit.store_helpers import make_factors, make_manifest, start_child, write_tree
 
 
