@@ -8,16 +8,21 @@ config files, credential helpers, bearer tokens). What it does not do, done here
 * OCI manifests are sent as exact bytes (``artifactType`` included; oras' ``push`` takes none);
 * no retries with sleeps: oras retries a failed request five times, sleeping 3 s to 83 s, which would
   hang a pull on a registry that is down for minutes; here a failure is reported at once;
-* every request has a timeout; plain HTTP only for loopback registries (or when asked for).
+* every request has a timeout; plain HTTP only for loopback registries (or when asked for);
+* nothing a registry sends is read whole without a cap by its kind: an OCI manifest
+  :data:`~bless.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
+  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply :data:`MAX_TOKEN_BODY`; the
+  ``/v2/`` challenge body is not read at all. A registry sending an endless body gets a refusal, not
+  this process's memory.
 
 Credentials stay inside oras' session: nothing here logs, stores or returns them.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import ipaddress
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,8 +35,9 @@ import oras.container
 import oras.provider
 import requests
 
-from bless.artifact import is_sha256_digest
+from bless.artifact import MAX_OCI_MANIFEST_BYTES, is_sha256_digest
 from bless.errors import (
+    ArtifactInvalidError,
     ArtifactNotFoundError,
     DigestMismatchError,
     RegistryUnavailableError,
@@ -45,6 +51,11 @@ CHUNK = 1 << 20
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
 _MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
+#: The most of an error reply read (its JSON names a code and a message per error); the rest is dropped.
+MAX_ERROR_BODY = 64 << 10
+#: The most of a reply to oras' own requests (bearer tokens: a few KiB) read before it is refused.
+MAX_TOKEN_BODY = 1 << 20
+_READ_CHUNK = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -106,10 +117,51 @@ class _Oras(oras.provider.Registry):  # type: ignore[misc]
     do_request = oras.provider.Registry.do_request.__wrapped__
 
 
-def _session_timeouts(session: requests.Session) -> None:
-    """Give every request of the session a connect and read timeout (oras sets none)."""
+def _bounded_session(session: requests.Session) -> requests.Session:
+    """Every request of ``session`` gets a timeout (oras sets none) and a streamed, capped body.
+
+    A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
+    the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
+    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
+    """
     request = session.request
-    session.request = functools.partial(request, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # type: ignore[method-assign]
+
+    def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:
+        stream = kwargs.pop("stream", False)
+        kwargs.setdefault("timeout", (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        response: requests.Response = request(method, url, stream=True, **kwargs)
+        if not stream:
+            with response:
+                body, whole = _read_upto(response, MAX_TOKEN_BODY)
+            if not whole:
+                raise RegistryUnavailableError(
+                    f"{urlsplit(url).netloc}: the reply to {method} {urlsplit(url).path} is larger than "
+                    f"{MAX_TOKEN_BODY} bytes",
+                    hint="a registry's (or its token service's) reply is never that large; check what serves it",
+                )
+            response._content = body
+        return response
+
+    session.request = bounded  # type: ignore[method-assign,assignment]
+    return session
+
+
+def _read_upto(response: requests.Response, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of a streamed body, and whether that was all of it.
+
+    A declared Content-Length over the limit is believed without reading (the body is then not whole).
+    """
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return b"", False
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_content(chunk_size=_READ_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
 
 
 class RegistryClient:
@@ -122,17 +174,17 @@ class RegistryClient:
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
-        _session_timeouts(self._oras.session)
+        _bounded_session(self._oras.session)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
         with self._errors("reading credentials"):
             self._oras.auth.load_configs(self._container, _docker_configs())
 
     def _challenge(self) -> str:
         """How the registry asks for credentials: ``basic`` (htpasswd) or ``token`` (bearer, the default)."""
-        with self._errors("contacting the registry"):
-            response = requests.get(
-                f"{self._prefix}://{self.reference.registry}/v2/", timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
-            )
+        # Only the status and the header matter: the body is never read (a registry may send one without end).
+        with self._errors("contacting the registry"), _bounded_session(requests.Session()) as session:
+            response = session.get(f"{self._prefix}://{self.reference.registry}/v2/", stream=True)
+            response.close()
         challenge = response.headers.get("WWW-Authenticate", "") if response.status_code == 401 else ""
         return "basic" if challenge.lower().startswith("basic") else "token"
 
@@ -170,6 +222,8 @@ class RegistryClient:
         return f"{self._prefix}://{self.reference.registry}/v2/{self.reference.repository}/{kind}/{reference}"
 
     def _request(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        """A request whose body is left unread (``stream``): each caller reads it with the cap of its kind."""
+        kwargs["stream"] = True
         response: requests.Response
         if self._basic:
             # Basic credentials go with every request, up front: a body streamed from a file cannot be
@@ -186,7 +240,9 @@ class RegistryClient:
     def _fail(self, response: requests.Response, what: str) -> None:
         if response.status_code in (200, 201, 202, 204):
             return
-        detail = _registry_message(response)
+        with self._errors(what):
+            detail = _registry_message(response)
+        response.close()
         if response.status_code == 404:
             raise ArtifactNotFoundError(
                 f"{self.reference}: {what}: not found ({detail})",
@@ -204,10 +260,18 @@ class RegistryClient:
     def get_manifest(self, reference: str) -> tuple[bytes, str | None]:
         """The exact bytes of a manifest (by tag or digest) and the registry's Docker-Content-Digest."""
         url = self._url("manifests", reference)
-        response = self._request("GET", url, f"reading manifest {reference}", headers={"Accept": _MANIFEST_ACCEPT})
-        self._fail(response, f"manifest {reference}")
-        with self._errors(f"reading manifest {reference}"):
-            data = response.content
+        what = f"reading manifest {reference}"
+        response = self._request("GET", url, what, headers={"Accept": _MANIFEST_ACCEPT})
+        with response:
+            self._fail(response, f"manifest {reference}")
+            with self._errors(what):
+                data, whole = _read_upto(response, MAX_OCI_MANIFEST_BYTES)
+        if not whole:
+            raise ArtifactInvalidError(
+                f"{self.reference}: manifest {reference} is larger than {MAX_OCI_MANIFEST_BYTES} bytes",
+                hint="a bless artifact's OCI manifest is never that large (registries need not accept more than "
+                "4 MiB); nothing was installed",
+            )
         return data, response.headers.get("Docker-Content-Digest")
 
     def put_manifest(self, data: bytes, reference: str, media_type: str) -> None:
@@ -215,22 +279,25 @@ class RegistryClient:
         url = self._url("manifests", reference)
         headers = {"Content-Type": media_type}
         response = self._request("PUT", url, f"writing manifest {reference}", data=data, headers=headers)
-        self._fail(response, f"writing manifest {reference}")
+        with response:
+            self._fail(response, f"writing manifest {reference}")
 
     # ---------------------------------------------------------------------------------- blobs
 
     def blob_exists(self, digest: str) -> bool:
         response = self._request("HEAD", self._url("blobs", digest), f"checking blob {digest[:19]}")
-        if response.status_code == 404:
-            return False
-        self._fail(response, f"blob {digest}")
+        with response:
+            if response.status_code == 404:
+                return False
+            self._fail(response, f"blob {digest}")
         return True
 
     def upload_blob(self, digest: str, size: int, source: Path | bytes) -> None:
         """Monolithic upload (POST a session, PUT the bytes with their digest); a file streams from disk."""
         start = self._oras.prefix + f"://{self._container.upload_blob_url()}"
         response = self._request("POST", start, "starting an upload", headers={"Content-Length": "0"})
-        self._fail(response, "starting an upload")
+        with response:
+            self._fail(response, "starting an upload")
         location = response.headers.get("Location", "")
         if not location.startswith("http"):
             location = f"{self._prefix}://{self.reference.registry}{location}"
@@ -244,7 +311,8 @@ class RegistryClient:
         else:
             with source.open("rb") as handle:
                 response = self._request("PUT", url, f"uploading {digest[:19]}", data=handle, headers=headers)
-        self._fail(response, f"uploading blob {digest}")
+        with response:
+            self._fail(response, f"uploading blob {digest}")
 
     def read_blob(self, digest: str, size: int) -> bytes:
         """A small blob in memory, checked like :meth:`download_blob`."""
@@ -271,7 +339,7 @@ class RegistryClient:
 
     def _stream_blob(self, digest: str, size: int, write: Callable[[bytes], None]) -> None:
         what = f"downloading blob {digest[:19]}"
-        response = self._request("GET", self._url("blobs", digest), what, stream=True)
+        response = self._request("GET", self._url("blobs", digest), what)
         with response:
             self._fail(response, what)
             hasher = hashlib.sha256()
@@ -307,14 +375,17 @@ def _docker_configs() -> list[str]:
     return [str(Path(directory) / "config.json")] if directory else []
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: BaseException | str) -> str:
     text = str(exc)
     return text if len(text) < 200 else text[:200] + "..."
 
 
 def _registry_message(response: requests.Response) -> str:
+    """The messages of an error reply, from at most :data:`MAX_ERROR_BODY` of its body (the rest is not read)."""
+    body, _whole = _read_upto(response, MAX_ERROR_BODY)
     try:
-        errors = response.json().get("errors", [])
-        return "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict)) or "no detail"
-    except (ValueError, AttributeError):
-        return response.reason or "no detail"
+        errors = json.loads(body).get("errors", [])
+        messages = "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict))
+        return _short(messages) or "no detail"
+    except (ValueError, AttributeError, RecursionError):
+        return _short(response.reason or "") or "no detail"

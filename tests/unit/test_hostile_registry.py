@@ -1,0 +1,152 @@
+"""bless push / pull against a registry that lies: endless bodies, false lengths, trickles.
+
+A lying loopback server (``tests/lying_registry.py``) sits in front of a real registry and answers
+some requests itself. Whatever it sends, push and pull end with a documented refusal (never exit 1),
+read at most a bounded amount, and leave the host's store as it was.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bless.errors import (
+    ArtifactInvalidError,
+    ArtifactNotFoundError,
+    BlessError,
+    ExitCode,
+    RegistryUnavailableError,
+)
+from bless.flows.pull import pull_blessing
+from bless.flows.push import push_blessing
+from bless.manifest import Manifest
+from bless.registry import parse_reference
+from bless.store import Store
+from tests.lying_registry import Lie, declared, endless, lying_registry, token_challenge
+from tests.registry import Registry
+from tests.unit.store_helpers import child_env
+from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version
+
+REPO = Path(__file__).resolve().parents[2]
+#: The most a bounded client may have read of an endless reply: its largest cap (a 4 MiB manifest)
+#: plus what loopback socket buffers hold.
+READ_BOUND = 16 << 20
+MANIFEST = r"/v2/c/t/manifests/[^/]+"
+BLOB = r"/v2/c/t/blobs/sha256:[0-9a-f]{64}"
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Store:
+    return Store(tmp_path / "origin")
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Store:
+    return Store(tmp_path / "host")
+
+
+@pytest.fixture
+def blessed(tmp_path: Path, registry: Registry, origin: Store, host: Store) -> tuple[Manifest, Manifest]:
+    """The host has the old version; the registry has the new one under c/t:new."""
+    old = bless_version(origin, tmp_path, "a", OLD_ID)
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    new = bless_version(origin, tmp_path, "b", NEW_ID)
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    return old, new
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Unbounded reads
+
+
+@pytest.mark.parametrize(
+    ("lie", "expected"),
+    [
+        (Lie("GET", MANIFEST, endless()), ArtifactInvalidError),
+        (Lie("GET", MANIFEST, declared(1 << 40)), ArtifactInvalidError),
+        (Lie("GET", MANIFEST, endless(404)), ArtifactNotFoundError),
+        (Lie("GET", MANIFEST, endless(500)), RegistryUnavailableError),
+        (Lie("GET", BLOB, endless(500)), RegistryUnavailableError),
+        (Lie("GET", MANIFEST, token_challenge, times=1), RegistryUnavailableError),
+    ],
+    ids=["manifest", "manifest-length", "error-404", "error-500", "blob-error-500", "token"],
+)
+def test_endless_replies_are_refused_after_a_bounded_read(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie, expected: type[BlessError]
+) -> None:
+    old, _new = blessed
+    token = Lie("GET", "/token", endless())
+    with lying_registry(registry, lie, token) as lying:
+        with pytest.raises(expected) as info:
+            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1)
+        assert lying.sent < READ_BOUND, f"read {lying.sent} bytes of an endless reply"
+    assert info.value.exit_code == expected.exit_code
+    assert_untouched(host, old)
+
+
+def test_an_endless_challenge_body_is_not_read(
+    registry: Registry, host: Store, origin: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """The /v2/ reply's status and header are all a client needs: pull and push go on."""
+    _old, new = blessed
+    with lying_registry(registry, Lie("GET", "/v2/", endless())) as lying:
+        assert pull_blessing(host, parse_reference(lying.ref("c/t:new"))).installed
+        push_blessing(origin, new, parse_reference(lying.ref("c/t:again")))
+        assert lying.sent < READ_BOUND
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        Lie("POST", r"/v2/c/t/blobs/uploads/", endless(500)),
+        Lie("PUT", r"/v2/c/t/blobs/uploads/.*", endless(500)),
+        Lie("PUT", MANIFEST, endless(400)),
+    ],
+    ids=["upload-start", "upload", "manifest-put"],
+)
+def test_push_refuses_endless_error_replies(tmp_path: Path, registry: Registry, origin: Store, lie: Lie) -> None:
+    manifest = bless_version(origin, tmp_path, "c", NEW_ID)
+    with lying_registry(registry, lie) as lying:
+        with pytest.raises(RegistryUnavailableError):
+            push_blessing(origin, manifest, parse_reference(lying.ref("c/t:v1")))
+        assert lying.sent < READ_BOUND
+
+
+#: Runs the rest of argv under a 2 GiB address-space limit: a client that reads an endless body whole
+#: fails there (MemoryError, exit 1), not the machine. An exec'd wrapper, not preexec_fn: this test
+#: process has threads (the lying server's), and forking then running Python code is unsafe with threads.
+LIMITED = (
+    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def test_cli_pull_of_an_endless_manifest_is_exit_73_not_a_memory_error(
+    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+) -> None:
+    with lying_registry(registry, Lie("GET", MANIFEST, endless())) as lying:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                LIMITED,
+                "-m",
+                "cli.main",
+                "--root",
+                str(tmp_path / "cli-host"),
+                "pull",
+                lying.ref("c/t:new"),
+            ],
+            cwd=REPO,
+            env=child_env(BLESS_ROOT="", COLUMNS="250"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert proc.returncode == ExitCode.ARTIFACT_INVALID, proc.stderr[-2000:]
+    assert "larger than" in proc.stderr
