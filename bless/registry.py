@@ -11,9 +11,14 @@ config files, credential helpers, bearer tokens). What it does not do, done here
 * every request has a timeout; plain HTTP only for loopback registries (or when asked for);
 * nothing a registry sends is read whole without a cap by its kind: an OCI manifest
   :data:`~bless.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
-  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply :data:`MAX_TOKEN_BODY`; the
+  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply :data:`~bless.registry_http.MAX_TOKEN_BODY`; the
   ``/v2/`` challenge body is not read at all. A registry sending an endless body gets a refusal, not
-  this process's memory.
+  this process's memory;
+* every exchange has a deadline, not only a timeout per read (a registry sending one byte every
+  20 s never trips a read timeout): :class:`~bless.transfer.TransferLimits` gives each request a grace
+  plus its size at a minimum rate, and a pull (:mod:`bless.flows.pull`) one for the whole artifact.
+  A watchdog (:mod:`bless.registry_http`) shuts the exchange's sockets down when its time is up,
+  which is refused as a broken transfer (74).
 
 Credentials stay inside oras' session: nothing here logs, stores or returns them.
 """
@@ -24,6 +29,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,18 +50,15 @@ from bless.errors import (
     TransferIncompleteError,
     UsageError,
 )
+from bless.registry_http import bounded_session, guarded, read_upto
+from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
 __all__ = ["CHUNK", "Reference", "RegistryClient", "parse_reference"]
 
 CHUNK = 1 << 20
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
 _MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
 #: The most of an error reply read (its JSON names a code and a message per error); the rest is dropped.
 MAX_ERROR_BODY = 64 << 10
-#: The most of a reply to oras' own requests (bearer tokens: a few KiB) read before it is refused.
-MAX_TOKEN_BODY = 1 << 20
-_READ_CHUNK = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -117,64 +120,28 @@ class _Oras(oras.provider.Registry):  # type: ignore[misc]
     do_request = oras.provider.Registry.do_request.__wrapped__
 
 
-def _bounded_session(session: requests.Session) -> requests.Session:
-    """Every request of ``session`` gets a timeout (oras sets none) and a streamed, capped body.
-
-    A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
-    the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
-    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
-    """
-    request = session.request
-
-    def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:
-        stream = kwargs.pop("stream", False)
-        kwargs.setdefault("timeout", (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
-        response: requests.Response = request(method, url, stream=True, **kwargs)
-        if not stream:
-            with response:
-                body, whole = _read_upto(response, MAX_TOKEN_BODY)
-            if not whole:
-                raise RegistryUnavailableError(
-                    f"{urlsplit(url).netloc}: the reply to {method} {urlsplit(url).path} is larger than "
-                    f"{MAX_TOKEN_BODY} bytes",
-                    hint="a registry's (or its token service's) reply is never that large; check what serves it",
-                )
-            response._content = body
-        return response
-
-    session.request = bounded  # type: ignore[method-assign,assignment]
-    return session
-
-
-def _read_upto(response: requests.Response, limit: int) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of a streamed body, and whether that was all of it.
-
-    A declared Content-Length over the limit is believed without reading (the body is then not whole).
-    """
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return b"", False
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_content(chunk_size=_READ_CHUNK):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
-
-
 class RegistryClient:
     """Blob and manifest operations on one repository of a registry."""
 
-    def __init__(self, reference: Reference, *, plain_http: bool | None = None) -> None:
+    def __init__(
+        self,
+        reference: Reference,
+        *,
+        plain_http: bool | None = None,
+        limits: TransferLimits = DEFAULT_LIMITS,
+        deadline: float | None = None,
+    ) -> None:
+        """``deadline`` (``time.monotonic()``) bounds every exchange on top of its own budget (a pull's)."""
         self.reference = reference
+        self.limits = limits
+        self.deadline = deadline
+        self.plain_http = plain_http
         insecure = reference.loopback if plain_http is None else plain_http
         self._prefix = "http" if insecure else "https"
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
-        _bounded_session(self._oras.session)
+        bounded_session(self._oras.session)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
         with self._errors("reading credentials"):
             self._oras.auth.load_configs(self._container, _docker_configs())
@@ -182,13 +149,41 @@ class RegistryClient:
     def _challenge(self) -> str:
         """How the registry asks for credentials: ``basic`` (htpasswd) or ``token`` (bearer, the default)."""
         # Only the status and the header matter: the body is never read (a registry may send one without end).
-        with self._errors("contacting the registry"), _bounded_session(requests.Session()) as session:
+        with (
+            self._deadline(0, "contacting the registry"),
+            self._errors("contacting the registry"),
+            bounded_session(requests.Session()) as session,
+        ):
             response = session.get(f"{self._prefix}://{self.reference.registry}/v2/", stream=True)
             response.close()
         challenge = response.headers.get("WWW-Authenticate", "") if response.status_code == 401 else ""
         return "basic" if challenge.lower().startswith("basic") else "token"
 
     # ------------------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _deadline(self, size: int, what: str) -> Iterator[None]:
+        """Bound one exchange of ``size`` bytes by its budget (and the client's deadline); 74 past it."""
+        budget = self.limits.budget(size)
+        if self.deadline is not None:
+            budget = min(budget, self.deadline - time.monotonic())
+        expired = TransferIncompleteError(
+            f"{self.reference.registry}: {what} did not finish within its {max(budget, 0):.0f} s (a "
+            f"{self.limits.grace_s:.0f} s grace plus {self.limits.min_rate} bytes/s for its size)",
+            hint="nothing was installed; the registry or the link stalls or trickles: retry when it is healthy, "
+            "or give a slow link a lower --min-rate",
+        )
+        if budget <= 0:
+            raise expired
+        with guarded(budget) as guard:
+            try:
+                yield
+            except Exception:
+                if guard.expired:
+                    raise expired from None
+                raise
+            if guard.expired:  # a shut-down socket can also read as a clean end (a reply cut in its headers)
+                raise expired
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -261,11 +256,12 @@ class RegistryClient:
         """The exact bytes of a manifest (by tag or digest) and the registry's Docker-Content-Digest."""
         url = self._url("manifests", reference)
         what = f"reading manifest {reference}"
-        response = self._request("GET", url, what, headers={"Accept": _MANIFEST_ACCEPT})
-        with response:
-            self._fail(response, f"manifest {reference}")
-            with self._errors(what):
-                data, whole = _read_upto(response, MAX_OCI_MANIFEST_BYTES)
+        with self._deadline(MAX_OCI_MANIFEST_BYTES, what):
+            response = self._request("GET", url, what, headers={"Accept": _MANIFEST_ACCEPT})
+            with response:
+                self._fail(response, f"manifest {reference}")
+                with self._errors(what):
+                    data, whole = read_upto(response, MAX_OCI_MANIFEST_BYTES)
         if not whole:
             raise ArtifactInvalidError(
                 f"{self.reference}: manifest {reference} is larger than {MAX_OCI_MANIFEST_BYTES} bytes",
@@ -278,22 +274,30 @@ class RegistryClient:
         """Store an OCI manifest's exact bytes under a tag or its digest."""
         url = self._url("manifests", reference)
         headers = {"Content-Type": media_type}
-        response = self._request("PUT", url, f"writing manifest {reference}", data=data, headers=headers)
-        with response:
-            self._fail(response, f"writing manifest {reference}")
+        what = f"writing manifest {reference}"
+        with self._deadline(len(data), what):
+            response = self._request("PUT", url, what, data=data, headers=headers)
+            with response:
+                self._fail(response, what)
 
     # ---------------------------------------------------------------------------------- blobs
 
     def blob_exists(self, digest: str) -> bool:
-        response = self._request("HEAD", self._url("blobs", digest), f"checking blob {digest[:19]}")
-        with response:
-            if response.status_code == 404:
-                return False
-            self._fail(response, f"blob {digest}")
+        what = f"checking blob {digest[:19]}"
+        with self._deadline(0, what):
+            response = self._request("HEAD", self._url("blobs", digest), what)
+            with response:
+                if response.status_code == 404:
+                    return False
+                self._fail(response, f"blob {digest}")
         return True
 
     def upload_blob(self, digest: str, size: int, source: Path | bytes) -> None:
         """Monolithic upload (POST a session, PUT the bytes with their digest); a file streams from disk."""
+        with self._deadline(size, f"uploading {digest[:19]}"):
+            self._upload(digest, size, source)
+
+    def _upload(self, digest: str, size: int, source: Path | bytes) -> None:
         start = self._oras.prefix + f"://{self._container.upload_blob_url()}"
         response = self._request("POST", start, "starting an upload", headers={"Content-Length": "0"})
         with response:
@@ -339,6 +343,10 @@ class RegistryClient:
 
     def _stream_blob(self, digest: str, size: int, write: Callable[[bytes], None]) -> None:
         what = f"downloading blob {digest[:19]}"
+        with self._deadline(size, what):
+            self._stream(digest, size, write, what)
+
+    def _stream(self, digest: str, size: int, write: Callable[[bytes], None], what: str) -> None:
         response = self._request("GET", self._url("blobs", digest), what)
         with response:
             self._fail(response, what)
@@ -382,7 +390,7 @@ def _short(exc: BaseException | str) -> str:
 
 def _registry_message(response: requests.Response) -> str:
     """The messages of an error reply, from at most :data:`MAX_ERROR_BODY` of its body (the rest is not read)."""
-    body, _whole = _read_upto(response, MAX_ERROR_BODY)
+    body, _whole = read_upto(response, MAX_ERROR_BODY)
     try:
         errors = json.loads(body).get("errors", [])
         messages = "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict))

@@ -40,6 +40,7 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
 from bless.text import shown
+from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from cli import boundary, render
 from cli.boundary import Report
 from cli.common import (
@@ -50,7 +51,7 @@ from cli.common import (
     RootOption,
     VerboseOption,
 )
-from cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
+from cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
 
 app = typer.Typer(
     name="serve-full",
@@ -338,6 +339,8 @@ def serve_full(
     ] = None,
     trust: TrustOption = None,
     plain_http: PlainHttpOption = None,
+    min_rate: MinRateOption = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -365,7 +368,7 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
-        source=FleetSource(from_ref, trust, plain_http),
+        source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)
     raise typer.Exit(code)

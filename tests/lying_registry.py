@@ -174,8 +174,9 @@ def trickle(
 
     def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
         upstream = http.client.HTTPConnection("127.0.0.1", lying.upstream.port, timeout=60)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() in ("accept", "authorization")}
         try:
-            upstream.request(handler.command, handler.path)
+            upstream.request(handler.command, handler.path, headers=headers)
             reply = upstream.getresponse()
             data = reply.read()
         finally:
@@ -202,3 +203,29 @@ def token_challenge(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> No
     handler.send_header("Content-Length", "0")
     handler.send_header("Connection", "close")
     handler.end_headers()
+
+
+def delayed(seconds: float) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+    """The upstream's true reply, after ``seconds`` of silence (a slow but honest registry)."""
+
+    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
+        time.sleep(seconds)
+        handler.close_connection = False
+        handler.forward()  # type: ignore[attr-defined]
+
+    return answer
+
+
+def slow_headers(every_s: float, count: int = 10_000) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+    """A status line, then a header that never ends: one byte each ``every_s`` seconds."""
+
+    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        handler.wfile.flush()
+        for _ in range(count):
+            time.sleep(every_s)
+            handler.wfile.write(b"a")
+            handler.wfile.flush()
+            lying.count(1)
+
+    return answer

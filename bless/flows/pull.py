@@ -11,7 +11,9 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
               rolled back or manifest differing from the signed target are refused before any file moves;
 ``stage``     a present blessing of this very version ends the pull here (a no-op); else a staging dir
               ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
-``download``  every blob the manifest names, checked against its digest and size while it streams;
+``download``  every blob the manifest names, checked against its digest and size while it streams, each
+              within its own deadline and all of them within the pull's (:class:`TransferLimits`: a
+              grace plus the bytes at a minimum rate; past it the pull is refused, exit 74);
               files the live blessing of this config already holds (a rebless's unchanged files) are
               copied from it instead, hashed while copied (downloaded after all if they do not match);
 ``publish``   :meth:`bless.store.Store.publish`: the same atomic publish as ``bless run`` (re-hash, move,
@@ -28,6 +30,7 @@ import os
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient
 from bless.store import FaultHook, Store, process_alive
 from bless.store.fsutil import read_json_object, remove_tree
+from bless.transfer import DEFAULT_LIMITS, TransferLimits
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
@@ -131,8 +135,7 @@ def _remove_dead_pulls(store: Store) -> None:
 
 
 def _download(
-    reference: Reference,
-    plain_http: bool | None,
+    origin: RegistryClient,
     tree: Path,
     files: tuple[BlobRef, ...],
     progress: Callable[[int], None] | None,
@@ -157,7 +160,9 @@ def _download(
 
     def client() -> RegistryClient:
         if not hasattr(local, "client"):
-            local.client = RegistryClient(reference, plain_http=plain_http)
+            local.client = RegistryClient(
+                origin.reference, plain_http=origin.plain_http, limits=origin.limits, deadline=origin.deadline
+            )
         return local.client  # type: ignore[no-any-return]
 
     def report(size: int) -> None:
@@ -241,16 +246,20 @@ def pull_blessing(
     progress: Callable[[int], None] | None = None,
     fault: FaultHook | None = None,
     workers: int = DOWNLOAD_WORKERS,
+    limits: TransferLimits = DEFAULT_LIMITS,
 ) -> PullResult:
     """Pull, verify and install a blessing (see the module docstring); a present one is a no-op."""
+    started = time.monotonic()
 
     def step(name: str) -> None:
         if fault is not None:
             fault(f"pull:{name}")
 
     step("resolve")
-    client = RegistryClient(reference, plain_http=plain_http)
+    client = RegistryClient(reference, plain_http=plain_http, limits=limits)
     artifact, manifest, manifest_bytes = _resolve(client, reference)
+    # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.
+    client.deadline = started + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
 
     step("trust")
     verdict = None
@@ -290,7 +299,7 @@ def pull_blessing(
 
         step("download")
         local = _local_copies(store, manifest.config_hash)
-        blobs, size = _download(reference, plain_http, tree, artifact.files, progress, workers, local)
+        blobs, size = _download(client, tree, artifact.files, progress, workers, local)
 
         step("publish")
         try:

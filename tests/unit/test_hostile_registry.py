@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,24 @@ from bless.errors import (
     BlessError,
     ExitCode,
     RegistryUnavailableError,
+    TransferIncompleteError,
 )
 from bless.flows.pull import pull_blessing
 from bless.flows.push import push_blessing
 from bless.manifest import Manifest
 from bless.registry import parse_reference
 from bless.store import Store
-from tests.lying_registry import Lie, declared, endless, lying_registry, token_challenge
+from bless.transfer import TransferLimits
+from tests.lying_registry import (
+    Lie,
+    declared,
+    delayed,
+    endless,
+    lying_registry,
+    slow_headers,
+    token_challenge,
+    trickle,
+)
 from tests.registry import Registry
 from tests.unit.store_helpers import child_env
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version
@@ -150,3 +162,89 @@ def test_cli_pull_of_an_endless_manifest_is_exit_73_not_a_memory_error(
         )
     assert proc.returncode == ExitCode.ARTIFACT_INVALID, proc.stderr[-2000:]
     assert "larger than" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Deadlines
+
+
+#: Tight limits for the tests: a 1.5 s grace, and a rate no trickle reaches (a manifest's budget is
+#: its 4 MiB cap at this rate: 4 s more).
+TIGHT = TransferLimits(min_rate=1 << 20, grace_s=1.5)
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        Lie("GET", BLOB, trickle(0.25, prefix=16)),
+        Lie("GET", MANIFEST, trickle(0.25, prefix=16)),
+        Lie("GET", MANIFEST, slow_headers(0.25)),
+    ],
+    ids=["blob-body", "manifest-body", "manifest-headers"],
+)
+def test_a_trickling_registry_is_refused_by_the_deadline(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie
+) -> None:
+    """One byte every 0.25 s never trips the 60 s read timeout: the deadline ends it (74), staging cleaned."""
+    old, _new = blessed
+    with lying_registry(registry, lie) as lying:
+        started = time.monotonic()
+        with pytest.raises(TransferIncompleteError, match="did not finish within"):
+            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=TIGHT)
+        assert time.monotonic() - started < 15
+    assert_untouched(host, old)
+
+
+def test_the_pull_has_one_deadline_for_all_its_blobs(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """Every blob alone is within its budget (0.6 s of 1.5 s); together they overrun the pull's."""
+    old, new = blessed
+    assert len(new.cache.files) >= 4
+    limits = TransferLimits(min_rate=1 << 30, grace_s=1.5)
+    with (
+        lying_registry(registry, Lie("GET", BLOB, delayed(0.6))) as lying,
+        pytest.raises(TransferIncompleteError, match="did not finish within"),
+    ):
+        pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits)
+    assert_untouched(host, old)
+
+
+def test_cli_pull_takes_the_limits_and_refuses_a_trickle_with_74(
+    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+) -> None:
+    with lying_registry(registry, Lie("GET", BLOB, trickle(0.25, prefix=16))) as lying:
+        args = ("pull", lying.ref("c/t:new"), "--min-rate", "1M", "--transfer-grace", "1.5")
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli.main", "--root", str(tmp_path / "cli-host"), *args],
+            cwd=REPO,
+            env=child_env(BLESS_ROOT="", COLUMNS="250"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == ExitCode.TRANSFER_INCOMPLETE, proc.stderr[-2000:]
+    assert "--min-rate" in proc.stderr
+    staging = tmp_path / "cli-host" / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "--root",
+            str(tmp_path / "cli-host"),
+            "pull",
+            "127.0.0.1:1/c/t:v1",
+            "--min-rate",
+            "fast",
+        ],
+        cwd=REPO,
+        env=child_env(BLESS_ROOT=""),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == ExitCode.USAGE, bad.stderr[-2000:]
