@@ -182,6 +182,7 @@ def validate_document(document: Any, *, where: str) -> None:
             raise ManifestInvalidError(f"{where}: {path!r} is listed both as a file and a directory")
     if len(set(cache["dirs"])) != len(cache["dirs"]):
         raise ManifestInvalidError(f"{where}: cache.dirs: duplicate entries")
+    _refuse_files_as_parents(seen, cache["dirs"], where)
     total = sum(entry["size"] for entry in cache["files"])
     if total != cache["total_size"]:
         raise ManifestInvalidError(f"{where}: cache.total_size is {cache['total_size']}, files add up to {total}")
@@ -200,6 +201,23 @@ def validate_document(document: Any, *, where: str) -> None:
             f"{where}: config_hash {document['config_hash'][:16]}... does not match its factors ({actual[:16]}...)",
             hint="the manifest was edited or corrupted; restore it from the store or re-bless",
         )
+
+
+def _refuse_files_as_parents(files: set[str], dirs: Sequence[str], where: str) -> None:
+    """No listed path may lie below a listed file (``x`` and ``x/y``): no tree holds both.
+
+    A reader that builds the tree (a pull) would find ``x`` there when it makes directory ``x``; each
+    path is checked once per ``/`` it holds, so this costs no more than reading the listing.
+    """
+    for path in (*files, *dirs):
+        cut = path.find("/")
+        while cut != -1:
+            if path[:cut] in files:
+                raise ManifestInvalidError(
+                    f"{where}: {shown(path)!r} lies below {shown(path[:cut])!r}, which is listed as a file",
+                    hint="no directory tree holds both; the manifest was crafted or corrupted",
+                )
+            cut = path.find("/", cut + 1)
 
 
 def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:

@@ -7,6 +7,8 @@ read at most a bounded amount, and leave the host's store as it was.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -14,20 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from bless.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, digest_of
 from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
     BlessError,
     ExitCode,
+    ManifestInvalidError,
     RegistryUnavailableError,
     TransferIncompleteError,
 )
 from bless.flows.pull import pull_blessing
 from bless.flows.push import push_blessing
-from bless.manifest import Manifest
-from bless.registry import parse_reference
+from bless.manifest import Manifest, tree_sha256
+from bless.registry import RegistryClient, parse_reference
 from bless.store import Store
 from bless.transfer import TransferLimits
+from bless.verify import FileEntry
 from tests.lying_registry import (
     Lie,
     declared,
@@ -248,3 +253,48 @@ def test_cli_pull_takes_the_limits_and_refuses_a_trickle_with_74(
         check=False,
     )
     assert bad.returncode == ExitCode.USAGE, bad.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Path sets no tree can hold
+
+
+def test_pull_refuses_a_file_listed_below_another_file(
+    tmp_path: Path, registry: Registry, origin: Store, host: Store
+) -> None:
+    """A blessing listing ``x`` and ``x/y`` crashed the pull (FileExistsError, exit 1): it is invalid (22)."""
+    base = bless_version(origin, tmp_path, "a", OLD_ID)
+    document = json.loads(base.to_json_bytes())
+    blobs = {"x": b"file x", "x/y": b"file x/y"}
+    entries = [FileEntry(path, len(data), hashlib.sha256(data).hexdigest()) for path, data in blobs.items()]
+    document["cache"].update(
+        files=[{"path": e.path, "size": e.size, "sha256": e.sha256} for e in entries],
+        dirs=[],
+        total_size=sum(e.size for e in entries),
+        tree_sha256=tree_sha256(entries, []),
+    )
+    config = (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    oci = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": MANIFEST_MEDIA_TYPE, "digest": digest_of(config), "size": len(config)},
+        "layers": [
+            {
+                "mediaType": FILE_MEDIA_TYPE,
+                "digest": f"sha256:{e.sha256}",
+                "size": e.size,
+                "annotations": {"org.opencontainers.image.title": e.path},
+            }
+            for e in entries
+        ],
+        "annotations": {"org.bless.config-hash": base.config_hash, "org.bless.dir-id": base.cache.dir_id},
+    }
+    client = RegistryClient(parse_reference(registry.ref("c/t:crafted")))
+    for data in (config, *blobs.values()):
+        client.upload_blob(digest_of(data), len(data), data)
+    client.put_manifest(json.dumps(oci).encode(), "crafted", OCI_MANIFEST_MEDIA_TYPE)
+    with pytest.raises(ManifestInvalidError, match="listed as a file") as info:
+        pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))
+    assert info.value.exit_code == ExitCode.MANIFEST_INVALID
+    assert_untouched(host, None)

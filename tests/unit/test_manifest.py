@@ -578,3 +578,35 @@ def test_a_duplicate_key_is_invalid_json(manifest, tmp_path):
     path.write_text(doubled, encoding="utf-8")
     error = refused(path)
     assert "duplicate key 'profile_name'" in error.message
+
+
+def with_listing(document: dict[str, Any], files: list[tuple[str, int, str]], dirs: list[str]) -> dict[str, Any]:
+    """``document`` listing ``files`` and ``dirs``, its total size and tree digest made to match them."""
+    entries = [FileEntry(path, size, sha) for path, size, sha in sorted(files)]
+    document["cache"]["files"] = [{"path": e.path, "size": e.size, "sha256": e.sha256} for e in entries]
+    document["cache"]["dirs"] = dirs
+    document["cache"]["total_size"] = sum(e.size for e in entries)
+    document["cache"]["tree_sha256"] = tree_sha256(entries, dirs)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("files", "dirs"),
+    [
+        (["x", "x/y"], []),
+        (["x", "x/a/b/y"], []),
+        (["x"], ["x/y"]),
+        (["d/x", "d/x/y"], ["d"]),
+    ],
+    ids=["file-under-file", "deep", "dir-under-file", "nested"],
+)
+def test_a_path_below_a_listed_file_is_invalid(
+    tmp_path: Path, document: dict[str, Any], files: list[str], dirs: list[str]
+) -> None:
+    """No tree holds a file ``x`` and ``x/y``: a pull building it crashed (FileExistsError, exit 1)."""
+    listed = [(path, 1, "ab" * 32) for path in files]
+    error = refused(write_json(tmp_path / "m.json", with_listing(document, listed, dirs)))
+    assert "which is listed as a file" in error.message
+    # The same rule for a file beside a directory of a similar name: "x" and "x.d/y" are fine.
+    alike = with_listing(document, [("x", 1, "ab" * 32), ("x.d/y", 1, "cd" * 32)], ["x-", "x.d"])
+    load_manifest(write_json(tmp_path / "ok.json", alike))
