@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     CONTAINER_CONFLICT = 12
     WEAKER_BLESSING = 13
     TRUST_EXISTS = 14
+    NO_SPACE = 15
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -127,6 +128,13 @@ class WeakerBlessingError(BlessError):
 
     exit_code = ExitCode.WEAKER_BLESSING
     title = "weaker blessing"
+
+
+class NoSpaceError(BlessError):
+    """A write found the disk full, the quota used up, or the file system read-only; nothing was committed."""
+
+    exit_code = ExitCode.NO_SPACE
+    title = "no space to write"
 
 
 class NoManifestError(BlessError):
@@ -362,6 +370,11 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
         "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)",
     ),
     (ExitCode.TRUST_EXISTS, "bless trust init: keys or metadata already exist in that directory (never overwritten)"),
+    (
+        ExitCode.NO_SPACE,
+        "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
+        "nothing was committed",
+    ),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),
     (ExitCode.MANIFEST_INVALID, "a manifest is unreadable, schema-invalid or of an unknown version"),

@@ -11,9 +11,9 @@ config files, credential helpers, bearer tokens). What it does not do, done here
 * every request has a timeout; plain HTTP only for loopback registries (or when asked for);
 * nothing a registry sends is read whole without a cap by its kind: an OCI manifest
   :data:`~bless.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
-  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply :data:`~bless.registry_http.MAX_TOKEN_BODY`; the
-  ``/v2/`` challenge body is not read at all. A registry sending an endless body gets a refusal, not
-  this process's memory;
+  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply
+  :data:`~bless.registry_http.MAX_TOKEN_BODY`; the ``/v2/`` challenge body is not read at all. A registry
+  sending an endless body gets a refusal, not this process's memory;
 * every exchange has a deadline, not only a timeout per read (a registry sending one byte every
   20 s never trips a read timeout): :class:`~bless.transfer.TransferLimits` gives each request a grace
   plus its size at a minimum rate, and a pull (:mod:`bless.flows.pull`) one for the whole artifact.

@@ -71,6 +71,7 @@ from bless.errors import (
 )
 from bless.manifest import Manifest
 from bless.store import atomic_write_bytes
+from bless.store.fsutil import full_disk, full_disk_error
 
 __all__ = [
     "DEFAULT_EXPIRES",
@@ -404,7 +405,8 @@ def _repository(keys_dir: Path) -> Iterator[_Repository]:
             f"{keys_dir} is not a signing repository (no metadata/ directory)",
             hint="create one with bless trust init --keys DIR",
         )
-    with FileLock(str(lock_path)):
+    # A full or read-only disk under the keys directory is its own refusal (15), wherever a write meets it.
+    with full_disk(f"writing the signing repository {keys_dir}"), FileLock(str(lock_path)):
         yield _Repository(Path(keys_dir))
 
 
@@ -473,7 +475,8 @@ def init_repository(
         for role in (Root.type, Targets.type, Snapshot.type, Timestamp.type):
             atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
     except OSError as exc:
-        raise BlessError(f"cannot create the trust repository in {keys_dir}: {exc.strerror or exc}") from exc
+        what = f"cannot create the trust repository in {keys_dir}"
+        raise full_disk_error(exc, what) or BlessError(f"{what}: {exc.strerror or exc}") from exc
     return InitResult(keys_dir, metadata_path, tuple(key_files), chosen)
 
 
@@ -748,7 +751,9 @@ def check_blessing(
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TrustInvalidError(f"cannot create {state_dir}: {exc.strerror or exc}") from None
+        raise full_disk_error(exc, f"cannot create {state_dir}") or TrustInvalidError(
+            f"cannot create {state_dir}: {exc.strerror or exc}"
+        ) from None
     if candidate is None:
         candidate = trust_files if "timestamp.json" in trust_files else metadata_from_dir(state_dir)
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
@@ -758,7 +763,7 @@ def check_blessing(
     for file_name, file_data in trust_files.items():
         if file_name.endswith(".root.json"):
             served.setdefault(file_name, file_data)
-    with FileLock(str(state_dir.parent / "trust.lock")):
+    with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
         presented_version = _root_metadata(anchor, "the trusted root.json").signed.version
         served[f"{presented_version}.root.json"] = anchor
         bootstrap = _bootstrap_root(state_dir, anchor, served)
@@ -786,7 +791,9 @@ def check_blessing(
         except (tuf_errors.RepositoryError, tuf_errors.DownloadError) as exc:
             raise TrustInvalidError(f"trust metadata rejected: {exc}") from None
         except OSError as exc:
-            raise TrustInvalidError(f"cannot use {state_dir}: {exc.strerror or exc}") from None
+            raise full_disk_error(exc, f"cannot record the trusted metadata in {state_dir}") or TrustInvalidError(
+                f"cannot use {state_dir}: {exc.strerror or exc}"
+            ) from None
         if info is None:
             raise UnsignedError(
                 f"{manifest.config_hash[:16]}... version {manifest.cache.dir_id} is not a target of the signed "

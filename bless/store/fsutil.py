@@ -20,12 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import BlessError
+from bless.errors import BlessError, NoSpaceError
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "JSON_SIDE_FILE_MAX",
+    "NO_SPACE_ERRNOS",
     "READ_ONLY_DIR_MODE",
     "READ_ONLY_FILE_MODE",
     "TMP_MARK",
@@ -35,6 +36,8 @@ __all__ = [
     "ensure_dir",
     "fsync_dir",
     "fsync_tree",
+    "full_disk",
+    "full_disk_error",
     "holds",
     "listdir",
     "load_json_object",
@@ -152,12 +155,47 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
     fsync_dir(path.parent)
 
 
+#: The errors of a write that more space (or a writable mount) would have let through.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def full_disk_error(exc: BaseException, what: str) -> NoSpaceError | None:
+    """The refusal for a write that failed for want of space or a writable file system; None for other errors."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE_ERRNOS:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno == errno.EROFS:
+        hint = "the file system is mounted read-only: remount it read-write or use another store root (--root)"
+    else:
+        hint = "free space on that file system (bless gc removes what no blessing needs) or raise the quota, then retry"
+    return NoSpaceError(
+        f"{what}: {exc.strerror or exc}{where}",
+        hint=f"{hint}; nothing was committed",
+        details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
+    )
+
+
+@contextmanager
+def full_disk(what: str) -> Iterator[None]:
+    """Turn a write failing for want of space (ENOSPC, EDQUOT, EROFS) into :class:`NoSpaceError`."""
+    try:
+        yield
+    except OSError as exc:
+        refusal = full_disk_error(exc, what)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
 @contextmanager
 def os_errors(what: str) -> Iterator[None]:
     """Turn an unexpected OSError (read-only or full disk, permissions) into a BlessError."""
     try:
         yield
     except OSError as exc:
+        refusal = full_disk_error(exc, f"{what} failed")
+        if refusal is not None:
+            raise refusal from exc
         where = f" ({exc.filename})" if exc.filename else ""
         raise BlessError(
             f"{what} failed: {exc.strerror or exc}{where}",
@@ -204,13 +242,17 @@ def _fsync_path(path: Path, flags: int = os.O_NOFOLLOW) -> None:
         os.close(fd)
 
 
-def set_tree_modes(root: Path, file_mode: int, dir_mode: int, *, durable: bool) -> None:
+def set_tree_modes(root: Path, file_mode: int, dir_mode: int, *, durable: bool, leave_linked: bool = False) -> None:
     """chmod every regular file to ``file_mode`` and every directory (root last) to ``dir_mode``.
 
     Works on descriptors (fchmod + fsync) so the new modes are durable before the manifest commit
     when ``durable`` is set. Symlinks and special files are left alone (verification reports them).
+    ``leave_linked`` leaves files with other hard links alone too: a pulled file linked from the live
+    blessing shares its inode, and making it writable would make the live blessing's file writable.
     """
     for path, st in [*walk(root), (root, os.lstat(root))]:
+        if stat.S_ISREG(st.st_mode) and leave_linked and st.st_nlink > 1:
+            continue
         if stat.S_ISREG(st.st_mode):
             mode = file_mode
         elif stat.S_ISDIR(st.st_mode):
