@@ -65,7 +65,8 @@ def fill_at(point: str, directory: Path) -> Callable[[str], None]:
 
 
 def refused(info: pytest.ExceptionInfo[NoSpaceError]) -> str:
-    assert info.value.exit_code == ExitCode.NO_SPACE == 15
+    assert info.value.exit_code == ExitCode.NO_SPACE
+    assert int(ExitCode.NO_SPACE) == 15
     return info.value.diagnostics()
 
 
