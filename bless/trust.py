@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import os
 import re
@@ -69,9 +70,10 @@ from bless.errors import (
     UnsignedError,
     UsageError,
 )
-from bless.manifest import Manifest
+from bless.manifest import MAX_MANIFEST_BYTES, Manifest
 from bless.store import atomic_write_bytes
-from bless.store.fsutil import full_disk, full_disk_error
+from bless.store.fsutil import UnreadableFileError, full_disk, full_disk_error, read_bounded
+from bless.text import shown
 
 __all__ = [
     "DEFAULT_EXPIRES",
@@ -100,6 +102,8 @@ DEFAULT_EXPIRES = timedelta(days=30)
 DEFAULT_ROOT_EXPIRES = timedelta(days=365)
 #: Largest metadata file read from anywhere (a crafted file must not exhaust memory).
 MAX_METADATA_BYTES = 64 << 20
+#: Largest private key file read (an Ed25519 PKCS#8 PEM is 119 bytes).
+MAX_KEY_BYTES = 64 << 10
 #: File names of a metadata directory the Updater can ask for (no consistent snapshots).
 METADATA_FILE = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
@@ -198,18 +202,24 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _read_limited(path: Path) -> bytes:
-    """A metadata file's bytes: a regular file (links followed) of at most MAX_METADATA_BYTES."""
+def _read_limited(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
+    """A trust file's bytes through the store's bounded reader (:func:`bless.store.fsutil.read_bounded`).
+
+    Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
+    byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be
+    read whole. Links are followed, and what they lead to is checked the same: python-tuf's own
+    state keeps ``root.json`` as a link into ``root_history/``, and an operator's ``--trust``
+    directory may be made of links (a Kubernetes ConfigMap mount is).
+    """
     try:
-        with path.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise TrustInvalidError(f"{path} is not a regular file")
-            data = handle.read(MAX_METADATA_BYTES + 1)
-    except OSError as exc:
-        raise TrustInvalidError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise TrustInvalidError(f"{path} is larger than {MAX_METADATA_BYTES} bytes")
+        data = read_bounded(path, limit, follow=True)
+    except UnreadableFileError as exc:
+        raise TrustInvalidError(
+            f"{shown(str(path))} {exc}",
+            hint="trust files are regular files of signed TUF metadata (or PEM keys); replace this one",
+        ) from None
+    if data is None:
+        raise TrustInvalidError(f"{shown(str(path))} does not exist")
     return data
 
 
@@ -296,7 +306,7 @@ def _load_signers(keys_dir: Path) -> dict[str, CryptoSigner]:
                 f"private key {path} is readable by others (mode {mode:o})", hint=f"chmod 600 {path}"
             )
         try:
-            private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+            private = serialization.load_pem_private_key(_read_limited(path, limit=MAX_KEY_BYTES), password=None)
         except (OSError, ValueError, TypeError) as exc:
             raise TrustInvalidError(f"cannot load private key {path}: {exc}") from None
         if not isinstance(private, Ed25519PrivateKey):
@@ -490,10 +500,11 @@ def manifest_file_bytes(path: Path, manifest: Manifest) -> bytes:
         TargetMismatchError: the file no longer holds this manifest.
     """
     try:
-        with path.open("rb") as handle:
-            data = handle.read()
+        data = read_bounded(path, MAX_MANIFEST_BYTES)  # never blocks on a FIFO, never reads past the cap
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
         same = json.loads(data) == manifest.to_dict()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UnreadableFileError) as exc:
         raise TargetMismatchError(f"cannot read the manifest {path} again: {exc}") from None
     if not same:
         raise TargetMismatchError(
@@ -608,7 +619,7 @@ class _MemoryFetcher(FetcherInterface):
 def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: Exception) -> BlessError:
     """Tell a signature by an untrusted key apart from too few signatures, for the failing role."""
     try:
-        trusted_root: Root = Metadata.from_bytes((state_dir / "root.json").read_bytes()).signed
+        trusted_root: Root = Metadata.from_bytes(_read_limited(state_dir / "root.json")).signed
     except Exception:
         trusted_root = None  # type: ignore[assignment]
     hint_keys = "sign with the keys the trusted root lists (bless sign --keys DIR), or provision the right root.json"
@@ -764,6 +775,8 @@ def check_blessing(
         if file_name.endswith(".root.json"):
             served.setdefault(file_name, file_data)
     with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
+        # python-tuf's Updater reads the state files itself, whole and through links: vet them first.
+        metadata_from_dir(state_dir)
         presented_version = _root_metadata(anchor, "the trusted root.json").signed.version
         served[f"{presented_version}.root.json"] = anchor
         bootstrap = _bootstrap_root(state_dir, anchor, served)

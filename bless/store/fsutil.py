@@ -30,6 +30,7 @@ __all__ = [
     "READ_ONLY_DIR_MODE",
     "READ_ONLY_FILE_MODE",
     "TMP_MARK",
+    "UnreadableFileError",
     "UnreadableJsonError",
     "age_s",
     "atomic_write_bytes",
@@ -43,6 +44,7 @@ __all__ = [
     "load_json_object",
     "make_owner_writable",
     "os_errors",
+    "read_bounded",
     "read_json_object",
     "remove_tree",
     "set_tree_modes",
@@ -383,46 +385,71 @@ def listdir(path: Path) -> list[os.DirEntry[str]]:
 JSON_SIDE_FILE_MAX = 16 * 1024 * 1024
 
 
-class UnreadableJsonError(Exception):
+class UnreadableFileError(Exception):
+    """A file exists but cannot be read safely; ``str()`` says why."""
+
+
+class UnreadableJsonError(UnreadableFileError):
     """A JSON side file exists but cannot be used; ``str()`` says why."""
+
+
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes | None:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them; None when it is missing.
+
+    Opened without blocking (a FIFO is refused, not waited on) and, unless ``follow``, without
+    following a symlink; checked to be a regular file of at most ``limit`` bytes before a byte is
+    read, and read to EOF but never past the limit (the file may grow after the check). The store's
+    side files never follow links; ``follow`` is for directories an operator provisions, where links
+    are normal (a Kubernetes ConfigMap mount is all symlinks): what they lead to is checked the same.
+
+    Raises:
+        UnreadableFileError: unreadable, not a regular file (a FIFO, a device such as /dev/zero), too big.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot be opened ({exc.strerror or exc})") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFileError("is not a regular file")
+        if st.st_size > limit:
+            raise UnreadableFileError(f"is {st.st_size} bytes, over the {limit} bytes it may be")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise UnreadableFileError(f"is over the {limit} bytes it may be")
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot be read ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def load_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when it is missing.
 
-    Never follows a symlink and never blocks (a FIFO is refused, not waited on); only a regular
-    file of at most :data:`JSON_SIDE_FILE_MAX` bytes is read. Deeply nested JSON (RecursionError)
-    is invalid like any other bad document.
+    Read through :func:`read_bounded` (no symlink, no FIFO, a regular file of at most
+    :data:`JSON_SIDE_FILE_MAX` bytes). Deeply nested JSON (RecursionError) is invalid like any other
+    bad document.
 
     Raises:
         UnreadableJsonError: anything else (unreadable, not a regular file, too big, not a JSON object).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = read_bounded(path, JSON_SIDE_FILE_MAX)
+    except UnreadableFileError as exc:
+        raise UnreadableJsonError(str(exc)) from exc
+    if data is None:
         return None
-    except OSError as exc:
-        raise UnreadableJsonError(f"cannot be opened ({exc.strerror or exc})") from exc
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableJsonError("is not a regular file")
-        if st.st_size > JSON_SIDE_FILE_MAX:
-            raise UnreadableJsonError(f"is {st.st_size} bytes, over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
-        chunks: list[bytes] = []
-        size = 0
-        # Read to EOF but never past the cap: the file may grow after fstat.
-        while chunk := os.read(fd, min(1 << 20, JSON_SIDE_FILE_MAX + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > JSON_SIDE_FILE_MAX:
-                raise UnreadableJsonError(f"is over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
-    except OSError as exc:
-        raise UnreadableJsonError(f"cannot be read ({exc.strerror or exc})") from exc
-    finally:
-        os.close(fd)
-    try:
-        document = json.loads(b"".join(chunks))
+        document = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise UnreadableJsonError("is not valid JSON") from exc
     if not isinstance(document, dict):
