@@ -405,7 +405,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.METADATA_EXPIRED, "--trust: signed metadata has expired (re-sign with bless sign)"),
     (ExitCode.ROLLBACK, "--trust: signed metadata is older than the newest this host has trusted (rollback)"),
     (ExitCode.TARGET_MISMATCH, "--trust: the manifest differs from the signed target's length or hashes"),
-    (ExitCode.TRUST_INVALID, "--trust: trust metadata or keys are missing, malformed or inconsistent"),
+    (
+        ExitCode.TRUST_INVALID,
+        "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign)",
+    ),
     (ExitCode.REGISTRY_UNAVAILABLE, "the OCI registry is unreachable or refused the request or credentials"),
     (ExitCode.ARTIFACT_NOT_FOUND, "the registry has no such repository, tag or digest"),
     (ExitCode.DIGEST_MISMATCH, "a downloaded blob or manifest does not match its digest (altered in the registry)"),

@@ -55,7 +55,7 @@ from tuf.api.metadata import (
     Targets,
     Timestamp,
 )
-from tuf.ngclient import Updater
+from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.errors import (
@@ -100,8 +100,25 @@ TOP_LEVEL_ROLES: tuple[str, ...] = (Root.type, Targets.type, Snapshot.type, Time
 #: timestamp service: the offline timestamp's expiry is the freshness window).
 DEFAULT_EXPIRES = timedelta(days=30)
 DEFAULT_ROOT_EXPIRES = timedelta(days=365)
-#: Largest metadata file read from anywhere (a crafted file must not exhaust memory).
-MAX_METADATA_BYTES = 64 << 20
+#: The most each role's metadata may be, one limit for both sides: ``bless sign`` (and rotate) refuse
+#: to write more, and the verifying client (python-tuf's Updater, whose own default for targets is
+#: 5,000,000 bytes) is configured to read up to exactly this. A target is about 450 bytes, so
+#: targets.json holds about 37,000 blessings; snapshot and timestamp name one file each; root is
+#: python-tuf's default (hundreds of keys).
+ROLE_MAX_BYTES: Mapping[str, int] = {
+    Root.type: 512_000,
+    Targets.type: 16 << 20,
+    Snapshot.type: 64 << 10,
+    Timestamp.type: 16 << 10,
+}
+#: Largest metadata file read from anywhere (a crafted file must not exhaust memory): the largest role's.
+MAX_METADATA_BYTES = max(ROLE_MAX_BYTES.values())
+_UPDATER_CONFIG = UpdaterConfig(
+    root_max_length=ROLE_MAX_BYTES[Root.type],
+    targets_max_length=ROLE_MAX_BYTES[Targets.type],
+    snapshot_max_length=ROLE_MAX_BYTES[Snapshot.type],
+    timestamp_max_length=ROLE_MAX_BYTES[Timestamp.type],
+)
 #: Largest private key file read (an Ed25519 PKCS#8 PEM is 119 bytes).
 MAX_KEY_BYTES = 64 << 10
 #: File names of a metadata directory the Updater can ask for (no consistent snapshots).
@@ -358,7 +375,24 @@ class _Repository:
         return count, role_def.threshold
 
     def write(self, metadata: Metadata[Any], name: str) -> None:
-        atomic_write_bytes(self.metadata_dir / name, metadata.to_bytes())
+        atomic_write_bytes(self.metadata_dir / name, self.serialized(metadata))
+
+    def serialized(self, metadata: Metadata[Any]) -> bytes:
+        """The bytes of ``metadata``; refused when no verifier would read them (:data:`ROLE_MAX_BYTES`)."""
+        data = metadata.to_bytes()
+        role = metadata.signed.type
+        limit = ROLE_MAX_BYTES[role]
+        if len(data) > limit:
+            listed = f" ({len(metadata.signed.targets)} targets)" if isinstance(metadata.signed, Targets) else ""
+            raise TrustInvalidError(
+                f"{role}.json would be {len(data)} bytes{listed}, over the {limit} bytes a verifier reads; "
+                "nothing was written",
+                hint="a signing repository lists about 37,000 blessings at most: sign re-blessed configs without "
+                "--keep-previous (their older versions are delisted), or sign further blessings in another "
+                "signing repository (bless trust init) whose root the hosts serving them trust",
+                details={"role": role, "bytes": len(data), "limit": limit},
+            )
+        return data
 
     def resign_chain(self, now: datetime, expires: timedelta) -> dict[str, tuple[int, int]]:
         """Bump and sign targets, then snapshot, then timestamp (written in that order: timestamp last)."""
@@ -374,6 +408,9 @@ class _Repository:
         self.timestamp.signed.version += 1
         self.timestamp.signed.expires = _expiry(now, expires)
         counts[Timestamp.type] = self.sign(self.timestamp, Timestamp.type)
+        # Every size checked before the first write: a refusal leaves the repository as it was.
+        for metadata in (self.targets, self.snapshot, self.timestamp):
+            self.serialized(metadata)
         self.write(self.targets, "targets.json")
         self.write(self.snapshot, "snapshot.json")
         self.write(self.timestamp, "timestamp.json")
@@ -781,7 +818,13 @@ def check_blessing(
         served[f"{presented_version}.root.json"] = anchor
         bootstrap = _bootstrap_root(state_dir, anchor, served)
         try:
-            updater = Updater(str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(served), bootstrap=bootstrap)
+            updater = Updater(
+                str(state_dir),
+                _BASE_URL,
+                fetcher=_MemoryFetcher(served),
+                bootstrap=bootstrap,
+                config=_UPDATER_CONFIG,
+            )
             updater.refresh()
             info = updater.get_targetinfo(name)
         except tuf_errors.ExpiredMetadataError as exc:
@@ -795,6 +838,12 @@ def check_blessing(
             ) from None
         except tuf_errors.UnsignedMetadataError as exc:
             raise _diagnose_unsigned(state_dir, candidate, exc) from None
+        except tuf_errors.DownloadLengthMismatchError as exc:
+            raise TrustInvalidError(
+                f"signed metadata is larger than a verifier reads ({exc}; limits in bytes: "
+                f"{', '.join(f'{role} {limit}' for role, limit in ROLE_MAX_BYTES.items())})",
+                hint="bless sign never writes metadata this large: it was made by other means; re-sign with bless sign",
+            ) from None
         except tuf_errors.DownloadHTTPError:
             raise UnsignedError(
                 "no signed metadata is available for this blessing",
