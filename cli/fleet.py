@@ -104,6 +104,14 @@ def transfer_limits(min_rate: str, grace_s: float) -> TransferLimits:
     return TransferLimits(min_rate=parse_rate(min_rate), grace_s=grace_s)
 
 
+PullWaitOption = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--no-wait",
+        help="Queue behind another pull or run of the same config for its lock (default), or refuse at once (exit 11).",
+    ),
+]
+
 UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
 
 trust_app = typer.Typer(
@@ -357,6 +365,7 @@ def pull_command(
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
     transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
+    wait: PullWaitOption = True,
     json_output: JsonOption = False,
 ) -> Report:
     """Pull a blessing into the store: every blob checked while it streams, installed atomically.
@@ -370,7 +379,9 @@ def pull_command(
 
     store = app_state(ctx).store()
     limits = transfer_limits(min_rate, transfer_grace)
-    result = pull_blessing(store, parse_reference(reference), trust_dir=trust, plain_http=plain_http, limits=limits)
+    result = pull_blessing(
+        store, parse_reference(reference), trust_dir=trust, plain_http=plain_http, limits=limits, wait=wait
+    )
     return Report(pull_report(result), render_pull)
 
 
@@ -428,6 +439,7 @@ __all__ = [
     "FleetSource",
     "MinRateOption",
     "PlainHttpOption",
+    "PullWaitOption",
     "TransferGraceOption",
     "TrustOption",
     "pull_command",

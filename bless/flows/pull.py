@@ -9,8 +9,10 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 ``trust``     with ``trust_dir``: the signatures artifact (``sha256-<hex>.bless-trust``) through TUF
               (:func:`bless.trust.check_blessing`): unsigned, untrusted key, below threshold, expired,
               rolled back or manifest differing from the signed target are refused before any file moves;
-``stage``     a present blessing of this very version ends the pull here (a no-op); else a staging dir
-              ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
+``stage``     a present blessing of this very version ends the pull here (a no-op); else the config's
+              writer lock is taken for the rest of the pull, waiting for it (another pull of the same
+              blessing: this one then finds it present, a no-op), and a staging dir ``staging/pull-*``
+              (with its owner record) is created, after removing those of dead pulls;
 ``download``  refused at once (exit 15) when the store's file system has less free space than the files
               need (less those linked from the live version); then every blob the manifest names,
               checked against its digest and size while it streams, each within its own deadline and
@@ -36,7 +38,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +52,13 @@ from bless.artifact import (
     parse_trust_artifact,
     trust_tag,
 )
-from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMismatchError, NoSpaceError
+from bless.errors import (
+    AlreadyBlessedError,
+    ArtifactNotFoundError,
+    DigestMismatchError,
+    LockHeldError,
+    NoSpaceError,
+)
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient
 from bless.store import FaultHook, Store, process_alive
@@ -328,8 +336,13 @@ def pull_blessing(
     fault: FaultHook | None = None,
     workers: int = DOWNLOAD_WORKERS,
     limits: TransferLimits = DEFAULT_LIMITS,
+    wait: bool = True,
 ) -> PullResult:
-    """Pull, verify and install a blessing (see the module docstring); a present one is a no-op."""
+    """Pull, verify and install a blessing (see the module docstring); a present one is a no-op.
+
+    ``wait``: queue behind another writer of this config (a pull of the same blessing, a ``bless run``)
+    for its lock; False refuses at once (LockHeldError, 11).
+    """
     started = time.monotonic()
 
     def step(name: str) -> None:
@@ -370,29 +383,54 @@ def pull_blessing(
     step("stage")
     if _already_present(store, manifest):
         return result(False)
-    _remove_dead_pulls(store)
-    staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
-    try:
-        tree = staging / "tree"
-        with full_disk(f"creating the pulled tree in {staging}"):
-            tree.mkdir()
-            for directory in manifest.cache.dirs:
-                (tree / directory).mkdir(parents=True, exist_ok=True)
-
-        step("download")
-        local = _local_copies(store, manifest.config_hash)
-        entries = len(artifact.files) + len(manifest.cache.dirs)
-        _check_free_space(staging, _bytes_to_write(artifact.files, local), entries)
-        with full_disk(f"writing the pulled files into {staging}"):
-            blobs, size = _download(client, tree, artifact.files, progress, workers, local)
-
-        step("publish")
+    with _writer_lock(store, manifest.config_hash, wait=wait):
+        # Queued behind another pull of this very blessing: it is here now, and nothing is downloaded.
+        if _already_present(store, manifest):
+            return result(False)
+        # The wait for the lock is not transfer time: the pull's deadline starts again.
+        client.deadline = time.monotonic() + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
+        _remove_dead_pulls(store)
+        staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
         try:
-            store.publish(tree, manifest, fault=fault)
-        except AlreadyBlessedError:
-            return result(False, blobs, size)  # another pull installed this very version meanwhile
-        step("done")
-        return result(True, blobs, size)
-    finally:
-        with contextlib.suppress(OSError):
-            remove_tree(staging)
+            tree = staging / "tree"
+            with full_disk(f"creating the pulled tree in {staging}"):
+                tree.mkdir()
+                for directory in manifest.cache.dirs:
+                    (tree / directory).mkdir(parents=True, exist_ok=True)
+
+            step("download")
+            local = _local_copies(store, manifest.config_hash)
+            entries = len(artifact.files) + len(manifest.cache.dirs)
+            _check_free_space(staging, _bytes_to_write(artifact.files, local), entries)
+            with full_disk(f"writing the pulled files into {staging}"):
+                blobs, size = _download(client, tree, artifact.files, progress, workers, local)
+
+            step("publish")
+            try:
+                store.publish(tree, manifest, fault=fault)
+            except AlreadyBlessedError:
+                return result(False, blobs, size)  # installed meanwhile by a writer that took no lock
+            step("done")
+            return result(True, blobs, size)
+        finally:
+            with contextlib.suppress(OSError):
+                remove_tree(staging)
+
+
+@contextlib.contextmanager
+def _writer_lock(store: Store, config_hash: str, *, wait: bool) -> Iterator[None]:
+    """The config's writer lock for the whole download and publish, waiting for it unless told not to.
+
+    Two pulls of one blessing: the second waits here instead of downloading everything and then
+    finding the lock held; once it has the lock it finds the blessing present (a no-op).
+    """
+    try:
+        with store.lock(config_hash, wait=wait):
+            yield
+    except LockHeldError as exc:
+        raise LockHeldError(
+            exc.message,
+            hint="another bless pull or bless run writes this config now; rerun bless pull without --no-wait to "
+            "queue behind it (it then finds the blessing present, or installs its own)",
+            details=exc.details,
+        ) from None

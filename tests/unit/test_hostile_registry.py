@@ -11,6 +11,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from bless.errors import (
     ArtifactNotFoundError,
     BlessError,
     ExitCode,
+    LockHeldError,
     ManifestInvalidError,
     RegistryUnavailableError,
     TransferIncompleteError,
@@ -298,3 +300,62 @@ def test_pull_refuses_a_file_listed_below_another_file(
         pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))
     assert info.value.exit_code == ExitCode.MANIFEST_INVALID
     assert_untouched(host, None)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Two pulls of one blessing at once
+
+
+def test_two_concurrent_pulls_of_one_blessing_both_succeed_and_download_once(
+    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """Real processes; blobs arrive after 1.5 s each, so the first pull holds the lock while the second resolves."""
+    _old, new = blessed
+    root = tmp_path / "shared-host"
+    with lying_registry(registry, Lie("GET", BLOB, delayed(1.5))) as lying:
+        command = [sys.executable, "-m", "cli.main", "--root", str(root), "pull", lying.ref("c/t:new"), "--json"]
+        children = [
+            subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=child_env(BLESS_ROOT="", COLUMNS="250"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [child.communicate(timeout=120) for child in children]
+    for child, (_stdout, stderr) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, stderr[-2000:]
+    documents = [json.loads(stdout) for stdout, _ in outputs]
+    assert sorted(d["installed"] for d in documents) == [False, True]
+    loser = next(d for d in documents if not d["installed"])
+    assert loser["bytes_downloaded"] == 0, "the second pull waited instead of downloading everything"
+    live = Store(root).find(new.config_hash)
+    assert live is not None and live.cache.dir_id == NEW_ID
+
+
+def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    _old, new = blessed
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # another writer of this config (its own thread: the lock is re-entrant per thread)
+        with host.lock(new.config_hash):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(LockHeldError) as info:
+            pull_blessing(host, parse_reference(registry.ref("c/t:new")), wait=False)
+        assert "bless pull" in (info.value.hint or "") and "bless run --wait" not in (info.value.hint or "")
+        assert info.value.exit_code == ExitCode.LOCK_HELD
+    finally:
+        release.set()
+        holder.join()
