@@ -141,7 +141,7 @@ class RegistryClient:
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
-        bounded_session(self._oras.session)
+        bounded_session(self._oras.session, read_timeout=limits.grace_s)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
         with self._errors("reading credentials"):
             self._oras.auth.load_configs(self._container, _docker_configs())
@@ -152,7 +152,7 @@ class RegistryClient:
         with (
             self._deadline(0, "contacting the registry"),
             self._errors("contacting the registry"),
-            bounded_session(requests.Session()) as session,
+            bounded_session(requests.Session(), read_timeout=self.limits.grace_s) as session,
         ):
             response = session.get(f"{self._prefix}://{self.reference.registry}/v2/", stream=True)
             response.close()
@@ -184,6 +184,24 @@ class RegistryClient:
                 raise
             if guard.expired:  # a shut-down socket can also read as a clean end (a reply cut in its headers)
                 raise expired
+
+    @contextmanager
+    def _body_errors(self, what: str) -> Iterator[None]:
+        """Errors while a reply's body streams: the registry answered, so a transfer broke (74), not a connection."""
+        try:
+            yield
+        except requests.exceptions.RequestException as exc:
+            if "timed out" in str(exc).lower():
+                raise TransferIncompleteError(
+                    f"{self.reference.registry}: the transfer stalled while {what}: no byte arrived for "
+                    f"{self.limits.grace_s:g} s",
+                    hint="nothing was installed; retry when the registry is healthy (a slow link: a longer "
+                    "--transfer-grace)",
+                ) from None
+            raise TransferIncompleteError(
+                f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
+                hint="nothing was installed; retry when the registry is healthy",
+            ) from None
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -260,7 +278,7 @@ class RegistryClient:
             response = self._request("GET", url, what, headers={"Accept": _MANIFEST_ACCEPT})
             with response:
                 self._fail(response, f"manifest {reference}")
-                with self._errors(what):
+                with self._body_errors(what):
                     data, whole = read_upto(response, MAX_OCI_MANIFEST_BYTES)
         if not whole:
             raise ArtifactInvalidError(
@@ -350,9 +368,10 @@ class RegistryClient:
         response = self._request("GET", self._url("blobs", digest), what)
         with response:
             self._fail(response, what)
+            self._check_length(response, digest, size)
             hasher = hashlib.sha256()
             received = 0
-            with self._errors(what):
+            with self._body_errors(what):
                 for chunk in response.iter_content(chunk_size=CHUNK):
                     received += len(chunk)
                     if received > size:
@@ -363,6 +382,9 @@ class RegistryClient:
                     hasher.update(chunk)
                     write(chunk)
         if received < size:
+            if "chunked" in response.headers.get("Transfer-Encoding", "").lower():
+                # A chunked reply that ended properly: the registry sent all it holds.
+                raise self._altered(digest, size, f"its complete reply held {received}")
             raise TransferIncompleteError(
                 f"blob {digest}: {received} of {size} bytes arrived",
                 hint="nothing was installed; retry when the registry is healthy",
@@ -375,6 +397,24 @@ class RegistryClient:
                 "registry's operator and push the blessing again",
                 details={"expected": digest, "actual": actual},
             )
+
+    def _check_length(self, response: requests.Response, digest: str, size: int) -> None:
+        """A Content-Length other than the descriptor's size: the registry holds other bytes (72), say so now.
+
+        A blob truncated in the registry's storage is served whole, with its true (shorter) length; that
+        is altered content, not a transfer to retry. (An encoded body's length is not the blob's.)
+        """
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) != size and not response.headers.get("Content-Encoding"):
+            raise self._altered(digest, size, f"the registry serves it as {int(declared)}")
+
+    def _altered(self, digest: str, size: int, found: str) -> DigestMismatchError:
+        return DigestMismatchError(
+            f"blob {digest[:19]}... is {size} bytes by its descriptor, but {found}",
+            hint="the registry holds altered (e.g. truncated) content under this digest; nothing was installed. "
+            "Tell the registry's operator and push the blessing again",
+            details={"expected_size": size, "digest": digest},
+        )
 
 
 def _docker_configs() -> list[str]:

@@ -133,7 +133,7 @@ def guarded(seconds: float) -> Iterator[Guard]:
             _current.guard = previous
 
 
-def bounded_session(session: requests.Session) -> requests.Session:
+def bounded_session(session: requests.Session, *, read_timeout: float = READ_TIMEOUT_S) -> requests.Session:
     """Every request of ``session`` gets a timeout (oras sets none) and a streamed, capped body.
 
     A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
@@ -146,7 +146,7 @@ def bounded_session(session: requests.Session) -> requests.Session:
 
     def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:
         stream = kwargs.pop("stream", False)
-        kwargs.setdefault("timeout", (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        kwargs.setdefault("timeout", (CONNECT_TIMEOUT_S, read_timeout))
         response: requests.Response = request(method, url, stream=True, **kwargs)
         if not stream:
             with response:

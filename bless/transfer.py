@@ -18,9 +18,10 @@ __all__ = ["DEFAULT_LIMITS", "DEFAULT_MIN_RATE", "TransferLimits", "parse_rate"]
 class TransferLimits:
     """How slow a registry may be: every exchange gets ``grace_s`` plus its bytes at ``min_rate`` bytes/s.
 
-    The grace covers connecting, a token round trip and the registry's latency; the rate is far below
-    any working link (a 1 GiB blob at the default 100 KiB/s gets almost 3 hours), so only a registry
-    that stalls or trickles runs into it.
+    The grace covers connecting, a token round trip and the registry's latency, and is also the
+    longest silence accepted mid-reply (the read timeout); the rate is far below any working link (a
+    1 GiB blob at the default 100 KiB/s gets almost 3 hours), so only a registry that stalls or
+    trickles runs into it.
     """
 
     min_rate: int = 100 << 10

@@ -686,6 +686,40 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
     return SignatureUntrustedError(f"signature check failed: {cause}", hint=hint_keys)
 
 
+_MIXED_HINT = (
+    "its files come from different signings: use timestamp.json, snapshot.json and targets.json of one signing "
+    "(the signing repository's metadata/ as bless sign left it), or pull the signed blessing again"
+)
+
+
+def _mixed_versions(files: Mapping[str, bytes]) -> str | None:
+    """Why the timestamp, snapshot and targets of ``files`` are not one signing's, or None.
+
+    A version mismatch inside the presented metadata is not a rollback (the host may never have trusted
+    anything): it is told apart here, before python-tuf reports both as one error.
+    """
+    try:
+        timestamp = Metadata.from_bytes(files["timestamp.json"]).signed
+        snapshot = Metadata.from_bytes(files["snapshot.json"]).signed
+        targets = Metadata.from_bytes(files["targets.json"]).signed
+    except Exception:  # missing or malformed: python-tuf's own checks name it
+        return None
+    if not (isinstance(timestamp, Timestamp) and isinstance(snapshot, Snapshot) and isinstance(targets, Targets)):
+        return None
+    if timestamp.snapshot_meta.version != snapshot.version:
+        return (
+            f"timestamp.json (version {timestamp.version}) names snapshot version {timestamp.snapshot_meta.version}, "
+            f"but snapshot.json is version {snapshot.version}"
+        )
+    listed = snapshot.meta.get("targets.json")
+    if listed is not None and listed.version != targets.version:
+        return (
+            f"snapshot.json (version {snapshot.version}) names targets version {listed.version}, "
+            f"but targets.json is version {targets.version}"
+        )
+    return None
+
+
 def _forget_hint(state_dir: Path) -> str:
     """How an operator deliberately moves a store to another root chain (and what that costs)."""
     return (
@@ -813,7 +847,10 @@ def check_blessing(
             served.setdefault(file_name, file_data)
     with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
         # python-tuf's Updater reads the state files itself, whole and through links: vet them first.
-        metadata_from_dir(state_dir)
+        trusted_before = "timestamp.json" in metadata_from_dir(state_dir)
+        mixed = _mixed_versions(candidate)
+        if mixed is not None:
+            raise TrustInvalidError(f"the signed metadata mixes versions: {mixed}", hint=_MIXED_HINT)
         presented_version = _root_metadata(anchor, "the trusted root.json").signed.version
         served[f"{presented_version}.root.json"] = anchor
         bootstrap = _bootstrap_root(state_dir, anchor, served)
@@ -832,6 +869,11 @@ def check_blessing(
                 f"{exc}", hint="re-sign the blessing (bless sign HASH --keys DIR) and distribute the new metadata"
             ) from None
         except tuf_errors.BadVersionNumberError as exc:
+            if not trusted_before:  # nothing trusted here yet: nothing to roll back from
+                raise TrustInvalidError(
+                    f"the signed metadata is inconsistent: {exc}",
+                    hint=_MIXED_HINT,
+                ) from None
             raise RollbackError(
                 f"{exc}: this host already trusted newer metadata",
                 hint="someone serves older signed metadata (a moved tag?); pull the current signed blessing",

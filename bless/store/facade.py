@@ -177,10 +177,29 @@ class Store:
         checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
         problems = [problem for path in checked if (problem := unsafe_to_trust(path, follow=path == self.root))]
         if problems:
+            links = [problem for problem in problems if problem.endswith(" is a symlink")]
+            reasons = [
+                *(["writable by other users"] if len(links) < len(problems) else []),
+                *(["replaced by a symlink"] if links else []),
+            ]
+            hints = [
+                *(
+                    ["remove group/other write permission (chmod go-w PATH) from those store paths; bless creates "
+                     "them 0755/0644 whatever the umask"]
+                    if len(links) < len(problems)
+                    else []
+                ),
+                *(
+                    ["bless never makes these paths links: find out what replaced them, remove the link and pull "
+                     "or re-bless the blessing"]
+                    if links
+                    else []
+                ),
+            ]  # fmt: skip
             raise VerifyFailedError(
-                f"the store is writable by other users, so a blessing there cannot be trusted: {'; '.join(problems)}",
-                hint="remove group/other write permission (chmod go-w PATH) from those store paths, then verify "
-                "again; bless creates them 0755/0644 whatever the umask",
+                f"store paths are {' and '.join(reasons)}, so a blessing there cannot be trusted: "
+                f"{'; '.join(problems)}",
+                hint="; ".join(hints) + "; then verify again",
                 details={"reason": "store_permissions", "problems": problems, "config_hash": manifest.config_hash},
             )
 

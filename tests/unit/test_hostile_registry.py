@@ -22,6 +22,7 @@ from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
     BlessError,
+    DigestMismatchError,
     ExitCode,
     LockHeldError,
     ManifestInvalidError,
@@ -359,3 +360,36 @@ def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
     finally:
         release.set()
         holder.join()
+
+
+# --------------------------------------------------------------------------------------------
+# 8. The right code for what happened
+
+
+def test_a_blob_truncated_in_registry_storage_is_altered_content_72(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """The registry serves the shorter file whole, with its true length: no retry brings the bytes back."""
+    old, new = blessed
+    big = next(f for f in new.cache.files if f.path == "big.bin")
+    stored = registry.blob_path(f"sha256:{big.sha256}")
+    stored.write_bytes(stored.read_bytes()[:1000])
+    with pytest.raises(DigestMismatchError, match="serves it as 1000") as info:
+        pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+    assert "retry" not in (info.value.hint or "")
+    assert_untouched(host, old)
+
+
+def test_a_registry_stalling_mid_blob_is_a_broken_transfer_74_not_cannot_connect(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """It answered and sent 16 bytes, then nothing: the silence (the grace) ends it, as a transfer broken mid-way."""
+    old, _new = blessed
+    patient = TransferLimits(min_rate=1, grace_s=1.5)  # a deadline far away: the read timeout ends it
+    with lying_registry(registry, Lie("GET", BLOB, trickle(30, prefix=16))) as lying:
+        started = time.monotonic()
+        with pytest.raises(TransferIncompleteError, match="stalled") as info:
+            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=patient)
+        assert time.monotonic() - started < 20
+    assert "cannot connect" not in info.value.message
+    assert_untouched(host, old)

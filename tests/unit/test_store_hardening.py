@@ -245,6 +245,21 @@ def test_verify_refuses_a_group_writable_manifests_dir_and_a_symlinked_blessed_d
         store.check_permissions(manifest)
 
 
+def test_a_blessed_tree_replaced_by_a_symlink_is_named_as_such(tmp_path: Path) -> None:
+    """Its mode is fine; saying "writable by other users" sent the operator to chmod the wrong thing."""
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    tree = store.blessed_dir(manifest)
+    tree.parent.chmod(0o755)
+    tree.rename(tmp_path / "elsewhere")
+    tree.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(VerifyFailedError, match="replaced by a symlink") as info:
+        store.check_permissions(manifest)
+    assert "writable by other users" not in info.value.message
+    assert "chmod" not in (info.value.hint or "")
+    assert str(tree) in info.value.message
+
+
 # ------------------------------------------------------------------------------- serving leases
 
 

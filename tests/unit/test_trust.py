@@ -431,3 +431,19 @@ def test_verifiers_read_what_sign_may_write_and_refuse_more(tmp_path: Path, repo
     pulled = {p.name: p.read_bytes() for p in (repo / "metadata").iterdir()}  # as a pulled artifact, in memory
     with pytest.raises(TrustInvalidError, match="larger than a verifier reads"):
         check(manifest, provision(tmp_path, repo), tmp_path / "state", candidate=pulled)
+
+
+def test_mixed_metadata_versions_on_a_fresh_host_are_inconsistent_not_a_rollback(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """A --trust dir assembled from two signings: the host never trusted anything, so nothing was rolled back."""
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    first = snapshot_metadata(repo)
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    mixed = tmp_path / "mixed"
+    shutil.copytree(repo / "metadata", mixed)
+    (mixed / "targets.json").write_bytes(first["targets.json"])  # the older targets, the newer snapshot
+    with pytest.raises(TrustInvalidError, match="mixes versions") as info:
+        check(manifest, mixed, tmp_path / "fresh-state")
+    assert "already trusted" not in info.value.message
+    assert "different signings" in (info.value.hint or "")
