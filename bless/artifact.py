@@ -33,7 +33,7 @@ from typing import Any
 
 from bless.errors import ArtifactInvalidError, DigestMismatchError
 from bless.factors import is_config_hash
-from bless.manifest import Manifest, manifest_from_dict
+from bless.manifest import Manifest, manifest_from_dict, strict_json
 from bless.verify import check_relative_path
 
 __all__ = [
@@ -173,8 +173,8 @@ def trust_artifact(blessing: BlessingArtifact, metadata: Mapping[str, bytes]) ->
 
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        document = strict_json(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and a duplicate key are ValueErrors too
         raise ArtifactInvalidError(f"{what} is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ArtifactInvalidError(f"{what} is not a JSON object")

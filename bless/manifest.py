@@ -260,6 +260,21 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def strict_json(text: str | bytes) -> Any:
+    """Parse JSON by the one rule of every document bless reads from others: no duplicate key, no NaN.
+
+    Manifests, OCI manifests and TUF metadata all go through here: with a duplicate key, which value
+    counts would depend on the reader (a registry, python-tuf, a person), so such a document is refused.
+
+    Raises:
+        ValueError: not JSON, a duplicate key, NaN/Infinity (json.JSONDecodeError is a ValueError);
+            UnicodeDecodeError for bytes that are not UTF-8; RecursionError for absurd nesting.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read and validate one manifest file; every failure is a ManifestInvalidError naming the file."""
     where = shown(str(path))  # a file name is data: messages show it escaped, on one line
@@ -279,7 +294,7 @@ def load_manifest(path: Path) -> Manifest:
     except OSError as exc:
         raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
-        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        document = strict_json(raw)
     except UnicodeDecodeError as exc:
         raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:

@@ -70,7 +70,7 @@ from bless.errors import (
     UnsignedError,
     UsageError,
 )
-from bless.manifest import MAX_MANIFEST_BYTES, Manifest
+from bless.manifest import MAX_MANIFEST_BYTES, Manifest, strict_json
 from bless.store import atomic_write_bytes
 from bless.store.fsutil import UnreadableFileError, full_disk, full_disk_error, read_bounded
 from bless.text import shown
@@ -258,10 +258,28 @@ def metadata_from_dir(directory: Path) -> dict[str, bytes]:
         for name in sorted(entry.name for entry in history.iterdir()):
             if METADATA_FILE.fullmatch(name) and name != "root.json":
                 found.setdefault(name, _read_limited(history / name))
+    _strict(found, shown(str(directory)))
     return found
 
 
+def _strict(files: Mapping[str, bytes], where: str) -> None:
+    """Refuse a metadata file with a duplicate key (or NaN): the one JSON rule of :func:`bless.manifest.strict_json`.
+
+    python-tuf keeps the last of duplicate keys; another TUF client may keep the first. Checked before
+    any file reaches python-tuf.
+    """
+    for name, data in files.items():
+        try:
+            strict_json(data)
+        except (ValueError, RecursionError) as exc:
+            raise TrustInvalidError(
+                f"{where}: {shown(name)} is not valid JSON metadata: {exc}",
+                hint="metadata from bless sign never holds a duplicate key: this file was edited or crafted",
+            ) from None
+
+
 def _parse(data: bytes, what: str) -> Metadata[Any]:
+    _strict({what: data}, what)
     try:
         return Metadata.from_bytes(data)
     except Exception as exc:  # DeserializationError, ValueError, KeyError...: all "malformed"
@@ -848,6 +866,7 @@ def check_blessing(
     with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
         # python-tuf's Updater reads the state files itself, whole and through links: vet them first.
         trusted_before = "timestamp.json" in metadata_from_dir(state_dir)
+        _strict(served, "the signed metadata")
         mixed = _mixed_versions(candidate)
         if mixed is not None:
             raise TrustInvalidError(f"the signed metadata mixes versions: {mixed}", hint=_MIXED_HINT)

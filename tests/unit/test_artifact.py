@@ -114,3 +114,11 @@ def test_signatures_artifact_bounds_its_metadata(tmp_path: Path) -> None:
     document["layers"][1]["annotations"] = document["layers"][0]["annotations"]
     with pytest.raises(ArtifactInvalidError, match="twice"):
         parse_trust_artifact(json.dumps(document).encode(), artifact.digest)
+
+
+def test_an_oci_manifest_with_a_duplicate_key_is_invalid(tmp_path: Path) -> None:
+    """The registry and bless could each read another value: the manifest's one JSON rule holds here too."""
+    artifact = blessing_artifact(make_manifest(write_tree(tmp_path / "t")))
+    doubled = b'{"artifactType": "x", ' + artifact.manifest_bytes[1:]
+    with pytest.raises(ArtifactInvalidError, match="duplicate key"):
+        parse_blessing_artifact(doubled)

@@ -447,3 +447,17 @@ def test_mixed_metadata_versions_on_a_fresh_host_are_inconsistent_not_a_rollback
         check(manifest, mixed, tmp_path / "fresh-state")
     assert "already trusted" not in info.value.message
     assert "different signings" in (info.value.hint or "")
+
+
+def test_metadata_with_a_duplicate_key_is_refused_like_a_manifest(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """python-tuf keeps the last of two equal keys; a reader keeping the first would see other metadata."""
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    copy = tmp_path / "copy"
+    shutil.copytree(repo / "metadata", copy)
+    targets = (copy / "targets.json").read_bytes()
+    (copy / "targets.json").write_bytes(b'{"signatures": [], ' + targets.lstrip()[1:])
+    with pytest.raises(TrustInvalidError, match="duplicate key") as info:
+        check(manifest, copy, tmp_path / "state")
+    assert info.value.exit_code == ExitCode.TRUST_INVALID
