@@ -32,6 +32,7 @@ class ExitCode(IntEnum):
     WEAKER_BLESSING = 13
     TRUST_EXISTS = 14
     NO_SPACE = 15
+    DOWNGRADE = 16
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -135,6 +136,13 @@ class NoSpaceError(BlessError):
 
     exit_code = ExitCode.NO_SPACE
     title = "no space to write"
+
+
+class DowngradeError(BlessError):
+    """A pull would replace the live blessing of a config with an older one."""
+
+    exit_code = ExitCode.DOWNGRADE
+    title = "downgrade refused"
 
 
 class NoManifestError(BlessError):
@@ -374,6 +382,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
         ExitCode.NO_SPACE,
         "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
         "nothing was committed",
+    ),
+    (
+        ExitCode.DOWNGRADE,
+        "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)",
     ),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),

@@ -112,6 +112,14 @@ PullWaitOption = Annotated[
     ),
 ]
 
+AllowDowngradeOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-downgrade",
+        help="Replace the live blessing of the config even when the pulled one was created before it (else exit 16).",
+    ),
+]
+
 UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
 
 trust_app = typer.Typer(
@@ -366,6 +374,7 @@ def pull_command(
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
     transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
     wait: PullWaitOption = True,
+    allow_downgrade: AllowDowngradeOption = False,
     json_output: JsonOption = False,
 ) -> Report:
     """Pull a blessing into the store: every blob checked while it streams, installed atomically.
@@ -380,7 +389,13 @@ def pull_command(
     store = app_state(ctx).store()
     limits = transfer_limits(min_rate, transfer_grace)
     result = pull_blessing(
-        store, parse_reference(reference), trust_dir=trust, plain_http=plain_http, limits=limits, wait=wait
+        store,
+        parse_reference(reference),
+        trust_dir=trust,
+        plain_http=plain_http,
+        limits=limits,
+        wait=wait,
+        allow_downgrade=allow_downgrade,
     )
     return Report(pull_report(result), render_pull)
 
@@ -436,6 +451,7 @@ for _name, _command in TRUST_COMMANDS:
     trust_app.command(_name)(_command)
 
 __all__ = [
+    "AllowDowngradeOption",
     "FleetSource",
     "MinRateOption",
     "PlainHttpOption",

@@ -9,7 +9,8 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 ``trust``     with ``trust_dir``: the signatures artifact (``sha256-<hex>.bless-trust``) through TUF
               (:func:`bless.trust.check_blessing`): unsigned, untrusted key, below threshold, expired,
               rolled back or manifest differing from the signed target are refused before any file moves;
-``stage``     a present blessing of this very version ends the pull here (a no-op); else the config's
+``stage``     a present blessing of this very version ends the pull here (a no-op); one older than the
+              live blessing of the config is refused (exit 16) unless ``allow_downgrade``; else the config's
               writer lock is taken for the rest of the pull, waiting for it (another pull of the same
               blessing: this one then finds it present, a no-op), and a staging dir ``staging/pull-*``
               (with its owner record) is created, after removing those of dead pulls;
@@ -56,6 +57,7 @@ from bless.errors import (
     AlreadyBlessedError,
     ArtifactNotFoundError,
     DigestMismatchError,
+    DowngradeError,
     LockHeldError,
     NoSpaceError,
 )
@@ -122,6 +124,24 @@ def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str,
         return None
     trust = parse_trust_artifact(data, artifact.digest)
     return {blob.title: client.read_blob(blob.digest, blob.size) for blob in trust.blobs}
+
+
+def _refuse_downgrade(store: Store, manifest: Manifest, *, allowed: bool) -> None:
+    """Refuse to replace a newer live blessing of the config with ``manifest`` unless ``allowed``.
+
+    Signed metadata protects a host against rolled-back *metadata* under ``--trust``; this protects the
+    store itself, with or without it: a tag moved back to an older blessing must not silently win.
+    """
+    live = store.find(manifest.config_hash)
+    if allowed or live is None or live.cache.dir_id == manifest.cache.dir_id or manifest.created >= live.created:
+        return
+    raise DowngradeError(
+        f"{manifest.config_hash[:16]}...: the pulled blessing ({manifest.cache.dir_id}, created {manifest.created}) "
+        f"is older than the live one ({live.cache.dir_id}, created {live.created}); nothing was downloaded",
+        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it with "
+        "bless pull --allow-downgrade",
+        details={"live": live.cache.dir_id, "pulled": manifest.cache.dir_id},
+    )
 
 
 def _already_present(store: Store, manifest: Manifest) -> bool:
@@ -337,11 +357,13 @@ def pull_blessing(
     workers: int = DOWNLOAD_WORKERS,
     limits: TransferLimits = DEFAULT_LIMITS,
     wait: bool = True,
+    allow_downgrade: bool = False,
 ) -> PullResult:
     """Pull, verify and install a blessing (see the module docstring); a present one is a no-op.
 
     ``wait``: queue behind another writer of this config (a pull of the same blessing, a ``bless run``)
-    for its lock; False refuses at once (LockHeldError, 11).
+    for its lock; False refuses at once (LockHeldError, 11). ``allow_downgrade``: replace a live
+    blessing of the config created later than the pulled one (else DowngradeError, 16).
     """
     started = time.monotonic()
 
@@ -383,10 +405,12 @@ def pull_blessing(
     step("stage")
     if _already_present(store, manifest):
         return result(False)
+    _refuse_downgrade(store, manifest, allowed=allow_downgrade)
     with _writer_lock(store, manifest.config_hash, wait=wait):
         # Queued behind another pull of this very blessing: it is here now, and nothing is downloaded.
         if _already_present(store, manifest):
             return result(False)
+        _refuse_downgrade(store, manifest, allowed=allow_downgrade)  # a newer one may have landed meanwhile
         # The wait for the lock is not transfer time: the pull's deadline starts again.
         client.deadline = time.monotonic() + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
         _remove_dead_pulls(store)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from bless.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, digest_of
 from bless.errors import (
@@ -23,6 +24,7 @@ from bless.errors import (
     ArtifactNotFoundError,
     BlessError,
     DigestMismatchError,
+    DowngradeError,
     ExitCode,
     LockHeldError,
     ManifestInvalidError,
@@ -36,6 +38,7 @@ from bless.registry import RegistryClient, parse_reference
 from bless.store import Store
 from bless.transfer import TransferLimits
 from bless.verify import FileEntry
+from cli.main import app
 from tests.lying_registry import (
     Lie,
     declared,
@@ -392,4 +395,27 @@ def test_a_registry_stalling_mid_blob_is_a_broken_transfer_74_not_cannot_connect
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=patient)
         assert time.monotonic() - started < 20
     assert "cannot connect" not in info.value.message
+    assert_untouched(host, old)
+
+
+# --------------------------------------------------------------------------------------------
+# 10. Smaller: downgrades, oras' chatter
+
+
+def test_pulling_an_older_blessing_over_a_newer_one_needs_allow_downgrade(
+    tmp_path: Path, registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+) -> None:
+    """Without --trust nothing else notices a tag moved back: the pull says so and refuses (16)."""
+    old, new = blessed
+    pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+    with pytest.raises(DowngradeError, match="older than the live one") as info:
+        pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    assert info.value.exit_code == ExitCode.DOWNGRADE
+    assert_untouched(host, new)
+    runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
+    refused = runner.invoke(app, ["--root", str(host.root), "pull", registry.ref("c/t:old")])
+    assert refused.exit_code == ExitCode.DOWNGRADE, refused.stderr
+    assert "--allow-downgrade" in refused.stderr
+    allowed = runner.invoke(app, ["--root", str(host.root), "pull", registry.ref("c/t:old"), "--allow-downgrade"])
+    assert allowed.exit_code == 0, allowed.stderr
     assert_untouched(host, old)
