@@ -418,9 +418,14 @@ class RegistryClient:
 
 
 def _docker_configs() -> list[str]:
-    """``$DOCKER_CONFIG/config.json`` when set, as the docker CLI reads it (oras itself reads ~/.docker only)."""
+    """``$DOCKER_CONFIG/config.json`` when set and present, as the docker CLI reads it (oras reads ~/.docker only).
+
+    A missing one is no credentials, as for docker; handed to oras it printed ``... does not exist.``
+    on stderr of every pull and push.
+    """
     directory = os.environ.get("DOCKER_CONFIG")
-    return [str(Path(directory) / "config.json")] if directory else []
+    path = Path(directory) / "config.json" if directory else None
+    return [str(path)] if path is not None and path.is_file() else []
 
 
 def _short(exc: BaseException | str) -> str:

@@ -419,3 +419,20 @@ def test_pulling_an_older_blessing_over_a_newer_one_needs_allow_downgrade(
     allowed = runner.invoke(app, ["--root", str(host.root), "pull", registry.ref("c/t:old"), "--allow-downgrade"])
     assert allowed.exit_code == 0, allowed.stderr
     assert_untouched(host, old)
+
+
+def test_no_docker_config_is_quiet(tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]) -> None:
+    """A host without credentials is normal for a loopback or public registry: nothing about it on stderr."""
+    empty = tmp_path / "no-docker-config"
+    empty.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--root", str(tmp_path / "quiet"), "pull", registry.ref("c/t:new")],
+        cwd=REPO,
+        env=child_env(BLESS_ROOT="", COLUMNS="250", DOCKER_CONFIG=str(empty), HOME=str(empty)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "does not exist" not in proc.stderr
