@@ -35,7 +35,7 @@ from bless.store.fsutil import (
 from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
-from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_hash, check_run_id
 from bless.store.lease import Lease, LeaseBook
 from bless.store.locks import HashLocks
@@ -279,6 +279,15 @@ class Store:
         """Every manifest of the manifests dir, each validated (``bless list``, gate, gc)."""
         return self.index_of(self._paths.manifests_dir)
 
+    def listing(self) -> ManifestIndex:
+        """Every manifest of the manifests dir for ``bless list``: validated, or known valid and unchanged.
+
+        A file validated before and unchanged since is not opened (its record carries the cached
+        :func:`~bless.store.index.manifest_summary`, not the manifest): see :func:`scan_manifests`.
+        """
+        directory = self._paths.manifests_dir
+        return scan_manifests(directory, cache=self._claims(directory), reader=self._reader, summaries=True)
+
     def records(self) -> list[ManifestRecord]:
         """Every ``*.json`` in the manifests dir (dotfiles skipped), parsed and validated, by name.
 
@@ -342,11 +351,14 @@ class Store:
         assert record.manifest is not None
         return record.manifest
 
-    def note_published(self, manifest_path: Path, config_hash: str) -> None:
-        """Tell the claim cache what a just-published manifest file claims (so no lookup re-reads it)."""
+    def note_published(self, manifest_path: Path, manifest: Manifest) -> None:
+        """Tell the claim cache what a just-published (validated) manifest file claims and shows.
+
+        No lookup re-reads it, and ``bless list`` shows it without opening it.
+        """
         cache = self._claims(manifest_path.parent)
         with contextlib.suppress(OSError):
-            cache.put(manifest_path.name, manifest_path.stat(), config_hash)
+            cache.put(manifest_path.name, manifest_path.stat(), manifest.config_hash, manifest_summary(manifest))
             cache.save()
 
     # --------------------------------------------------------------------- manifests dirs record

@@ -168,7 +168,7 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                 f"published {config_hash[:16]}... but could not fsync {paths.manifests_dir}: {exc.strerror or exc}",
                 hint="the blessing is visible but may not survive a power loss; run bless verify",
             ) from exc
-        store.note_published(manifest_target, config_hash)
+        store.note_published(manifest_target, manifest)
         fault("clear-intent")
         with contextlib.suppress(OSError):
             intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
