@@ -247,7 +247,18 @@ class RegistryClient:
                 response = self._oras.session.request(method, url, **kwargs)
             return response
         with self._errors(what):
-            response = self._oras.do_request(url, method, **kwargs)
+            try:
+                response = self._oras.do_request(url, method, **kwargs)
+            except (AttributeError, TypeError, KeyError, IndexError) as exc:
+                # oras reads the bearer challenge and the token reply as well-formed: a registry (or token
+                # service) that sends a challenge without a realm, or a token reply that is no JSON object,
+                # makes it fail on a None or a list. That is the registry's malformed reply, not a bug here.
+                raise RegistryUnavailableError(
+                    f"{self.reference.registry}: {what}: its authentication challenge or token reply is malformed "
+                    f"({type(exc).__name__}: {_short(exc)})",
+                    hint="the registry or its token service answers outside the distribution spec; check what "
+                    "serves it (and docker login REGISTRY for credentials)",
+                ) from None
         return response
 
     def _fail(self, response: requests.Response, what: str) -> None:

@@ -229,3 +229,20 @@ def slow_headers(every_s: float, count: int = 10_000) -> Callable[[LyingRegistry
             lying.count(1)
 
     return answer
+
+
+def reply(
+    data: bytes, status: int = 200, headers: dict[str, str] | None = None
+) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+    """A whole reply of the lie's choosing: ``status``, ``headers`` and ``data``."""
+
+    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    return answer

@@ -45,6 +45,7 @@ from tests.lying_registry import (
     delayed,
     endless,
     lying_registry,
+    reply,
     slow_headers,
     token_challenge,
     trickle,
@@ -108,6 +109,25 @@ def test_endless_replies_are_refused_after_a_bounded_read(
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1)
         assert lying.sent < READ_BOUND, f"read {lying.sent} bytes of an endless reply"
     assert info.value.exit_code == expected.exit_code
+    assert_untouched(host, old)
+
+
+@pytest.mark.parametrize(
+    "lies",
+    [
+        (Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b"[]"))),
+        (Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b'"a token"'))),
+        (Lie("GET", MANIFEST, reply(b"", 401, {"WWW-Authenticate": "Bearer"})),),
+    ],
+    ids=["token-list", "token-string", "challenge-without-realm"],
+)
+def test_malformed_authentication_replies_are_refused_not_a_crash(
+    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lies: tuple[Lie, ...]
+) -> None:
+    """oras reads the challenge and the token reply as well-formed; they came out as AttributeError (exit 1)."""
+    old, _new = blessed
+    with lying_registry(registry, *lies) as lying, pytest.raises(RegistryUnavailableError, match="malformed"):
+        pull_blessing(host, parse_reference(lying.ref("c/t:new")))
     assert_untouched(host, old)
 
 
