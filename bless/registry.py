@@ -448,8 +448,11 @@ def _registry_message(response: requests.Response) -> str:
     """The messages of an error reply, from at most :data:`MAX_ERROR_BODY` of its body (the rest is not read)."""
     body, _whole = read_upto(response, MAX_ERROR_BODY)
     try:
-        errors = json.loads(body).get("errors", [])
-        messages = "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict))
-        return _short(messages) or "no detail"
-    except (ValueError, AttributeError, RecursionError):
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        document = None
+    errors = document.get("errors") if isinstance(document, dict) else None
+    if not isinstance(errors, list):  # any shape at all may come back: only the spec's is read
         return _short(response.reason or "") or "no detail"
+    messages = "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict))
+    return _short(messages) or "no detail"

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from bless.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, digest_of
@@ -456,3 +458,58 @@ def test_no_docker_config_is_quiet(tmp_path: Path, registry: Registry, blessed: 
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "does not exist" not in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Whatever a registry answers: a documented refusal, bounded in time, never exit 1
+
+
+ROUTES = {"challenge": "/v2/", "manifest": MANIFEST, "blob": BLOB, "token": "/token"}
+fuzz_headers = st.dictionaries(
+    st.sampled_from(["Content-Length", "WWW-Authenticate", "Location", "Content-Encoding", "Docker-Content-Digest"]),
+    st.sampled_from(
+        ["0", "5", "-1", "99999999999", "Bearer", 'Bearer realm="/token"', "Basic", "gzip", "deflate", "x", "/v2/",
+         "http://[::1", "sha256:" + "0" * 64, ""]
+    ),
+    max_size=3,
+)  # fmt: skip
+fuzz_bodies = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"[]", b'"x"', b"{}", b'{"token": []}', b'{"errors": 5}', b'{"errors": [{"message": 7}]}']),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(route="token", status=200, headers={}, body=b"[]")
+@example(route="blob", status=302, headers={}, body=b'{"errors":0}')
+@given(
+    route=st.sampled_from(sorted(ROUTES)),
+    status=st.sampled_from([200, 202, 204, 302, 307, 400, 401, 403, 404, 416, 500, 503]),
+    headers=fuzz_headers,
+    body=fuzz_bodies,
+)
+def test_any_reply_ends_in_a_documented_refusal(
+    registry: Registry,
+    host: Store,
+    blessed: tuple[Manifest, Manifest],
+    route: str,
+    status: int,
+    headers: dict[str, str],
+    body: bytes,
+) -> None:
+    old, _new = blessed
+    lies = [Lie("GET", ROUTES[route], reply(body, status, headers))]
+    if route == "token":  # only asked for after a challenge
+        lies.insert(0, Lie("GET", MANIFEST, token_challenge, times=1))
+    limits = TransferLimits(min_rate=1 << 20, grace_s=1.0)
+    with lying_registry(registry, *lies) as lying:
+        started = time.monotonic()
+        try:
+            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits)
+        except BlessError as exc:
+            assert exc.exit_code != ExitCode.INTERNAL, exc.diagnostics()
+        assert time.monotonic() - started < 30
+    live = host.find(old.config_hash)
+    assert live is not None
+    staging = host.root / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
