@@ -33,7 +33,7 @@ from typing import Any
 
 from bless.errors import ArtifactInvalidError, DigestMismatchError
 from bless.factors import is_config_hash
-from bless.manifest import MAX_MANIFEST_BYTES, Manifest, manifest_from_dict
+from bless.manifest import Manifest, manifest_from_dict, strict_json
 from bless.verify import check_relative_path
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "BlobRef",
     "TrustArtifact",
     "blessing_artifact",
+    "check_distributable",
     "digest_of",
     "parse_blessing_artifact",
     "parse_blessing_config",
@@ -65,9 +66,14 @@ EMPTY_CONFIG = b"{}"
 TITLE = "org.opencontainers.image.title"
 CONFIG_HASH_ANNOTATION = "org.bless.config-hash"
 DIR_ID_ANNOTATION = "org.bless.dir-id"
-#: The largest OCI manifest read (a 2,000-file blessing's is about 400 KB).
-MAX_OCI_MANIFEST_BYTES = 64 << 20
-MAX_CONFIG_BYTES = MAX_MANIFEST_BYTES
+#: The largest OCI manifest read or pushed: what the OCI distribution spec has every registry accept
+#: (Distribution refuses more). A 2,000-file blessing's is about 400 KB; 4 MiB holds ~18,000 files.
+MAX_OCI_MANIFEST_BYTES = 4 << 20
+#: The largest blessing manifest (config blob) read into memory: a manifest lists the files the OCI
+#: manifest does, in about as many bytes, so this leaves room for trials and golden outputs.
+MAX_CONFIG_BYTES = 16 << 20
+#: The most TUF metadata (all files of a signatures artifact together) read into memory.
+MAX_TRUST_BYTES = 64 << 20
 
 _TUF_NAME = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
@@ -167,8 +173,8 @@ def trust_artifact(blessing: BlessingArtifact, metadata: Mapping[str, bytes]) ->
 
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        document = strict_json(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and a duplicate key are ValueErrors too
         raise ArtifactInvalidError(f"{what} is not JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ArtifactInvalidError(f"{what} is not a JSON object")
@@ -294,7 +300,24 @@ def parse_trust_artifact(data: bytes, blessing_digest: str) -> TrustArtifact:
     for blob in blobs:
         if not _TUF_NAME.fullmatch(blob.title) or blob.size > MAX_CONFIG_BYTES:
             raise ArtifactInvalidError(f"signature layer {blob.title!r} is not a TUF metadata file")
+    if len({blob.title for blob in blobs}) != len(blobs):
+        raise ArtifactInvalidError("the signatures artifact names one TUF metadata file twice")
+    total = sum(blob.size for blob in blobs)
+    if total > MAX_TRUST_BYTES:
+        raise ArtifactInvalidError(f"the signatures artifact's metadata is {total} bytes, more than {MAX_TRUST_BYTES}")
     return TrustArtifact(data, digest, blobs)
+
+
+def check_distributable(artifact: BlessingArtifact) -> None:
+    """Refuse to push what no bless pull would read (:data:`MAX_OCI_MANIFEST_BYTES`, :data:`MAX_CONFIG_BYTES`)."""
+    if len(artifact.manifest_bytes) > MAX_OCI_MANIFEST_BYTES or artifact.config.size > MAX_CONFIG_BYTES:
+        raise ArtifactInvalidError(
+            f"this blessing's OCI manifest is {len(artifact.manifest_bytes)} bytes and its manifest "
+            f"{artifact.config.size}: over the {MAX_OCI_MANIFEST_BYTES} and {MAX_CONFIG_BYTES} bytes a pull reads "
+            f"({len(artifact.files)} files)",
+            hint="registries need not accept OCI manifests over 4 MiB; copy a blessing this large with the store "
+            "itself (rsync of blessed/ and manifests/)",
+        )
 
 
 def unique_blobs(blobs: Sequence[BlobRef]) -> list[BlobRef]:

@@ -31,6 +31,8 @@ class ExitCode(IntEnum):
     CONTAINER_CONFLICT = 12
     WEAKER_BLESSING = 13
     TRUST_EXISTS = 14
+    NO_SPACE = 15
+    DOWNGRADE = 16
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -127,6 +129,20 @@ class WeakerBlessingError(BlessError):
 
     exit_code = ExitCode.WEAKER_BLESSING
     title = "weaker blessing"
+
+
+class NoSpaceError(BlessError):
+    """A write found the disk full, the quota used up, or the file system read-only; nothing was committed."""
+
+    exit_code = ExitCode.NO_SPACE
+    title = "no space to write"
+
+
+class DowngradeError(BlessError):
+    """A pull would replace the live blessing of a config with an older one."""
+
+    exit_code = ExitCode.DOWNGRADE
+    title = "downgrade refused"
 
 
 class NoManifestError(BlessError):
@@ -362,6 +378,15 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
         "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)",
     ),
     (ExitCode.TRUST_EXISTS, "bless trust init: keys or metadata already exist in that directory (never overwritten)"),
+    (
+        ExitCode.NO_SPACE,
+        "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
+        "nothing was committed",
+    ),
+    (
+        ExitCode.DOWNGRADE,
+        "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)",
+    ),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),
     (ExitCode.MANIFEST_INVALID, "a manifest is unreadable, schema-invalid or of an unknown version"),
@@ -392,7 +417,10 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (ExitCode.METADATA_EXPIRED, "--trust: signed metadata has expired (re-sign with bless sign)"),
     (ExitCode.ROLLBACK, "--trust: signed metadata is older than the newest this host has trusted (rollback)"),
     (ExitCode.TARGET_MISMATCH, "--trust: the manifest differs from the signed target's length or hashes"),
-    (ExitCode.TRUST_INVALID, "--trust: trust metadata or keys are missing, malformed or inconsistent"),
+    (
+        ExitCode.TRUST_INVALID,
+        "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign)",
+    ),
     (ExitCode.REGISTRY_UNAVAILABLE, "the OCI registry is unreachable or refused the request or credentials"),
     (ExitCode.ARTIFACT_NOT_FOUND, "the registry has no such repository, tag or digest"),
     (ExitCode.DIGEST_MISMATCH, "a downloaded blob or manifest does not match its digest (altered in the registry)"),

@@ -16,7 +16,7 @@ from typing import Any
 from bless import __version__
 from bless.errors import ManifestInvalidError
 from bless.factors import canonical_json, config_hash, is_config_hash
-from bless.schemas import schema_errors
+from bless.schemas import listing_conforms, schema_errors
 from bless.text import shown
 from bless.verify import FileEntry, TreeListing, check_relative_path
 
@@ -138,8 +138,28 @@ def default_provenance(runtime: str, **extra: Any) -> dict[str, Any]:
     return {"host": socket.gethostname(), "runtime": runtime, **extra}
 
 
+def _schema_errors(document: dict[str, Any]) -> list[str]:
+    """The schema's errors for ``document``, its file listing checked by the schema's own rules in code.
+
+    jsonschema needs about a minute for a legal manifest of a million files; the listing's entries are
+    checked in a loop (:func:`bless.schemas.listing_conforms`, the same rules read from the schema) and
+    the schema validates the rest with one entry of each list left in. Entries that do not conform are
+    left to the schema, whose words the refusal then uses.
+    """
+    cache = document.get("cache")
+    if isinstance(cache, dict) and listing_conforms(cache.get("files"), cache.get("dirs")):
+        light = {**document, "cache": {**cache, "files": cache["files"][:1], "dirs": cache["dirs"][:1]}}
+        return schema_errors("manifest.v1", light)
+    return schema_errors("manifest.v1", document)
+
+
 def validate_document(document: Any, *, where: str) -> None:
     """Schema validation plus the checks a schema cannot express; raises ManifestInvalidError."""
+    _validated_files(document, where=where)
+
+
+def _validated_files(document: Any, *, where: str) -> tuple[FileEntry, ...]:
+    """:func:`validate_document`, returning the listing's entries it built (built once for a million files)."""
     if not isinstance(document, dict):
         raise ManifestInvalidError(f"{where}: top level is {type(document).__name__}, not an object")
     version = document.get("schema_version")
@@ -149,7 +169,7 @@ def validate_document(document: Any, *, where: str) -> None:
             f"{SCHEMA_VERSION}",
             hint="use the bless version that wrote it, or re-bless with this one",
         )
-    errors = schema_errors("manifest.v1", document)
+    errors = _schema_errors(document)
     if errors:
         raise ManifestInvalidError(
             f"{where}: " + "; ".join(errors),
@@ -182,11 +202,12 @@ def validate_document(document: Any, *, where: str) -> None:
             raise ManifestInvalidError(f"{where}: {path!r} is listed both as a file and a directory")
     if len(set(cache["dirs"])) != len(cache["dirs"]):
         raise ManifestInvalidError(f"{where}: cache.dirs: duplicate entries")
+    _refuse_files_as_parents(seen, cache["dirs"], where)
     total = sum(entry["size"] for entry in cache["files"])
     if total != cache["total_size"]:
         raise ManifestInvalidError(f"{where}: cache.total_size is {cache['total_size']}, files add up to {total}")
     try:
-        files = [FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"]]
+        files = tuple(FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"])
     except ValueError as exc:  # e.g. a size of 100.0: the schema's "integer" admits integral floats
         raise ManifestInvalidError(f"{where}: cache.files: {exc}") from None
     if tree_sha256(files, cache["dirs"]) != cache["tree_sha256"]:
@@ -200,11 +221,29 @@ def validate_document(document: Any, *, where: str) -> None:
             f"{where}: config_hash {document['config_hash'][:16]}... does not match its factors ({actual[:16]}...)",
             hint="the manifest was edited or corrupted; restore it from the store or re-bless",
         )
+    return files
+
+
+def _refuse_files_as_parents(files: set[str], dirs: Sequence[str], where: str) -> None:
+    """No listed path may lie below a listed file (``x`` and ``x/y``): no tree holds both.
+
+    A reader that builds the tree (a pull) would find ``x`` there when it makes directory ``x``; each
+    path is checked once per ``/`` it holds, so this costs no more than reading the listing.
+    """
+    for path in (*files, *dirs):
+        cut = path.find("/")
+        while cut != -1:
+            if path[:cut] in files:
+                raise ManifestInvalidError(
+                    f"{where}: {shown(path)!r} lies below {shown(path[:cut])!r}, which is listed as a file",
+                    hint="no directory tree holds both; the manifest was crafted or corrupted",
+                )
+            cut = path.find("/", cut + 1)
 
 
 def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:
     """Validate a parsed manifest and build the model."""
-    validate_document(document, where=where)
+    files = _validated_files(document, where=where)
     cache = document["cache"]
     return Manifest(
         config_hash=document["config_hash"],
@@ -215,7 +254,7 @@ def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:
         cache=CacheTree(
             dir_id=cache["dir_id"],
             mount_path=cache["mount_path"],
-            files=tuple(FileEntry(e["path"], e["size"], e["sha256"]) for e in cache["files"]),
+            files=files,
             dirs=tuple(cache["dirs"]),
             total_size=cache["total_size"],
             tree_sha256=cache["tree_sha256"],
@@ -242,6 +281,21 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def strict_json(text: str | bytes) -> Any:
+    """Parse JSON by the one rule of every document bless reads from others: no duplicate key, no NaN.
+
+    Manifests, OCI manifests and TUF metadata all go through here: with a duplicate key, which value
+    counts would depend on the reader (a registry, python-tuf, a person), so such a document is refused.
+
+    Raises:
+        ValueError: not JSON, a duplicate key, NaN/Infinity (json.JSONDecodeError is a ValueError);
+            UnicodeDecodeError for bytes that are not UTF-8; RecursionError for absurd nesting.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read and validate one manifest file; every failure is a ManifestInvalidError naming the file."""
     where = shown(str(path))  # a file name is data: messages show it escaped, on one line
@@ -261,7 +315,7 @@ def load_manifest(path: Path) -> Manifest:
     except OSError as exc:
         raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
-        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        document = strict_json(raw)
     except UnicodeDecodeError as exc:
         raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:

@@ -8,17 +8,28 @@ config files, credential helpers, bearer tokens). What it does not do, done here
 * OCI manifests are sent as exact bytes (``artifactType`` included; oras' ``push`` takes none);
 * no retries with sleeps: oras retries a failed request five times, sleeping 3 s to 83 s, which would
   hang a pull on a registry that is down for minutes; here a failure is reported at once;
-* every request has a timeout; plain HTTP only for loopback registries (or when asked for).
+* every request has a timeout; plain HTTP only for loopback registries (or when asked for);
+* nothing a registry sends is read whole without a cap by its kind: an OCI manifest
+  :data:`~bless.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
+  body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply
+  :data:`~bless.registry_http.MAX_TOKEN_BODY`; the ``/v2/`` challenge body is not read at all. A registry
+  sending an endless body gets a refusal, not this process's memory;
+* every exchange has a deadline, not only a timeout per read (a registry sending one byte every
+  20 s never trips a read timeout): :class:`~bless.transfer.TransferLimits` gives each request a grace
+  plus its size at a minimum rate, and a pull (:mod:`bless.flows.pull`) one for the whole artifact.
+  A watchdog (:mod:`bless.registry_http`) shuts the exchange's sockets down when its time is up,
+  which is refused as a broken transfer (74).
 
 Credentials stay inside oras' session: nothing here logs, stores or returns them.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import ipaddress
+import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,21 +41,24 @@ import oras.container
 import oras.provider
 import requests
 
-from bless.artifact import is_sha256_digest
+from bless.artifact import MAX_OCI_MANIFEST_BYTES, is_sha256_digest
 from bless.errors import (
+    ArtifactInvalidError,
     ArtifactNotFoundError,
     DigestMismatchError,
     RegistryUnavailableError,
     TransferIncompleteError,
     UsageError,
 )
+from bless.registry_http import bounded_session, guarded, read_upto
+from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
 __all__ = ["CHUNK", "Reference", "RegistryClient", "parse_reference"]
 
 CHUNK = 1 << 20
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
 _MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
+#: The most of an error reply read (its JSON names a code and a message per error); the rest is dropped.
+MAX_ERROR_BODY = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -106,37 +120,88 @@ class _Oras(oras.provider.Registry):  # type: ignore[misc]
     do_request = oras.provider.Registry.do_request.__wrapped__
 
 
-def _session_timeouts(session: requests.Session) -> None:
-    """Give every request of the session a connect and read timeout (oras sets none)."""
-    request = session.request
-    session.request = functools.partial(request, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # type: ignore[method-assign]
-
-
 class RegistryClient:
     """Blob and manifest operations on one repository of a registry."""
 
-    def __init__(self, reference: Reference, *, plain_http: bool | None = None) -> None:
+    def __init__(
+        self,
+        reference: Reference,
+        *,
+        plain_http: bool | None = None,
+        limits: TransferLimits = DEFAULT_LIMITS,
+        deadline: float | None = None,
+    ) -> None:
+        """``deadline`` (``time.monotonic()``) bounds every exchange on top of its own budget (a pull's)."""
         self.reference = reference
+        self.limits = limits
+        self.deadline = deadline
+        self.plain_http = plain_http
         insecure = reference.loopback if plain_http is None else plain_http
         self._prefix = "http" if insecure else "https"
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
-        _session_timeouts(self._oras.session)
+        bounded_session(self._oras.session, read_timeout=limits.grace_s)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
         with self._errors("reading credentials"):
             self._oras.auth.load_configs(self._container, _docker_configs())
 
     def _challenge(self) -> str:
         """How the registry asks for credentials: ``basic`` (htpasswd) or ``token`` (bearer, the default)."""
-        with self._errors("contacting the registry"):
-            response = requests.get(
-                f"{self._prefix}://{self.reference.registry}/v2/", timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
-            )
+        # Only the status and the header matter: the body is never read (a registry may send one without end).
+        with (
+            self._deadline(0, "contacting the registry"),
+            self._errors("contacting the registry"),
+            bounded_session(requests.Session(), read_timeout=self.limits.grace_s) as session,
+        ):
+            response = session.get(f"{self._prefix}://{self.reference.registry}/v2/", stream=True)
+            response.close()
         challenge = response.headers.get("WWW-Authenticate", "") if response.status_code == 401 else ""
         return "basic" if challenge.lower().startswith("basic") else "token"
 
     # ------------------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _deadline(self, size: int, what: str) -> Iterator[None]:
+        """Bound one exchange of ``size`` bytes by its budget (and the client's deadline); 74 past it."""
+        budget = self.limits.budget(size)
+        if self.deadline is not None:
+            budget = min(budget, self.deadline - time.monotonic())
+        expired = TransferIncompleteError(
+            f"{self.reference.registry}: {what} did not finish within its {max(budget, 0):.0f} s (a "
+            f"{self.limits.grace_s:.0f} s grace plus {self.limits.min_rate} bytes/s for its size)",
+            hint="nothing was installed; the registry or the link stalls or trickles: retry when it is healthy, "
+            "or give a slow link a lower --min-rate",
+        )
+        if budget <= 0:
+            raise expired
+        with guarded(budget) as guard:
+            try:
+                yield
+            except Exception:
+                if guard.expired:
+                    raise expired from None
+                raise
+            if guard.expired:  # a shut-down socket can also read as a clean end (a reply cut in its headers)
+                raise expired
+
+    @contextmanager
+    def _body_errors(self, what: str) -> Iterator[None]:
+        """Errors while a reply's body streams: the registry answered, so a transfer broke (74), not a connection."""
+        try:
+            yield
+        except requests.exceptions.RequestException as exc:
+            if "timed out" in str(exc).lower():
+                raise TransferIncompleteError(
+                    f"{self.reference.registry}: the transfer stalled while {what}: no byte arrived for "
+                    f"{self.limits.grace_s:g} s",
+                    hint="nothing was installed; retry when the registry is healthy (a slow link: a longer "
+                    "--transfer-grace)",
+                ) from None
+            raise TransferIncompleteError(
+                f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
+                hint="nothing was installed; retry when the registry is healthy",
+            ) from None
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -170,6 +235,8 @@ class RegistryClient:
         return f"{self._prefix}://{self.reference.registry}/v2/{self.reference.repository}/{kind}/{reference}"
 
     def _request(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        """A request whose body is left unread (``stream``): each caller reads it with the cap of its kind."""
+        kwargs["stream"] = True
         response: requests.Response
         if self._basic:
             # Basic credentials go with every request, up front: a body streamed from a file cannot be
@@ -180,13 +247,26 @@ class RegistryClient:
                 response = self._oras.session.request(method, url, **kwargs)
             return response
         with self._errors(what):
-            response = self._oras.do_request(url, method, **kwargs)
+            try:
+                response = self._oras.do_request(url, method, **kwargs)
+            except (AttributeError, TypeError, KeyError, IndexError) as exc:
+                # oras reads the bearer challenge and the token reply as well-formed: a registry (or token
+                # service) that sends a challenge without a realm, or a token reply that is no JSON object,
+                # makes it fail on a None or a list. That is the registry's malformed reply, not a bug here.
+                raise RegistryUnavailableError(
+                    f"{self.reference.registry}: {what}: its authentication challenge or token reply is malformed "
+                    f"({type(exc).__name__}: {_short(exc)})",
+                    hint="the registry or its token service answers outside the distribution spec; check what "
+                    "serves it (and docker login REGISTRY for credentials)",
+                ) from None
         return response
 
     def _fail(self, response: requests.Response, what: str) -> None:
         if response.status_code in (200, 201, 202, 204):
             return
-        detail = _registry_message(response)
+        with self._errors(what):
+            detail = _registry_message(response)
+        response.close()
         if response.status_code == 404:
             raise ArtifactNotFoundError(
                 f"{self.reference}: {what}: not found ({detail})",
@@ -204,33 +284,53 @@ class RegistryClient:
     def get_manifest(self, reference: str) -> tuple[bytes, str | None]:
         """The exact bytes of a manifest (by tag or digest) and the registry's Docker-Content-Digest."""
         url = self._url("manifests", reference)
-        response = self._request("GET", url, f"reading manifest {reference}", headers={"Accept": _MANIFEST_ACCEPT})
-        self._fail(response, f"manifest {reference}")
-        with self._errors(f"reading manifest {reference}"):
-            data = response.content
+        what = f"reading manifest {reference}"
+        with self._deadline(MAX_OCI_MANIFEST_BYTES, what):
+            response = self._request("GET", url, what, headers={"Accept": _MANIFEST_ACCEPT})
+            with response:
+                self._fail(response, f"manifest {reference}")
+                with self._body_errors(what):
+                    data, whole = read_upto(response, MAX_OCI_MANIFEST_BYTES)
+        if not whole:
+            raise ArtifactInvalidError(
+                f"{self.reference}: manifest {reference} is larger than {MAX_OCI_MANIFEST_BYTES} bytes",
+                hint="a bless artifact's OCI manifest is never that large (registries need not accept more than "
+                "4 MiB); nothing was installed",
+            )
         return data, response.headers.get("Docker-Content-Digest")
 
     def put_manifest(self, data: bytes, reference: str, media_type: str) -> None:
         """Store an OCI manifest's exact bytes under a tag or its digest."""
         url = self._url("manifests", reference)
         headers = {"Content-Type": media_type}
-        response = self._request("PUT", url, f"writing manifest {reference}", data=data, headers=headers)
-        self._fail(response, f"writing manifest {reference}")
+        what = f"writing manifest {reference}"
+        with self._deadline(len(data), what):
+            response = self._request("PUT", url, what, data=data, headers=headers)
+            with response:
+                self._fail(response, what)
 
     # ---------------------------------------------------------------------------------- blobs
 
     def blob_exists(self, digest: str) -> bool:
-        response = self._request("HEAD", self._url("blobs", digest), f"checking blob {digest[:19]}")
-        if response.status_code == 404:
-            return False
-        self._fail(response, f"blob {digest}")
+        what = f"checking blob {digest[:19]}"
+        with self._deadline(0, what):
+            response = self._request("HEAD", self._url("blobs", digest), what)
+            with response:
+                if response.status_code == 404:
+                    return False
+                self._fail(response, f"blob {digest}")
         return True
 
     def upload_blob(self, digest: str, size: int, source: Path | bytes) -> None:
         """Monolithic upload (POST a session, PUT the bytes with their digest); a file streams from disk."""
+        with self._deadline(size, f"uploading {digest[:19]}"):
+            self._upload(digest, size, source)
+
+    def _upload(self, digest: str, size: int, source: Path | bytes) -> None:
         start = self._oras.prefix + f"://{self._container.upload_blob_url()}"
         response = self._request("POST", start, "starting an upload", headers={"Content-Length": "0"})
-        self._fail(response, "starting an upload")
+        with response:
+            self._fail(response, "starting an upload")
         location = response.headers.get("Location", "")
         if not location.startswith("http"):
             location = f"{self._prefix}://{self.reference.registry}{location}"
@@ -244,7 +344,8 @@ class RegistryClient:
         else:
             with source.open("rb") as handle:
                 response = self._request("PUT", url, f"uploading {digest[:19]}", data=handle, headers=headers)
-        self._fail(response, f"uploading blob {digest}")
+        with response:
+            self._fail(response, f"uploading blob {digest}")
 
     def read_blob(self, digest: str, size: int) -> bytes:
         """A small blob in memory, checked like :meth:`download_blob`."""
@@ -271,12 +372,17 @@ class RegistryClient:
 
     def _stream_blob(self, digest: str, size: int, write: Callable[[bytes], None]) -> None:
         what = f"downloading blob {digest[:19]}"
-        response = self._request("GET", self._url("blobs", digest), what, stream=True)
+        with self._deadline(size, what):
+            self._stream(digest, size, write, what)
+
+    def _stream(self, digest: str, size: int, write: Callable[[bytes], None], what: str) -> None:
+        response = self._request("GET", self._url("blobs", digest), what)
         with response:
             self._fail(response, what)
+            self._check_length(response, digest, size)
             hasher = hashlib.sha256()
             received = 0
-            with self._errors(what):
+            with self._body_errors(what):
                 for chunk in response.iter_content(chunk_size=CHUNK):
                     received += len(chunk)
                     if received > size:
@@ -287,6 +393,9 @@ class RegistryClient:
                     hasher.update(chunk)
                     write(chunk)
         if received < size:
+            if "chunked" in response.headers.get("Transfer-Encoding", "").lower():
+                # A chunked reply that ended properly: the registry sent all it holds.
+                raise self._altered(digest, size, f"its complete reply held {received}")
             raise TransferIncompleteError(
                 f"blob {digest}: {received} of {size} bytes arrived",
                 hint="nothing was installed; retry when the registry is healthy",
@@ -300,21 +409,50 @@ class RegistryClient:
                 details={"expected": digest, "actual": actual},
             )
 
+    def _check_length(self, response: requests.Response, digest: str, size: int) -> None:
+        """A Content-Length other than the descriptor's size: the registry holds other bytes (72), say so now.
+
+        A blob truncated in the registry's storage is served whole, with its true (shorter) length; that
+        is altered content, not a transfer to retry. (An encoded body's length is not the blob's.)
+        """
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) != size and not response.headers.get("Content-Encoding"):
+            raise self._altered(digest, size, f"the registry serves it as {int(declared)}")
+
+    def _altered(self, digest: str, size: int, found: str) -> DigestMismatchError:
+        return DigestMismatchError(
+            f"blob {digest[:19]}... is {size} bytes by its descriptor, but {found}",
+            hint="the registry holds altered (e.g. truncated) content under this digest; nothing was installed. "
+            "Tell the registry's operator and push the blessing again",
+            details={"expected_size": size, "digest": digest},
+        )
+
 
 def _docker_configs() -> list[str]:
-    """``$DOCKER_CONFIG/config.json`` when set, as the docker CLI reads it (oras itself reads ~/.docker only)."""
+    """``$DOCKER_CONFIG/config.json`` when set and present, as the docker CLI reads it (oras reads ~/.docker only).
+
+    A missing one is no credentials, as for docker; handed to oras it printed ``... does not exist.``
+    on stderr of every pull and push.
+    """
     directory = os.environ.get("DOCKER_CONFIG")
-    return [str(Path(directory) / "config.json")] if directory else []
+    path = Path(directory) / "config.json" if directory else None
+    return [str(path)] if path is not None and path.is_file() else []
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: BaseException | str) -> str:
     text = str(exc)
     return text if len(text) < 200 else text[:200] + "..."
 
 
 def _registry_message(response: requests.Response) -> str:
+    """The messages of an error reply, from at most :data:`MAX_ERROR_BODY` of its body (the rest is not read)."""
+    body, _whole = read_upto(response, MAX_ERROR_BODY)
     try:
-        errors = response.json().get("errors", [])
-        return "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict)) or "no detail"
-    except (ValueError, AttributeError):
-        return response.reason or "no detail"
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        document = None
+    errors = document.get("errors") if isinstance(document, dict) else None
+    if not isinstance(errors, list):  # any shape at all may come back: only the spec's is read
+        return _short(response.reason or "") or "no detail"
+    messages = "; ".join(str(e.get("message", e.get("code", ""))) for e in errors if isinstance(e, dict))
+    return _short(messages) or "no detail"

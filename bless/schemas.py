@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,13 @@ def _whole_pattern(
     """
     if not isinstance(instance, str):
         return
-    anchored = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
-    if re.search(anchored, instance) is None:
+    if re.search(_anchored(pattern), instance) is None:
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _anchored(pattern: str) -> str:
+    r"""A schema ``pattern`` for Python's ``re``: a final ``$`` means the very end (``\Z``)."""
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
 
 
 #: Draft 2020-12 with ``pattern`` anchored as the schemas mean it (see ``_whole_pattern``).
@@ -59,3 +64,98 @@ def describe(error: jsonschema.ValidationError) -> str:
     if len(message) > 300:
         message = message[:300] + "..."
     return f"{field}: {message}"
+
+
+# --------------------------------------------------------------------------------------------
+# The manifest's file listing, fast: the same rules as the schema, read from the schema
+
+
+_FILE_KEYS = frozenset({"path", "size", "sha256"})
+
+
+@dataclass(frozen=True)
+class _ListingRules:
+    max_files: int
+    max_dirs: int
+    min_path: int
+    max_path: int
+    bad_path: re.Pattern[str]
+    hex64: re.Pattern[str]
+
+
+@cache
+def _listing_rules() -> _ListingRules | None:
+    """The manifest schema's rules for ``cache.files`` and ``cache.dirs`` entries, or None when it has others.
+
+    Read from the schema itself (one source): should the schema's shape for these entries change,
+    this returns None and the caller validates everything with the schema, slowly but right.
+    """
+    schema = validator("manifest.v1").schema
+    try:
+        cache_props = schema["properties"]["cache"]["properties"]
+        files, dirs = cache_props["files"], cache_props["dirs"]
+        item = files["items"]
+        relpath, hex64 = schema["$defs"]["relpath"], schema["$defs"]["hex64"]
+        expected_item = {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["path", "size", "sha256"],
+            "properties": {
+                "path": {"$ref": "#/$defs/relpath"},
+                "size": {"type": "integer", "minimum": 0},
+                "sha256": {"$ref": "#/$defs/hex64"},
+            },
+        }
+        if (
+            item != expected_item
+            or dirs["items"] != {"$ref": "#/$defs/relpath"}
+            or set(relpath) != {"type", "minLength", "maxLength", "not"}
+            or set(relpath["not"]) != {"pattern"}
+            or set(hex64) != {"type", "pattern"}
+        ):
+            return None
+        return _ListingRules(
+            max_files=int(files["maxItems"]),
+            max_dirs=int(dirs["maxItems"]),
+            min_path=int(relpath["minLength"]),
+            max_path=int(relpath["maxLength"]),
+            bad_path=re.compile(_anchored(relpath["not"]["pattern"])),
+            hex64=re.compile(_anchored(hex64["pattern"])),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def listing_conforms(files: Any, dirs: Any) -> bool | None:
+    """Whether every ``cache.files`` / ``cache.dirs`` entry meets the schema; None when this cannot tell.
+
+    The schema library takes about a minute for a million entries; these loops a second. True means
+    the schema would find nothing wrong with the entries (the caller still validates the rest of the
+    document with the schema); False means it would, and the caller asks the schema for its words.
+    """
+    rules = _listing_rules()
+    if rules is None or not isinstance(files, list) or not isinstance(dirs, list):
+        return None
+    if len(files) > rules.max_files or len(dirs) > rules.max_dirs:
+        return False
+    for entry in files:
+        if type(entry) is not dict or entry.keys() != _FILE_KEYS:
+            return False
+        size, digest = entry["size"], entry["sha256"]
+        if (
+            isinstance(size, bool)
+            or not (isinstance(size, int) or (isinstance(size, float) and size.is_integer()))
+            or size < 0
+        ):
+            return False
+        if not isinstance(digest, str) or rules.hex64.search(digest) is None:
+            return False
+        if not _relpath(entry["path"], rules):
+            return False
+    return all(_relpath(path, rules) for path in dirs)
+
+
+def _relpath(path: Any, rules: _ListingRules) -> bool:
+    return (
+        isinstance(path, str) and rules.min_path <= len(path) <= rules.max_path and rules.bad_path.search(path) is None
+    )

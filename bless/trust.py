@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import os
 import re
@@ -54,7 +55,7 @@ from tuf.api.metadata import (
     Targets,
     Timestamp,
 )
-from tuf.ngclient import Updater
+from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.errors import (
@@ -69,8 +70,10 @@ from bless.errors import (
     UnsignedError,
     UsageError,
 )
-from bless.manifest import Manifest
+from bless.manifest import MAX_MANIFEST_BYTES, Manifest, strict_json
 from bless.store import atomic_write_bytes
+from bless.store.fsutil import UnreadableFileError, full_disk, full_disk_error, read_bounded
+from bless.text import shown
 
 __all__ = [
     "DEFAULT_EXPIRES",
@@ -97,8 +100,27 @@ TOP_LEVEL_ROLES: tuple[str, ...] = (Root.type, Targets.type, Snapshot.type, Time
 #: timestamp service: the offline timestamp's expiry is the freshness window).
 DEFAULT_EXPIRES = timedelta(days=30)
 DEFAULT_ROOT_EXPIRES = timedelta(days=365)
-#: Largest metadata file read from anywhere (a crafted file must not exhaust memory).
-MAX_METADATA_BYTES = 64 << 20
+#: The most each role's metadata may be, one limit for both sides: ``bless sign`` (and rotate) refuse
+#: to write more, and the verifying client (python-tuf's Updater, whose own default for targets is
+#: 5,000,000 bytes) is configured to read up to exactly this. A target is about 450 bytes, so
+#: targets.json holds about 37,000 blessings; snapshot and timestamp name one file each; root is
+#: python-tuf's default (hundreds of keys).
+ROLE_MAX_BYTES: Mapping[str, int] = {
+    Root.type: 512_000,
+    Targets.type: 16 << 20,
+    Snapshot.type: 64 << 10,
+    Timestamp.type: 16 << 10,
+}
+#: Largest metadata file read from anywhere (a crafted file must not exhaust memory): the largest role's.
+MAX_METADATA_BYTES = max(ROLE_MAX_BYTES.values())
+_UPDATER_CONFIG = UpdaterConfig(
+    root_max_length=ROLE_MAX_BYTES[Root.type],
+    targets_max_length=ROLE_MAX_BYTES[Targets.type],
+    snapshot_max_length=ROLE_MAX_BYTES[Snapshot.type],
+    timestamp_max_length=ROLE_MAX_BYTES[Timestamp.type],
+)
+#: Largest private key file read (an Ed25519 PKCS#8 PEM is 119 bytes).
+MAX_KEY_BYTES = 64 << 10
 #: File names of a metadata directory the Updater can ask for (no consistent snapshots).
 METADATA_FILE = re.compile(r"^(?:[1-9][0-9]{0,9}\.root|root|timestamp|snapshot|targets)\.json$")
 
@@ -197,18 +219,24 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _read_limited(path: Path) -> bytes:
-    """A metadata file's bytes: a regular file (links followed) of at most MAX_METADATA_BYTES."""
+def _read_limited(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
+    """A trust file's bytes through the store's bounded reader (:func:`bless.store.fsutil.read_bounded`).
+
+    Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
+    byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be
+    read whole. Links are followed, and what they lead to is checked the same: python-tuf's own
+    state keeps ``root.json`` as a link into ``root_history/``, and an operator's ``--trust``
+    directory may be made of links (a Kubernetes ConfigMap mount is).
+    """
     try:
-        with path.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise TrustInvalidError(f"{path} is not a regular file")
-            data = handle.read(MAX_METADATA_BYTES + 1)
-    except OSError as exc:
-        raise TrustInvalidError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise TrustInvalidError(f"{path} is larger than {MAX_METADATA_BYTES} bytes")
+        data = read_bounded(path, limit, follow=True)
+    except UnreadableFileError as exc:
+        raise TrustInvalidError(
+            f"{shown(str(path))} {exc}",
+            hint="trust files are regular files of signed TUF metadata (or PEM keys); replace this one",
+        ) from None
+    if data is None:
+        raise TrustInvalidError(f"{shown(str(path))} does not exist")
     return data
 
 
@@ -230,10 +258,28 @@ def metadata_from_dir(directory: Path) -> dict[str, bytes]:
         for name in sorted(entry.name for entry in history.iterdir()):
             if METADATA_FILE.fullmatch(name) and name != "root.json":
                 found.setdefault(name, _read_limited(history / name))
+    _strict(found, shown(str(directory)))
     return found
 
 
+def _strict(files: Mapping[str, bytes], where: str) -> None:
+    """Refuse a metadata file with a duplicate key (or NaN): the one JSON rule of :func:`bless.manifest.strict_json`.
+
+    python-tuf keeps the last of duplicate keys; another TUF client may keep the first. Checked before
+    any file reaches python-tuf.
+    """
+    for name, data in files.items():
+        try:
+            strict_json(data)
+        except (ValueError, RecursionError) as exc:
+            raise TrustInvalidError(
+                f"{where}: {shown(name)} is not valid JSON metadata: {exc}",
+                hint="metadata from bless sign never holds a duplicate key: this file was edited or crafted",
+            ) from None
+
+
 def _parse(data: bytes, what: str) -> Metadata[Any]:
+    _strict({what: data}, what)
     try:
         return Metadata.from_bytes(data)
     except Exception as exc:  # DeserializationError, ValueError, KeyError...: all "malformed"
@@ -295,7 +341,7 @@ def _load_signers(keys_dir: Path) -> dict[str, CryptoSigner]:
                 f"private key {path} is readable by others (mode {mode:o})", hint=f"chmod 600 {path}"
             )
         try:
-            private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+            private = serialization.load_pem_private_key(_read_limited(path, limit=MAX_KEY_BYTES), password=None)
         except (OSError, ValueError, TypeError) as exc:
             raise TrustInvalidError(f"cannot load private key {path}: {exc}") from None
         if not isinstance(private, Ed25519PrivateKey):
@@ -347,7 +393,24 @@ class _Repository:
         return count, role_def.threshold
 
     def write(self, metadata: Metadata[Any], name: str) -> None:
-        atomic_write_bytes(self.metadata_dir / name, metadata.to_bytes())
+        atomic_write_bytes(self.metadata_dir / name, self.serialized(metadata))
+
+    def serialized(self, metadata: Metadata[Any]) -> bytes:
+        """The bytes of ``metadata``; refused when no verifier would read them (:data:`ROLE_MAX_BYTES`)."""
+        data = metadata.to_bytes()
+        role = metadata.signed.type
+        limit = ROLE_MAX_BYTES[role]
+        if len(data) > limit:
+            listed = f" ({len(metadata.signed.targets)} targets)" if isinstance(metadata.signed, Targets) else ""
+            raise TrustInvalidError(
+                f"{role}.json would be {len(data)} bytes{listed}, over the {limit} bytes a verifier reads; "
+                "nothing was written",
+                hint="a signing repository lists about 37,000 blessings at most: sign re-blessed configs without "
+                "--keep-previous (their older versions are delisted), or sign further blessings in another "
+                "signing repository (bless trust init) whose root the hosts serving them trust",
+                details={"role": role, "bytes": len(data), "limit": limit},
+            )
+        return data
 
     def resign_chain(self, now: datetime, expires: timedelta) -> dict[str, tuple[int, int]]:
         """Bump and sign targets, then snapshot, then timestamp (written in that order: timestamp last)."""
@@ -363,6 +426,9 @@ class _Repository:
         self.timestamp.signed.version += 1
         self.timestamp.signed.expires = _expiry(now, expires)
         counts[Timestamp.type] = self.sign(self.timestamp, Timestamp.type)
+        # Every size checked before the first write: a refusal leaves the repository as it was.
+        for metadata in (self.targets, self.snapshot, self.timestamp):
+            self.serialized(metadata)
         self.write(self.targets, "targets.json")
         self.write(self.snapshot, "snapshot.json")
         self.write(self.timestamp, "timestamp.json")
@@ -404,7 +470,8 @@ def _repository(keys_dir: Path) -> Iterator[_Repository]:
             f"{keys_dir} is not a signing repository (no metadata/ directory)",
             hint="create one with bless trust init --keys DIR",
         )
-    with FileLock(str(lock_path)):
+    # A full or read-only disk under the keys directory is its own refusal (15), wherever a write meets it.
+    with full_disk(f"writing the signing repository {keys_dir}"), FileLock(str(lock_path)):
         yield _Repository(Path(keys_dir))
 
 
@@ -473,7 +540,8 @@ def init_repository(
         for role in (Root.type, Targets.type, Snapshot.type, Timestamp.type):
             atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
     except OSError as exc:
-        raise BlessError(f"cannot create the trust repository in {keys_dir}: {exc.strerror or exc}") from exc
+        what = f"cannot create the trust repository in {keys_dir}"
+        raise full_disk_error(exc, what) or BlessError(f"{what}: {exc.strerror or exc}") from exc
     return InitResult(keys_dir, metadata_path, tuple(key_files), chosen)
 
 
@@ -487,10 +555,11 @@ def manifest_file_bytes(path: Path, manifest: Manifest) -> bytes:
         TargetMismatchError: the file no longer holds this manifest.
     """
     try:
-        with path.open("rb") as handle:
-            data = handle.read()
+        data = read_bounded(path, MAX_MANIFEST_BYTES)  # never blocks on a FIFO, never reads past the cap
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
         same = json.loads(data) == manifest.to_dict()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UnreadableFileError) as exc:
         raise TargetMismatchError(f"cannot read the manifest {path} again: {exc}") from None
     if not same:
         raise TargetMismatchError(
@@ -605,7 +674,7 @@ class _MemoryFetcher(FetcherInterface):
 def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: Exception) -> BlessError:
     """Tell a signature by an untrusted key apart from too few signatures, for the failing role."""
     try:
-        trusted_root: Root = Metadata.from_bytes((state_dir / "root.json").read_bytes()).signed
+        trusted_root: Root = Metadata.from_bytes(_read_limited(state_dir / "root.json")).signed
     except Exception:
         trusted_root = None  # type: ignore[assignment]
     hint_keys = "sign with the keys the trusted root lists (bless sign --keys DIR), or provision the right root.json"
@@ -633,6 +702,40 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
                 details={"role": role, "threshold": result.threshold},
             )
     return SignatureUntrustedError(f"signature check failed: {cause}", hint=hint_keys)
+
+
+_MIXED_HINT = (
+    "its files come from different signings: use timestamp.json, snapshot.json and targets.json of one signing "
+    "(the signing repository's metadata/ as bless sign left it), or pull the signed blessing again"
+)
+
+
+def _mixed_versions(files: Mapping[str, bytes]) -> str | None:
+    """Why the timestamp, snapshot and targets of ``files`` are not one signing's, or None.
+
+    A version mismatch inside the presented metadata is not a rollback (the host may never have trusted
+    anything): it is told apart here, before python-tuf reports both as one error.
+    """
+    try:
+        timestamp = Metadata.from_bytes(files["timestamp.json"]).signed
+        snapshot = Metadata.from_bytes(files["snapshot.json"]).signed
+        targets = Metadata.from_bytes(files["targets.json"]).signed
+    except Exception:  # missing or malformed: python-tuf's own checks name it
+        return None
+    if not (isinstance(timestamp, Timestamp) and isinstance(snapshot, Snapshot) and isinstance(targets, Targets)):
+        return None
+    if timestamp.snapshot_meta.version != snapshot.version:
+        return (
+            f"timestamp.json (version {timestamp.version}) names snapshot version {timestamp.snapshot_meta.version}, "
+            f"but snapshot.json is version {snapshot.version}"
+        )
+    listed = snapshot.meta.get("targets.json")
+    if listed is not None and listed.version != targets.version:
+        return (
+            f"snapshot.json (version {snapshot.version}) names targets version {listed.version}, "
+            f"but targets.json is version {targets.version}"
+        )
+    return None
 
 
 def _forget_hint(state_dir: Path) -> str:
@@ -748,7 +851,9 @@ def check_blessing(
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TrustInvalidError(f"cannot create {state_dir}: {exc.strerror or exc}") from None
+        raise full_disk_error(exc, f"cannot create {state_dir}") or TrustInvalidError(
+            f"cannot create {state_dir}: {exc.strerror or exc}"
+        ) from None
     if candidate is None:
         candidate = trust_files if "timestamp.json" in trust_files else metadata_from_dir(state_dir)
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
@@ -758,12 +863,24 @@ def check_blessing(
     for file_name, file_data in trust_files.items():
         if file_name.endswith(".root.json"):
             served.setdefault(file_name, file_data)
-    with FileLock(str(state_dir.parent / "trust.lock")):
+    with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
+        # python-tuf's Updater reads the state files itself, whole and through links: vet them first.
+        trusted_before = "timestamp.json" in metadata_from_dir(state_dir)
+        _strict(served, "the signed metadata")
+        mixed = _mixed_versions(candidate)
+        if mixed is not None:
+            raise TrustInvalidError(f"the signed metadata mixes versions: {mixed}", hint=_MIXED_HINT)
         presented_version = _root_metadata(anchor, "the trusted root.json").signed.version
         served[f"{presented_version}.root.json"] = anchor
         bootstrap = _bootstrap_root(state_dir, anchor, served)
         try:
-            updater = Updater(str(state_dir), _BASE_URL, fetcher=_MemoryFetcher(served), bootstrap=bootstrap)
+            updater = Updater(
+                str(state_dir),
+                _BASE_URL,
+                fetcher=_MemoryFetcher(served),
+                bootstrap=bootstrap,
+                config=_UPDATER_CONFIG,
+            )
             updater.refresh()
             info = updater.get_targetinfo(name)
         except tuf_errors.ExpiredMetadataError as exc:
@@ -771,12 +888,23 @@ def check_blessing(
                 f"{exc}", hint="re-sign the blessing (bless sign HASH --keys DIR) and distribute the new metadata"
             ) from None
         except tuf_errors.BadVersionNumberError as exc:
+            if not trusted_before:  # nothing trusted here yet: nothing to roll back from
+                raise TrustInvalidError(
+                    f"the signed metadata is inconsistent: {exc}",
+                    hint=_MIXED_HINT,
+                ) from None
             raise RollbackError(
                 f"{exc}: this host already trusted newer metadata",
                 hint="someone serves older signed metadata (a moved tag?); pull the current signed blessing",
             ) from None
         except tuf_errors.UnsignedMetadataError as exc:
             raise _diagnose_unsigned(state_dir, candidate, exc) from None
+        except tuf_errors.DownloadLengthMismatchError as exc:
+            raise TrustInvalidError(
+                f"signed metadata is larger than a verifier reads ({exc}; limits in bytes: "
+                f"{', '.join(f'{role} {limit}' for role, limit in ROLE_MAX_BYTES.items())})",
+                hint="bless sign never writes metadata this large: it was made by other means; re-sign with bless sign",
+            ) from None
         except tuf_errors.DownloadHTTPError:
             raise UnsignedError(
                 "no signed metadata is available for this blessing",
@@ -786,7 +914,9 @@ def check_blessing(
         except (tuf_errors.RepositoryError, tuf_errors.DownloadError) as exc:
             raise TrustInvalidError(f"trust metadata rejected: {exc}") from None
         except OSError as exc:
-            raise TrustInvalidError(f"cannot use {state_dir}: {exc.strerror or exc}") from None
+            raise full_disk_error(exc, f"cannot record the trusted metadata in {state_dir}") or TrustInvalidError(
+                f"cannot use {state_dir}: {exc.strerror or exc}"
+            ) from None
         if info is None:
             raise UnsignedError(
                 f"{manifest.config_hash[:16]}... version {manifest.cache.dir_id} is not a target of the signed "

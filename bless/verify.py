@@ -65,6 +65,7 @@ ProblemKind = Literal[
     "extra_dir",
     "root_missing",
     "writable_by_others",
+    "special_mode",
     "changed_during_verify",
 ]
 NoticeKind = Literal["writable"]
@@ -845,17 +846,26 @@ def _report_absent(scan: _Scan, expected: _Expected, findings: _Findings) -> Non
 
 
 def _writable_findings(scan: _Scan, expected: _Expected, findings: _Findings) -> None:
-    """Step 5, write bits on the root and every expected entry (blessed caches are read-only).
+    """Step 5, the modes of the root and every expected entry (blessed caches are plain read-only data).
 
     Writable by group or others is a problem: another user could rewrite a file or rename entries in
-    a directory while the cache is served, after every byte verified. The owner's own write bit is a
-    notice: the owner can always chmod, so it takes nothing away that was there.
+    a directory while the cache is served, after every byte verified. A setuid, setgid or sticky bit
+    is a problem too: publish sets every mode exactly (0444/0555), so such a bit was put there since,
+    and a setuid file in a tree a server reads is a privilege waiting to be used. The owner's own
+    write bit is a notice: the owner can always chmod, so it takes nothing away that was there.
     """
     candidates: list[tuple[str, int]] = [(ROOT_PATH, scan.root_mode)]
     candidates += [(p, st.st_mode) for p, st in scan.dirs.items() if p in expected.dirs]
     candidates += [(p, st.st_mode) for p, st in scan.files.items() if p in expected.files]
     for path, mode in candidates:
-        if mode & 0o022:
+        if mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+            findings.report(
+                "special_mode",
+                path,
+                f"mode {stat.filemode(mode)}: a setuid, setgid or sticky bit (blessed caches are plain read-only "
+                "data; bless never sets one)",
+            )
+        elif mode & 0o022:
             findings.report(
                 "writable_by_others", path, f"mode {stat.filemode(mode)}: other users could change it (chmod go-w)"
             )

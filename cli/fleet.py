@@ -18,6 +18,7 @@ from bless.errors import NoManifestError
 from bless.manifest import Manifest
 from bless.modelsig import write_bundle
 from bless.store import Store
+from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.trust import (
     DEFAULT_EXPIRES,
     DEFAULT_ROOT_EXPIRES,
@@ -74,6 +75,48 @@ PlainHttpOption = Annotated[
         "--plain-http/--https",
         help="Talk HTTP instead of HTTPS (default: HTTP only for loopback registries such as localhost:5000).",
         show_default=False,
+    ),
+]
+
+#: How slow a registry may be before a pull is refused as a broken transfer (74): bless.registry.TransferLimits.
+MinRateOption = Annotated[
+    str,
+    typer.Option(
+        "--min-rate",
+        envvar="BLESS_MIN_RATE",
+        help="Slowest transfer accepted, bytes/s with k, M or G (env BLESS_MIN_RATE): each blob, and the whole "
+        "pull, must finish within --transfer-grace plus its size at this rate.",
+    ),
+]
+TransferGraceOption = Annotated[
+    float,
+    typer.Option(
+        "--transfer-grace",
+        envvar="BLESS_TRANSFER_GRACE",
+        min=1.0,
+        help="Seconds every registry exchange gets on top of its size at --min-rate (env BLESS_TRANSFER_GRACE).",
+    ),
+]
+
+
+def transfer_limits(min_rate: str, grace_s: float) -> TransferLimits:
+    """The ``--min-rate`` / ``--transfer-grace`` options as limits (a bad rate is a usage error)."""
+    return TransferLimits(min_rate=parse_rate(min_rate), grace_s=grace_s)
+
+
+PullWaitOption = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--no-wait",
+        help="Queue behind another pull or run of the same config for its lock (default), or refuse at once (exit 11).",
+    ),
+]
+
+AllowDowngradeOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-downgrade",
+        help="Replace the live blessing of the config even when the pulled one was created before it (else exit 16).",
     ),
 ]
 
@@ -328,6 +371,10 @@ def pull_command(
     ],
     trust: TrustOption = None,
     plain_http: PlainHttpOption = None,
+    min_rate: MinRateOption = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
+    wait: PullWaitOption = True,
+    allow_downgrade: AllowDowngradeOption = False,
     json_output: JsonOption = False,
 ) -> Report:
     """Pull a blessing into the store: every blob checked while it streams, installed atomically.
@@ -340,7 +387,16 @@ def pull_command(
     from bless.registry import parse_reference
 
     store = app_state(ctx).store()
-    result = pull_blessing(store, parse_reference(reference), trust_dir=trust, plain_http=plain_http)
+    limits = transfer_limits(min_rate, transfer_grace)
+    result = pull_blessing(
+        store,
+        parse_reference(reference),
+        trust_dir=trust,
+        plain_http=plain_http,
+        limits=limits,
+        wait=wait,
+        allow_downgrade=allow_downgrade,
+    )
     return Report(pull_report(result), render_pull)
 
 
@@ -351,6 +407,8 @@ class FleetSource:
     reference: str | None = None
     trust: Path | None = None
     plain_http: bool | None = None
+    min_rate: str = DEFAULT_MIN_RATE
+    transfer_grace: float = DEFAULT_LIMITS.grace_s
 
     def pull(self, store: Store, console: Console) -> PullResult | None:
         """Pull ``--from`` into the store (a no-op when present); None without ``--from``."""
@@ -359,7 +417,13 @@ class FleetSource:
         from bless.flows.pull import pull_blessing
         from bless.registry import parse_reference
 
-        result = pull_blessing(store, parse_reference(self.reference), trust_dir=self.trust, plain_http=self.plain_http)
+        result = pull_blessing(
+            store,
+            parse_reference(self.reference),
+            trust_dir=self.trust,
+            plain_http=self.plain_http,
+            limits=transfer_limits(self.min_rate, self.transfer_grace),
+        )
         render_pull(console, pull_report(result))
         return result
 
@@ -387,8 +451,12 @@ for _name, _command in TRUST_COMMANDS:
     trust_app.command(_name)(_command)
 
 __all__ = [
+    "AllowDowngradeOption",
     "FleetSource",
+    "MinRateOption",
     "PlainHttpOption",
+    "PullWaitOption",
+    "TransferGraceOption",
     "TrustOption",
     "pull_command",
     "pull_report",
@@ -396,6 +464,7 @@ __all__ = [
     "render_pull",
     "render_trust",
     "sign_command",
+    "transfer_limits",
     "trust_app",
     "trust_check",
     "trust_report",

@@ -57,6 +57,7 @@ from bless.errors import (
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
+from bless.store import manifest_summary
 from bless.text import shown
 from bless.verify import verify_tree
 
@@ -200,29 +201,17 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     MANIFEST_DUPLICATE (23).
     """
     store = reading_store(ctx)
-    index = store.index()
+    index = store.listing()
     manifests: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
     for record in index.records:
-        if record.manifest is None:
+        summary = record.summary or (manifest_summary(record.manifest) if record.manifest is not None else None)
+        if summary is None:
             error = record.error or ManifestInvalidError(f"{record.path}: unreadable")
             invalid.append({"path": str(record.path), "error": error.to_dict()})
             continue
-        manifest = record.manifest
-        manifests.append(
-            {
-                "config_hash": manifest.config_hash,
-                "path": str(record.path),
-                "engine": manifest.engine,
-                "model": manifest.model_label,
-                "profile_name": manifest.profile_name,
-                "created": manifest.created,
-                "trials_passed": manifest.trials.get("passed"),
-                "trials_planned": manifest.trials.get("planned"),
-                "total_size": manifest.cache.total_size,
-                "files": len(manifest.cache.files),
-            }
-        )
+        row = {key: value for key, value in summary.items() if key != "dir_id"}
+        manifests.append({"config_hash": row.pop("config_hash"), "path": str(record.path), **row})
     duplicates = {config_hash: [str(path) for path in paths] for config_hash, paths in index.duplicates().items()}
     data = {
         "root": str(store.root),

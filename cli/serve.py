@@ -43,7 +43,7 @@ from bless.cli.common import (
     VerboseOption,
     VersionOption,
 )
-from bless.cli.fleet import FleetSource, PlainHttpOption, TrustOption, render_trust
+from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
 from bless.engines import get_adapter
 from bless.errors import EngineFailedError, InterruptedByUserError
 from bless.flows import serve
@@ -52,6 +52,7 @@ from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
 from bless.text import shown
+from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 
 app = typer.Typer(
     name="serve-full",
@@ -247,42 +248,43 @@ def _serve(
         if "trust" in plan_dict:
             render_trust(console, plan_dict["trust"])
         render_banners(console, plan_dict, no_canary=no_canary)
-        # Held while serving, so bless gc never removes the served tree (even once superseded).
-        with serve.serving_lease(store, the_plan) as lease:
-            try:
-                result = serve.start(
-                    the_plan,
-                    runtime=runtime,
-                    no_canary=no_canary,
-                    detach=detach,
-                    keep_upper_on_interrupt=keep_upper,
-                    events=Progress(console),
-                )
-            except KeyboardInterrupt:
-                raise InterruptedByUserError(
-                    f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
-                    f"container {the_plan.container_name} was stopped and removed",
-                    hint="run serve-full again to serve",
-                ) from None
-            starting.release()  # the running container holds the name now
-            data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
-            if detach:
-                lease.hand_over(result.started, loaded.runtime_kind)  # the running engine keeps it
-                return Report(data, render_detached)
-
-            # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
-            gate.raising = False
-            console.print(
-                Text.assemble(
-                    ("serving on ", "bold green"),
-                    f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
-                )
+        # serve.start holds the serving lease until serve.finish (a detached engine is handed it).
+        try:
+            result = serve.start(
+                the_plan,
+                runtime=runtime,
+                no_canary=no_canary,
+                detach=detach,
+                keep_upper_on_interrupt=keep_upper,
+                events=Progress(console),
             )
+        except KeyboardInterrupt:
+            raise InterruptedByUserError(
+                f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
+                f"container {the_plan.container_name} was stopped and removed",
+                hint="run serve-full again to serve",
+            ) from None
+        starting.release()  # the running container holds the name now
+        data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
+        if detach:
+            return Report(data, render_detached)
+
+        # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
+        gate.raising = False
+        console.print(
+            Text.assemble(
+                ("serving on ", "bold green"),
+                f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
+            )
+        )
+        try:
             exit_code = serve.follow(runtime, result.started, _write_log, stop=gate.event)
             engine_exited = exit_code is not None
             if not engine_exited:
                 console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
             finished = serve.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
+        finally:
+            result.release_lease()  # finish released it; this covers a failure before it
     data["ended_by"] = "engine-exit" if engine_exited else (gate.received or "signal")
     data["finish"] = finished.to_dict()
     failure = None
@@ -339,6 +341,8 @@ def serve_full(
     ] = None,
     trust: TrustOption = None,
     plain_http: PlainHttpOption = None,
+    min_rate: MinRateOption = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
     version: VersionOption = False,
@@ -367,7 +371,7 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
-        source=FleetSource(from_ref, trust, plain_http),
+        source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)
     raise typer.Exit(code)

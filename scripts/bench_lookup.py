@@ -10,7 +10,12 @@ one run and side by side, median of --repeat:
   and schema-validate each file), the baseline;
 * ``find, cold``: ``Store.find(small)`` with the claim cache removed first (the big file's claim is
   read, not schema-validated);
-* ``find, warm``: ``Store.find(small)`` again (the big file is not opened).
+* ``find, warm``: ``Store.find(small)`` again (the big file is not opened);
+* ``list, first`` / ``list, again``: ``Store.listing()`` (``bless list``) with the claim cache
+  removed first (every file validated once) and then again (a file validated before and unchanged
+  is not opened);
+* ``find the big one``: ``Store.find(big)``, what show, verify and gc do before their own work
+  (the big file read and validated).
 
 Usage:
     python3 scripts/bench_lookup.py                  # 100k entries
@@ -110,11 +115,18 @@ def main() -> int:
         cold = median_s(lambda: Store(store.root).find(small.config_hash), args.repeat, before=drop_cache)
         Store(store.root).find(small.config_hash)
         warm = median_s(lambda: Store(store.root).find(small.config_hash), args.repeat)
+        list_first = median_s(lambda: Store(store.root).listing(), args.repeat, before=drop_cache)
+        Store(store.root).listing()
+        list_again = median_s(lambda: Store(store.root).listing(), args.repeat)
+        find_big = median_s(lambda: Store(store.root).find(big.config_hash), args.repeat)
         cpu = platform.processor() or platform.machine()
         print(f"machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}")
         print(f"validate every manifest (before): {baseline:8.3f} s")
         print(f"find, cold claim cache:           {cold:8.3f} s  ({baseline / cold:6.0f}x faster)")
         print(f"find, warm claim cache:           {warm:8.3f} s  ({baseline / warm:6.0f}x faster)")
+        print(f"list, first (validates all):      {list_first:8.3f} s")
+        print(f"list, again (claim cache):        {list_again:8.3f} s  ({baseline / list_again:6.0f}x faster)")
+        print(f"find the big one (show/verify):   {find_big:8.3f} s")
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)

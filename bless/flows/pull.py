@@ -9,11 +9,19 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 ``trust``     with ``trust_dir``: the signatures artifact (``sha256-<hex>.bless-trust``) through TUF
               (:func:`bless.trust.check_blessing`): unsigned, untrusted key, below threshold, expired,
               rolled back or manifest differing from the signed target are refused before any file moves;
-``stage``     a present blessing of this very version ends the pull here (a no-op); else a staging dir
-              ``staging/pull-*`` (with its owner record) is created, after removing those of dead pulls;
-``download``  every blob the manifest names, checked against its digest and size while it streams;
-              files the live blessing of this config already holds (a rebless's unchanged files) are
-              copied from it instead, hashed while copied (downloaded after all if they do not match);
+``stage``     a present blessing of this very version ends the pull here (a no-op); one older than the
+              live blessing of the config is refused (exit 16) unless ``allow_downgrade``; else the config's
+              writer lock is taken for the rest of the pull, waiting for it (another pull of the same
+              blessing: this one then finds it present, a no-op), and a staging dir ``staging/pull-*``
+              (with its owner record) is created, after removing those of dead pulls;
+``download``  refused at once (exit 15) when the store's file system has less free space than the files
+              need (less those linked from the live version); then every blob the manifest names,
+              checked against its digest and size while it streams, each within its own deadline and
+              all of them within the pull's (:class:`TransferLimits`: a grace plus the bytes at a
+              minimum rate; past it the pull is refused, exit 74); files the live blessing of this
+              config already holds (a rebless's unchanged files) are hard-linked from it (copied
+              across file systems) and hashed (downloaded after all if they do not match); a disk
+              that fills up meanwhile is refused (exit 15);
 ``publish``   :meth:`bless.store.Store.publish`: the same atomic publish as ``bless run`` (re-hash, move,
               read-only, manifest last as the commit point; ``fault`` is passed on to its own points). A
               kill at any step leaves the old or the new blessing, never a half; the next pull removes the
@@ -23,12 +31,15 @@ Steps (:data:`PULL_STEPS`, each preceded by a fault point ``pull:<step>`` of the
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
 import shutil
+import stat
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +53,19 @@ from bless.artifact import (
     parse_trust_artifact,
     trust_tag,
 )
-from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, DigestMismatchError
+from bless.errors import (
+    AlreadyBlessedError,
+    ArtifactNotFoundError,
+    DigestMismatchError,
+    DowngradeError,
+    LockHeldError,
+    NoSpaceError,
+)
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient
 from bless.store import FaultHook, Store, process_alive
-from bless.store.fsutil import read_json_object, remove_tree
+from bless.store.fsutil import NO_SPACE_ERRNOS, full_disk, read_json_object, remove_tree
+from bless.transfer import DEFAULT_LIMITS, TransferLimits
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
@@ -107,6 +126,24 @@ def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str,
     return {blob.title: client.read_blob(blob.digest, blob.size) for blob in trust.blobs}
 
 
+def _refuse_downgrade(store: Store, manifest: Manifest, *, allowed: bool) -> None:
+    """Refuse to replace a newer live blessing of the config with ``manifest`` unless ``allowed``.
+
+    Signed metadata protects a host against rolled-back *metadata* under ``--trust``; this protects the
+    store itself, with or without it: a tag moved back to an older blessing must not silently win.
+    """
+    live = store.find(manifest.config_hash)
+    if allowed or live is None or live.cache.dir_id == manifest.cache.dir_id or manifest.created >= live.created:
+        return
+    raise DowngradeError(
+        f"{manifest.config_hash[:16]}...: the pulled blessing ({manifest.cache.dir_id}, created {manifest.created}) "
+        f"is older than the live one ({live.cache.dir_id}, created {live.created}); nothing was downloaded",
+        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it with "
+        "bless pull --allow-downgrade",
+        details={"live": live.cache.dir_id, "pulled": manifest.cache.dir_id},
+    )
+
+
 def _already_present(store: Store, manifest: Manifest) -> bool:
     live = store.find(manifest.config_hash)
     return (
@@ -131,8 +168,7 @@ def _remove_dead_pulls(store: Store) -> None:
 
 
 def _download(
-    reference: Reference,
-    plain_http: bool | None,
+    origin: RegistryClient,
     tree: Path,
     files: tuple[BlobRef, ...],
     progress: Callable[[int], None] | None,
@@ -142,10 +178,10 @@ def _download(
     """Every file of the tree, each distinct blob once; returns (blobs, bytes) downloaded.
 
     A blob whose bytes the store already holds (``local_copies``: digest -> a file of the live
-    blessing of this config) is copied from there, hashed while it is copied, and downloaded only
-    when that copy does not hash right. After the first failure no further blob is started, and
-    that first failure is what is raised (the others are usually its consequences, e.g. a
-    registry that died mid-transfer).
+    blessing of this config) is hard-linked from there (copied where the file system refuses a
+    link), hashed, and downloaded only when it does not hash right. After the first failure no
+    further blob is started, and that first failure is what is raised (the others are usually its
+    consequences, e.g. a registry that died mid-transfer).
     """
     by_digest: dict[str, list[BlobRef]] = {}
     for blob in files:
@@ -157,7 +193,9 @@ def _download(
 
     def client() -> RegistryClient:
         if not hasattr(local, "client"):
-            local.client = RegistryClient(reference, plain_http=plain_http)
+            local.client = RegistryClient(
+                origin.reference, plain_http=origin.plain_http, limits=origin.limits, deadline=origin.deadline
+            )
         return local.client  # type: ignore[no-any-return]
 
     def report(size: int) -> None:
@@ -181,7 +219,7 @@ def _download(
     def fetch_group(group: list[BlobRef]) -> None:
         first = tree / group[0].title
         source = local_copies.get(group[0].digest)
-        if source is None or not _copy_verified(source, first, group[0]):
+        if source is None or not _reuse_verified(source, first, group[0]):
             with _new_file(first) as sink:
                 client().download_blob(group[0].digest, group[0].size, sink, report)
             with lock:
@@ -204,23 +242,99 @@ def _new_file(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
+def _open_regular(path: Path) -> IO[bytes]:
+    """A regular file for reading, never through a link and never blocking (a FIFO is refused, not waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return handle
+
+
+def _reuse_verified(source: Path, target: Path, blob: BlobRef) -> bool:
+    """Put a local file that should hold ``blob`` at ``target``; False (and nothing left) when it does not.
+
+    A hard link where the file system allows one (the store on one file system: a rebless's unchanged
+    files then cost no space and no copying; both versions are read-only, and publish leaves a linked
+    file's mode alone when it gives a tree back), else a copy. Either way the result is hashed.
+    """
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in NO_SPACE_ERRNOS:
+            raise
+        return _copy_verified(source, target, blob)  # EXDEV (another mount), EPERM (protected links), EMLINK
+    try:
+        with _open_regular(target) as reader:
+            hasher = hashlib.sha256()
+            size = 0
+            while chunk := reader.read(CHUNK):
+                hasher.update(chunk)
+                size += len(chunk)
+    except OSError:
+        size = -1
+    if size == blob.size and f"sha256:{hasher.hexdigest()}" == blob.digest:
+        return True
+    target.unlink(missing_ok=True)
+    return False
+
+
 def _copy_verified(source: Path, target: Path, blob: BlobRef) -> bool:
     """Copy a local file that should hold ``blob``, hashing it; False (and nothing left) when it does not."""
     hasher = hashlib.sha256()
     size = 0
     try:
-        with source.open("rb") as reader, _new_file(target) as sink:
+        with _open_regular(source) as reader, _new_file(target) as sink:
             while chunk := reader.read(CHUNK):
                 hasher.update(chunk)
                 size += len(chunk)
                 sink.write(chunk)
-    except OSError:
+    except OSError as exc:
         target.unlink(missing_ok=True)
+        if exc.errno in NO_SPACE_ERRNOS:
+            raise
         return False
     if size != blob.size or f"sha256:{hasher.hexdigest()}" != blob.digest:
         target.unlink(missing_ok=True)
         return False
     return True
+
+
+#: Room left beyond a pull's own bytes (directories, the manifest, the file system's own bookkeeping).
+SPACE_MARGIN = 1 << 20
+
+
+def _bytes_to_write(files: tuple[BlobRef, ...], local_copies: Mapping[str, Path]) -> int:
+    """What a pull writes: every file, less one per digest the live version holds (linked, not written)."""
+    linked: set[str] = set()
+    total = 0
+    for blob in files:
+        if blob.digest in local_copies and blob.digest not in linked:
+            linked.add(blob.digest)
+            continue
+        total += blob.size
+    return total
+
+
+def _check_free_space(directory: Path, needed: int, entries: int) -> None:
+    """Refuse before downloading when the file system cannot hold ``needed`` bytes (and ``entries`` inodes)."""
+    info = os.statvfs(directory)
+    free = info.f_bavail * info.f_frsize
+    if needed + SPACE_MARGIN > free:
+        raise NoSpaceError(
+            f"the blessing needs {needed} bytes in {directory} and its file system has {free} free",
+            hint="free space there (bless gc removes what no blessing needs) or pull into another store root "
+            "(--root); nothing was downloaded",
+            details={"needed": needed, "free": free},
+        )
+    # Some file systems (btrfs) report no inode counts at all: only a known count is checked.
+    if info.f_files > 0 and entries > info.f_favail:
+        raise NoSpaceError(
+            f"the blessing needs {entries} files and directories in {directory}; its file system has "
+            f"{info.f_favail} inodes free",
+            hint="free inodes there or pull into another store root (--root); nothing was downloaded",
+        )
 
 
 def _local_copies(store: Store, config_hash: str) -> dict[str, Path]:
@@ -241,16 +355,27 @@ def pull_blessing(
     progress: Callable[[int], None] | None = None,
     fault: FaultHook | None = None,
     workers: int = DOWNLOAD_WORKERS,
+    limits: TransferLimits = DEFAULT_LIMITS,
+    wait: bool = True,
+    allow_downgrade: bool = False,
 ) -> PullResult:
-    """Pull, verify and install a blessing (see the module docstring); a present one is a no-op."""
+    """Pull, verify and install a blessing (see the module docstring); a present one is a no-op.
+
+    ``wait``: queue behind another writer of this config (a pull of the same blessing, a ``bless run``)
+    for its lock; False refuses at once (LockHeldError, 11). ``allow_downgrade``: replace a live
+    blessing of the config created later than the pulled one (else DowngradeError, 16).
+    """
+    started = time.monotonic()
 
     def step(name: str) -> None:
         if fault is not None:
             fault(f"pull:{name}")
 
     step("resolve")
-    client = RegistryClient(reference, plain_http=plain_http)
+    client = RegistryClient(reference, plain_http=plain_http, limits=limits)
     artifact, manifest, manifest_bytes = _resolve(client, reference)
+    # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.
+    client.deadline = started + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
 
     step("trust")
     verdict = None
@@ -280,25 +405,56 @@ def pull_blessing(
     step("stage")
     if _already_present(store, manifest):
         return result(False)
-    _remove_dead_pulls(store)
-    staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
-    try:
-        tree = staging / "tree"
-        tree.mkdir()
-        for directory in manifest.cache.dirs:
-            (tree / directory).mkdir(parents=True, exist_ok=True)
-
-        step("download")
-        local = _local_copies(store, manifest.config_hash)
-        blobs, size = _download(reference, plain_http, tree, artifact.files, progress, workers, local)
-
-        step("publish")
+    _refuse_downgrade(store, manifest, allowed=allow_downgrade)
+    with _writer_lock(store, manifest.config_hash, wait=wait):
+        # Queued behind another pull of this very blessing: it is here now, and nothing is downloaded.
+        if _already_present(store, manifest):
+            return result(False)
+        _refuse_downgrade(store, manifest, allowed=allow_downgrade)  # a newer one may have landed meanwhile
+        # The wait for the lock is not transfer time: the pull's deadline starts again.
+        client.deadline = time.monotonic() + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
+        _remove_dead_pulls(store)
+        staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
         try:
-            store.publish(tree, manifest, fault=fault)
-        except AlreadyBlessedError:
-            return result(False, blobs, size)  # another pull installed this very version meanwhile
-        step("done")
-        return result(True, blobs, size)
-    finally:
-        with contextlib.suppress(OSError):
-            remove_tree(staging)
+            tree = staging / "tree"
+            with full_disk(f"creating the pulled tree in {staging}"):
+                tree.mkdir()
+                for directory in manifest.cache.dirs:
+                    (tree / directory).mkdir(parents=True, exist_ok=True)
+
+            step("download")
+            local = _local_copies(store, manifest.config_hash)
+            entries = len(artifact.files) + len(manifest.cache.dirs)
+            _check_free_space(staging, _bytes_to_write(artifact.files, local), entries)
+            with full_disk(f"writing the pulled files into {staging}"):
+                blobs, size = _download(client, tree, artifact.files, progress, workers, local)
+
+            step("publish")
+            try:
+                store.publish(tree, manifest, fault=fault)
+            except AlreadyBlessedError:
+                return result(False, blobs, size)  # installed meanwhile by a writer that took no lock
+            step("done")
+            return result(True, blobs, size)
+        finally:
+            with contextlib.suppress(OSError):
+                remove_tree(staging)
+
+
+@contextlib.contextmanager
+def _writer_lock(store: Store, config_hash: str, *, wait: bool) -> Iterator[None]:
+    """The config's writer lock for the whole download and publish, waiting for it unless told not to.
+
+    Two pulls of one blessing: the second waits here instead of downloading everything and then
+    finding the lock held; once it has the lock it finds the blessing present (a no-op).
+    """
+    try:
+        with store.lock(config_hash, wait=wait):
+            yield
+    except LockHeldError as exc:
+        raise LockHeldError(
+            exc.message,
+            hint="another bless pull or bless run writes this config now; rerun bless pull without --no-wait to "
+            "queue behind it (it then finds the blessing present, or installs its own)",
+            details=exc.details,
+        ) from None

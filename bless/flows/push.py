@@ -19,6 +19,7 @@ from bless.artifact import (
     OCI_MANIFEST_MEDIA_TYPE,
     BlobRef,
     blessing_artifact,
+    check_distributable,
     digest_of,
     trust_artifact,
     trust_tag,
@@ -99,6 +100,7 @@ def push_blessing(
     if not check.ok:
         raise VerifyFailedError.from_result(check, blessed_dir, config_hash=manifest.config_hash)
     artifact = blessing_artifact(manifest)
+    check_distributable(artifact)
     client = RegistryClient(reference, plain_http=plain_http)
     uploaded = 0
     uploaded_bytes = 0

@@ -45,7 +45,7 @@ from bless.store.facade import Store, builtin_root, default_root
 from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
 from bless.store.fsutil import TMP_MARK, atomic_write_bytes
 from bless.store.gc import GcAction, GcReport
-from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
 from bless.store.procid import process_alive, process_identity
 from bless.store.publish import PUBLISH_STEPS, PublishResult
@@ -66,6 +66,7 @@ __all__ = [
     "atomic_write_bytes",
     "builtin_root",
     "default_root",
+    "manifest_summary",
     "process_alive",
     "process_identity",
 ]

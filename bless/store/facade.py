@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import InputInvalidError, ManifestInvalidError, VerifyFailedError
+from bless.errors import InputInvalidError, ManifestInvalidError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
 from bless.store.dirs_record import ManifestsDirsRecord
@@ -30,20 +30,20 @@ from bless.store.fsutil import (
     listdir,
     os_errors,
     remove_tree,
-    unsafe_to_trust,
 )
 from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
-from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_hash, check_run_id
-from bless.store.lease import Lease, LeaseBook
+from bless.store.lease import LeaseBook
 from bless.store.locks import HashLocks
 from bless.store.procid import process_identity
 from bless.store.publish import PublishResult
 from bless.store.publish import publish as run_publish
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
+from bless.store.trusted_paths import refuse_untrusted_paths
 
 __all__ = ["Store", "default_root"]
 
@@ -94,28 +94,6 @@ class Store:
     def leases(self) -> LeaseBook:
         """Serving leases (:mod:`bless.store.lease`): what gc must keep while a server runs."""
         return self._leases
-
-    @contextmanager
-    def serving_lease(self, manifest: Manifest, *, name: str, serve_dir: Path | None = None) -> Iterator[Lease]:
-        """Hold a lease on ``manifest``'s blessed tree for the ``with`` body (this process is the holder).
-
-        Take it BEFORE verifying the tree: gc never removes a leased version, and a gc that runs
-        concurrently either finished before the lease (verification then sees what it removed) or
-        sees it. A crashed holder's lease is stale: gc detects it by process identity and drops it.
-
-        Raises:
-            InputInvalidError, ManifestInvalidError: a bad name or manifest.
-            BlessError: the lease cannot be written.
-        """
-        self.blessed_dir(manifest)  # checks the names
-        with os_errors(f"taking a serving lease in {self._paths.leases}"):
-            ensure_dir(self._paths.leases)
-            lease = self._leases.acquire(manifest.config_hash, manifest.cache.dir_id, name=name, serve_dir=serve_dir)
-        try:
-            yield lease
-        finally:
-            with contextlib.suppress(OSError):
-                self._leases.release(lease)
 
     def keep_run_logs(self, run_id: str, published: PublishResult, logs: Iterable[Path]) -> Path:
         """Copy an accepted run's engine logs to ``runs/<run_id>/``, recording which blessing they made.
@@ -175,14 +153,7 @@ class Store:
         tree = self.blessed_dir(manifest)
         live = self.live(manifest.config_hash)
         checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
-        problems = [problem for path in checked if (problem := unsafe_to_trust(path, follow=path == self.root))]
-        if problems:
-            raise VerifyFailedError(
-                f"the store is writable by other users, so a blessing there cannot be trusted: {'; '.join(problems)}",
-                hint="remove group/other write permission (chmod go-w PATH) from those store paths, then verify "
-                "again; bless creates them 0755/0644 whatever the umask",
-                details={"reason": "store_permissions", "problems": problems, "config_hash": manifest.config_hash},
-            )
+        refuse_untrusted_paths(checked, config_hash=manifest.config_hash, root=self.root)
 
     def under_staging(self, path: Path) -> bool:
         """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""
@@ -260,6 +231,15 @@ class Store:
         """Every manifest of the manifests dir, each validated (``bless list``, gate, gc)."""
         return self.index_of(self._paths.manifests_dir)
 
+    def listing(self) -> ManifestIndex:
+        """Every manifest of the manifests dir for ``bless list``: validated, or known valid and unchanged.
+
+        A file validated before and unchanged since is not opened (its record carries the cached
+        :func:`~bless.store.index.manifest_summary`, not the manifest): see :func:`scan_manifests`.
+        """
+        directory = self._paths.manifests_dir
+        return scan_manifests(directory, cache=self._claims(directory), reader=self._reader, summaries=True)
+
     def records(self) -> list[ManifestRecord]:
         """Every ``*.json`` in the manifests dir (dotfiles skipped), parsed and validated, by name.
 
@@ -323,11 +303,14 @@ class Store:
         assert record.manifest is not None
         return record.manifest
 
-    def note_published(self, manifest_path: Path, config_hash: str) -> None:
-        """Tell the claim cache what a just-published manifest file claims (so no lookup re-reads it)."""
+    def note_published(self, manifest_path: Path, manifest: Manifest) -> None:
+        """Tell the claim cache what a just-published (validated) manifest file claims and shows.
+
+        No lookup re-reads it, and ``bless list`` shows it without opening it.
+        """
         cache = self._claims(manifest_path.parent)
         with contextlib.suppress(OSError):
-            cache.put(manifest_path.name, manifest_path.stat(), config_hash)
+            cache.put(manifest_path.name, manifest_path.stat(), manifest.config_hash, manifest_summary(manifest))
             cache.save()
 
     # --------------------------------------------------------------------- manifests dirs record

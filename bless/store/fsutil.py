@@ -20,26 +20,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import BlessError
+from bless.errors import BlessError, NoSpaceError
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "JSON_SIDE_FILE_MAX",
+    "NO_SPACE_ERRNOS",
     "READ_ONLY_DIR_MODE",
     "READ_ONLY_FILE_MODE",
     "TMP_MARK",
+    "UnreadableFileError",
     "UnreadableJsonError",
     "age_s",
     "atomic_write_bytes",
     "ensure_dir",
     "fsync_dir",
     "fsync_tree",
+    "full_disk",
+    "full_disk_error",
     "holds",
     "listdir",
     "load_json_object",
     "make_owner_writable",
     "os_errors",
+    "read_bounded",
     "read_json_object",
     "remove_tree",
     "set_tree_modes",
@@ -152,12 +157,47 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
     fsync_dir(path.parent)
 
 
+#: The errors of a write that more space (or a writable mount) would have let through.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def full_disk_error(exc: BaseException, what: str) -> NoSpaceError | None:
+    """The refusal for a write that failed for want of space or a writable file system; None for other errors."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE_ERRNOS:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno == errno.EROFS:
+        hint = "the file system is mounted read-only: remount it read-write or use another store root (--root)"
+    else:
+        hint = "free space on that file system (bless gc removes what no blessing needs) or raise the quota, then retry"
+    return NoSpaceError(
+        f"{what}: {exc.strerror or exc}{where}",
+        hint=f"{hint}; nothing was committed",
+        details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
+    )
+
+
+@contextmanager
+def full_disk(what: str) -> Iterator[None]:
+    """Turn a write failing for want of space (ENOSPC, EDQUOT, EROFS) into :class:`NoSpaceError`."""
+    try:
+        yield
+    except OSError as exc:
+        refusal = full_disk_error(exc, what)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
 @contextmanager
 def os_errors(what: str) -> Iterator[None]:
     """Turn an unexpected OSError (read-only or full disk, permissions) into a BlessError."""
     try:
         yield
     except OSError as exc:
+        refusal = full_disk_error(exc, f"{what} failed")
+        if refusal is not None:
+            raise refusal from exc
         where = f" ({exc.filename})" if exc.filename else ""
         raise BlessError(
             f"{what} failed: {exc.strerror or exc}{where}",
@@ -204,13 +244,17 @@ def _fsync_path(path: Path, flags: int = os.O_NOFOLLOW) -> None:
         os.close(fd)
 
 
-def set_tree_modes(root: Path, file_mode: int, dir_mode: int, *, durable: bool) -> None:
+def set_tree_modes(root: Path, file_mode: int, dir_mode: int, *, durable: bool, leave_linked: bool = False) -> None:
     """chmod every regular file to ``file_mode`` and every directory (root last) to ``dir_mode``.
 
     Works on descriptors (fchmod + fsync) so the new modes are durable before the manifest commit
     when ``durable`` is set. Symlinks and special files are left alone (verification reports them).
+    ``leave_linked`` leaves files with other hard links alone too: a pulled file linked from the live
+    blessing shares its inode, and making it writable would make the live blessing's file writable.
     """
     for path, st in [*walk(root), (root, os.lstat(root))]:
+        if stat.S_ISREG(st.st_mode) and leave_linked and st.st_nlink > 1:
+            continue
         if stat.S_ISREG(st.st_mode):
             mode = file_mode
         elif stat.S_ISDIR(st.st_mode):
@@ -341,46 +385,71 @@ def listdir(path: Path) -> list[os.DirEntry[str]]:
 JSON_SIDE_FILE_MAX = 16 * 1024 * 1024
 
 
-class UnreadableJsonError(Exception):
+class UnreadableFileError(Exception):
+    """A file exists but cannot be read safely; ``str()`` says why."""
+
+
+class UnreadableJsonError(UnreadableFileError):
     """A JSON side file exists but cannot be used; ``str()`` says why."""
+
+
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes | None:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them; None when it is missing.
+
+    Opened without blocking (a FIFO is refused, not waited on) and, unless ``follow``, without
+    following a symlink; checked to be a regular file of at most ``limit`` bytes before a byte is
+    read, and read to EOF but never past the limit (the file may grow after the check). The store's
+    side files never follow links; ``follow`` is for directories an operator provisions, where links
+    are normal (a Kubernetes ConfigMap mount is all symlinks): what they lead to is checked the same.
+
+    Raises:
+        UnreadableFileError: unreadable, not a regular file (a FIFO, a device such as /dev/zero), too big.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot be opened ({exc.strerror or exc})") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFileError("is not a regular file")
+        if st.st_size > limit:
+            raise UnreadableFileError(f"is {st.st_size} bytes, over the {limit} bytes it may be")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise UnreadableFileError(f"is over the {limit} bytes it may be")
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot be read ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def load_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when it is missing.
 
-    Never follows a symlink and never blocks (a FIFO is refused, not waited on); only a regular
-    file of at most :data:`JSON_SIDE_FILE_MAX` bytes is read. Deeply nested JSON (RecursionError)
-    is invalid like any other bad document.
+    Read through :func:`read_bounded` (no symlink, no FIFO, a regular file of at most
+    :data:`JSON_SIDE_FILE_MAX` bytes). Deeply nested JSON (RecursionError) is invalid like any other
+    bad document.
 
     Raises:
         UnreadableJsonError: anything else (unreadable, not a regular file, too big, not a JSON object).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = read_bounded(path, JSON_SIDE_FILE_MAX)
+    except UnreadableFileError as exc:
+        raise UnreadableJsonError(str(exc)) from exc
+    if data is None:
         return None
-    except OSError as exc:
-        raise UnreadableJsonError(f"cannot be opened ({exc.strerror or exc})") from exc
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableJsonError("is not a regular file")
-        if st.st_size > JSON_SIDE_FILE_MAX:
-            raise UnreadableJsonError(f"is {st.st_size} bytes, over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
-        chunks: list[bytes] = []
-        size = 0
-        # Read to EOF but never past the cap: the file may grow after fstat.
-        while chunk := os.read(fd, min(1 << 20, JSON_SIDE_FILE_MAX + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > JSON_SIDE_FILE_MAX:
-                raise UnreadableJsonError(f"is over the {JSON_SIDE_FILE_MAX} bytes a side file may be")
-    except OSError as exc:
-        raise UnreadableJsonError(f"cannot be read ({exc.strerror or exc})") from exc
-    finally:
-        os.close(fd)
-    try:
-        document = json.loads(b"".join(chunks))
+        document = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise UnreadableJsonError("is not valid JSON") from exc
     if not isinstance(document, dict):

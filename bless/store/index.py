@@ -15,16 +15,17 @@ Records come from :mod:`bless.store.scan`, which reads the directory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, NoManifestError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
 from bless.text import shown
 
-__all__ = ["ManifestIndex", "ManifestRecord"]
+__all__ = ["ManifestIndex", "ManifestRecord", "manifest_summary"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,29 @@ class ManifestRecord:
     manifest: Manifest | None
     error: ManifestInvalidError | None
     claim: str | None = None
+    #: What ``bless list`` shows of a valid manifest (:func:`manifest_summary`); set instead of
+    #: ``manifest`` when a listing took it from the claim cache without opening the file.
+    summary: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.manifest is not None and self.claim is None:
             object.__setattr__(self, "claim", self.manifest.config_hash)
+
+
+def manifest_summary(manifest: Manifest) -> dict[str, Any]:
+    """The fields ``bless list`` shows of a manifest (small, JSON-ready: the claim cache keeps it)."""
+    return {
+        "config_hash": manifest.config_hash,
+        "dir_id": manifest.cache.dir_id,
+        "engine": manifest.engine,
+        "model": manifest.model_label,
+        "profile_name": manifest.profile_name,
+        "created": manifest.created,
+        "trials_passed": manifest.trials.get("passed"),
+        "trials_planned": manifest.trials.get("planned"),
+        "total_size": manifest.cache.total_size,
+        "files": len(manifest.cache.files),
+    }
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from bless.store.fsutil import (
     ensure_dir,
     fsync_dir,
     fsync_tree,
+    full_disk_error,
     holds,
     os_errors,
     remove_tree,
@@ -181,6 +182,9 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                     if renamed is not None:
                         _undo_move(target, staged_dir, renamed, fault)
                     intent.unlink()
+            refusal = full_disk_error(exc, f"publishing {config_hash[:16]}...")
+            if refusal is not None:
+                raise refusal from exc
             if isinstance(exc, OSError):
                 raise BlessError(
                     f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
@@ -195,7 +199,7 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
                 f"published {config_hash[:16]}... but could not fsync {paths.manifests_dir}: {exc.strerror or exc}",
                 hint="the blessing is visible but may not survive a power loss; run bless verify",
             ) from exc
-        store.note_published(manifest_target, config_hash)
+        store.note_published(manifest_target, manifest)
         fault(CLEAR_INTENT)
         with contextlib.suppress(OSError):
             intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
@@ -298,7 +302,7 @@ def _undo_move(target: Path, staged_dir: Path, renamed: bool, fault: FaultHook) 
         return
     fault("undo")
     if renamed and not os.path.lexists(staged_dir):
-        set_tree_modes(target, FILE_MODE, 0o755, durable=False)
+        set_tree_modes(target, FILE_MODE, 0o755, durable=False, leave_linked=True)
         fault("undo:before-rename")
         target.rename(staged_dir)
     else:

@@ -23,7 +23,7 @@ from bless.errors import ManifestInvalidError
 from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
 from bless.store.fsutil import atomic_write_bytes, listdir, read_json_object
-from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.text import shown
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
@@ -35,7 +35,16 @@ Candidate = Callable[[str | None, str], bool]
 
 
 class ManifestReader:
-    """How a scan reads one manifest file: its claimed hash cheaply, or the whole validated manifest."""
+    """How a scan reads one manifest file: its claimed hash cheaply, or the whole validated manifest.
+
+    A reader remembers the last manifest it validated per file, keyed by the file's identity (inode,
+    size, mtime, ctime): one command looks a blessing up several times (show: the lookup, then its
+    path; verify: the lookup, then the permission check), and a million-file manifest takes seconds
+    to validate. A file changed in any way has another identity and is read again.
+    """
+
+    def __init__(self) -> None:
+        self._validated: dict[str, tuple[list[int], Manifest]] = {}
 
     def claim(self, path: Path) -> str | None:
         """The ``config_hash`` a file claims, without schema validation; None when it cannot be told."""
@@ -54,7 +63,18 @@ class ManifestReader:
 
     def load(self, path: Path) -> Manifest:
         """The validated manifest (ManifestInvalidError naming the file otherwise)."""
-        return load_manifest(path)
+        try:
+            identity = _identity(path.lstat())
+        except OSError:
+            return load_manifest(path)  # it names the error
+        remembered = self._validated.get(str(path))
+        if remembered is not None and remembered[0] == identity:
+            return remembered[1]
+        # Identity taken before reading: a file changed meanwhile is remembered under its old
+        # identity, which no file has any longer, so it is read again next time.
+        manifest = load_manifest(path)
+        self._validated[str(path)] = (identity, manifest)
+        return manifest
 
 
 def _identity(st: os.stat_result) -> list[int]:
@@ -92,12 +112,27 @@ class ClaimCache:
         claim = entry.get("claim")
         return claim if is_config_hash(claim) else None
 
-    def put(self, name: str, st: os.stat_result, claim: str) -> None:
-        """Remember that file ``name`` (as it is now) claims ``claim``."""
-        entry = {"id": _identity(st), "claim": claim}
-        if self.entries.get(name) != entry:
+    def put(self, name: str, st: os.stat_result, claim: str, summary: dict[str, Any] | None = None) -> None:
+        """Remember that file ``name`` (as it is now) claims ``claim`` (and, validated, shows ``summary``)."""
+        entry: dict[str, Any] = {"id": _identity(st), "claim": claim}
+        old = self.entries.get(name)
+        if summary is not None:
+            entry["summary"] = summary
+        elif old is not None and {k: old.get(k) for k in ("id", "claim")} == entry and "summary" in old:
+            entry["summary"] = old["summary"]  # the same file, validated before: its summary still holds
+        if old != entry:
             self.entries[name] = entry
             self.dirty = True
+
+    def summary(self, name: str, st: os.stat_result) -> dict[str, Any] | None:
+        """The ``bless list`` fields of file ``name`` when it was validated as it is now (else None)."""
+        entry = self.entries.get(name)
+        if entry is None or entry.get("id") != _identity(st):
+            return None
+        summary = entry.get("summary")
+        if not isinstance(summary, dict) or summary.get("config_hash") != entry.get("claim"):
+            return None
+        return summary
 
     def keep_only(self, names: set[str]) -> None:
         """Forget files that are gone."""
@@ -126,11 +161,15 @@ def scan_manifests(
     candidate: Candidate | None = None,
     cache: ClaimCache | None = None,
     reader: ManifestReader | None = None,
+    summaries: bool = False,
 ) -> ManifestIndex:
     """Index every ``*.json`` of ``directory`` (dotfiles skipped; a missing dir is empty).
 
     With ``candidate`` None every file is validated; otherwise only the files ``candidate`` selects
-    (and those whose claim cannot be read cheaply, so their error is precise).
+    (and those whose claim cannot be read cheaply, so their error is precise). ``summaries`` (for
+    ``bless list``): a file validated before and unchanged since (its identity in the claim cache)
+    is not opened again; its record carries the summary the cache kept instead of the manifest, so
+    listing takes no longer for a million-file manifest than for a small one.
 
     Raises:
         ManifestInvalidError: when the directory exists but cannot be listed.
@@ -158,6 +197,10 @@ def scan_manifests(
             records.append(ManifestRecord(path, None, ManifestInvalidError(f"{shown(str(path))}: not a regular file")))
             continue
         claim: str | None = None
+        summary = cache.summary(entry.name, st) if summaries and cache is not None else None
+        if summary is not None:
+            records.append(ManifestRecord(path, None, None, summary["config_hash"], summary))
+            continue
         if candidate is not None:
             claim = cache.get(entry.name, st) if cache is not None else None
             if claim is None:
@@ -173,7 +216,7 @@ def scan_manifests(
             records.append(ManifestRecord(path, None, exc, claim))
             continue
         if cache is not None:
-            cache.put(entry.name, st, manifest.config_hash)
+            cache.put(entry.name, st, manifest.config_hash, manifest_summary(manifest))
         records.append(ManifestRecord(path, manifest, None))
     if cache is not None:
         cache.keep_only(seen)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bless.manifest import load_manifest
 from bless.store import Store
+from tests.unit.store_helpers import held_lease
 
 
 class Crash:
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     if args.command == "hold-lease":
         manifest = store.find(rest[0])
         assert manifest is not None
-        with store.serving_lease(manifest, name="child", serve_dir=Path(rest[1])):
+        with held_lease(store, manifest, name="child", serve_dir=Path(rest[1])):
             print("leased", flush=True)
             time.sleep(float(rest[2]))
         return 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from bless.factors import config_hash
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.store import Store
 from bless.verify import hash_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +131,13 @@ def mutate_json(document: Any, data: st.DataObject, values: st.SearchStrategy[An
         del parent[target[-1]]
     else:
         parent[target[-1]] = data.draw(values, label="value")
+
+
+@contextmanager
+def held_lease(store: Store, manifest: Manifest, *, name: str, serve_dir: Path | None = None) -> Iterator[None]:
+    """A serving lease on ``manifest``'s blessed version for the ``with`` body, this process its holder."""
+    lease = store.leases.acquire(manifest.config_hash, manifest.cache.dir_id, name=name, serve_dir=serve_dir)
+    try:
+        yield
+    finally:
+        store.leases.release(lease)

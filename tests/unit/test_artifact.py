@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +12,14 @@ import pytest
 
 from bless.artifact import (
     ARTIFACT_TYPE,
+    MAX_OCI_MANIFEST_BYTES,
+    MAX_TRUST_BYTES,
     blessing_artifact,
+    check_distributable,
     digest_of,
     parse_blessing_artifact,
     parse_blessing_config,
+    parse_trust_artifact,
     trust_artifact,
     trust_tag,
 )
@@ -81,3 +86,39 @@ def test_config_must_be_the_canonical_manifest_of_these_files(tmp_path: Path) ->
         parse_blessing_config(artifact, other.to_json_bytes())
     with pytest.raises(ManifestInvalidError):
         parse_blessing_config(artifact, b'{"schema_version": 1}')
+
+
+def test_push_and_pull_share_one_size_limit(tmp_path: Path) -> None:
+    """What a pull would refuse to read (an OCI manifest over 4 MiB, the spec's floor) is refused at push too."""
+    manifest = make_manifest(write_tree(tmp_path / "t"))
+    artifact = blessing_artifact(manifest)
+    check_distributable(artifact)
+    padding = b" " * (MAX_OCI_MANIFEST_BYTES + 1 - len(artifact.manifest_bytes))
+    oversized = dataclasses.replace(artifact, manifest_bytes=artifact.manifest_bytes + padding)
+    with pytest.raises(ArtifactInvalidError, match="a pull reads"):
+        check_distributable(oversized)
+    with pytest.raises(ArtifactInvalidError, match="more than"):
+        parse_blessing_artifact(oversized.manifest_bytes)
+
+
+def test_signatures_artifact_bounds_its_metadata(tmp_path: Path) -> None:
+    """Each TUF layer is read into memory: their sum is capped, and a name listed twice is refused."""
+    artifact = blessing_artifact(make_manifest(write_tree(tmp_path / "t")))
+    signatures = trust_artifact(artifact, {f"{n}.root.json": b"{}" for n in range(1, 6)})
+    document = json.loads(signatures.manifest_bytes)
+    for layer in document["layers"]:
+        layer["size"] = MAX_TRUST_BYTES // 4
+    with pytest.raises(ArtifactInvalidError, match="more than"):
+        parse_trust_artifact(json.dumps(document).encode(), artifact.digest)
+    document = json.loads(signatures.manifest_bytes)
+    document["layers"][1]["annotations"] = document["layers"][0]["annotations"]
+    with pytest.raises(ArtifactInvalidError, match="twice"):
+        parse_trust_artifact(json.dumps(document).encode(), artifact.digest)
+
+
+def test_an_oci_manifest_with_a_duplicate_key_is_invalid(tmp_path: Path) -> None:
+    """The registry and bless could each read another value: the manifest's one JSON rule holds here too."""
+    artifact = blessing_artifact(make_manifest(write_tree(tmp_path / "t")))
+    doubled = b'{"artifactType": "x", ' + artifact.manifest_bytes[1:]
+    with pytest.raises(ArtifactInvalidError, match="duplicate key"):
+        parse_blessing_artifact(doubled)

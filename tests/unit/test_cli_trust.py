@@ -185,3 +185,67 @@ def test_root_expiry_is_set_at_init_and_at_rotation_not_at_sign(tmp_path: Path) 
     assert code == ExitCode.USAGE and "30d" in stderr
     code, _, _ = invoke(root, "sign", "0" * 64, "--keys", str(keys), "--root-expires", "730d")
     assert code == ExitCode.USAGE  # no such option of bless sign: the README must not promise one
+
+
+# --- trust files are side files: no FIFO waited on, nothing read whole -------------------------------------
+
+#: Runs the rest of argv under a 2 GiB address-space limit, so a reader of /dev/zero fails there (MemoryError).
+LIMITED = (
+    "import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def run_bless(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """bless as a real process, under a memory limit and a timeout (a hang fails the test, not the suite)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "COLUMNS": "250"}
+    env.pop("BLESS_ROOT", None)
+    env.pop("BLESS_TRUST", None)
+    return subprocess.run(
+        [sys.executable, "-c", LIMITED, "-m", "bless.cli.main", "--root", str(root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def signed_and_verified_once(tmp_path: Path) -> tuple[Path, Manifest, Path]:
+    """A signed blessing, verified once under --trust (so <root>/trust holds the host's state)."""
+    root, _, manifest = blessed_store(tmp_path)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    assert invoke(root, "sign", manifest.config_hash, "--keys", str(keys))[0] == 0
+    assert invoke(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"))[0] == 0
+    return root, manifest, keys
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "kind"),
+    [
+        ("state", "timestamp.json", "fifo"),
+        ("trust", "root.json", "fifo"),
+        ("state", "snapshot.json", "zero"),
+        ("state", "targets.json", "huge"),
+        ("trust", "targets.json", "huge"),
+    ],
+)
+def test_odd_trust_files_are_refused_without_blocking_or_reading_them_whole(
+    tmp_path: Path, where: str, name: str, kind: str
+) -> None:
+    root, manifest, keys = signed_and_verified_once(tmp_path)
+    directory = root / "trust" if where == "state" else keys / "metadata"
+    target = directory / name
+    target.unlink()
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "zero":
+        target.symlink_to("/dev/zero")
+    else:
+        with target.open("wb") as handle:  # sparse: a gigabyte that costs no disk
+            handle.truncate(1 << 30)
+    proc = run_bless(root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"))
+    assert proc.returncode == ExitCode.TRUST_INVALID, proc.stderr[-2000:]
+    expected = {"fifo": "is not a regular file", "zero": "is not a regular file", "huge": "bytes it may be"}[kind]
+    assert expected in proc.stderr

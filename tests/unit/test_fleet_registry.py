@@ -1,8 +1,10 @@
 """bless push / pull against a real registry (Docker Distribution on 127.0.0.1), with small real blessings.
 
 The attack matrix: every attack is a distinct refusal, nothing is installed, and the blessing the
-host already had is untouched. Crash: a pull SIGKILLed at each step leaves the store valid (old or
-new) and the next pull cleans up and installs.
+host already had is untouched. A registry that lies (endless or trickled bodies, false lengths,
+stalls, truncated blobs, malformed auth, crafted path sets, concurrent pulls, downgrades) is in
+``test_hostile_registry.py``; full and read-only disks in ``test_full_disk.py``. Crash: a pull
+SIGKILLed at each step leaves the store valid (old or new) and the next pull cleans up and installs.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from bless.manifest import (
     utc_now,
     validate_document,
 )
+from bless.schemas import listing_conforms, validator
 from bless.verify import FileEntry, TreeListing, hash_tree
 from tests.unit.store_helpers import mutate_json
 
@@ -578,3 +580,84 @@ def test_a_duplicate_key_is_invalid_json(manifest, tmp_path):
     path.write_text(doubled, encoding="utf-8")
     error = refused(path)
     assert "duplicate key 'profile_name'" in error.message
+
+
+def with_listing(document: dict[str, Any], files: list[tuple[str, int, str]], dirs: list[str]) -> dict[str, Any]:
+    """``document`` listing ``files`` and ``dirs``, its total size and tree digest made to match them."""
+    entries = [FileEntry(path, size, sha) for path, size, sha in sorted(files)]
+    document["cache"]["files"] = [{"path": e.path, "size": e.size, "sha256": e.sha256} for e in entries]
+    document["cache"]["dirs"] = dirs
+    document["cache"]["total_size"] = sum(e.size for e in entries)
+    document["cache"]["tree_sha256"] = tree_sha256(entries, dirs)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("files", "dirs"),
+    [
+        (["x", "x/y"], []),
+        (["x", "x/a/b/y"], []),
+        (["x"], ["x/y"]),
+        (["d/x", "d/x/y"], ["d"]),
+    ],
+    ids=["file-under-file", "deep", "dir-under-file", "nested"],
+)
+def test_a_path_below_a_listed_file_is_invalid(
+    tmp_path: Path, document: dict[str, Any], files: list[str], dirs: list[str]
+) -> None:
+    """No tree holds a file ``x`` and ``x/y``: a pull building it crashed (FileExistsError, exit 1)."""
+    listed = [(path, 1, "ab" * 32) for path in files]
+    error = refused(write_json(tmp_path / "m.json", with_listing(document, listed, dirs)))
+    assert "which is listed as a file" in error.message
+    # The same rule for a file beside a directory of a similar name: "x" and "x.d/y" are fine.
+    alike = with_listing(document, [("x", 1, "ab" * 32), ("x.d/y", 1, "cd" * 32)], ["x-", "x.d"])
+    load_manifest(write_json(tmp_path / "ok.json", alike))
+
+
+# --- a million files: the listing's entries checked in code, by the schema's own rules ---------------------
+
+
+def big_document(document: dict[str, Any], entries: int) -> dict[str, Any]:
+    files = [(f"d{i % 100}/f{i}.bin", 1, "ab" * 32) for i in range(entries)]
+    return with_listing(document, files, sorted({f"d{i % 100}" for i in range(entries)}))
+
+
+def test_a_large_legal_manifest_validates_in_seconds(document: dict[str, Any]) -> None:
+    """150,000 entries took jsonschema about 10 s (a million, a minute); the listing loop takes a fraction."""
+    big = big_document(document, 150_000)
+    started = time.perf_counter()
+    validate_document(big, where="big")
+    assert time.perf_counter() - started < 5.0
+
+
+entry_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet=st.sampled_from(["a", "/", ".", "\\", "\n", "\x85", "\u202e", "f", "0", "é"]), max_size=6),
+    st.sampled_from(["ab" * 32, "AB" * 32, "ab" * 32 + "\n", "a" * 4097, "x/y", "/abs", "a//b", "a/"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.sampled_from(["path", "size", "sha256", "extra", "drop"]), value=entry_values, where=st.booleans())
+def test_the_listing_loop_and_the_schema_agree_on_every_entry(key: str, value: Any, where: bool) -> None:
+    """One rule in two forms: for any entry, the code says "conforms" exactly when the schema finds nothing."""
+    entry: dict[str, Any] = {"path": "d/f.bin", "size": 1, "sha256": "ab" * 32}
+    dirs: list[Any] = ["d"]
+    if key == "drop":
+        del entry["path"]
+    elif key == "extra":
+        entry["extra"] = value
+    elif where and key == "path":
+        dirs = [value]
+    else:
+        entry[key] = value
+    document = {"cache": {"files": [entry], "dirs": dirs}}
+    schema_says = not [
+        e
+        for e in validator("manifest.v1").iter_errors({"cache": document["cache"]})
+        if list(e.absolute_path)[:2] in (["cache", "files"], ["cache", "dirs"])
+    ]
+    assert listing_conforms([entry], dirs) is schema_says, (entry, dirs)

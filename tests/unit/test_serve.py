@@ -706,6 +706,35 @@ def test_the_serving_lease_keeps_gc_off_the_served_tree_until_serving_ends(store
     assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
 
 
+def test_the_library_serving_flow_holds_the_lease_from_start_to_finish(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    """A library caller of serve.start (no CLI around it) gets its served tree kept from gc until finish."""
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    result = serve.start(plan, runtime=runtime)
+    assert plan.manifest is not None
+    (lease,) = store.leases.leases()
+    assert lease.name == plan.container_name and lease.dir_id == plan.manifest.cache.dir_id
+    served = store.records()[0].manifest
+    assert served is not None
+    newer = write_tree(tmp_path / "newer", "newer")
+    store.publish(newer, make_manifest(newer, served.factors, dir_id="29990101T000000Z-000000000001"))
+    store.gc(keep=0)
+    assert store.blessed_dir(served).is_dir(), "a superseded version being served survives gc"
+    serve.finish(plan, result, runtime=runtime, keep_upper=False, failed=False)
+    assert store.leases.leases() == []
+    assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
+
+
+def test_a_failed_start_releases_its_lease(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0], Behavior(outside={("HOME", ".triton/k.cubin"): b"x"}))
+    with pytest.raises(CacheNotUsedError):
+        serve.start(plan, runtime=runtime)
+    assert store.leases.leases() == []
+
+
 def test_a_tree_removed_before_the_lease_was_taken_is_refused(store: Store, tmp_path: Path) -> None:
     profile = make_profile()
     served = bless(store, profile, tmp_path)
@@ -758,6 +787,8 @@ def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
     result = serve.start(plan, runtime=runtime, detach=True)
     # The store root is named: a stop against the default root would leave this lease and serve dir behind.
     assert result.to_dict()["stop_command"] == f"serve-full stop unit --root {store.root}"
+    # start handed its lease to the (fake, Docker-kind) container; this test's engine is a local process.
+    assert len(store.leases.release_named(plan.container_name)) == 1
     # The engine that outlives serve-full --detach: its own session, as the local runtime starts it.
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:

@@ -21,7 +21,7 @@ from bless.store import Store
 from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.verify import verify_tree
-from tests.unit.store_helpers import make_factors, make_manifest, write_tree
+from tests.unit.store_helpers import held_lease, make_factors, make_manifest, write_tree
 
 OLD_ID = "20240101T000000Z-000000000001"
 NEW_ID = "20240102T000000Z-000000000002"
@@ -203,7 +203,7 @@ def test_gc_keeps_a_serve_dir_leased_through_another_path_to_the_root(tmp_path: 
     serve_dir = link / "serve" / "tiny-x"
     serve_dir.mkdir(parents=True)
     make_old(store.root / "serve" / "tiny-x")
-    with Store(link).serving_lease(old, name="srv", serve_dir=serve_dir):
+    with held_lease(Store(link), old, name="srv", serve_dir=serve_dir):
         removed = {action.path for action in store.gc(keep=0).actions}
         assert store.root / "serve" / "tiny-x" not in removed
         assert serve_dir.is_dir() and store.blessed_dir(old).is_dir()
@@ -213,7 +213,7 @@ def test_recovery_keeps_a_leased_tree_behind_a_publish_marker(tmp_path: Path) ->
     store, old, new = superseded(tmp_path)
     marker = store.root / "blessed" / old.config_hash / f"{PUBLISHING_PREFIX}{old.cache.dir_id}"
     marker.write_bytes(b"")
-    with store.serving_lease(old, name="srv"):
+    with held_lease(store, old, name="srv"):
         store.gc(keep=5)
         assert verify_tree(store.blessed_dir(old), old.cache.files, old.cache.dirs).ok
     assert verify_tree(store.blessed_dir(new), new.cache.files, new.cache.dirs).ok

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -155,6 +156,7 @@ class CountingReader(ManifestReader):
     """The real reader, recording which files it read cheaply and which it validated."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.claimed: list[str] = []
         self.loaded: list[str] = []
 
@@ -243,6 +245,70 @@ def test_verify_refuses_a_group_writable_manifests_dir_and_a_symlinked_blessed_d
     (store.root / "blessed").symlink_to(tmp_path / "real-blessed")
     with pytest.raises(VerifyFailedError, match="symlink"):
         store.check_permissions(manifest)
+
+
+def test_a_blessed_tree_replaced_by_a_symlink_is_named_as_such(tmp_path: Path) -> None:
+    """Its mode is fine; saying "writable by other users" sent the operator to chmod the wrong thing."""
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    tree = store.blessed_dir(manifest)
+    tree.parent.chmod(0o755)
+    tree.rename(tmp_path / "elsewhere")
+    tree.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(VerifyFailedError, match="replaced by a symlink") as info:
+        store.check_permissions(manifest)
+    assert "writable by other users" not in info.value.message
+    assert "chmod" not in (info.value.hint or "")
+    assert str(tree) in info.value.message
+
+
+def test_listing_does_not_open_a_manifest_validated_before_and_unchanged(tmp_path: Path) -> None:
+    """bless list took 69 s beside a 1M-entry manifest: a file validated once and unchanged is not read again."""
+    store = Store(tmp_path / "root")
+    big_tree = store.new_staging_dir("big") / "cache"
+    for index in range(2000):
+        (big_tree / f"d{index % 20}").mkdir(parents=True, exist_ok=True)
+        (big_tree / f"d{index % 20}" / f"f{index}.bin").write_bytes(b"x")
+    big = make_manifest(big_tree, make_factors("big"))
+    store.publish(big_tree, big)
+    small = publish(store, "small", "a", name="small")
+    big_name = f"{big.config_hash}.json"
+
+    # Published here: the publisher validated both, so the listing opens neither.
+    reader = CountingReader()
+    listed = Store(store.root, reader=reader).listing()
+    assert reader.loaded == [] and reader.claimed == []
+    rows = {r.summary["config_hash"]: r.summary for r in listed.records if r.summary is not None}
+    assert rows[big.config_hash]["files"] == 2000 and rows[small.config_hash]["dir_id"] == small.cache.dir_id
+
+    # Copied in (a git checkout): validated once, by the first listing, then not again.
+    (store.manifests_dir / big_name).rename(tmp_path / big_name)
+    shutil.copyfile(tmp_path / big_name, store.manifests_dir / big_name)
+    for rounds, expected in ((1, [big_name]), (2, [])):
+        reader = CountingReader()
+        Store(store.root, reader=reader).listing()
+        assert reader.loaded == expected, rounds
+
+    # Changed: read again, and an invalid one is listed as invalid.
+    (store.manifests_dir / big_name).write_text("{}")
+    reader = CountingReader()
+    listed = Store(store.root, reader=reader).listing()
+    assert reader.loaded == [big_name]
+    assert [r.path.name for r in listed.invalid] == [big_name]
+
+
+def test_one_store_validates_an_unchanged_manifest_once(tmp_path: Path) -> None:
+    """show and verify look a blessing up two or three times: a 1M-file manifest was validated each time."""
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    first = store.find(manifest.config_hash)
+    assert first is not None
+    assert store.find(manifest.config_hash) is first, "the same validation, remembered"
+    path = store.manifest_path(manifest.config_hash)
+    assert path is not None
+    path.chmod(path.stat().st_mode)  # a new ctime: another identity, read again
+    again = store.find(manifest.config_hash)
+    assert again is not first and again == first
 
 
 # ------------------------------------------------------------------------------- serving leases

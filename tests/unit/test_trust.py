@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from securesystemslib.signer import CryptoSigner
+from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, TargetFile, Targets, Timestamp
 
 from bless.errors import (
     BelowThresholdError,
@@ -364,3 +368,96 @@ def test_an_older_root_the_store_never_trusted_is_a_rollback(tmp_path: Path, rep
         check(manifest, host_v1, state)
     assert info.value.exit_code == ExitCode.ROLLBACK
     assert check(manifest, host_v2, state).versions["root"] == 2
+
+
+# --- size limits: what bless sign writes, its verifiers read -----------------------------------------------
+
+
+def pad_targets(repo: Path, size: int) -> None:
+    """Make the repository's targets.json exactly ``size`` bytes, validly signed (as another tool could)."""
+    _pad_targets(repo, size)
+    _pad_targets(repo, 2 * size - (repo / "metadata" / "targets.json").stat().st_size)
+
+
+def _pad_targets(repo: Path, size: int) -> None:
+    """Give targets.json a padding target of ``size`` characters: re-sign targets, snapshot, timestamp."""
+    signers: dict[str, CryptoSigner] = {}
+    for pem in (repo / "keys").glob("*.pem"):
+        private = load_pem_private_key(pem.read_bytes(), password=None)
+        assert isinstance(private, Ed25519PrivateKey)
+        signer = CryptoSigner(private)
+        signers[signer.public_key.keyid] = signer
+    metadata_dir = repo / "metadata"
+    root: Root = Metadata[Root].from_bytes((metadata_dir / "root.json").read_bytes()).signed
+    targets = Metadata[Targets].from_bytes((metadata_dir / "targets.json").read_bytes())
+    snapshot = Metadata[Snapshot].from_bytes((metadata_dir / "snapshot.json").read_bytes())
+    timestamp = Metadata[Timestamp].from_bytes((metadata_dir / "timestamp.json").read_bytes())
+    padding = TargetFile.from_data("blessings/padding.json", b"x", ["sha256"])
+    padding.unrecognized_fields["custom"] = {"pad": "x" * size}
+    targets.signed.targets[padding.path] = padding
+    targets.signed.version += 1
+    snapshot.signed.meta["targets.json"] = MetaFile(version=targets.signed.version)
+    snapshot.signed.version += 1
+    timestamp.signed.snapshot_meta = MetaFile(version=snapshot.signed.version)
+    timestamp.signed.version += 1
+    documents: list[tuple[str, Metadata[Any]]] = [
+        ("targets", targets),
+        ("snapshot", snapshot),
+        ("timestamp", timestamp),
+    ]
+    for role, document in documents:
+        document.signatures.clear()
+        for keyid in root.roles[role].keyids:
+            document.sign(signers[keyid], append=True)
+        (metadata_dir / f"{role}.json").write_bytes(document.to_bytes())
+
+
+def test_sign_refuses_targets_no_verifier_would_read(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
+    """A repository just under the targets limit: signing one more blessing would pass it; refused, nothing written."""
+    pad_targets(repo, (16 << 20) - 100)
+    before = snapshot_metadata(repo)
+    with pytest.raises(TrustInvalidError, match="over the 16777216 bytes a verifier reads") as info:
+        sign_blessing(repo, manifest, manifest.to_json_bytes())
+    assert info.value.exit_code == ExitCode.TRUST_INVALID
+    assert snapshot_metadata(repo) == before, "nothing was written"
+
+
+def test_verifiers_read_what_sign_may_write_and_refuse_more(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
+    """6 MB of targets (past python-tuf's default 5,000,000) verify; past the limit a clear refusal."""
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    pad_targets(repo, 6_000_000)
+    check(manifest, repo / "metadata", tmp_path / "state")
+    pad_targets(repo, 17 << 20)
+    pulled = {p.name: p.read_bytes() for p in (repo / "metadata").iterdir()}  # as a pulled artifact, in memory
+    with pytest.raises(TrustInvalidError, match="larger than a verifier reads"):
+        check(manifest, provision(tmp_path, repo), tmp_path / "state", candidate=pulled)
+
+
+def test_mixed_metadata_versions_on_a_fresh_host_are_inconsistent_not_a_rollback(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """A --trust dir assembled from two signings: the host never trusted anything, so nothing was rolled back."""
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    first = snapshot_metadata(repo)
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    mixed = tmp_path / "mixed"
+    shutil.copytree(repo / "metadata", mixed)
+    (mixed / "targets.json").write_bytes(first["targets.json"])  # the older targets, the newer snapshot
+    with pytest.raises(TrustInvalidError, match="mixes versions") as info:
+        check(manifest, mixed, tmp_path / "fresh-state")
+    assert "already trusted" not in info.value.message
+    assert "different signings" in (info.value.hint or "")
+
+
+def test_metadata_with_a_duplicate_key_is_refused_like_a_manifest(
+    tmp_path: Path, repo: Path, manifest: Manifest
+) -> None:
+    """python-tuf keeps the last of two equal keys; a reader keeping the first would see other metadata."""
+    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    copy = tmp_path / "copy"
+    shutil.copytree(repo / "metadata", copy)
+    targets = (copy / "targets.json").read_bytes()
+    (copy / "targets.json").write_bytes(b'{"signatures": [], ' + targets.lstrip()[1:])
+    with pytest.raises(TrustInvalidError, match="duplicate key") as info:
+        check(manifest, copy, tmp_path / "state")
+    assert info.value.exit_code == ExitCode.TRUST_INVALID

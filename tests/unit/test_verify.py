@@ -164,6 +164,17 @@ def test_an_entry_other_users_can_write_is_a_problem(root: Path, listing: TreeLi
     assert result.notices == ()
 
 
+@pytest.mark.parametrize(("path", "bits"), [("big.bin", 0o4000), ("big.bin", 0o2000), ("nested", 0o1000)])
+def test_a_setuid_setgid_or_sticky_bit_is_a_problem(root: Path, listing: TreeListing, path: str, bits: int) -> None:
+    """Publish sets every mode exactly: a special bit was added since (before: a write-bit notice at most)."""
+    make_read_only(root)
+    os.chmod(root / path, stat.S_IMODE(os.lstat(root / path).st_mode) | bits)
+    result = check(root, listing)
+    assert not result.ok
+    assert [(p.kind, p.path) for p in result.problems] == [("special_mode", path)]
+    assert "setuid, setgid or sticky" in result.problems[0].detail
+
+
 def test_writable_notices_can_be_turned_off(root: Path, listing: TreeListing) -> None:
     result = check(root, listing, expect_read_only=False)
     assert result.ok and result.notices == ()

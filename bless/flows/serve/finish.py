@@ -47,7 +47,10 @@ def finish(
     try:
         stop = session.stop()
     finally:
-        runtime.remove(result.started)
+        try:
+            runtime.remove(result.started)
+        finally:
+            result.release_lease()  # nothing serves the blessed version any more
     upper = tuple(session.upper)
     outside = plan_.adapter.classify_outside(session.outside)
     if outside.compiled:

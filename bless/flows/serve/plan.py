@@ -150,6 +150,8 @@ class LaunchPlan:
     verification: VerifyResult | None
     snapshot: Snapshot | None
     adapter: EngineAdapter
+    #: The store the blessing is served from: the serving flow holds its lease there while it serves.
+    store: Store
     allowed_unsafe: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
@@ -403,6 +405,7 @@ def plan(
         verification=verification,
         snapshot=snapshot,
         adapter=adapter,
+        store=store,
         allowed_unsafe=tuple(allowed),
         warnings=tuple(warnings),
         timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},

@@ -6,10 +6,11 @@ On success the engine is left running for :mod:`~bless.flows.serve.follow` and
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from bless.errors import (
     NotReadyError,
 )
 from bless.flows.events import Event, EventSink, ignore_events
+from bless.flows.serve.lease import serving_lease
 from bless.flows.serve.plan import LaunchPlan, stop_command
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
@@ -51,6 +53,13 @@ class LaunchResult:
     timings: Mapping[str, float]
     detached: bool
     warnings: tuple[str, ...] = ()
+    #: The serving lease, held until :func:`finish` releases it (None once detached: the engine holds it).
+    lease: ExitStack | None = field(default=None, repr=False, compare=False)
+
+    def release_lease(self) -> None:
+        """Let gc collect the served version again (idempotent; what :func:`finish` calls)."""
+        if self.lease is not None:
+            self.lease.close()
 
     @property
     def container_name(self) -> str:
@@ -111,7 +120,36 @@ def start(
     (43) when a blessed file changed, CanaryFailedError (42) when an output differs from the
     golden one. On success the engine is left running (foreground or detached alike): the
     caller follows it and calls :func:`finish`, or leaves it to the operator (``--detach``).
+
+    The serving lease on the blessed version (so ``bless gc`` never removes what is served, even once
+    a rebless superseded it) is taken here, before the engine starts, and held until :func:`finish`;
+    a detached engine is handed the lease; a failed start releases it.
     """
+    lease = ExitStack()
+    held = lease.enter_context(serving_lease(plan_.store, plan_))
+    try:
+        result = _start(
+            plan_, runtime, no_canary=no_canary, keep_upper_on_interrupt=keep_upper_on_interrupt, events=events
+        )
+    except BaseException:
+        lease.close()
+        raise
+    if detach:
+        held.hand_over(result.started, runtime.kind)  # the running engine keeps it
+        lease.close()
+        return dataclasses.replace(result, detached=True)
+    return dataclasses.replace(result, lease=lease)
+
+
+def _start(
+    plan_: LaunchPlan,
+    runtime: Runtime,
+    *,
+    no_canary: bool,
+    keep_upper_on_interrupt: bool,
+    events: EventSink,
+) -> LaunchResult:
+    """:func:`start` under its lease: the engine up, ready, re-checked and canary-checked."""
     timings = dict(plan_.timings)
     session = plan_.session(runtime)
     try:
@@ -204,7 +242,7 @@ def start(
         canary=canary,
         recheck=recheck,
         timings=timings,
-        detached=detach,
+        detached=False,
     )
 
 

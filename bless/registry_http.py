@@ -1,0 +1,182 @@
+"""The HTTP plumbing under the registry client: timeouts, capped bodies, and deadlines that hold.
+
+``requests`` reads a reply whole unless asked to stream, and its timeouts bound each read, not an
+exchange: a server sending one byte every 20 s keeps a request alive for ever. Here every request
+of a session made by :func:`bounded_session` streams, has a timeout, and runs under the
+:class:`Guard` of its exchange (:func:`guarded`), which shuts the exchange's sockets down when its
+time is up.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+import urllib3.connection
+import urllib3.connectionpool
+from requests.adapters import HTTPAdapter
+
+from bless.errors import RegistryUnavailableError
+
+__all__ = ["CONNECT_TIMEOUT_S", "MAX_TOKEN_BODY", "READ_TIMEOUT_S", "Guard", "bounded_session", "guarded", "read_upto"]
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+#: The most of a reply to oras' own requests (bearer tokens: a few KiB) read before it is refused.
+MAX_TOKEN_BODY = 1 << 20
+_READ_CHUNK = 64 << 10
+
+
+class Guard:
+    """The deadline of one exchange: when it passes, the sockets the exchange used are shut down.
+
+    Shutting a socket down wakes a thread blocked reading it (closing it would not), so a registry
+    that trickles cannot hold a request past its deadline, whatever the per-read timeout.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> Guard:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            expired = self.expired
+            if not expired:
+                self._sockets.append(sock)
+        if expired:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with suppress(OSError):  # already closed: nothing to wake
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+#: The guard of the exchange this thread runs (download workers each run their own).
+_current = threading.local()
+
+
+def _watch(sock: socket.socket | None) -> None:
+    guard: Guard | None = getattr(_current, "guard", None)
+    if guard is not None and sock is not None:
+        guard.watch(sock)
+
+
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    """Hands every socket it connects or reuses to the guard of the running exchange."""
+
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _WatchedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+@contextmanager
+def guarded(seconds: float) -> Iterator[Guard]:
+    """Run an exchange (its requests and the reading of their bodies) under a new guard of ``seconds``."""
+    previous = getattr(_current, "guard", None)
+    with Guard(seconds) as guard:
+        _current.guard = guard
+        try:
+            yield guard
+        finally:
+            _current.guard = previous
+
+
+def bounded_session(session: requests.Session, *, read_timeout: float = READ_TIMEOUT_S) -> requests.Session:
+    """Every request of ``session`` gets a timeout (oras sets none) and a streamed, capped body.
+
+    A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
+    the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
+    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
+    """
+    for prefix in ("http://", "https://"):
+        session.mount(prefix, _WatchedAdapter())
+    request = session.request
+
+    def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:
+        stream = kwargs.pop("stream", False)
+        kwargs.setdefault("timeout", (CONNECT_TIMEOUT_S, read_timeout))
+        response: requests.Response = request(method, url, stream=True, **kwargs)
+        if not stream:
+            with response:
+                body, whole = read_upto(response, MAX_TOKEN_BODY)
+            if not whole:
+                raise RegistryUnavailableError(
+                    f"{urlsplit(url).netloc}: the reply to {method} {urlsplit(url).path} is larger than "
+                    f"{MAX_TOKEN_BODY} bytes",
+                    hint="a registry's (or its token service's) reply is never that large; check what serves it",
+                )
+            response._content = body
+        return response
+
+    session.request = bounded  # type: ignore[method-assign,assignment]
+    return session
+
+
+def read_upto(response: requests.Response, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of a streamed body, and whether that was all of it.
+
+    A declared Content-Length over the limit is believed without reading (the body is then not whole).
+    """
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return b"", False
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_content(chunk_size=_READ_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
