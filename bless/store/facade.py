@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import InputInvalidError, ManifestInvalidError, VerifyFailedError
+from bless.errors import InputInvalidError, ManifestInvalidError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
 from bless.store.dirs_record import ManifestsDirsRecord
@@ -30,6 +30,7 @@ from bless.store.fsutil import (
     listdir,
     os_errors,
     remove_tree,
+    unsafe_paths_refusal,
     unsafe_to_trust,
 )
 from bless.store.gc import RUN_RECORD, GcReport
@@ -177,31 +178,7 @@ class Store:
         checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
         problems = [problem for path in checked if (problem := unsafe_to_trust(path, follow=path == self.root))]
         if problems:
-            links = [problem for problem in problems if problem.endswith(" is a symlink")]
-            reasons = [
-                *(["writable by other users"] if len(links) < len(problems) else []),
-                *(["replaced by a symlink"] if links else []),
-            ]
-            hints = [
-                *(
-                    ["remove group/other write permission (chmod go-w PATH) from those store paths; bless creates "
-                     "them 0755/0644 whatever the umask"]
-                    if len(links) < len(problems)
-                    else []
-                ),
-                *(
-                    ["bless never makes these paths links: find out what replaced them, remove the link and pull "
-                     "or re-bless the blessing"]
-                    if links
-                    else []
-                ),
-            ]  # fmt: skip
-            raise VerifyFailedError(
-                f"store paths are {' and '.join(reasons)}, so a blessing there cannot be trusted: "
-                f"{'; '.join(problems)}",
-                hint="; ".join(hints) + "; then verify again",
-                details={"reason": "store_permissions", "problems": problems, "config_hash": manifest.config_hash},
-            )
+            raise unsafe_paths_refusal(problems, manifest.config_hash)
 
     def under_staging(self, path: Path) -> bool:
         """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""
@@ -280,11 +257,7 @@ class Store:
         return self.index_of(self._paths.manifests_dir)
 
     def listing(self) -> ManifestIndex:
-        """Every manifest of the manifests dir for ``bless list``: validated, or known valid and unchanged.
-
-        A file validated before and unchanged since is not opened (its record carries the cached
-        :func:`~bless.store.index.manifest_summary`, not the manifest): see :func:`scan_manifests`.
-        """
+        """Every manifest for ``bless list``; one validated before and unchanged is not opened (its summary is)."""
         directory = self._paths.manifests_dir
         return scan_manifests(directory, cache=self._claims(directory), reader=self._reader, summaries=True)
 
@@ -352,10 +325,7 @@ class Store:
         return record.manifest
 
     def note_published(self, manifest_path: Path, manifest: Manifest) -> None:
-        """Tell the claim cache what a just-published (validated) manifest file claims and shows.
-
-        No lookup re-reads it, and ``bless list`` shows it without opening it.
-        """
+        """Tell the claim cache what a just-published manifest claims and shows (no lookup or list re-reads it)."""
         cache = self._claims(manifest_path.parent)
         with contextlib.suppress(OSError):
             cache.put(manifest_path.name, manifest_path.stat(), manifest.config_hash, manifest_summary(manifest))

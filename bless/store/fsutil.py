@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import BlessError, NoSpaceError
+from bless.errors import BlessError, NoSpaceError, VerifyFailedError
 
 __all__ = [
     "DIR_MODE",
@@ -50,6 +50,7 @@ __all__ = [
     "set_tree_modes",
     "symlink_on_the_way",
     "tree_bytes",
+    "unsafe_paths_refusal",
     "unsafe_to_trust",
     "walk",
     "write_tmp",
@@ -104,6 +105,28 @@ def unsafe_to_trust(path: Path, *, follow: bool = False) -> str | None:
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"{path} is mode {mode:04o} (writable by {'others' if mode & stat.S_IWOTH else 'its group'})"
     return None
+
+
+def unsafe_paths_refusal(problems: list[str], config_hash: str) -> VerifyFailedError:
+    """The refusal for store paths :func:`unsafe_to_trust` found unsafe, naming what each is (21, store_permissions).
+
+    A path replaced by a symlink is named as such: calling it "writable by other users" sent the
+    operator to chmod something whose mode was never the problem.
+    """
+    links = [problem for problem in problems if problem.endswith(" is a symlink")]
+    writable = len(links) < len(problems)
+    reasons = [*(["writable by other users"] if writable else []), *(["replaced by a symlink"] if links else [])]
+    hints = [
+        *(["remove group/other write permission (chmod go-w PATH) from those store paths; bless creates them "
+           "0755/0644 whatever the umask"] if writable else []),
+        *(["bless never makes these paths links: find out what replaced them, remove the link and pull or "
+           "re-bless the blessing"] if links else []),
+    ]  # fmt: skip
+    return VerifyFailedError(
+        f"store paths are {' and '.join(reasons)}, so a blessing there cannot be trusted: {'; '.join(problems)}",
+        hint="; ".join(hints) + "; then verify again",
+        details={"reason": "store_permissions", "problems": problems, "config_hash": config_hash},
+    )
 
 
 def fsync_dir(path: Path) -> None:

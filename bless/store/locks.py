@@ -18,8 +18,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from bless.errors import LockHeldError, VerifyFailedError
-from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, os_errors, read_json_object
+from bless.errors import BlessError, LockHeldError, VerifyFailedError
+from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, full_disk_error, os_errors, read_json_object
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
 
@@ -31,8 +31,14 @@ _HELD: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
 
 
-def lock_refusal(path: Path, exc: OSError) -> VerifyFailedError:
-    """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock)."""
+def lock_refusal(path: Path, exc: OSError) -> BlessError:
+    """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock).
+
+    A full disk or a read-only file system is the writers' one refusal for that (NoSpaceError, 15).
+    """
+    refusal = full_disk_error(exc, f"cannot take the lock {path}")
+    if refusal is not None:
+        return refusal
     try:
         mode = os.lstat(path).st_mode
     except OSError:
