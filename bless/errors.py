@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     TRUST_EXISTS = 14
     NO_SPACE = 15
     DOWNGRADE = 16
+    STORE_UNAVAILABLE = 17
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -143,6 +144,15 @@ class DowngradeError(BlessError):
 
     exit_code = ExitCode.DOWNGRADE
     title = "downgrade refused"
+
+
+class StoreUnavailableError(BlessError):
+    """The store cannot be used here: its root or one of its dirs is not a directory, or a lock, lease or
+    other store file cannot be created or opened for a reason other than a full or read-only disk
+    (that is :class:`NoSpaceError`). The environment is at fault, not bless and not the manifests."""
+
+    exit_code = ExitCode.STORE_UNAVAILABLE
+    title = "store unavailable"
 
 
 class NoManifestError(BlessError):
@@ -386,6 +396,11 @@ EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
     (
         ExitCode.DOWNGRADE,
         "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)",
+    ),
+    (
+        ExitCode.STORE_UNAVAILABLE,
+        "the store cannot be used here: a store path is not a directory, or a lock, lease or store file "
+        "cannot be created or opened (permissions, a file where a dir belongs)",
     ),
     (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
     (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),

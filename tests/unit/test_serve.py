@@ -35,6 +35,7 @@ from bless.errors import (
     ImageMissingError,
     InsufficientGpuError,
     RuntimeUnavailableError,
+    StoreUnavailableError,
     UnknownEngineVersionError,
 )
 from bless.evidence import UpperEntry
@@ -935,3 +936,15 @@ def test_a_taken_host_port_is_named_with_what_to_do(explanation: str) -> None:
     assert "engine command" not in err.hint
     other = _start_failed(spec, SimpleNamespace(explanation='exec: "vllm": executable file not found in $PATH'))
     assert other.hint is not None and "engine command exists in the image" in other.hint
+
+
+def test_a_serve_dir_that_cannot_be_created_is_store_unavailable(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    plan.serve_dir.parent.mkdir(parents=True, exist_ok=True)
+    plan.serve_dir.write_text("a file where the serve dir goes\n")
+    with pytest.raises(StoreUnavailableError, match="serve dir") as excinfo:
+        serve.start(plan, runtime=runtime, detach=True)
+    assert code_of(excinfo) == ExitCode.STORE_UNAVAILABLE
+    assert "create" not in runtime.calls, "nothing was started"
