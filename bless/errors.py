@@ -2,8 +2,9 @@
 
 Every refusal is a :class:`BlessError` subclass that carries a stable exit code and
 a ``diagnostics()`` text saying why and what to do. The CLI catches ``BlessError``
-once, prints the diagnostics to stderr and exits with ``exit_code``. The table in
-``EXIT_CODES`` is the single source for the README's exit-code table and its test.
+once, prints the diagnostics to stderr and exits with ``exit_code``. Each class that
+declares an exit code also says what it means (``meaning``); ``EXIT_CODES`` is derived
+from those classes and is the single source for ``bless exit-codes`` and the README.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ExitCode(IntEnum):
     TRUST_EXISTS = 14
     NO_SPACE = 15
     DOWNGRADE = 16
+    STORE_UNAVAILABLE = 17
     NO_MANIFEST = 20
     VERIFY_FAILED = 21
     MANIFEST_INVALID = 22
@@ -71,6 +73,7 @@ class BlessError(Exception):
 
     exit_code: ClassVar[ExitCode] = ExitCode.INTERNAL
     title: ClassVar[str] = "internal error"
+    meaning: ClassVar[str] = "unexpected internal error (a bug: rerun with --verbose and report it)"
 
     def __init__(self, message: str, *, hint: str | None = None, details: Mapping[str, Any] | None = None):
         super().__init__(message)
@@ -100,6 +103,7 @@ class BlessError(Exception):
 class UsageError(BlessError):
     exit_code = ExitCode.USAGE
     title = "usage error"
+    meaning = "bad command-line usage"
 
 
 class InputInvalidError(BlessError):
@@ -107,21 +111,25 @@ class InputInvalidError(BlessError):
 
     exit_code = ExitCode.INPUT_INVALID
     title = "invalid input"
+    meaning = "a profile or input file is unreadable or invalid"
 
 
 class AlreadyBlessedError(BlessError):
     exit_code = ExitCode.ALREADY_BLESSED
     title = "already blessed"
+    meaning = "a blessing already exists for this config hash (use --rebless)"
 
 
 class LockHeldError(BlessError):
     exit_code = ExitCode.LOCK_HELD
     title = "lock held"
+    meaning = "another bless holds the lock for this config hash"
 
 
 class ContainerConflictError(BlessError):
     exit_code = ExitCode.CONTAINER_CONFLICT
     title = "container conflict"
+    meaning = "a container of ours is already running, or a foreign container holds our name"
 
 
 class WeakerBlessingError(BlessError):
@@ -129,6 +137,7 @@ class WeakerBlessingError(BlessError):
 
     exit_code = ExitCode.WEAKER_BLESSING
     title = "weaker blessing"
+    meaning = "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)"
 
 
 class NoSpaceError(BlessError):
@@ -136,6 +145,10 @@ class NoSpaceError(BlessError):
 
     exit_code = ExitCode.NO_SPACE
     title = "no space to write"
+    meaning = (
+        "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
+        "nothing was committed"
+    )
 
 
 class DowngradeError(BlessError):
@@ -143,6 +156,20 @@ class DowngradeError(BlessError):
 
     exit_code = ExitCode.DOWNGRADE
     title = "downgrade refused"
+    meaning = "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)"
+
+
+class StoreUnavailableError(BlessError):
+    """The store cannot be used here: its root or one of its dirs is not a directory, or a lock, lease or
+    other store file cannot be created or opened for a reason other than a full or read-only disk
+    (that is :class:`NoSpaceError`). The environment is at fault, not bless and not the manifests."""
+
+    exit_code = ExitCode.STORE_UNAVAILABLE
+    title = "store unavailable"
+    meaning = (
+        "the store cannot be used here: a store path is not a directory, or a lock, lease or store file "
+        "cannot be created or opened (permissions, a file where a dir belongs)"
+    )
 
 
 class NoManifestError(BlessError):
@@ -150,11 +177,13 @@ class NoManifestError(BlessError):
 
     exit_code = ExitCode.NO_MANIFEST
     title = "no blessed manifest"
+    meaning = "no blessed manifest matches the config hash (config drift)"
 
 
 class VerifyFailedError(BlessError):
     exit_code = ExitCode.VERIFY_FAILED
     title = "verification failed"
+    meaning = "blessed cache files differ from the manifest"
 
     #: How many problems the message names; ``details["problems"]`` holds them all.
     NAMED_PROBLEMS: ClassVar[int] = 8
@@ -183,21 +212,25 @@ class VerifyFailedError(BlessError):
 class ManifestInvalidError(BlessError):
     exit_code = ExitCode.MANIFEST_INVALID
     title = "invalid manifest"
+    meaning = "a manifest is unreadable, schema-invalid or of an unknown version"
 
 
 class ManifestDuplicateError(BlessError):
     exit_code = ExitCode.MANIFEST_DUPLICATE
     title = "duplicate manifest (store corruption)"
+    meaning = "two manifests claim one config hash (store corruption)"
 
 
 class GateFailedError(BlessError):
     exit_code = ExitCode.GATE_FAILED
     title = "gate failed"
+    meaning = "bless gate: one or more profiles are not blessed"
 
 
 class UnsafeEnvError(BlessError):
     exit_code = ExitCode.UNSAFE_ENV
     title = "unsafe environment"
+    meaning = "unsafe debug or cache-disabling settings in the profile"
 
 
 class ResolutionError(BlessError):
@@ -205,11 +238,13 @@ class ResolutionError(BlessError):
 
     exit_code = ExitCode.RESOLUTION_FAILED
     title = "cannot resolve factors"
+    meaning = "a factor (image ID, model revision, hardware) could not be resolved"
 
 
 class HardwareMismatchError(BlessError):
     exit_code = ExitCode.HARDWARE_MISMATCH
     title = "hardware mismatch"
+    meaning = "this machine does not match the profile's declared hardware"
 
 
 class UnknownEngineVersionError(BlessError):
@@ -217,21 +252,25 @@ class UnknownEngineVersionError(BlessError):
 
     exit_code = ExitCode.UNKNOWN_ENGINE_VERSION
     title = "unknown engine version"
+    meaning = "bless has no rules for this engine version (see bless engines; --allow-unknown-engine-version)"
 
 
 class BootstrapFailedError(BlessError):
     exit_code = ExitCode.BOOTSTRAP_FAILED
     title = "bootstrap failed"
+    meaning = "phase 1 (bootstrap compile) failed"
 
 
 class TrialsFailedError(BlessError):
     exit_code = ExitCode.TRIALS_FAILED
     title = "trials failed"
+    meaning = "phase 2 (replay-coherence / reuse trials) rejected every candidate"
 
 
 class CanaryFailedError(BlessError):
     exit_code = ExitCode.CANARY_FAILED
     title = "canary failed"
+    meaning = "serve-full: the canary did not reproduce the golden output"
 
 
 class CacheChangedError(BlessError):
@@ -239,6 +278,7 @@ class CacheChangedError(BlessError):
 
     exit_code = ExitCode.CACHE_CHANGED
     title = "blessed cache changed after verification"
+    meaning = "serve-full: blessed files changed between verification and use"
 
 
 class EngineFailedError(BlessError):
@@ -246,6 +286,7 @@ class EngineFailedError(BlessError):
 
     exit_code = ExitCode.ENGINE_FAILED
     title = "engine failed"
+    meaning = "serve-full: the engine exited or never became ready"
 
 
 class CacheNotUsedError(BlessError):
@@ -253,21 +294,25 @@ class CacheNotUsedError(BlessError):
 
     exit_code = ExitCode.CACHE_NOT_USED
     title = "blessed cache not used"
+    meaning = "serve-full: the engine did not load the blessed cache (it compiled or keyed it anew)"
 
 
 class RuntimeUnavailableError(BlessError):
     exit_code = ExitCode.RUNTIME_UNAVAILABLE
     title = "runtime unavailable"
+    meaning = "the container runtime (Docker) or local runtime is unavailable"
 
 
 class ImageMissingError(BlessError):
     exit_code = ExitCode.IMAGE_MISSING
     title = "image missing"
+    meaning = "the engine image is not present"
 
 
 class InsufficientGpuError(BlessError):
     exit_code = ExitCode.INSUFFICIENT_GPU
     title = "not enough GPU"
+    meaning = "not enough GPUs or GPU memory for the profile"
 
 
 class TrustExistsError(BlessError):
@@ -275,6 +320,7 @@ class TrustExistsError(BlessError):
 
     exit_code = ExitCode.TRUST_EXISTS
     title = "trust repository exists"
+    meaning = "bless trust init: keys or metadata already exist in that directory (never overwritten)"
 
 
 class UnsignedError(BlessError):
@@ -282,6 +328,7 @@ class UnsignedError(BlessError):
 
     exit_code = ExitCode.UNSIGNED
     title = "blessing not signed"
+    meaning = "--trust: the blessing is not a target of the signed metadata (unsigned or delisted)"
 
 
 class SignatureUntrustedError(BlessError):
@@ -289,6 +336,7 @@ class SignatureUntrustedError(BlessError):
 
     exit_code = ExitCode.SIGNATURE_UNTRUSTED
     title = "signature by an untrusted key"
+    meaning = "--trust: signed metadata has no valid signature by a key the trusted root lists"
 
 
 class BelowThresholdError(BlessError):
@@ -296,11 +344,13 @@ class BelowThresholdError(BlessError):
 
     exit_code = ExitCode.BELOW_THRESHOLD
     title = "signatures below threshold"
+    meaning = "--trust: signed metadata has fewer valid signatures than its role's threshold"
 
 
 class MetadataExpiredError(BlessError):
     exit_code = ExitCode.METADATA_EXPIRED
     title = "signed metadata expired"
+    meaning = "--trust: signed metadata has expired (re-sign with bless sign)"
 
 
 class RollbackError(BlessError):
@@ -308,6 +358,7 @@ class RollbackError(BlessError):
 
     exit_code = ExitCode.ROLLBACK
     title = "rollback refused"
+    meaning = "--trust: signed metadata is older than the newest this host has trusted (rollback)"
 
 
 class TargetMismatchError(BlessError):
@@ -315,6 +366,7 @@ class TargetMismatchError(BlessError):
 
     exit_code = ExitCode.TARGET_MISMATCH
     title = "manifest differs from the signed target"
+    meaning = "--trust: the manifest differs from the signed target's length or hashes"
 
 
 class TrustInvalidError(BlessError):
@@ -322,16 +374,19 @@ class TrustInvalidError(BlessError):
 
     exit_code = ExitCode.TRUST_INVALID
     title = "invalid trust metadata"
+    meaning = "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign)"
 
 
 class RegistryUnavailableError(BlessError):
     exit_code = ExitCode.REGISTRY_UNAVAILABLE
     title = "registry unavailable"
+    meaning = "the OCI registry is unreachable or refused the request or credentials"
 
 
 class ArtifactNotFoundError(BlessError):
     exit_code = ExitCode.ARTIFACT_NOT_FOUND
     title = "artifact not found"
+    meaning = "the registry has no such repository, tag or digest"
 
 
 class DigestMismatchError(BlessError):
@@ -339,6 +394,7 @@ class DigestMismatchError(BlessError):
 
     exit_code = ExitCode.DIGEST_MISMATCH
     title = "digest mismatch"
+    meaning = "a downloaded blob or manifest does not match its digest (altered in the registry)"
 
 
 class ArtifactInvalidError(BlessError):
@@ -346,6 +402,7 @@ class ArtifactInvalidError(BlessError):
 
     exit_code = ExitCode.ARTIFACT_INVALID
     title = "invalid artifact"
+    meaning = "the artifact is not a well-formed bless artifact (media types, paths, layout)"
 
 
 class TransferIncompleteError(BlessError):
@@ -353,6 +410,7 @@ class TransferIncompleteError(BlessError):
 
     exit_code = ExitCode.TRANSFER_INCOMPLETE
     title = "transfer incomplete"
+    meaning = "a download ended early (the registry went away mid-transfer); nothing installed"
 
 
 class InterruptedByUserError(BlessError):
@@ -360,74 +418,7 @@ class InterruptedByUserError(BlessError):
 
     exit_code = ExitCode.INTERRUPTED
     title = "interrupted"
-
-
-EXIT_CODES: tuple[tuple[ExitCode, str], ...] = (
-    (ExitCode.OK, "success"),
-    (ExitCode.INTERNAL, "unexpected internal error (a bug: rerun with --verbose and report it)"),
-    (ExitCode.USAGE, "bad command-line usage"),
-    (ExitCode.INPUT_INVALID, "a profile or input file is unreadable or invalid"),
-    (ExitCode.ALREADY_BLESSED, "a blessing already exists for this config hash (use --rebless)"),
-    (ExitCode.LOCK_HELD, "another bless holds the lock for this config hash"),
-    (
-        ExitCode.CONTAINER_CONFLICT,
-        "a container of ours is already running, or a foreign container holds our name",
-    ),
-    (
-        ExitCode.WEAKER_BLESSING,
-        "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)",
-    ),
-    (ExitCode.TRUST_EXISTS, "bless trust init: keys or metadata already exist in that directory (never overwritten)"),
-    (
-        ExitCode.NO_SPACE,
-        "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
-        "nothing was committed",
-    ),
-    (
-        ExitCode.DOWNGRADE,
-        "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)",
-    ),
-    (ExitCode.NO_MANIFEST, "no blessed manifest matches the config hash (config drift)"),
-    (ExitCode.VERIFY_FAILED, "blessed cache files differ from the manifest"),
-    (ExitCode.MANIFEST_INVALID, "a manifest is unreadable, schema-invalid or of an unknown version"),
-    (ExitCode.MANIFEST_DUPLICATE, "two manifests claim one config hash (store corruption)"),
-    (ExitCode.GATE_FAILED, "bless gate: one or more profiles are not blessed"),
-    (ExitCode.UNSAFE_ENV, "unsafe debug or cache-disabling settings in the profile"),
-    (ExitCode.RESOLUTION_FAILED, "a factor (image ID, model revision, hardware) could not be resolved"),
-    (ExitCode.HARDWARE_MISMATCH, "this machine does not match the profile's declared hardware"),
-    (
-        ExitCode.UNKNOWN_ENGINE_VERSION,
-        "bless has no rules for this engine version (see bless engines; --allow-unknown-engine-version)",
-    ),
-    (ExitCode.BOOTSTRAP_FAILED, "phase 1 (bootstrap compile) failed"),
-    (ExitCode.TRIALS_FAILED, "phase 2 (replay-coherence / reuse trials) rejected every candidate"),
-    (ExitCode.CANARY_FAILED, "serve-full: the canary did not reproduce the golden output"),
-    (ExitCode.CACHE_CHANGED, "serve-full: blessed files changed between verification and use"),
-    (ExitCode.ENGINE_FAILED, "serve-full: the engine exited or never became ready"),
-    (
-        ExitCode.CACHE_NOT_USED,
-        "serve-full: the engine did not load the blessed cache (it compiled or keyed it anew)",
-    ),
-    (ExitCode.RUNTIME_UNAVAILABLE, "the container runtime (Docker) or local runtime is unavailable"),
-    (ExitCode.IMAGE_MISSING, "the engine image is not present"),
-    (ExitCode.INSUFFICIENT_GPU, "not enough GPUs or GPU memory for the profile"),
-    (ExitCode.UNSIGNED, "--trust: the blessing is not a target of the signed metadata (unsigned or delisted)"),
-    (ExitCode.SIGNATURE_UNTRUSTED, "--trust: signed metadata has no valid signature by a key the trusted root lists"),
-    (ExitCode.BELOW_THRESHOLD, "--trust: signed metadata has fewer valid signatures than its role's threshold"),
-    (ExitCode.METADATA_EXPIRED, "--trust: signed metadata has expired (re-sign with bless sign)"),
-    (ExitCode.ROLLBACK, "--trust: signed metadata is older than the newest this host has trusted (rollback)"),
-    (ExitCode.TARGET_MISMATCH, "--trust: the manifest differs from the signed target's length or hashes"),
-    (
-        ExitCode.TRUST_INVALID,
-        "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign)",
-    ),
-    (ExitCode.REGISTRY_UNAVAILABLE, "the OCI registry is unreachable or refused the request or credentials"),
-    (ExitCode.ARTIFACT_NOT_FOUND, "the registry has no such repository, tag or digest"),
-    (ExitCode.DIGEST_MISMATCH, "a downloaded blob or manifest does not match its digest (altered in the registry)"),
-    (ExitCode.ARTIFACT_INVALID, "the artifact is not a well-formed bless artifact (media types, paths, layout)"),
-    (ExitCode.TRANSFER_INCOMPLETE, "a download ended early (the registry went away mid-transfer); nothing installed"),
-    (ExitCode.INTERRUPTED, "interrupted by SIGINT/SIGTERM (containers stopped, evidence kept)"),
-)
+    meaning = "interrupted by SIGINT/SIGTERM (containers stopped, evidence kept)"
 
 
 class EngineHttpError(BlessError):
@@ -444,3 +435,32 @@ class NotReadyError(BlessError):
     """The engine exited, timed out or kept failing before it became ready."""
 
     title = "engine not ready"
+
+
+def _declaring_classes() -> list[type[BlessError]]:
+    """Every BlessError class that declares an exit code itself (subclasses that inherit one do not)."""
+    found: list[type[BlessError]] = []
+    pending: list[type[BlessError]] = [BlessError]
+    while pending:
+        cls = pending.pop()
+        if "exit_code" in vars(cls):
+            found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def _exit_codes() -> tuple[tuple[ExitCode, str], ...]:
+    """The table, from the classes: each code's meaning is written once, next to the class that exits with it."""
+    rows: dict[ExitCode, str] = {ExitCode.OK: "success"}
+    for cls in _declaring_classes():
+        if cls.exit_code in rows:
+            raise AssertionError(f"exit code {int(cls.exit_code)} is declared twice (by {cls.__name__})")
+        rows[cls.exit_code] = cls.meaning
+    missing = sorted(set(ExitCode) - set(rows))
+    if missing:
+        raise AssertionError(f"exit codes without a class: {missing}")
+    return tuple(sorted(rows.items()))
+
+
+#: The exit-code table (``bless exit-codes``, the README): derived from the classes above.
+EXIT_CODES: tuple[tuple[ExitCode, str], ...] = _exit_codes()

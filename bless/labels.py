@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 OWNER = "org.bless.owner"
 OWNER_VALUE = "bless"
 RUN_ID = "org.bless.run-id"
@@ -11,6 +14,9 @@ PROFILE = "org.bless.profile"
 # JSON {"host", "pid", "proc_start"} of the bless process that created a bless-run container: a leftover is
 # only removed once that process is gone (another store root may bless the same config right now).
 OWNER_PROCESS = "org.bless.owner-process"
+# The store root (absolute) of a serve container: its lease and serve dir live there, so only a stop run
+# against that root may stop it (one from another root would strand them).
+STORE_ROOT = "org.bless.store-root"
 
 PHASE_BOOTSTRAP = "bootstrap"
 PHASE_TRIAL = "trial"
@@ -18,15 +24,34 @@ PHASE_SERVE = "serve"
 PHASE_HELPER = "helper"
 
 
-def labels_for(*, run_id: str, phase: str, config_hash: str, profile: str) -> dict[str, str]:
+def labels_for(
+    *, run_id: str, phase: str, config_hash: str, profile: str, store_root: Path | None = None
+) -> dict[str, str]:
     """The full label set every container (and overlay volume) we create carries."""
-    return {
+    found = {
         OWNER: OWNER_VALUE,
         RUN_ID: run_id,
         PHASE: phase,
         CONFIG_HASH: config_hash,
         PROFILE: profile,
     }
+    if store_root is not None:
+        found[STORE_ROOT] = str(store_root)
+    return found
+
+
+def other_store_root(labels: Mapping[str, str], root: Path) -> str | None:
+    """The store root a container records when it is not ``root`` (None: ``root``'s, or unrecorded)."""
+    recorded = labels.get(STORE_ROOT)
+    if not recorded or recorded == str(root):
+        return None
+    try:
+        # Two spellings of one directory (a symlink, a relative --root) are the same store.
+        if Path(recorded).samefile(root):
+            return None
+    except OSError:
+        pass
+    return recorded
 
 
 def is_ours(labels: dict[str, str] | None) -> bool:

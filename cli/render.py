@@ -399,10 +399,10 @@ def render_engines(console: Console, data: Mapping[str, Any]) -> None:
     if "error" in local:
         console.print(Text.assemble(("local: ", "bold"), f"cannot read {local['python']}: {local['error']}"))
         return
+    # A missing torch is None in the data (JSON null); a reader sees words, not a Python repr.
+    torch = local["torch"] or "not installed"
     if not local["vllm"]:
-        console.print(
-            Text.assemble(("local: ", "bold"), f"{local['python']}: no vLLM installed (torch {local['torch']})")
-        )
+        console.print(Text.assemble(("local: ", "bold"), f"{local['python']}: no vLLM installed (torch {torch})"))
         return
     if local["known"]:
         verdict = Text("known", style="green")
@@ -413,7 +413,7 @@ def render_engines(console: Console, data: Mapping[str, Any]) -> None:
         )
     else:
         verdict = Text("UNKNOWN and older than every supported release: refused", style="bold red")
-    line = Text.assemble(("local: ", "bold"), f"{local['python']}: vLLM {local['vllm']}, torch {local['torch']}: ")
+    line = Text.assemble(("local: ", "bold"), f"{local['python']}: vLLM {local['vllm']}, torch {torch}: ")
     line.append_text(verdict)
     if local["torch_matches_pin"] is False:
         line.append(" (torch differs from that release's pin)", style="yellow")

@@ -492,8 +492,8 @@ class Store:
         Raises:
             ManifestInvalidError: a manifest is invalid: gc cannot know what it references.
             InputInvalidError: negative ``keep``.
-            VerifyFailedError: a hash's lock file is not a regular file, or cannot be opened
-                (reason ``store_lock``).
+            StoreUnavailableError: a hash's lock file is not a regular file, or cannot be opened
+                (reason ``store_lock``), or a store dir is not a directory.
         """
         with os_errors(f"gc of {self.root}"):
             return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)

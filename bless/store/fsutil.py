@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import BlessError, NoSpaceError
+from bless.errors import NoSpaceError, StoreUnavailableError
 
 __all__ = [
     "DIR_MODE",
@@ -191,7 +191,8 @@ def full_disk(what: str) -> Iterator[None]:
 
 @contextmanager
 def os_errors(what: str) -> Iterator[None]:
-    """Turn an unexpected OSError (read-only or full disk, permissions) into a BlessError."""
+    """Turn an OSError into a refusal: a full or read-only disk is NoSpaceError, anything else
+    (permissions, a file where a store dir belongs) is StoreUnavailableError: the environment, not a bug."""
     try:
         yield
     except OSError as exc:
@@ -199,9 +200,10 @@ def os_errors(what: str) -> Iterator[None]:
         if refusal is not None:
             raise refusal from exc
         where = f" ({exc.filename})" if exc.filename else ""
-        raise BlessError(
+        raise StoreUnavailableError(
             f"{what} failed: {exc.strerror or exc}{where}",
-            hint="check that the store root exists, is writable and has free space",
+            hint="check that the store root and its dirs are directories (not files) that this user can write",
+            details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
         ) from exc
 
 

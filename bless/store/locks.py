@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from bless.errors import BlessError, LockHeldError, VerifyFailedError
+from bless.errors import BlessError, LockHeldError, StoreUnavailableError
 from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, full_disk_error, os_errors, read_json_object
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
@@ -54,7 +54,8 @@ def lock_refusal(path: Path, exc: OSError) -> BlessError:
             f"run as a user who can write {path.parent} (every writer, and gc even with --dry-run, takes the "
             "store's locks so that what it reads does not change under it)"
         )
-    return VerifyFailedError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
+    # The store is unusable here, not a blessed tree that fails verification: its own code (17).
+    return StoreUnavailableError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
 
 
 @contextmanager
@@ -64,7 +65,7 @@ def blocking_file_lock(path: Path) -> Iterator[None]:
     For the store's short-held locks (lease guard, manifests-dirs record).
 
     Raises:
-        VerifyFailedError: the lock file cannot be opened (:func:`lock_refusal`).
+        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`).
     """
     flock = FileLock(str(path), mode=FILE_MODE)
     try:

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bless.errors import AlreadyBlessedError, BlessError, InputInvalidError, ManifestInvalidError, VerifyFailedError
+from bless.errors import (
+    AlreadyBlessedError,
+    InputInvalidError,
+    ManifestInvalidError,
+    StoreUnavailableError,
+    VerifyFailedError,
+)
 from bless.manifest import Manifest
 from bless.store.faults import FaultHook
 from bless.store.fsutil import (
@@ -186,7 +192,7 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
             if refusal is not None:
                 raise refusal from exc
             if isinstance(exc, OSError):
-                raise BlessError(
+                raise StoreUnavailableError(
                     f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
                     + (f" ({exc.filename})" if exc.filename else ""),
                     hint="nothing was published; the previous blessing (if any) is unchanged",
@@ -195,7 +201,7 @@ def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook
         try:
             fsync_dir(paths.manifests_dir)
         except OSError as exc:
-            raise BlessError(
+            raise StoreUnavailableError(
                 f"published {config_hash[:16]}... but could not fsync {paths.manifests_dir}: {exc.strerror or exc}",
                 hint="the blessing is visible but may not survive a power loss; run bless verify",
             ) from exc

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bless.errors import BlessError, InputInvalidError
+from bless.errors import InputInvalidError, StoreUnavailableError
 from bless.store.faults import FaultHook
-from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir
+from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, full_disk_error
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
 from bless.store.publish import make_dir_movable
 
@@ -80,7 +80,8 @@ def reject(
             fault("reject-done")
         except OSError as exc:
             # The partial dir may hold the moved tree: it is evidence, recover() completes it.
-            raise BlessError(
+            refusal = full_disk_error(exc, f"keeping rejected evidence in {final} failed")
+            raise refusal or StoreUnavailableError(
                 f"keeping rejected evidence in {final} failed: {exc.strerror or exc}",
                 hint="nothing was published; run bless gc --dry-run to see what is left",
             ) from exc

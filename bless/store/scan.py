@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bless.errors import ManifestInvalidError
+from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
 from bless.store.fsutil import atomic_write_bytes, listdir, read_json_object
@@ -172,13 +172,17 @@ def scan_manifests(
     listing takes no longer for a million-file manifest than for a small one.
 
     Raises:
-        ManifestInvalidError: when the directory exists but cannot be listed.
+        StoreUnavailableError: when the directory exists but cannot be listed.
     """
     reader = reader or ManifestReader()
     try:
         entries = listdir(directory)
     except OSError as exc:
-        raise ManifestInvalidError(f"{directory}: cannot list manifests: {exc.strerror or exc}") from None
+        # The directory itself is unusable (below a file, no permission): no manifest is at fault.
+        raise StoreUnavailableError(
+            f"{directory}: cannot list manifests: {exc.strerror or exc}",
+            hint="check that the store root (--root) and the manifests dir are directories this user can read",
+        ) from None
     records: list[ManifestRecord] = []
     seen: set[str] = set()
     for entry in entries:

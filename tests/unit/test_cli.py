@@ -1020,3 +1020,17 @@ def test_show_completion_prints_a_script_for_the_named_program(capsys: pytest.Ca
     code, out, _ = _entry(capsys, _bless_main, ["--show-completion", "bash"])
     assert code == 0
     assert "_BLESS_COMPLETE=complete_bash" in out and "complete -o default -F _bless_completion bless" in out
+
+
+@pytest.mark.parametrize("vllm", [None, "0.20.0"])
+def test_engines_says_torch_is_not_installed_rather_than_none(vllm: str | None) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    local = {"python": "/usr/bin/python3", "vllm": vllm, "torch": None, "known": True, "rules": None}
+    cli_render.render_engines(
+        Console(file=out, width=200), {"engines": [], "local": {**local, "torch_matches_pin": None}}
+    )
+    assert "torch not installed" in out.getvalue() and "None" not in out.getvalue()

@@ -21,3 +21,17 @@ def test_every_exit_code_is_documented_once() -> None:
     documented = [code for code, _ in EXIT_CODES]
     assert sorted(documented) == sorted(ExitCode)
     assert len(set(documented)) == len(documented)
+
+
+def test_each_code_is_declared_once_by_the_class_that_exits_with_it() -> None:
+    # The table is derived: a class's meaning is the table's row, so a new class cannot go undocumented.
+    import bless.errors as errors
+
+    declaring = [
+        cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.BlessError) and "exit_code" in vars(cls)
+    ]
+    codes = [cls.exit_code for cls in declaring]
+    assert sorted(codes) == sorted(code for code in ExitCode if code != ExitCode.OK)
+    assert dict(EXIT_CODES) == {ExitCode.OK: "success", **{cls.exit_code: cls.meaning for cls in declaring}}

@@ -35,6 +35,7 @@ from bless.errors import (
     ImageMissingError,
     InsufficientGpuError,
     RuntimeUnavailableError,
+    StoreUnavailableError,
     UnknownEngineVersionError,
 )
 from bless.evidence import UpperEntry
@@ -935,3 +936,62 @@ def test_a_taken_host_port_is_named_with_what_to_do(explanation: str) -> None:
     assert "engine command" not in err.hint
     other = _start_failed(spec, SimpleNamespace(explanation='exec: "vllm": executable file not found in $PATH'))
     assert other.hint is not None and "engine command exists in the image" in other.hint
+
+
+def test_a_serve_dir_that_cannot_be_created_is_store_unavailable(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+    plan.serve_dir.parent.mkdir(parents=True, exist_ok=True)
+    plan.serve_dir.write_text("a file where the serve dir goes\n")
+    with pytest.raises(StoreUnavailableError, match="serve dir") as excinfo:
+        serve.start(plan, runtime=runtime, detach=True)
+    assert code_of(excinfo) == ExitCode.STORE_UNAVAILABLE
+    assert "create" not in runtime.calls, "nothing was started"
+
+
+# --------------------------------------------------------------------------------------------- other store roots
+
+
+def _other_roots_serve(runtime: FakeRuntime, other_root: Path) -> None:
+    runtime.plant(
+        "bless-serve-unit",
+        labels.labels_for(
+            run_id="serve-before", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile="unit", store_root=other_root
+        ),
+    )
+
+
+def test_a_serve_records_its_store_root_on_the_container(store: Store) -> None:
+    plan = do_plan(make_profile(), store, serving_runtime(), debug=True)
+    assert plan.spec.labels[labels.STORE_ROOT] == str(store.root)
+
+
+def test_a_name_held_by_another_roots_serve_names_that_root_and_its_stop(store: Store, tmp_path: Path) -> None:
+    runtime = serving_runtime()
+    _other_roots_serve(runtime, tmp_path / "other root")
+    with pytest.raises(ContainerConflictError) as excinfo:
+        do_plan(make_profile(), store, runtime, debug=True)
+    assert code_of(excinfo) == ExitCode.CONTAINER_CONFLICT
+    assert str(tmp_path / "other root") in excinfo.value.message
+    assert excinfo.value.hint is not None and f"--root '{tmp_path / 'other root'}'" in excinfo.value.hint
+    assert excinfo.value.details["store_root"] == str(tmp_path / "other root")
+
+
+def test_stop_refuses_a_container_another_root_owns(store: Store, tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    _other_roots_serve(runtime, tmp_path / "other")
+    with pytest.raises(ContainerConflictError, match="another store root") as excinfo:
+        serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=5)
+    assert code_of(excinfo) == ExitCode.CONTAINER_CONFLICT
+    assert excinfo.value.hint is not None and f"--root {tmp_path / 'other'}" in excinfo.value.hint
+    assert "stop" not in runtime.calls and "cleanup_ours" not in runtime.calls
+
+
+def test_stop_takes_its_own_roots_container_named_by_another_path(store: Store, tmp_path: Path) -> None:
+    store.root.mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(store.root)
+    runtime = FakeRuntime()
+    _other_roots_serve(runtime, tmp_path / "alias")
+    serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=5)
+    assert runtime.calls[-2:] == ["stop", "cleanup_ours"]

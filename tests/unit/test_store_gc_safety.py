@@ -15,7 +15,7 @@ from filelock import FileLock
 from typer.testing import CliRunner
 
 from bless.cli.main import app
-from bless.errors import ExitCode, VerifyFailedError
+from bless.errors import ExitCode, StoreUnavailableError, VerifyFailedError
 from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
@@ -285,7 +285,7 @@ def test_an_odd_lock_file_is_a_documented_refusal(tmp_path: Path, kind: str) -> 
     else:
         lock.mkdir()
     code, output = gc_cli(store.root)
-    assert code == ExitCode.VERIFY_FAILED, output
+    assert code == ExitCode.STORE_UNAVAILABLE, output
     assert kind in output and "remove" in output
     assert "internal error" not in output
 
@@ -297,13 +297,13 @@ def test_odd_lease_guard_and_record_locks_are_documented_refusals(tmp_path: Path
     guard.unlink(missing_ok=True)
     guard.symlink_to(tmp_path / "elsewhere")
     code, output = gc_cli(store.root)
-    assert code == ExitCode.VERIFY_FAILED, output
+    assert code == ExitCode.STORE_UNAVAILABLE, output
     assert "symlink" in output and "internal error" not in output
 
     record_lock = store.root / "state" / "manifests-dirs.json.lock"
     record_lock.unlink(missing_ok=True)
     record_lock.mkdir()
-    with pytest.raises(VerifyFailedError, match="directory") as refused:
+    with pytest.raises(StoreUnavailableError, match="directory") as refused:
         publish(store, "run3", "third", "20240103T000000Z-000000000003")
     assert refused.value.details["reason"] == "store_lock"
 
@@ -316,5 +316,5 @@ def test_a_lock_that_cannot_be_opened_is_a_documented_refusal(tmp_path: Path, mo
 
     monkeypatch.setattr(FileLock, "acquire", denied)
     code, output = gc_cli(store.root, "--dry-run")
-    assert code == ExitCode.VERIFY_FAILED, output
+    assert code == ExitCode.STORE_UNAVAILABLE, output
     assert "Permission denied" in output and "internal error" not in output

@@ -120,9 +120,17 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path
             "profile under another name (the profile's name field)",
             details={"name": name, "holder": "foreign"},
         )
-    status = next(
-        (info.status for info in runtime.list_ours({labels.PROFILE: profile.name}) if info.name == name), "unknown"
-    )
+    info = next((info for info in runtime.list_ours({labels.PROFILE: profile.name}) if info.name == name), None)
+    status = info.status if info is not None else "unknown"
+    owner_root = labels.other_store_root(info.labels, root) if info is not None and root is not None else None
+    if owner_root is not None:
+        # Its lease and serve dir live under the owner's root: only a stop run there cleans them up.
+        raise ContainerConflictError(
+            f"container {name!r} ({status}) is the serve of another store root, {owner_root}",
+            hint=f"serve this profile under another name (the profile's name field), or stop that serve "
+            f"from its own root ({stop_command(profile.name, Path(owner_root))})",
+            details={"name": name, "holder": "ours", "status": status, "store_root": owner_root},
+        )
     if status == "running":
         message = f"{profile.label} is already running: container {name!r} of ours is up"
         hint = f"use the running engine, or stop it first ({stop_command(profile.name, root)})"
@@ -382,7 +390,11 @@ def plan(
         runtime,
         name=name,
         labels=labels.labels_for(
-            run_id=run_id, phase=labels.PHASE_SERVE, config_hash=resolved.config_hash, profile=profile.name
+            run_id=run_id,
+            phase=labels.PHASE_SERVE,
+            config_hash=resolved.config_hash,
+            profile=profile.name,
+            store_root=store.root,
         ),
         cache_mount=mount,
         image=image_id,

@@ -20,8 +20,8 @@ from bless.errors import (
     CanaryFailedError,
     EngineFailedError,
     EngineHttpError,
-    InputInvalidError,
     NotReadyError,
+    StoreUnavailableError,
 )
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
@@ -31,6 +31,7 @@ from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
 from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
+from bless.store.fsutil import full_disk_error
 from bless.trials import EngineClient
 
 _MAX_PROBLEMS_IN_MESSAGE = 8
@@ -155,9 +156,11 @@ def _start(
     try:
         plan_.serve_dir.mkdir(parents=True, exist_ok=False)
     except OSError as exc:
-        raise InputInvalidError(
+        # The name is unique per start, so an existing dir or a file in the way is the store's state.
+        refusal = full_disk_error(exc, f"cannot create the serve dir {plan_.serve_dir}")
+        raise refusal or StoreUnavailableError(
             f"cannot create the serve dir {plan_.serve_dir}: {exc.strerror or exc}",
-            hint="check that the store root is writable",
+            hint="check that the store root and its serve/ are directories this user can write",
         ) from None
     try:
         with ExitStack() as stack:

@@ -13,9 +13,9 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
-from bless.errors import BlessError, ContainerConflictError
+from bless.errors import ContainerConflictError, StoreUnavailableError
 from bless.store import Store
-from bless.store.fsutil import FILE_MODE, ensure_dir
+from bless.store.fsutil import FILE_MODE, ensure_dir, full_disk_error
 
 __all__ = ["StartingLock"]
 
@@ -40,9 +40,10 @@ class StartingLock:
                 details={"name": self.name, "lock": str(self.path)},
             ) from None
         except OSError as exc:
-            raise BlessError(
+            refusal = full_disk_error(exc, f"taking the start lock {self.path} failed")
+            raise refusal or StoreUnavailableError(
                 f"taking the start lock {self.path} failed: {exc.strerror or exc}",
-                hint="check that the store root exists and is writable",
+                hint="check that the store root and its locks/ are directories this user can write",
             ) from exc
         self._held = True
         return self

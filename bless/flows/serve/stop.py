@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bless import labels
-from bless.errors import BlessError
+from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
 from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
 from bless.runtime.base import ContainerSpec, Runtime, Started
@@ -96,21 +96,38 @@ def stop_serving(
                 notes.append(f"engine pid {pid} did not stop within {timeout_s} s and was killed")
     if len(local_holders) < len(leases) or not leases:
         # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
+        ours = {labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE}
         try:
             runtime = docker()
-            ours = {labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE}
-            for info in runtime.list_ours(ours):
-                # The graceful stop with the caller's timeout first; cleanup_ours then removes the
-                # stopped container and its overlay volume (its own stop would allow only 10 s).
-                spec = ContainerSpec(name=info.name, command=(), env={}, labels=dict(info.labels))
-                result = runtime.stop(Started(id=info.id, name=info.name, spec=spec, host_port=None), timeout_s)
-                if not result.graceful and info.status == "running":
-                    notes.append(f"container {info.name} did not stop within {timeout_s} s and was killed")
-            stopped += runtime.cleanup_ours(ours)
+            found = runtime.list_ours(ours)
         except BlessError as exc:
             if leases:
                 raise
             notes.append(f"no Docker serve checked: {exc.message}")
+            found = []
+        for info in found:
+            owner_root = labels.other_store_root(info.labels, store.root)
+            if owner_root is not None:
+                # Stopping it from here would leave its lease (pinning a blessed version) and serve dir behind.
+                raise ContainerConflictError(
+                    f"container {info.name!r} is the serve of another store root, {owner_root}; not stopped",
+                    hint=f"stop it from its own root: {stop_command(name, Path(owner_root))}",
+                    details={"name": info.name, "holder": "ours", "store_root": owner_root},
+                )
+        if runtime is not None:
+            try:
+                for info in found:
+                    # The graceful stop with the caller's timeout first; cleanup_ours then removes the
+                    # stopped container and its overlay volume (its own stop would allow only 10 s).
+                    spec = ContainerSpec(name=info.name, command=(), env={}, labels=dict(info.labels))
+                    result = runtime.stop(Started(id=info.id, name=info.name, spec=spec, host_port=None), timeout_s)
+                    if not result.graceful and info.status == "running":
+                        notes.append(f"container {info.name} did not stop within {timeout_s} s and was killed")
+                stopped += runtime.cleanup_ours(ours)
+            except BlessError as exc:
+                if leases:
+                    raise
+                notes.append(f"no Docker serve checked: {exc.message}")
     removed: list[str] = []
     for lease in leases:
         if lease.serve_dir is None:
