@@ -3,7 +3,7 @@
 Every refusal is a :class:`BlessError` subclass that carries a stable exit code and
 a ``diagnostics()`` text saying why and what to do. The CLI catches ``BlessError``
 once, prints the diagnostics to stderr and exits with ``exit_code``. The table in
-``EXIT_CODES`` is the single source for the README's exit-code table and its test.
+``EXIT_CODES`` is the single source for docs/reference/exit-codes.md's table and its test.
 """
 
 from __future__ import annotations
