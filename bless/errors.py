@@ -4,7 +4,8 @@ Every refusal is a :class:`BlessError` subclass that carries a stable exit code 
 a ``diagnostics()`` text saying why and what to do. The CLI catches ``BlessError``
 once, prints the diagnostics to stderr and exits with ``exit_code``. Each class that
 declares an exit code also says what it means (``meaning``); ``EXIT_CODES`` is derived
-from those classes and is the single source for ``bless exit-codes`` and the README.
+from those classes and is the single source for ``bless exit-codes`` and
+docs/reference/exit-codes.md's table (and its test).
 """
 
 from __future__ import annotations

@@ -358,14 +358,14 @@ def gc_command(
 def exit_codes_command(
     ctx: typer.Context,
     markdown: Annotated[
-        bool, typer.Option("--markdown", help="Print the README's Markdown table to stdout instead.")
+        bool, typer.Option("--markdown", help="Print the Markdown table of docs/reference/exit-codes.md instead.")
     ] = False,
     json_output: JsonOption = False,
 ) -> Report:
     """Show the table of exit codes (stable: scripts may rely on them).
 
     The table is for reading and goes to stderr, as all human output does; for a file or a pipe use
-    --json (one JSON document) or --markdown (the README's table), which write to stdout.
+    --json (one JSON document) or --markdown (the table of docs/reference/exit-codes.md), which write to stdout.
     """
     if markdown and json_output:
         raise UsageError("--markdown and --json are exclusive")

@@ -221,7 +221,7 @@ say "starting dockerd${extra_args[*]:+ ${extra_args[*]}} (log: $LOG)"
 setsid nohup dockerd "${extra_args[@]}" </dev/null >>"$LOG" 2>&1 &
 pid=$!
 disown "$pid" 2>/dev/null || true
-# Recorded so that --stop (README, "Clean up") stops this daemon and never one started some other way.
+# Recorded so that --stop (docs/getting-started.md, "Clean up") stops this daemon and never one started some other way.
 mkdir -p "$(dirname "$PIDFILE")"
 echo "$pid" >"$PIDFILE"
 say "dockerd started (pid $pid); waiting up to ${TIMEOUT}s for 'docker info'"

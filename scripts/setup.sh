@@ -78,7 +78,7 @@ if [ "${BLESS_SKIP_DOCKER:-0}" = "1" ]; then
   exit 0
 fi
 run_step "making a Docker Engine reachable (scripts/ensure-docker.sh)" bash scripts/ensure-docker.sh
-# What ensure-docker did, when it did something the user may want to undo (README, "Clean up").
+# What ensure-docker did, when it did something the user may want to undo (docs/getting-started.md, "Clean up").
 step_said '^ensure-docker: (installed docker.io|dockerd started|Docker Engine is reachable)' | sed 's/^ensure-docker: /setup:   /' >&2
 run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes)" \
   bash scripts/build-reference-image.sh

@@ -1,13 +1,16 @@
-"""The README's shell command blocks, and the two ways the tests exercise them.
+"""The shell command blocks of the README and of every page under docs/, and how the tests exercise them.
 
-Every fenced ``bash`` block is checked: each ``bless`` / ``serve-full`` line must parse against the real
-command tree (every command and option exists, values convert, files a flag requires exist), each
-``bash scripts/...`` line must name a script that exists and parses (``bash -n``), each ``python3 scripts/...``
-line a Python script that exists and compiles, and ``source`` may only activate the venv setup.sh creates. A
-block marked on the line before its fence runs for real, as a user would type it:
+Every fenced ``bash`` block of every page (:data:`PAGES`) is checked, exactly as written: each ``bless`` /
+``serve-full`` line must parse against the real command tree (every command and option exists, values convert,
+files a flag requires exist), each ``bash scripts/...`` line must name a script that exists and parses
+(``bash -n``), each ``python3 scripts/...`` line a Python script that exists and compiles, and ``source`` may only
+activate the venv setup.sh creates. A line ending in a backslash goes on on the next one. A block marked on the
+line before its fence runs for real, as a user would type it:
 
 * ``<!-- readme-test: offline -->``: in the unit tests (no Docker, no network);
 * ``<!-- readme-test: docker -->``: in the integration tests (a real Docker Engine, the reference image).
+
+A block left unmarked is only checked: one that needs a GPU, a network or another host (``scp host:``) stays so.
 
 Runs happen in a scratch directory that holds ``profiles/`` of this checkout, with ``bless`` and
 ``serve-full`` (and ``.venv/bin/...``) on PATH running this checkout's CLI, and ``$BLESS_ROOT`` in scratch.
@@ -30,6 +33,8 @@ import typer.main
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+#: Every page whose blocks are checked: the README first, then every Markdown page under docs/.
+PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
@@ -42,19 +47,42 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced ``bash`` block: where it starts, how it is marked (None: parse only), its text."""
+    """One fenced ``bash`` block: where it starts, how it is marked (None: parse only), its text, its page."""
 
     line: int
     marker: str | None
     text: str
+    page: str = "README.md"
+
+    @property
+    def id(self) -> str:
+        """``page:line``, the block's name in test ids and messages."""
+        return f"{self.page}:{self.line}"
 
     def commands(self) -> list[str]:
-        """The block's command lines (comments and blank lines dropped)."""
-        return [line for line in self.text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        """The block's command lines (comments and blank lines dropped; a line ending in ``\\`` joined to the next)."""
+        commands: list[str] = []
+        pending = ""
+        for line in self.text.splitlines():
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if line.endswith("\\"):
+                pending += line[:-1]
+                continue
+            commands.append(pending + line)
+            pending = ""
+        if pending:
+            commands.append(pending)
+        return commands
+
+
+def all_blocks() -> list[Block]:
+    """Every fenced ``bash`` block of every page: the README's first, then docs/ in path order."""
+    return [block for page in PAGES for block in readme_blocks(page)]
 
 
 def readme_blocks(path: Path = README) -> list[Block]:
-    """Every fenced ``bash`` block of the README, with the marker on the line before its fence."""
+    """Every fenced ``bash`` block of one page (the README by default), with the marker on the line before its fence."""
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks: list[Block] = []
     index = 0
@@ -68,7 +96,9 @@ def readme_blocks(path: Path = README) -> list[Block]:
             end += 1
         if fence.group(1) == "bash":
             marked = MARKER.fullmatch(lines[index - 1].strip()) if index else None
-            blocks.append(Block(index + 1, marked.group(1) if marked else None, "\n".join(lines[index + 1 : end])))
+            page = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+            text = "\n".join(lines[index + 1 : end])
+            blocks.append(Block(index + 1, marked.group(1) if marked else None, text, page))
         index = end + 1
     return blocks
 

@@ -4,7 +4,7 @@ Debug and cache-disabling settings are always refused: a start with them is not 
 The reference engine's test knobs (``UnsafeSetting.test_knob``) are refused too, unless the caller
 passes ``allow_test_knobs=True``: a parameter of the library, never read from the environment or
 the command line, so that nothing around a production run can weaken it. bless's own integration
-tests pass it through :func:`bless.cli.main.main` (see README, "How `bless run` works").
+tests pass it through :func:`bless.cli.main.main` (see docs/concepts/bless-run.md).
 """
 
 from __future__ import annotations

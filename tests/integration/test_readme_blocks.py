@@ -1,4 +1,4 @@
-"""README blocks marked ``<!-- readme-test: docker -->`` run for real: Docker, the reference image, compiles."""
+"""Blocks of the README and of docs/ marked ``<!-- readme-test: docker -->`` run for real: Docker, image, compiles."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import Block, readme_blocks, run_block
+from tests.readme_blocks import Block, all_blocks, run_block
 
 pytestmark = pytest.mark.integration
 
-DOCKER_BLOCKS = [block for block in readme_blocks() if block.marker == "docker"]
+DOCKER_BLOCKS = [block for block in all_blocks() if block.marker == "docker"]
 
 
-@pytest.mark.parametrize("block", DOCKER_BLOCKS, ids=[f"README.md:{block.line}" for block in DOCKER_BLOCKS])
+@pytest.mark.parametrize("block", DOCKER_BLOCKS, ids=[block.id for block in DOCKER_BLOCKS])
 def test_docker_blocks_run(block: Block, tmp_path: Path, reference_image: str) -> None:
     result = run_block(block, tmp_path, timeout=1500)
-    assert result.returncode == 0, f"README.md:{block.line} failed:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, f"{block.id} failed:\n{result.stderr[-4000:]}"
     if "bless gate" in block.text:
         # The gate walkthrough: the manifest landed in the checkout's dir, the gate passed and said so.
         (manifest,) = (tmp_path / "manifests" / "blessed").glob("*.json")

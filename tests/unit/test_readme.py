@@ -1,4 +1,4 @@
-"""The README's exit-code table is generated from bless.errors.EXIT_CODES and must stay in sync."""
+"""docs/reference/exit-codes.md's table is generated from bless.errors.EXIT_CODES and must stay in sync."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 from bless.cli.render import exit_codes_markdown
 from bless.errors import EXIT_CODES, ExitCode
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXIT_CODES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "exit-codes.md"
 
 
-def test_readme_exit_code_table_matches_the_code() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_exit_code_page_matches_the_code() -> None:
+    text = EXIT_CODES_PAGE.read_text(encoding="utf-8")
     start = text.index("<!-- exit-codes:begin -->\n") + len("<!-- exit-codes:begin -->\n")
     end = text.index("<!-- exit-codes:end -->")
     assert text[start:end] == exit_codes_markdown(), "regenerate: bless exit-codes --markdown"

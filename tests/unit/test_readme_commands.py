@@ -1,4 +1,5 @@
-"""Every command block of the README parses against this checkout; the offline ones run for real."""
+"""Every command block of the README and of every page under docs/ parses against this checkout; the offline ones
+run for real."""
 
 from __future__ import annotations
 
@@ -7,16 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import REPO, Block, check_parses, readme_blocks, run_block
+from tests.readme_blocks import PAGES, REPO, Block, all_blocks, check_parses, readme_blocks, run_block
 
-BLOCKS = readme_blocks()
+BLOCKS = all_blocks()
 
 
 def test_the_readme_has_blocks_of_each_kind() -> None:
     assert {block.marker for block in BLOCKS} == {None, "offline", "docker"}
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"README.md:{block.line}" for block in BLOCKS])
+def test_every_page_under_docs_is_read() -> None:
+    """The discovery takes docs/**/*.md: the guides' and concepts' blocks are among those checked."""
+    pages = {path.relative_to(REPO).as_posix() for path in PAGES}
+    assert "README.md" in pages
+    assert {"docs/getting-started.md", "docs/guides/fleet.md", "docs/guides/ci-gate.md", "docs/guides/vllm.md"} <= pages
+    assert {path.relative_to(REPO).as_posix() for path in (REPO / "docs").rglob("*.md")} <= pages
+    with_blocks = {block.page for block in BLOCKS}
+    assert {"README.md", "docs/getting-started.md", "docs/guides/serving.md", "docs/guides/fleet.md"} <= with_blocks
+
+
+def test_a_continued_line_is_one_command() -> None:
+    block = Block(1, None, "# comment\nA=1 bash scripts/main.sh \\\n  --x\nbless list")
+    assert block.commands() == ["A=1 bash scripts/main.sh   --x", "bless list"]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
 def test_every_command_parses(block: Block) -> None:
     before = _checkout_files()
     for line in block.commands():
@@ -32,7 +48,7 @@ def _checkout_files() -> set[str]:
 @pytest.mark.parametrize(
     "block",
     [block for block in BLOCKS if block.marker == "offline"],
-    ids=[f"README.md:{block.line}" for block in BLOCKS if block.marker == "offline"],
+    ids=[block.id for block in BLOCKS if block.marker == "offline"],
 )
 def test_offline_blocks_run(block: Block, tmp_path: Path) -> None:
     result = run_block(block, tmp_path, timeout=300)
@@ -56,7 +72,7 @@ def test_parse_check_catches_what_a_user_would_hit(tmp_path: Path) -> None:
 
 def test_the_venv_is_activated_right_after_the_two_commands() -> None:
     """The README's later lines call bless by name: the block after main.sh / test.sh must put it on PATH."""
-    first, second = BLOCKS[0], BLOCKS[1]
+    first, second = readme_blocks()[0], readme_blocks()[1]
     assert "bash scripts/main.sh" in first.text
     assert second.commands()[0].split("#")[0].split() == ["source", ".venv/bin/activate"]
     assert any(line.startswith("bless ") for line in second.commands())
@@ -66,9 +82,9 @@ def test_the_venv_is_activated_right_after_the_two_commands() -> None:
 
 def test_clean_up_undoes_what_setup_and_the_examples_start() -> None:
     """The Clean up block names a way to stop or remove each thing: registry, dockerd, image, build cache, store."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Clean up\n", 1)[1].split("\n## ", 1)[0]
-    (block,) = [block for block in BLOCKS if block.text in section]
+    page = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    section = page.split("\n## Clean up\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = [block for block in BLOCKS if block.page == "docs/getting-started.md" and block.text in section]
     commands = block.commands()
     for expected in (
         "serve-full stop ",

@@ -475,8 +475,8 @@ def test_aot_load_outside_the_blessed_tree_or_missing_is_drift() -> None:
     assert any("AOT artifact was not loaded" in reason for reason in reasons)
 
 
-def test_readme_version_table_shows_what_is_gpu_proven() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_version_table_shows_what_is_gpu_proven() -> None:
+    text = (REPO / "docs" / "guides" / "vllm.md").read_text()
     table = text[text.index("<!-- vllm-versions:begin -->") : text.index("<!-- vllm-versions:end -->")]
     proven = [v for v in VERSIONS if vllm_versions.all_rules()[v].gpu_proven]
     assert proven, "at least one release is GPU-proven"

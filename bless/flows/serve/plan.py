@@ -275,10 +275,8 @@ def plan(
 ) -> LaunchPlan:
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
-    Order: runtime reachable (50), image present (51), GPU memory where the profile states a need
-    (52), factors and config hash, unsafe debug settings in them (30, allowed with ``debug``),
-    serving container name free (12), manifest (20 with the nearest blessing's diff, 22, 23), blessed
-    files verified (21) and unchanged while verified (43). With ``debug`` no manifest is
+    The order of the refusals is written down once, in docs/concepts/serve-full.md ("Refusals, in
+    order"); unsafe debug settings are allowed with ``debug``. With ``debug`` no manifest is
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
     through (bless's own tests; the serve-full command never sets it).
     """
