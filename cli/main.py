@@ -59,7 +59,6 @@ from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.store import manifest_summary
 from bless.text import shown
-from bless.verify import verify_tree
 
 app = typer.Typer(
     name="bless",
@@ -280,11 +279,10 @@ def verify_command(
     store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
     verdict = trust_check(store, manifest, trust)
-    store.check_permissions(manifest)
     blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
     with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:
-        result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)
+        result = store.verify_blessing(manifest, progress=progress)
     data = {
         "ok": result.ok,
         "config_hash": manifest.config_hash,

@@ -41,7 +41,6 @@ from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, Store
 from bless.text import unicode_safe, xml_safe
-from bless.verify import verify_tree
 
 Status = Literal["blessed", "failed"]
 RuntimeFactory = Callable[[str], Runtime]
@@ -243,10 +242,9 @@ def gate_profile(
         blessed_dir = store.blessed_dir(manifest)
         if blessed_dir.is_dir():
             try:
-                store.check_permissions(manifest)
+                result = store.verify_blessing(manifest)
             except VerifyFailedError as exc:
                 return failed(exc.message, exc, manifest=str(record.path), verified=False)
-            result = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
             verified = result.ok
             if not result.ok:
                 mismatch = VerifyFailedError.from_result(result, blessed_dir, config_hash=config_hash)

@@ -30,7 +30,6 @@ from bless.manifest import Manifest
 from bless.registry import Reference, RegistryClient
 from bless.store import Store
 from bless.trust import metadata_from_dir, target_path
-from bless.verify import verify_tree
 
 __all__ = ["PushResult", "push_blessing"]
 
@@ -96,7 +95,7 @@ def push_blessing(
     """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given)."""
     signing = _signing_metadata(metadata_dir, manifest) if metadata_dir is not None else None
     blessed_dir = store.blessed_dir(manifest)
-    check = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs)
+    check = store.verify_blessing(manifest)
     if not check.ok:
         raise VerifyFailedError.from_result(check, blessed_dir, config_hash=manifest.config_hash)
     artifact = blessing_artifact(manifest)

@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from bless.store.publish import publish as run_publish
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
 from bless.store.trusted_paths import refuse_untrusted_paths
+from bless.verify import ProgressFn, VerifyResult, verify_tree
 
 __all__ = ["Store", "default_root"]
 
@@ -154,6 +155,25 @@ class Store:
         live = self.live(manifest.config_hash)
         checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
         refuse_untrusted_paths(checked, config_hash=manifest.config_hash, root=self.root)
+
+    def verify_blessing(
+        self,
+        manifest: Manifest,
+        *,
+        progress: ProgressFn | None = None,
+        before_hashing: Callable[[Path], None] | None = None,
+    ) -> VerifyResult:
+        """The one check of a blessing (verify, gate --verify, serve-full, push): permissions, then bytes.
+
+        :meth:`check_permissions` first (raising :class:`VerifyFailedError`), then ``before_hashing``
+        with the blessed dir (serve-full stamps its snapshot there), then
+        :func:`~bless.verify.verify_tree` (read-only expected); the caller judges the result.
+        """
+        self.check_permissions(manifest)
+        blessed_dir = self.blessed_dir(manifest)
+        if before_hashing is not None:
+            before_hashing(blessed_dir)
+        return verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)
 
     def under_staging(self, path: Path) -> bool:
         """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""

@@ -661,7 +661,7 @@ def test_internal_error_without_traceback(bless: Invoke, blessed: Manifest, monk
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(cli_main, "verify_tree", boom)
+    monkeypatch.setattr(Store, "verify_blessing", boom)
     result = bless("verify", blessed.config_hash)
     assert result.exit_code == 1  # INTERNAL (a stable number: scripts rely on it)
     assert "internal error: RuntimeError: disk on fire" in result.stderr

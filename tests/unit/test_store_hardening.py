@@ -432,3 +432,19 @@ def test_a_lookup_never_creates_directories_in_the_store(tmp_path: Path) -> None
     root.mkdir()
     assert Store(root, checkout).find(manifest.config_hash) == manifest
     assert list(root.iterdir()) == []  # e.g. root reading a user's store must not leave root-owned dirs
+
+
+def test_push_refuses_a_blessing_whose_tree_is_group_writable(tmp_path: Path) -> None:
+    """Push verifies like verify does: a tree others can replace is refused before any upload."""
+    from bless.flows.push import push_blessing
+    from bless.registry import parse_reference
+
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    tree = store.blessed_dir(manifest)
+    tree.chmod(mode(tree) | stat.S_IWGRP)
+    # Nothing listens there: the refusal must come before any connection.
+    with pytest.raises(VerifyFailedError, match="writable by its group") as info:
+        push_blessing(store, manifest, parse_reference("127.0.0.1:9/caches/tiny:v1"), plain_http=True)
+    assert info.value.exit_code == 21
+    assert info.value.details["reason"] == "store_permissions"

@@ -25,7 +25,7 @@ from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.store import Store, builtin_root
-from bless.verify import VerifyResult, verify_tree
+from bless.verify import VerifyResult
 
 SERVE_PREFIX = "bless-serve-"
 # Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
@@ -334,17 +334,22 @@ def plan(
     blessed_dir: Path | None = None
     if manifest is not None:
         blessed_dir = store.blessed_dir(manifest)
-        store.check_permissions(manifest)
         files = [entry.path for entry in manifest.cache.files]
-        # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
-        # blessed/<hash>/ in full, blessed/ and the store root by identity: the mounted path cannot be
-        # re-pointed by swapping an ancestor away and back (snapshot's docstring says why not more).
-        above = list(blessed_dir.parents)
-        top = above.index(store.root) if store.root in above else 0
-        snapshot = Snapshot.take(
-            blessed_dir, files, manifest.cache.dirs, ancestors=above[:1], identity_only=above[1 : top + 1]
-        )
-        verification = verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, expect_read_only=True)
+        cache_dirs = manifest.cache.dirs
+        snapshots: list[Snapshot] = []
+
+        def stamp(tree: Path) -> None:
+            # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
+            # blessed/<hash>/ in full, blessed/ and the store root by identity: the mounted path cannot be
+            # re-pointed by swapping an ancestor away and back (snapshot's docstring says why not more).
+            above = list(tree.parents)
+            top = above.index(store.root) if store.root in above else 0
+            snapshots.append(
+                Snapshot.take(tree, files, cache_dirs, ancestors=above[:1], identity_only=above[1 : top + 1])
+            )
+
+        verification = store.verify_blessing(manifest, before_hashing=stamp)
+        snapshot = snapshots[0]
         if not verification.ok:
             raise VerifyFailedError.from_result(verification, blessed_dir, config_hash=resolved.config_hash)
         changes = snapshot.changes()
