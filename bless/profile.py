@@ -103,10 +103,22 @@ def load_profile(path: Path) -> Profile:
     except UnicodeDecodeError as exc:
         raise InputInvalidError(f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputInvalidError(f"{path}: not valid TOML: {exc}") from None
+        raise InputInvalidError(f"{path}: not valid TOML: {_toml_problem(exc)}") from None
     except RecursionError:
         raise InputInvalidError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     return profile_from_dict(document, source=path)
+
+
+#: tomllib names a bad character by its repr; these read as words (an escape printed as ``\\n``).
+_TOML_CHARACTERS = {"'\\n'": "a line break", "'\\r'": "a carriage return", "'\\t'": "a tab"}
+
+
+def _toml_problem(exc: tomllib.TOMLDecodeError) -> str:
+    """tomllib's message on one line, with a control character named in words, not escaped."""
+    text = " ".join(str(exc).split("\n"))
+    for escaped, words in _TOML_CHARACTERS.items():
+        text = text.replace(f"character {escaped}", f"character: {words}")
+    return text
 
 
 def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None) -> Profile:

@@ -158,6 +158,14 @@ def test_truncated_inside_a_string(tmp_path):
     assert "not valid TOML" in invalid(write(tmp_path, text[:cut])).message
 
 
+def test_a_string_left_open_at_a_line_end_is_said_in_words(tmp_path):
+    # tomllib says "Illegal character '\\n'": shown escaped, the operator read a literal backslash-n.
+    error = invalid(write(tmp_path, 'name = "reference-tiny\n'))
+    assert "not valid TOML" in error.message
+    assert "\\" not in error.message and "\n" not in error.message
+    assert "line break" in error.message and "line 1" in error.message
+
+
 def test_truncated_at_a_table_boundary_names_the_missing_field(tmp_path):
     # Cut right before [model]: valid TOML, but the required table is gone.
     text = FIXTURE.read_text(encoding="utf-8")
