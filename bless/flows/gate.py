@@ -213,7 +213,8 @@ def gate_profile(
         name = profile.name
         resolved = _resolve(profile, runtimes, notes, hardware)
     except BlessError as exc:
-        return failed(exc.message, exc)
+        # The row names the profile already: "<path>: not valid TOML" would print the path twice.
+        return failed(exc.message.removeprefix(f"{label}: "), exc)
     config_hash = resolved.config_hash
 
     invalid = index.invalid + tuple(r for r in index.unknown if r.error is None)

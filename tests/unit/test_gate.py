@@ -168,6 +168,21 @@ def test_unreadable_profile_is_a_failed_row(store: Store, tmp_path: Path) -> Non
     assert row.status == "failed" and "no such profile file" in row.reason
 
 
+def test_a_bad_profile_is_named_once_in_the_gate_failure(
+    runner: CliRunner, store: Store, profiles: Path, tmp_path: Path
+) -> None:
+    """The row already names the profile: its reason and the summary must not repeat the path."""
+    bless(store, write(profiles, "a.toml"), tmp_path)
+    broken = write(profiles, "broken.toml")
+    broken.write_text('name = "open\n', encoding="utf-8")
+    (row,) = run_gate([broken], store=store).rows
+    assert row.status == "failed" and str(broken) not in row.reason and "not valid TOML" in row.reason
+    result = runner.invoke(app, ["gate", str(broken), "--manifests-dir", str(store.manifests_dir), "--json"])
+    assert result.exit_code == ExitCode.GATE_FAILED
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message.count(str(broken)) == 1, message
+
+
 # --------------------------------------------------------------------------------------------- formats
 
 
