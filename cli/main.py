@@ -340,7 +340,13 @@ def gc_command(
         "forgotten_manifests_dirs": forgotten,
         "dry_run": report.dry_run,
         "actions": [
-            {"path": str(action.path), "reason": action.reason, "bytes": action.bytes} for action in report.actions
+            {
+                "path": str(action.path),
+                "reason": action.reason,
+                "bytes": action.bytes,
+                "interrupted_during": action.interrupted_during,
+            }
+            for action in report.actions
         ],
         "total_bytes": report.total_bytes,
         "notes": list(report.notes),

@@ -365,6 +365,14 @@ def render_gc(console: Console, data: Mapping[str, Any]) -> None:
             table.add_row(cell(action["path"]), cell(action["reason"]), Text(human_bytes(action["bytes"])))
         console.print(table)
         console.print(Text.assemble((verb, "bold"), f" {human_bytes(data['total_bytes'])} in {len(actions)} item(s)"))
+        for action in actions:
+            if action.get("interrupted_during"):
+                removed = "would remove" if data["dry_run"] else "removed"
+                _warn(
+                    console,
+                    f"{removed} the evidence of an interrupted run (during {action['interrupted_during']}): "
+                    f"{action['path']}",
+                )
     else:
         console.print(Text("nothing to collect", style="bold green"))
     for note in data["notes"]:

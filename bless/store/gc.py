@@ -64,6 +64,8 @@ class GcAction:
     path: Path
     reason: str
     bytes: int
+    #: For rejected evidence of an interrupted ``bless run``: the step it was stopped in (no verdict).
+    interrupted_during: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,9 @@ class _Sweep:
     actions: list[GcAction] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def drop(self, path: Path, reason: str, *, point: str, finalize: bool = False) -> None:
+    def drop(
+        self, path: Path, reason: str, *, point: str, finalize: bool = False, interrupted: str | None = None
+    ) -> None:
         """Remove ``path`` (or, with ``finalize``, complete an interrupted reject) and record it.
 
         Never through a symlink (see the module docstring): such a path is noted and left alone.
@@ -202,7 +206,7 @@ class _Sweep:
             except OSError as exc:
                 self.notes.append(f"{path}: could not clean up: {exc.strerror or exc}")
                 return
-        self.actions.append(GcAction(path, reason, size))
+        self.actions.append(GcAction(path, reason, size, interrupted))
 
     def note(self, text: str) -> None:
         """Add a note once (recovery and gc may both come across the same thing)."""
@@ -324,7 +328,19 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
     ]
     evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
     for path in evidence[keep:]:
-        sweep.drop(path, "rejected evidence beyond the newest kept", point="gc-remove")
+        interrupted = _interrupted_during(path)
+        if interrupted is None:
+            sweep.drop(path, "rejected evidence beyond the newest kept", point="gc-remove")
+        else:
+            reason = f"evidence of a run interrupted during {interrupted} (not a rejection) beyond the newest kept"
+            sweep.drop(path, reason, point="gc-remove", interrupted=interrupted)
+
+
+def _interrupted_during(evidence_dir: Path) -> str | None:
+    """The step an interrupted run stopped in, from its ``evidence.json``; None for a real rejection."""
+    record = read_json_object(evidence_dir / "evidence.json") or {}
+    step = record.get("interrupted_during")
+    return step if isinstance(step, str) and step else None
 
 
 def _gc_staging(store: Store, sweep: _Sweep) -> None:

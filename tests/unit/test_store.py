@@ -575,3 +575,38 @@ def test_gc_refuses_while_a_manifest_is_invalid(store: Store) -> None:
     with pytest.raises(ManifestInvalidError):
         store.gc(keep=0)
     assert store.blessed_dir(old).exists()
+
+
+def test_gc_names_the_evidence_of_an_interrupted_run_it_removes(store: Store) -> None:
+    """An interrupted run is filed with the rejections; gc must not remove it without saying so."""
+    from typer.testing import CliRunner
+
+    from bless.cli.main import app
+
+    staged = stage(store, "run1", "a")
+    manifest = make_manifest(staged)
+    store.publish(staged, manifest)
+
+    def reject(run_id: str, interrupted: str | None) -> Path:
+        staged = stage(store, run_id, run_id)
+        evidence = {"interrupted_during": interrupted}
+        return store.reject(
+            staged, config_hash=manifest.config_hash, run_id=run_id, candidate=1, summary_md="x", evidence=evidence
+        )
+
+    stopped = reject("stopped", "trial 2")
+    rejected = reject("bad", None)
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["--root", str(store.root), "gc", "--dry-run"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    assert f"interrupted run (during trial 2): {stopped}" in shown.output
+    assert f"interrupted run (during trial 2): {rejected}" not in shown.output
+
+    result = runner.invoke(app, ["--root", str(store.root), "gc", "--json"])
+    assert result.exit_code == 0, result.output
+    actions = {a["path"]: a for a in json.loads(result.stdout)["actions"]}
+    assert actions[str(stopped)]["interrupted_during"] == "trial 2"
+    assert "interrupted during trial 2" in actions[str(stopped)]["reason"]
+    assert actions[str(rejected)]["interrupted_during"] is None
+    assert not stopped.exists() and not rejected.exists()
