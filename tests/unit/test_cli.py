@@ -1034,3 +1034,15 @@ def test_engines_says_torch_is_not_installed_rather_than_none(vllm: str | None) 
         Console(file=out, width=200), {"engines": [], "local": {**local, "torch_matches_pin": None}}
     )
     assert "torch not installed" in out.getvalue() and "None" not in out.getvalue()
+
+
+def test_the_readme_names_the_columns_bless_list_shows(bless: Invoke, blessed: Manifest) -> None:
+    result = bless("list")
+    assert result.exit_code == 0, result.stderr
+    header = next(line for line in result.stderr.splitlines() if "hash" in line and "engine" in line)
+    shown_columns = [cell.strip() for cell in header.strip("┃│ ").split("┃")]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `bless list` |"))
+    described = row.split("table of blessings:", 1)[1].rstrip("| ")
+    documented = [re.sub(r"\s*\(.*?\)", "", column).strip() for column in described.split(", ")]
+    assert documented == shown_columns
