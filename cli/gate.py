@@ -108,7 +108,7 @@ def gate_command(
     data: dict[str, Any] = report.to_dict()
     if junit is not None:
         data["junit"] = str(junit)
-    failure = gate_failure(report) if not report.ok else None
+    failure = gate_failure(report, defaulted=not profiles) if not report.ok else None
 
     annotations = github_annotations(report)
 

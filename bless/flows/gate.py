@@ -310,13 +310,26 @@ _HINTS: dict[int | None, str] = {
 _OTHER_HINT = "read each failed row's reason above"
 
 
-def gate_failure(report: GateReport) -> GateFailedError:
-    """The refusal for a failed gate, its hint naming what to do for each cause the failed rows show."""
+_DEFAULTED_HINT = (
+    "no profiles were named, so every profiles/*.toml was gated, examples for other machines included: "
+    "name the profiles this checkout blesses (bless gate profiles/a.toml profiles/b.toml ...), "
+    "see docs/guides/ci-gate.md"
+)
+
+
+def gate_failure(report: GateReport, *, defaulted: bool = False) -> GateFailedError:
+    """The refusal for a failed gate, its hint naming what to do for each cause the failed rows show.
+
+    ``defaulted``: no profile was named, so every ``profiles/*.toml`` was gated (examples for other
+    machines included); the hint then says how to name the ones to gate.
+    """
     failed = report.failed
     causes = dict.fromkeys(row.exit_code for row in failed)
     hints = dict.fromkeys(_HINTS.get(cause, _OTHER_HINT) for cause in causes)
     if not failed:
         hints = dict.fromkeys(["pass at least one profile file"])
+    elif defaulted:
+        hints = {_DEFAULTED_HINT: None, **hints}
     return GateFailedError(
         f"{len(failed)} of {len(report.rows)} profile(s) not blessed: "
         + "; ".join(f"{row.profile}: {row.reason.splitlines()[0]}" for row in failed[:5]),

@@ -287,6 +287,24 @@ def test_cli_default_profiles_dir(
     assert runner.invoke(app, ["gate", "--manifests-dir", str(store.manifests_dir)]).exit_code == ExitCode.USAGE
 
 
+def test_cli_default_profiles_say_how_to_name_the_ones_to_gate(
+    runner: CliRunner, store: Store, profiles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """profiles/*.toml may hold examples for other machines: a failure says how to pick the profiles."""
+    bless(store, write(profiles, "a.toml"), tmp_path)
+    write(profiles, "example-gpu.toml", layers=8)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["gate", "--manifests-dir", str(store.manifests_dir), "--json"])
+    assert result.exit_code == ExitCode.GATE_FAILED
+    hint = json.loads(result.stdout)["error"]["hint"]
+    assert "no profiles were named" in hint and "bless gate profiles/a.toml" in hint
+    named = runner.invoke(
+        app, ["gate", "profiles/example-gpu.toml", "--manifests-dir", str(store.manifests_dir), "--json"]
+    )
+    assert named.exit_code == ExitCode.GATE_FAILED
+    assert "no profiles were named" not in json.loads(named.stdout)["error"]["hint"]
+
+
 def test_cli_gate_takes_the_shared_root_and_manifests_dir_options(
     runner: CliRunner, store: Store, profiles: Path, tmp_path: Path
 ) -> None:
