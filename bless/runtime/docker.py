@@ -755,12 +755,7 @@ class DockerRuntime:
         """
         path = path.resolve()
         if os.geteuid() == 0:
-            try:
-                upper_layer.normalize_modes(path)
-            except OSError as exc:
-                raise RuntimeUnavailableError(
-                    f"cannot normalize permissions under {path}: {exc}", hint="check the filesystem"
-                ) from exc
+            upper_layer.normalize_own_tree(path)
             return
         if image is None:
             raise InputInvalidError(
