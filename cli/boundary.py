@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, NoReturn, ParamSpec
 
 import typer
@@ -39,6 +42,22 @@ from bless.cli.common import AppState
 from bless.cli.render import err_console
 from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
 from bless.text import json_safe, shown
+
+
+@contextmanager
+def stop_signals_handled(handler: Callable[[int, FrameType | None], Any]) -> Iterator[None]:
+    """Install ``handler`` for SIGINT and SIGTERM for the ``with`` body; restore the previous ones after.
+
+    Both are installed explicitly: a process started with SIGINT ignored (``bless run ... &`` from a
+    script) inherits the ignore, and Python then never installs its own Ctrl-C handler.
+    """
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
 
 P = ParamSpec("P")
 

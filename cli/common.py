@@ -17,10 +17,9 @@ from bless.errors import NoManifestError, UsageError
 from bless.factors import (
     ResolvedConfig,
     declared_hardware_factor,
-    is_pinned_image_id,
     parse_config_hash,
 )
-from bless.flows.resolve import resolve_profile
+from bless.flows.resolve import image_needs_runtime, resolve_profile
 from bless.manifest import Manifest
 from bless.probes import hardware_factor
 from bless.profile import Profile, load_profile
@@ -177,9 +176,9 @@ def command_store(ctx: typer.Context, *, root: Path | None, manifests_dir: Path 
 def profile_runtime(profile: Profile) -> Runtime | None:
     """A runtime only when one is needed: a Docker image given by tag must be resolved to its ID.
 
-    A pinned ``sha256:`` image ID, or the local runtime, resolves without one (and without Docker).
+    A pinned ``sha256:`` image ID, or the local runtime, resolves without one (:func:`image_needs_runtime`).
     """
-    if profile.runtime_kind == "docker" and not is_pinned_image_id(profile.image):
+    if image_needs_runtime(profile):
         return get_runtime(profile.runtime_kind)
     return None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bless.cli import render
-from bless.cli.boundary import Report, command
+from bless.cli.boundary import Report, command, stop_signals_handled
 from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
 from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
@@ -34,19 +33,14 @@ from bless.trials import trials_for
 def signals_as_interrupt() -> Iterator[None]:
     """Turn SIGINT and SIGTERM into KeyboardInterrupt so a run stops its engines and keeps evidence.
 
-    Both handlers are installed explicitly: a process started with SIGINT ignored (``bless run ... &``
-    from a script) inherits the ignore, and Python then never installs its own Ctrl-C handler.
+    Both handlers are installed explicitly (:func:`stop_signals_handled` says why).
     """
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_signals_handled(raise_interrupt):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class RunProgress:

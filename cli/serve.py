@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bless.cli import boundary, render
-from bless.cli.boundary import Report
+from bless.cli.boundary import Report, stop_signals_handled
 from bless.cli.common import (
     AllowUnknownEngineVersionOption,
     JsonOption,
@@ -88,12 +88,8 @@ class SignalGate:
     @contextmanager
     def installed(self) -> Iterator[SignalGate]:
         """Install the handlers for the ``with`` body; restore the previous ones after."""
-        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with stop_signals_handled(self._handle):
             yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,9 +33,8 @@ from bless.errors import (
 from bless.factors import (
     ResolvedConfig,
     declared_hardware_factor,
-    is_pinned_image_id,
 )
-from bless.flows.resolve import drift_error, resolve_profile
+from bless.flows.resolve import drift_error, image_needs_runtime, resolve_profile
 from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
@@ -161,7 +160,7 @@ def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSp
 def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
     image = profile.image or ""
     image_resolver: Callable[[str], str] | None = None
-    if profile.runtime_kind == "docker" and not is_pinned_image_id(image):
+    if image_needs_runtime(profile):
         try:
             runtime = runtimes.get("docker")
         except BlessError as exc:

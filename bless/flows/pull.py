@@ -63,8 +63,8 @@ from bless.errors import (
 )
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient
-from bless.store import FaultHook, Store, process_alive
-from bless.store.fsutil import NO_SPACE_ERRNOS, full_disk, read_json_object, remove_tree
+from bless.store import FaultHook, Store, staging_owner
+from bless.store.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 
@@ -161,9 +161,7 @@ def _remove_dead_pulls(store: Store) -> None:
     for entry in staging.iterdir():
         if not entry.name.startswith(STAGING_PREFIX) or not entry.is_dir():
             continue
-        owner = read_json_object(entry / ".owner")
-        # No owner record: not provably dead; gc's age rule handles it.
-        if owner is not None and process_alive(owner) is False:
+        if staging_owner(entry).dead:
             remove_tree(entry)
 
 

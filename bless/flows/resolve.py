@@ -17,12 +17,21 @@ from bless.factors import (
     ResolvedConfig,
     change_to_dict,
     diff_factors,
+    is_pinned_image_id,
     resolve,
 )
 from bless.manifest import Manifest, factor_field
 from bless.probes import hardware_factor, probe_python_environment, read_model_dir, revision_lookup
 from bless.profile import Profile
 from bless.store import Store
+
+
+def image_needs_runtime(profile: Profile) -> bool:
+    """Whether resolving ``profile`` needs a runtime: a Docker image given by tag must be resolved to its ID.
+
+    A pinned ``sha256:`` image ID, or the local runtime, resolves without one (and without Docker).
+    """
+    return profile.runtime_kind == "docker" and not is_pinned_image_id(profile.image)
 
 
 def resolve_profile(

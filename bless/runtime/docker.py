@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from docker import DockerClient
     from docker.models.containers import Container
+    from docker.models.volumes import Volume
 
 _HINT_DAEMON = (
     "start the Docker Engine (scripts/ensure-docker.sh, or `sudo systemctl start docker`), "
@@ -184,12 +185,39 @@ def _check_overlay_path(path: Path, role: str) -> None:
         )
 
 
-def _stop_and_remove(container: Container, timeout_s: int = 10) -> None:
-    """Stop ``container`` if it runs (SIGTERM, SIGKILL after ``timeout_s``), then remove it."""
-    container.reload()
-    if container.attrs.get("State", {}).get("Running"):
-        container.stop(timeout=timeout_s)
-    container.remove()
+def _remove(thing: Container | Volume, *, in_use: BlessError | Literal["keep"] | None = None) -> bool:
+    """Remove a container or volume: True when removed, False when it was gone already (NotFound).
+
+    A 409 (a running container, a volume in use) raises ``in_use`` when that is an error, is kept
+    (False) with ``"keep"``, and otherwise is raised as it is (``_daemon`` makes it unavailable).
+    """
+    docker = _docker_module()
+    try:
+        thing.remove()
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if _status_code(exc) != 409 or in_use is None:
+            raise
+        if in_use == "keep":
+            return False
+        raise in_use from exc
+    return True
+
+
+def _stop_and_remove(container: Container, timeout_s: int = 10) -> bool:
+    """Stop ``container`` if it runs (SIGTERM, SIGKILL after ``timeout_s``), then remove it.
+
+    False when it was gone already: NotFound while stopping or removing.
+    """
+    docker = _docker_module()
+    try:
+        container.reload()
+        if container.attrs.get("State", {}).get("Running"):
+            container.stop(timeout=timeout_s)
+    except docker.errors.NotFound:
+        return False
+    return _remove(container)
 
 
 def device_requests(spec: ContainerSpec) -> list[Any]:
@@ -348,15 +376,11 @@ class DockerRuntime:
                 f"a Docker volume named {volume_name!r} exists WITHOUT our labels; bless will not touch it",
                 hint=f"remove it yourself (docker volume rm {volume_name}) if it is safe, then retry",
             )
-        try:
-            volume.remove()
-        except docker.errors.APIError as exc:
-            if _status_code(exc) == 409:
-                raise ContainerConflictError(
-                    f"overlay volume {volume_name!r} of ours is still used by a container",
-                    hint="stop and remove that container first (leftovers of ours can be cleaned up)",
-                ) from exc
-            raise
+        in_use = ContainerConflictError(
+            f"overlay volume {volume_name!r} of ours is still used by a container",
+            hint="stop and remove that container first (leftovers of ours can be cleaned up)",
+        )
+        _remove(volume, in_use=in_use)
 
     def _remove_volumes(self, names: list[str]) -> None:
         """Remove overlay volumes we created; never one without our labels. Best effort."""
@@ -369,7 +393,7 @@ class DockerRuntime:
                 except docker.errors.NotFound:
                     continue
                 if bless_labels.is_ours(volume.attrs.get("Labels") or {}):
-                    volume.remove()
+                    _remove(volume)
 
     def start(self, spec: ContainerSpec) -> Started:
         """Create and start a container for ``spec``; see the module docstring for the rules.
@@ -585,21 +609,14 @@ class DockerRuntime:
         The upper layers on the host stay: the caller keeps them as evidence or deletes them.
         A running container is a ContainerConflictError: stop it first.
         """
-        docker = _docker_module()
         container = self._container(started)
         if container is not None:
+            in_use = ContainerConflictError(
+                f"container {started.name!r} is still running; it must be stopped before removal",
+                hint="stop it first (bless never force-removes)",
+            )
             with _daemon(f"removing container {started.name}"):
-                try:
-                    container.remove()
-                except docker.errors.NotFound:
-                    pass
-                except docker.errors.APIError as exc:
-                    if _status_code(exc) == 409:
-                        raise ContainerConflictError(
-                            f"container {started.name!r} is still running; it must be stopped before removal",
-                            hint="stop it first (bless never force-removes)",
-                        ) from exc
-                    raise
+                _remove(container, in_use=in_use)
         self._remove_volumes(
             [overlay_volume_name(started.spec.name, index) for index, _ in _overlay_mounts(started.spec)]
         )
@@ -705,13 +722,10 @@ class DockerRuntime:
         Returns the names of the containers removed. Unlabeled containers and volumes are
         never touched, whatever their names.
         """
-        docker = _docker_module()
         removed: list[str] = []
         for container in self._ours(labels):
             with _daemon(f"cleaning up container {container.name}"):
-                try:
-                    _stop_and_remove(container)
-                except docker.errors.NotFound:
+                if not _stop_and_remove(container):
                     continue
             removed.append(str(container.name))
         client = self._client
@@ -727,14 +741,7 @@ class DockerRuntime:
             if not bless_labels.is_ours(volume_labels) or any(volume_labels.get(k) != v for k, v in labels.items()):
                 continue
             with _daemon(f"removing volume {volume.name}"):
-                try:
-                    volume.remove()
-                except docker.errors.NotFound:
-                    continue
-                except docker.errors.APIError as exc:
-                    if _status_code(exc) == 409:
-                        continue  # in use after all (a racing start): not a leftover
-                    raise
+                _remove(volume, in_use="keep")  # in use after all (a racing start): not a leftover
         return removed
 
     # -- permissions ----------------------------------------------------------------
@@ -748,12 +755,7 @@ class DockerRuntime:
         """
         path = path.resolve()
         if os.geteuid() == 0:
-            try:
-                upper_layer.normalize_modes(path)
-            except OSError as exc:
-                raise RuntimeUnavailableError(
-                    f"cannot normalize permissions under {path}: {exc}", hint="check the filesystem"
-                ) from exc
+            upper_layer.normalize_own_tree(path)
             return
         if image is None:
             raise InputInvalidError(

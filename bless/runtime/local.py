@@ -677,9 +677,4 @@ class LocalRuntime:
     def normalize_ownership(self, path: Path, *, image: str | None) -> None:
         """The engine ran as us, so its files are ours: ``chmod -R u+rwX,go+rX`` is enough."""
         del image
-        try:
-            upper_layer.normalize_modes(path)
-        except OSError as exc:
-            raise RuntimeUnavailableError(
-                f"cannot normalize permissions under {path}: {exc}", hint="check the filesystem"
-            ) from exc
+        upper_layer.normalize_own_tree(path)

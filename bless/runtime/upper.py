@@ -185,6 +185,19 @@ def normalize_modes(root: Path) -> None:
             fix(here / name)
 
 
+def normalize_own_tree(root: Path) -> None:
+    """:func:`normalize_modes` on a tree that is ours already; failing is :class:`RuntimeUnavailableError`.
+
+    How both runtimes normalize a tree whose files this process owns (a local engine's, or any as root).
+    """
+    try:
+        normalize_modes(root)
+    except OSError as exc:
+        raise RuntimeUnavailableError(
+            f"cannot normalize permissions under {root}: {exc}", hint="check the filesystem"
+        ) from exc
+
+
 def combine(per_mount: list[tuple[str, list[UpperEntry]]]) -> list[UpperEntry]:
     """Merge the entries of several mounts given as ``(target, entries)`` pairs.
 

@@ -44,7 +44,7 @@ the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no
 from bless.store.facade import Store, builtin_root, default_root
 from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
 from bless.store.fsutil import TMP_MARK, atomic_write_bytes
-from bless.store.gc import GcAction, GcReport
+from bless.store.gc import GcAction, GcReport, StagingOwner, staging_owner
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
 from bless.store.procid import process_alive, process_identity
@@ -62,6 +62,7 @@ __all__ = [
     "ManifestIndex",
     "ManifestRecord",
     "PublishResult",
+    "StagingOwner",
     "Store",
     "atomic_write_bytes",
     "builtin_root",
@@ -69,4 +70,5 @@ __all__ = [
     "manifest_summary",
     "process_alive",
     "process_identity",
+    "staging_owner",
 ]

@@ -20,7 +20,7 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bless.errors import InputInvalidError
 from bless.factors import CONFIG_HASH, is_config_hash
@@ -42,7 +42,17 @@ from bless.store.procid import process_alive
 if TYPE_CHECKING:
     from bless.store.facade import Store
 
-__all__ = ["RUN_LOGS_MAX_AGE_S", "RUN_RECORD", "STALE_S", "GcAction", "GcReport", "gc", "recover"]
+__all__ = [
+    "RUN_LOGS_MAX_AGE_S",
+    "RUN_RECORD",
+    "STALE_S",
+    "GcAction",
+    "GcReport",
+    "StagingOwner",
+    "gc",
+    "recover",
+    "staging_owner",
+]
 
 # A leftover we cannot attribute to a process (no owner record) is only removed once it is this old,
 # so that we never race its creator.
@@ -148,6 +158,27 @@ def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
     return found
 
 
+@dataclass(frozen=True)
+class StagingOwner:
+    """Who a staging dir belongs to, from its ``.owner`` record, and whether that run is dead."""
+
+    #: The ``.owner`` record (pid, host, ...); None where there is none (or it cannot be read).
+    record: dict[str, Any] | None
+    #: Whether the owner process runs: None where it cannot be told here (another host, no record).
+    alive: bool | None
+    #: The run is dead and its staging dir may be removed: its owner is provably gone, or it has
+    #: no owner record and has been untouched for over :data:`STALE_S`.
+    dead: bool
+
+
+def staging_owner(path: Path) -> StagingOwner:
+    """The owner of the staging dir ``path``, and whether its run is dead (the one rule for it)."""
+    record = read_json_object(path / OWNER_FILE)
+    alive = process_alive(record) if record is not None else None
+    dead = alive is False or (record is None and age_s(path) > STALE_S)
+    return StagingOwner(record=record, alive=alive, dead=dead)
+
+
 def _staging_debris(store: Store) -> list[tuple[Path, str]]:
     """Half-created staging dirs (``.new-*``) whose creator is gone."""
     found: list[tuple[Path, str]] = []
@@ -155,9 +186,7 @@ def _staging_debris(store: Store) -> list[tuple[Path, str]]:
         if not entry.name.startswith(NEW_STAGING_PREFIX):
             continue
         path = Path(entry.path)
-        owner = read_json_object(path / OWNER_FILE)
-        alive = process_alive(owner) if owner is not None else None
-        if alive is False or (alive is None and owner is None and age_s(path) > STALE_S):
+        if staging_owner(path).dead:
             found.append((path, "half-created staging dir of a run that is gone"))
     return found
 
@@ -350,16 +379,15 @@ def _gc_staging(store: Store, sweep: _Sweep) -> None:
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path)
-        owner = read_json_object(path / OWNER_FILE)
-        alive = process_alive(owner) if owner is not None else None
-        if alive is False:
-            assert owner is not None
+        verdict = staging_owner(path)
+        owner = verdict.record
+        if verdict.dead and owner is not None:
             sweep.drop(
                 path, f"staging of a run that is not running (pid {owner.get('pid')} is gone)", point="gc-remove"
             )
-        elif owner is None and age_s(path) > STALE_S:
+        elif verdict.dead:
             sweep.drop(path, "staging dir without an owner record, untouched for over an hour", point="gc-remove")
-        elif alive is None and owner is not None:
+        elif verdict.alive is None and owner is not None:
             sweep.notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
 
 

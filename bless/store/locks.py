@@ -23,7 +23,7 @@ from bless.store.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, full_d
 from bless.store.layout import check_hash
 from bless.store.procid import process_alive, process_identity
 
-__all__ = ["HashLocks", "blocking_file_lock", "lock_refusal"]
+__all__ = ["HashLocks", "blocking_file_lock", "lock_refusal", "open_file_lock"]
 
 # Locks this process holds, per thread. A second FileLock on the same file from the same thread
 # would otherwise contend with itself.
@@ -31,13 +31,13 @@ _HELD: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
 
 
-def lock_refusal(path: Path, exc: OSError) -> BlessError:
+def lock_refusal(path: Path, exc: OSError, *, what: str = "lock") -> BlessError:
     """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock).
 
     A full disk or a read-only file system is that refusal instead (:class:`NoSpaceError`): what the
     user must do is make room or remount, not fix permissions.
     """
-    no_space = full_disk_error(exc, f"cannot create the lock {path}")
+    no_space = full_disk_error(exc, f"cannot create the {what} {path}")
     if no_space is not None:
         return no_space
     try:
@@ -46,16 +46,35 @@ def lock_refusal(path: Path, exc: OSError) -> BlessError:
         mode = stat.S_IFREG  # missing: the directory is what cannot be written
     if not stat.S_ISREG(mode):
         kind = "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file"
-        message = f"the lock {path} is {kind}, not a lock file bless made, so it is not used"
+        message = f"the {what} {path} is {kind}, not a lock file bless made, so it is not used"
         hint = f"remove {path} (bless recreates it), and find out who put it there"
     else:
-        message = f"cannot take the lock {path}: {exc.strerror or exc}"
+        message = f"cannot take the {what} {path}: {exc.strerror or exc}"
         hint = (
             f"run as a user who can write {path.parent} (every writer, and gc even with --dry-run, takes the "
             "store's locks so that what it reads does not change under it)"
         )
     # The store is unusable here, not a blessed tree that fails verification: its own code (17).
     return StoreUnavailableError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
+
+
+def open_file_lock(path: Path, *, timeout: float = -1.0, what: str = "lock") -> FileLock:
+    """Take the flock at ``path`` (waiting at most ``timeout`` seconds, negative: forever) and return it.
+
+    The caller releases it. A lock held past ``timeout`` is filelock's :class:`Timeout`, left to the
+    caller, who knows what a held lock means there.
+
+    Raises:
+        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`, naming it ``what``).
+    """
+    flock = FileLock(str(path), mode=FILE_MODE)
+    try:
+        flock.acquire(timeout=timeout)
+    except Timeout:  # a TimeoutError, hence an OSError: handled first
+        raise
+    except OSError as exc:
+        raise lock_refusal(path, exc, what=what) from exc
+    return flock
 
 
 @contextmanager
@@ -67,11 +86,7 @@ def blocking_file_lock(path: Path) -> Iterator[None]:
     Raises:
         StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`).
     """
-    flock = FileLock(str(path), mode=FILE_MODE)
-    try:
-        flock.acquire()  # waits forever: never a Timeout
-    except OSError as exc:
-        raise lock_refusal(path, exc) from exc
+    flock = open_file_lock(path)  # waits forever: never a Timeout
     try:
         yield
     finally:
@@ -124,13 +139,10 @@ class HashLocks:
             limit = -1.0  # filelock: negative = wait forever
         else:
             limit = max(0.0, float(timeout))
-        flock = FileLock(str(path), mode=FILE_MODE)
         try:
-            flock.acquire(timeout=limit)
-        except Timeout:  # a TimeoutError, hence an OSError: handled first
+            flock = open_file_lock(path, timeout=limit)
+        except Timeout:
             raise self._held_error(config_hash, waited=limit if wait else None) from None
-        except OSError as exc:
-            raise lock_refusal(path, exc) from exc
         holder = self.holder_path(config_hash)
         try:
             with _HELD_GUARD:

@@ -13,9 +13,10 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
-from bless.errors import ContainerConflictError, StoreUnavailableError
+from bless.errors import ContainerConflictError
 from bless.store import Store
-from bless.store.fsutil import FILE_MODE, ensure_dir, full_disk_error
+from bless.store.fsutil import ensure_dir
+from bless.store.locks import lock_refusal, open_file_lock
 
 __all__ = ["StartingLock"]
 
@@ -26,33 +27,28 @@ class StartingLock:
     def __init__(self, store: Store, name: str) -> None:
         self.name = name
         self.path = store.paths.locks / f"serve-{name}.lock"
-        self._lock = FileLock(str(self.path), mode=FILE_MODE)
-        self._held = False
+        self._lock: FileLock | None = None
 
     def __enter__(self) -> StartingLock:
         try:
             ensure_dir(self.path.parent)
-            self._lock.acquire(timeout=0)
-        except Timeout:  # a TimeoutError, hence an OSError: handled first
+        except OSError as exc:
+            raise lock_refusal(self.path, exc, what="start lock") from exc
+        try:
+            self._lock = open_file_lock(self.path, timeout=0, what="start lock")
+        except Timeout:  # held: another start of this name, a conflict (12), not a store fault
             raise ContainerConflictError(
                 f"another serve-full is starting {self.name!r} right now (it holds {self.path})",
                 hint=f"wait for it to finish starting; then use it, or stop it with serve-full stop {self.name}",
                 details={"name": self.name, "lock": str(self.path)},
             ) from None
-        except OSError as exc:
-            refusal = full_disk_error(exc, f"taking the start lock {self.path} failed")
-            raise refusal or StoreUnavailableError(
-                f"taking the start lock {self.path} failed: {exc.strerror or exc}",
-                hint="check that the store root and its locks/ are directories this user can write",
-            ) from exc
-        self._held = True
         return self
 
     def release(self) -> None:
         """Let the next start of this name go ahead (the running engine now holds the name)."""
-        if self._held:
-            self._held = False
-            self._lock.release()
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.release()
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
