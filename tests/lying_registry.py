@@ -44,6 +44,9 @@ class LyingRegistry:
         self.lies = list(lies)
         self.used: dict[int, int] = {}
         self.sent = 0
+        #: The most one reply sent: the kernel's socket buffers take a few MiB of every reply nobody reads,
+        #: so a client that reads several replies only partly (pull, then push) sums past one reply's bound.
+        self.largest_reply = 0
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -52,9 +55,10 @@ class LyingRegistry:
     def ref(self, repository: str) -> str:
         return f"{self.host}/{repository}"
 
-    def count(self, size: int) -> None:
+    def count(self, size: int, reply_so_far: int = 0) -> None:
         with self.lock:
             self.sent += size
+            self.largest_reply = max(self.largest_reply, reply_so_far)
 
     def lie_for(self, method: str, path: str) -> Lie | None:
         with self.lock:
@@ -141,7 +145,7 @@ def endless(
         while sent < SAFETY_LIMIT:
             handler.wfile.write(_CHUNK)
             sent += len(_CHUNK)
-            lying.count(len(_CHUNK))
+            lying.count(len(_CHUNK), sent)
 
     return answer
 
@@ -158,7 +162,7 @@ def declared(size: int, status: int = 200) -> Callable[[LyingRegistry, BaseHTTPR
         while sent < min(size, SAFETY_LIMIT):
             handler.wfile.write(_CHUNK)
             sent += len(_CHUNK)
-            lying.count(len(_CHUNK))
+            lying.count(len(_CHUNK), sent)
 
     return answer
 
