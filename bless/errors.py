@@ -51,6 +51,7 @@ class ExitCode(IntEnum):
     CACHE_CHANGED = 43
     ENGINE_FAILED = 44
     CACHE_NOT_USED = 45
+    NOT_SERVING = 46
     RUNTIME_UNAVAILABLE = 50
     IMAGE_MISSING = 51
     INSUFFICIENT_GPU = 52
@@ -296,6 +297,15 @@ class CacheNotUsedError(BlessError):
     exit_code = ExitCode.CACHE_NOT_USED
     title = "blessed cache not used"
     meaning = "serve-full: the engine did not load the blessed cache (it compiled or keyed it anew)"
+
+
+class NotServingError(BlessError):
+    exit_code = ExitCode.NOT_SERVING
+    title = "not serving"
+    meaning = (
+        "serve-full ready: no canary-checked engine serves this profile here (not started yet, stopping, "
+        "or its engine does not answer); the readiness probe's failure"
+    )
 
 
 class RuntimeUnavailableError(BlessError):

@@ -18,14 +18,17 @@ and with ``--json`` also as the same JSON error document a :class:`~bless.errors
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn, ParamSpec
 
@@ -97,8 +100,45 @@ def command(body: Callable[P, Report]) -> Callable[P, None]:
     return run
 
 
+#: Where a failure's reason also goes, for whoever watches the process from outside: Kubernetes shows
+#: the file named by a container's ``terminationMessagePath`` (``/dev/termination-log``) in
+#: ``kubectl describe pod``. The rendered manifests set it; unset, nothing is written.
+TERMINATION_LOG_ENV = "BLESS_TERMINATION_LOG"
+#: Kubernetes keeps at most 4096 bytes of a termination message.
+TERMINATION_LOG_MAX = 4096
+
+
+def write_termination_log(code: int, title: str, message: str, hint: str | None) -> None:
+    """Write ``exit CODE (title): message`` and the hint to ``$BLESS_TERMINATION_LOG``, if set.
+
+    Best effort by design: the message is a copy of what stderr already said, so a path that cannot be
+    written is ignored rather than turned into a second failure.
+    """
+    path = os.environ.get(TERMINATION_LOG_ENV)
+    if not path:
+        return
+    text = f"bless exit {code} ({title}): {message}"
+    if hint:
+        text += f"\nWhat to do: {hint}"
+    data = text.encode("utf-8", errors="replace")
+    if len(data) > TERMINATION_LOG_MAX:
+        data = data[: TERMINATION_LOG_MAX - 4] + b"\n..."
+    with contextlib.suppress(OSError):
+        Path(path).write_bytes(data)
+
+
 def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> int:
-    """Run ``body``, write its output, and return the process exit code."""
+    """Run ``body``, write its output, and return the process exit code.
+
+    A failure's reason is also written to ``$BLESS_TERMINATION_LOG`` when it is set.
+    """
+    code, failure = _execute(body, json_output=json_output, verbose=verbose)
+    if failure is not None:
+        write_termination_log(code, failure.title, failure.message, failure.hint)
+    return code
+
+
+def _execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> tuple[int, BlessError | None]:
     console = err_console()
     report: Report | None = None
     try:
@@ -113,15 +153,16 @@ def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> 
         err: BlessError = InterruptedByUserError(
             "stopped by Ctrl-C", hint="run the command again to finish; the store never shows a half blessing"
         )
-        return _fail(console, err, json_output=json_output, verbose=False)
+        return _fail(console, err, json_output=json_output, verbose=False), err
     except BlessError as exc:
-        return _fail(console, exc, json_output=json_output, verbose=verbose)
+        return _fail(console, exc, json_output=json_output, verbose=verbose), exc
     except Exception as exc:
-        return _internal(console, exc, json_output=json_output, verbose=verbose)
+        code = _internal(console, exc, json_output=json_output, verbose=verbose)
+        return code, BlessError(f"{type(exc).__name__}: {exc}", hint=INTERNAL_HINT)
     if report.failure is not None:
         print_diagnostics(console, report.failure, verbose=verbose)
-        return int(report.failure.exit_code)
-    return int(ExitCode.OK)
+        return int(report.failure.exit_code), report.failure
+    return int(ExitCode.OK), None
 
 
 def document(data: Mapping[str, Any], failure: BlessError | None = None) -> dict[str, Any]:
@@ -210,8 +251,10 @@ def run_app(app: typer.Typer, args: list[str], *, prog_name: str, obj: object | 
         code = app(args=args, prog_name=prog_name, obj=obj, standalone_mode=False)
     except ClickException as exc:
         exc.show()  # unchanged for humans: the usage line, the try-help line and the error
+        refusal = _click_error(exc, prog_name)
         if "--json" in args:
-            emit_json(document({}, _click_error(exc, prog_name)), lenient=True)
+            emit_json(document({}, refusal), lenient=True)
+        write_termination_log(exc.exit_code, refusal.title, refusal.message, refusal.hint)
         sys.exit(exc.exit_code)
     except typer.Abort:
         # What standalone click does for an aborted prompt (bless has none; kept for completeness).

@@ -18,6 +18,7 @@ and the serving lease.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import threading
@@ -129,7 +130,8 @@ def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
             ("canary", f"{plan['golden_prompts']} golden prompt(s)"),
         ]
     if mount is not None:
-        rows.append(("mount", f"{mount['kind']}: {mount['source']} -> {mount['target']} (read-only lower)"))
+        rows.append(("mount", f"{mount['kind']}: {mount['source']} -> {mount['target']}"))
+        rows.append(("presented as", mount["presented_as"]))
         if mount.get("upper_dir"):
             rows.append(("upper layer", str(mount["upper_dir"])))
     else:
@@ -220,8 +222,16 @@ def _serve(
     keep_upper: bool,
     source: FleetSource,
     allow_unknown_engine_version: bool = False,
+    listen_host: str | None = None,
+    listen_port: int | None = None,
 ) -> Report:
     loaded = load_profile(profile)
+    # Where the engine is published is the operator's to choose (never hashed): a pod listens on its own addresses.
+    loaded = dataclasses.replace(
+        loaded,
+        serving_host=listen_host if listen_host is not None else loaded.serving_host,
+        serving_port=listen_port if listen_port is not None else loaded.serving_port,
+    )
     store = Store(root if root is not None else default_root(), manifests_dir)
     runtime = get_runtime(loaded.runtime_kind)
     adapter = get_adapter(loaded.engine)
@@ -328,6 +338,19 @@ def serve_full(
         bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
     ] = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
+    listen_host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help="Publish the engine on this address instead of the profile's serving.host (0.0.0.0 in a pod).",
+        ),
+    ] = None,
+    listen_port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
+        ),
+    ] = None,
     from_ref: Annotated[
         str | None,
         typer.Option(
@@ -367,6 +390,8 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
+        listen_host=listen_host,
+        listen_port=listen_port,
         source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)
@@ -420,20 +445,74 @@ def stop(
     raise typer.Exit(code)
 
 
-def command_for(args: list[str]) -> tuple[typer.Typer, list[str]]:
-    """The app that handles ``args`` and its arguments: ``stop NAME ...`` is the one subcommand.
+# --------------------------------------------------------------------------------------------
+# serve-full ready NAME
 
-    serve-full itself takes only options, so a first argument ``stop`` cannot mean anything else.
+ready_app = typer.Typer(
+    name="serve-full ready",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Succeed only while a canary-checked engine serves NAME (a readiness probe).",
+)
+
+
+def render_ready(console: Console, data: Mapping[str, Any]) -> None:
+    """One line: what serves, where, since when."""
+    console.print(
+        Text.assemble(
+            ("ready ", "bold green"),
+            shown(f"{data['name']}: {data['host']}:{data['port']}, canary {data['canary']}, since {data['since']}"),
+        )
+    )
+
+
+def _ready(name: str, root: Path | None, accept_skipped_canary: bool) -> Report:
+    store = Store(root if root is not None else default_root())
+    record = serve.check_ready(store, name, accept_skipped_canary=accept_skipped_canary)
+    return Report(record.to_dict(), render_ready)
+
+
+@ready_app.command()
+def ready(
+    name: Annotated[str, typer.Argument(help="The profile's name.")],
+    root: RootOption = None,
+    accept_skipped_canary: Annotated[
+        bool,
+        typer.Option("--no-canary", help="Also count a serve started with --no-canary as ready (not proven)."),
+    ] = False,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Exit 0 only while serve-full serves NAME from this store with its canary passed, its serving process
+    alive and its engine answering; else exit 46 (not serving) saying why. For exec readiness probes:
+    no traffic reaches an engine that was not verified and canary-checked.
     """
-    if args[:1] == ["stop"]:
-        return stop_app, args[1:]
+    code = boundary.execute(
+        partial(_ready, name, root, accept_skipped_canary), json_output=json_output, verbose=verbose
+    )
+    raise typer.Exit(code)
+
+
+#: serve-full's subcommands: serve-full itself takes only options, so a first argument naming one of
+#: these cannot mean anything else.
+SUBCOMMANDS = {"stop": stop_app, "ready": ready_app}
+
+
+def command_for(args: list[str]) -> tuple[typer.Typer, list[str]]:
+    """The app that handles ``args`` and its arguments: ``stop NAME ...`` and ``ready NAME ...`` are subcommands."""
+    chosen = SUBCOMMANDS.get(args[0]) if args else None
+    if chosen is not None:
+        return chosen, args[1:]
     return app, args
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``serve-full`` console script (``serve-full stop NAME`` is the one subcommand)."""
-    chosen, args = command_for(sys.argv[1:] if argv is None else argv)
-    boundary.run_app(chosen, args, prog_name="serve-full stop" if chosen is stop_app else "serve-full")
+    """Entry point of the ``serve-full`` console script (``stop NAME`` and ``ready NAME`` are its subcommands)."""
+    args = sys.argv[1:] if argv is None else argv
+    chosen, rest = command_for(args)
+    prog_name = f"serve-full {args[0]}" if chosen is not app else "serve-full"
+    boundary.run_app(chosen, rest, prog_name=prog_name)
 
 
 if __name__ == "__main__":

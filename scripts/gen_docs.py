@@ -69,7 +69,11 @@ def cli_reference() -> str:
     sections = [
         *_app_sections(bless_main.app, "bless"),
         *_app_sections(serve_main.app, "serve-full"),
-        *_app_sections(serve_main.stop_app, "serve-full stop"),
+        *(
+            section
+            for name, sub_app in serve_main.SUBCOMMANDS.items()
+            for section in _app_sections(sub_app, f"serve-full {name}")
+        ),
     ]
     index = "\n".join(f"- [`{path}`](#{path.replace(' ', '-')})" for path, _ in sections)
     parts = [HEADER, index + "\n"]

@@ -289,6 +289,7 @@ class FakeRuntime:
     """A :class:`~bless.runtime.base.Runtime` in memory whose engines are in-process HTTP servers (module docstring)."""
 
     kind: Literal["docker", "local"] = "docker"
+    copies_mounts = False
 
     def __init__(
         self,

@@ -268,8 +268,14 @@ class EngineAdapter(Protocol):
         """
         ...
 
-    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
+    def launch(
+        self, resolved: ResolvedConfig, *, port: int, debug: bool = False, host: str = "127.0.0.1"
+    ) -> EngineLaunch:
         """argv + env that start the engine with its cache at ``cache_mount_path``.
+
+        ``host``: the address a local-runtime engine listens on (serve-full in a pod listens on the pod's
+        addresses, ``0.0.0.0``); a Docker engine always listens on ``0.0.0.0`` inside its container.
+        Never hashed: where an engine listens changes nothing it compiles.
 
         Built from ``resolved.factors`` (serve arguments, model, runtime) and ``resolved.engine_env()``,
         never from the profile's raw values, so what runs is what was hashed.

@@ -148,7 +148,9 @@ class ReferenceAdapter:
             found.append(UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless"))
         return found
 
-    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
+    def launch(
+        self, resolved: ResolvedConfig, *, port: int, debug: bool = False, host: str = "127.0.0.1"
+    ) -> EngineLaunch:
         """argv + env from the hashed serve arguments and the env resolution captured (never the raw profile)."""
         profile = resolved.profile
         serve = _serve_factor(resolved)
@@ -161,7 +163,7 @@ class ReferenceAdapter:
                 "-m",
                 "bless.engines.reference_engine",
                 "--host",
-                "127.0.0.1",
+                host,
             )
             env = {"PYTHONPATH": str(Path(bless.__file__).resolve().parent.parent)}
         command = [

@@ -126,7 +126,7 @@ def engine_spec(
     else:
         port = runtime.engine_port(DEFAULT_ENGINE_PORT)
     profile = resolved.profile
-    launch = adapter.launch(resolved, port=port, debug=debug)
+    launch = adapter.launch(resolved, port=port, debug=debug, host=host_ip)
     env = {
         **launch.env,
         **compile_env(resolved, adapter.cache_mount_path if cache_mount else ENGINE_TMP),

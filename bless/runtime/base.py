@@ -7,7 +7,7 @@ bless run and serve-full only see this protocol, which is also what unit tests f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -27,12 +27,19 @@ class Mount:
     a fresh, empty directory of this start alone (its HOME, its temp dir), writable at ``target``;
     after the stop, whatever the engine wrote there is in ``source`` whatever the runtime (the local
     runtime's copy mode moves it back), for the caller to judge.
+
+    ``check_copy``: a runtime that cannot mount (the local runtime's copy mode) presents ``ro`` and
+    ``overlay`` mounts as a writable copy at ``target``; it calls this with the copy's path after
+    copying and before the engine starts, and a raise refuses the start (the copy is removed). Serving
+    uses it to verify the copy byte for byte against the manifest: the engine reads the copy, not the
+    verified original. Runtimes that mount never call it.
     """
 
     kind: MountKind
     source: Path
     target: str
     scratch: Path | None = None
+    check_copy: Callable[[Path], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,14 @@ class Runtime(Protocol):
     """What bless run and serve-full need from a place that runs engines."""
 
     kind: Literal["docker", "local"]
+
+    @property
+    def copies_mounts(self) -> bool:
+        """True when read-only and overlay mounts are presented as writable copies (the local runtime
+        without a mount namespace: a pod without CAP_SYS_ADMIN, a user who is not root). Such a runtime
+        calls :attr:`Mount.check_copy` on each copy before the engine starts.
+        """
+        ...
 
     def ping(self) -> None:
         """Raise RuntimeUnavailableError unless the runtime can start engines now."""

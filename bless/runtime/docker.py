@@ -250,6 +250,7 @@ class DockerRuntime:
 
     # The protocol's attribute type, so DockerRuntime is a Runtime (attributes are invariant).
     kind: Literal["docker", "local"] = "docker"
+    copies_mounts = False  # Docker mounts: read-only and overlay are enforced by the kernel
 
     def __init__(self, base_url: str | None = None, *, timeout_s: int = 120, init: bool = True) -> None:
         self._base_url = base_url

@@ -28,6 +28,7 @@ death by signal N is reported as 128 + N (SIGTERM 143, SIGKILL 137).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import shutil
@@ -91,13 +92,33 @@ def _normalized_exit(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+@functools.cache
 def _mount_namespace_possible() -> bool:
-    return (
+    """Root on Linux with unshare(1) and mount(8), and a private mount namespace can really be made.
+
+    Being root is not enough: in a container without CAP_SYS_ADMIN (a Kubernetes pod, an unprivileged
+    ``docker run``) unshare fails with "operation not permitted", and the engine would then fail at its
+    first mount. One ``unshare --mount true`` tells (a few milliseconds, once per process).
+    """
+    if not (
         sys.platform.startswith("linux")
         and os.geteuid() == 0
         and shutil.which("unshare") is not None
         and shutil.which("mount") is not None
-    )
+    ):
+        return False
+    try:
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
 
 
 def _missing_dirs(target: Path) -> list[Path]:
@@ -170,6 +191,11 @@ class LocalRuntime:
         self._dirs_to_remove: set[Path] = set()
 
     # -- about this runtime ---------------------------------------------------------
+
+    @property
+    def copies_mounts(self) -> bool:
+        """Without a mount namespace, read-only and overlay mounts are writable copies (see the module)."""
+        return not self.uses_mount_namespace
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -369,6 +395,8 @@ class LocalRuntime:
             copies.append((target, not pre_existing))
             if mount.kind == "private":
                 continue  # the engine's own fresh dir: nothing read-only about it, nothing to say
+            if mount.check_copy is not None:
+                mount.check_copy(target)  # a raise refuses the start; start() removes the copies
             notes.append(
                 f"read-only layer NOT enforced: {target} is a writable copy of {source} "
                 "(no mount namespace); writes are reported by comparing the copy with the original, "

@@ -116,6 +116,20 @@ class StorePaths:
         return self.root / "leases"
 
     @property
+    def ready(self) -> Path:
+        """``root/ready``: readiness records of serve-full, ``<name>.json`` (bless.flows.serve.ready)."""
+        return self.root / "ready"
+
+    def ready_file(self, name: str) -> Path:
+        """``ready/<name>.json`` for a profile name (checked: one plain file name, InputInvalidError)."""
+        if not isinstance(name, str) or _RUN_ID.fullmatch(name) is None:
+            raise InputInvalidError(
+                f"invalid profile name {name!r}: use 1-128 letters, digits, '.', '_' or '-', "
+                "not starting with '.' or '-'"
+            )
+        return self.ready / f"{name}.json"
+
+    @property
     def state(self) -> Path:
         """``root/state``: the store's own records (manifests dirs published to, index cache)."""
         return self.root / "state"

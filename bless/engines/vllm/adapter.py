@@ -268,7 +268,9 @@ class VllmAdapter:
 
     # --- launching ---------------------------------------------------------------------------------
 
-    def launch(self, resolved: ResolvedConfig, *, port: int, debug: bool = False) -> EngineLaunch:
+    def launch(
+        self, resolved: ResolvedConfig, *, port: int, debug: bool = False, host: str = "127.0.0.1"
+    ) -> EngineLaunch:
         """argv + env of ``python3 -m vllm.entrypoints.cli.main serve <model> ...``.
 
         That module is what the ``vllm serve`` console script runs (the documented entry point;
@@ -331,7 +333,7 @@ class VllmAdapter:
         python = "python3" if docker else (profile.python or "python3")
         command = [
             python, "-m", "vllm.entrypoints.cli.main", "serve", *model_args,
-            "--host", "0.0.0.0" if docker else "127.0.0.1",
+            "--host", "0.0.0.0" if docker else host,
             "--port", str(port),
         ]  # fmt: skip
         command.extend(serve_args.serve_argv(serve))

@@ -51,8 +51,9 @@ What is *not* guaranteed:
 
 One module per step: :mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan),
 :mod:`.start` (start, re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`,
-:mod:`.serve_dir` (where a start keeps its upper layer and evidence), and :mod:`.lease` (the serving
-lease that keeps ``bless gc`` off the served tree).
+:mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease` (the serving
+lease that keeps ``bless gc`` off the served tree), and :mod:`.ready` (the readiness record a
+probe checks: ``serve-full ready NAME``).
 
 This package is library code: it never prints or exits; progress goes to an event sink and
 every refusal is a :class:`~bless.errors.BlessError` with its own exit code.
@@ -73,6 +74,7 @@ from bless.flows.serve.plan import (
     plan,
     serve_container_name,
 )
+from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, SERVE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
@@ -92,6 +94,7 @@ __all__ = [
     "FinishResult",
     "LaunchPlan",
     "LaunchResult",
+    "ReadyRecord",
     "ServingLease",
     "Snapshot",
     "Stamp",
@@ -101,10 +104,13 @@ __all__ = [
     "cache_changed_error",
     "check_gpu_memory",
     "check_name_free",
+    "check_ready",
+    "clear_ready",
     "describe_change",
     "discard_serve_dir",
     "finish",
     "follow",
+    "mark_ready",
     "plan",
     "run_canary",
     "serve_container_name",

@@ -7,6 +7,7 @@ from typing import Any
 
 from bless.evidence import OutsideVerdict, UpperEntry
 from bless.flows.serve.plan import LaunchPlan
+from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.start import LaunchResult
 from bless.runtime.base import Runtime, StopResult
@@ -44,6 +45,7 @@ def finish(
     """Stop gracefully, remove the container, then discard the serve dir (kept with ``keep_upper`` or ``failed``)."""
     session = plan_.session(runtime, started=result.started)
     notes: list[str] = []
+    clear_ready(plan_.store, plan_.profile.name)  # first: no probe may pass while the engine stops
     try:
         stop = session.stop()
     finally:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.store import Store, builtin_root
-from bless.verify import VerifyResult
+from bless.verify import VerifyResult, verify_tree
 
 SERVE_PREFIX = "bless-serve-"
 # Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
@@ -55,6 +57,25 @@ def stop_command(name: str, root: Path | None = None) -> str:
 def serve_container_name(profile: Profile) -> str:
     """The serving container's stable name: one serving container per profile name."""
     return f"{SERVE_PREFIX}{profile.name}"
+
+
+def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
+    """Refuse (21) unless ``copy`` holds exactly the blessed files: the runtime copied ``blessed_dir`` there.
+
+    A runtime without mounts (the local runtime's copy mode, e.g. serve-full in a pod without
+    CAP_SYS_ADMIN) serves a writable copy of the blessed tree; this is the check that the engine starts
+    on what was verified. Write bits are not judged: the copy is writable on purpose (the engine writes
+    where an overlay would have taken its writes).
+    """
+    result = verify_tree(copy, manifest.cache.files, manifest.cache.dirs, expect_read_only=False)
+    if not result.ok:
+        found = VerifyFailedError.from_result(result, copy, config_hash=manifest.config_hash)
+        raise VerifyFailedError(
+            f"the copy the engine would read is not the verified blessing: {found.message}",
+            hint=f"something changed the copy at {copy} or the blessed tree {blessed_dir} while it was copied; "
+            "nothing was started: run serve-full again, and bless verify to audit the store",
+            details={**found.details, "original": str(blessed_dir)},
+        )
 
 
 def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
@@ -191,6 +212,21 @@ class LaunchPlan:
         return self.spec.name
 
     @property
+    def presented_as(self) -> str | None:
+        """How the engine sees the blessed tree, in words for the plan and the log (None: no cache)."""
+        if self.mount is None:
+            return None
+        if self.mount.check_copy is not None:
+            return (
+                "verified copy: no mount namespace here (a pod without CAP_SYS_ADMIN, or not root), so the blessed "
+                "tree is copied to the cache path and the copy hashed against the manifest before the engine "
+                "starts; read-only is not enforced on the copy"
+            )
+        if self.mount.kind == "overlay":
+            return "overlay: the blessed tree is the read-only lower layer; the engine's writes go to an upper layer"
+        return "read-only bind of the blessed tree"
+
+    @property
     def store_root(self) -> Path:
         """The store root this serve uses: the serve dir is ``<root>/serve/<dir>``."""
         return self.serve_dir.parent.parent
@@ -237,6 +273,7 @@ class LaunchPlan:
                     "source": str(self.mount.source),
                     "target": self.mount.target,
                     "upper_dir": str(self.mount.scratch / "upper") if self.mount.scratch else None,
+                    "presented_as": self.presented_as,
                 }
                 if self.mount
                 else None
@@ -386,6 +423,9 @@ def plan(
                         hint="move the store root (--root / BLESS_ROOT) to a plain path",
                     )
             mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
+        if runtime.copies_mounts and manifest is not None:
+            # The engine will read a copy, not the tree verified above: verify the copy too, before it starts.
+            mount = dataclasses.replace(mount, check_copy=partial(verify_copy, manifest, blessed_dir))
     run_id = new_run_id()
     spec = engine_spec(
         resolved,

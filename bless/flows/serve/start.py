@@ -26,11 +26,13 @@ from bless.errors import (
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
 from bless.flows.serve.plan import LaunchPlan, stop_command
+from bless.flows.serve.ready import mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
 from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
+from bless.store import process_identity
 from bless.store.fsutil import full_disk_error
 from bless.trials import EngineClient
 
@@ -138,8 +140,32 @@ def start(
     if detach:
         held.hand_over(result.started, runtime.kind)  # the running engine keeps it
         lease.close()
-        return dataclasses.replace(result, detached=True)
-    return dataclasses.replace(result, lease=lease)
+        result = dataclasses.replace(result, detached=True)
+    else:
+        result = dataclasses.replace(result, lease=lease)
+    _mark_ready(plan_, result, runtime)
+    return result
+
+
+def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime) -> None:
+    """The readiness record (``serve-full ready``): written last, once the engine is canary-checked."""
+    holder: dict[str, Any]
+    if not result.detached:
+        holder = process_identity()  # serve-full keeps serving in the foreground
+    elif runtime.kind == "local" and result.started.id.isdigit():
+        holder = process_identity(int(result.started.id))
+    else:
+        holder = {"container": result.started.id, "name": result.started.name}
+    assert result.host_port is not None  # a started engine published its port (_start checks)
+    mark_ready(
+        plan_.store,
+        name=plan_.profile.name,
+        config_hash=plan_.config_hash,
+        host=plan_.client_host,
+        port=result.host_port,
+        canary=result.canary.status,
+        holder=holder,
+    )
 
 
 def _start(

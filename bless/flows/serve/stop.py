@@ -19,6 +19,7 @@ from typing import Any
 from bless import labels
 from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
+from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
 from bless.runtime.base import ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
@@ -77,6 +78,7 @@ def stop_serving(
     needs no Docker Engine. A serve that is already gone still has its serve dir and lease removed.
     """
     container = f"{SERVE_PREFIX}{name}"
+    clear_ready(store, name)  # first: no readiness probe may pass while it stops
     leases = [lease for lease in store.leases.leases() if lease.name == container]
     stopped: list[str] = []
     notes: list[str] = []

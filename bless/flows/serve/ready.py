@@ -1,0 +1,162 @@
+"""The readiness record: proof, for a probe, that a canary-checked engine serves a profile.
+
+Kubernetes sends traffic to a pod once its readiness probe succeeds. For serve-full that must mean
+"the blessing was verified, the engine is up, and it reproduced the golden outputs", never only
+"the port answers". So serve-full writes ``<root>/ready/<name>.json`` once the canary passed (or was
+skipped with ``--no-canary``, said in the record) and removes it when serving ends; ``serve-full
+ready NAME`` (the exec probe) succeeds only while that record exists, the process that keeps serving
+is alive, and the engine still answers. A record left behind by a serve-full that was killed is
+detected by its process identity (pid and start time), never trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bless.errors import EngineHttpError, NotServingError
+from bless.manifest import utc_now
+from bless.store import Store
+from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
+from bless.store.procid import process_alive
+from bless.trials import EngineClient
+
+__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready"]
+
+#: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
+PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class ReadyRecord:
+    """One serve's readiness: what is served, where the engine answers, and who keeps it serving."""
+
+    name: str
+    config_hash: str
+    host: str
+    port: int
+    canary: str  # "passed" or "skipped"
+    holder: Mapping[str, Any]  # process identity of serve-full (foreground) or of a detached local engine
+    since: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "config_hash": self.config_hash,
+            "host": self.host,
+            "port": self.port,
+            "canary": self.canary,
+            "holder": dict(self.holder),
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReadyRecord:
+        """Read a record back; a malformed one is a ValueError (the caller refuses it)."""
+        try:
+            record = cls(
+                name=str(data["name"]),
+                config_hash=str(data["config_hash"]),
+                host=str(data["host"]),
+                port=int(data["port"]),
+                canary=str(data["canary"]),
+                holder=dict(data["holder"]),
+                since=str(data["since"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed readiness record: {exc!r}") from None
+        if record.canary not in ("passed", "skipped") or not 0 < record.port < 65536:
+            raise ValueError("malformed readiness record: canary or port out of range")
+        return record
+
+
+def mark_ready(
+    store: Store, *, name: str, config_hash: str, host: str, port: int, canary: str, holder: Mapping[str, Any]
+) -> ReadyRecord:
+    """Write the record (atomically) once the canary passed.
+
+    ``holder``: what keeps serving, as :func:`~bless.store.process_identity` records a process (serve-full
+    in the foreground, a detached local engine); a record without a pid (a detached Docker container)
+    is judged by the engine's answer alone.
+    """
+    record = ReadyRecord(
+        name=name, config_hash=config_hash, host=host, port=port, canary=canary, holder=holder, since=utc_now()
+    )
+    path = store.paths.ready_file(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
+    return record
+
+
+def clear_ready(store: Store, name: str) -> None:
+    """Remove the record (no traffic from here on); nothing to remove is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        store.paths.ready_file(name).unlink()
+
+
+def check_ready(
+    store: Store,
+    name: str,
+    *,
+    accept_skipped_canary: bool = False,
+    client_for: Callable[[str, int], EngineClient] | None = None,
+) -> ReadyRecord:
+    """The record of ``name`` if a canary-checked engine serves it now; else NotServingError (46).
+
+    Ready means: the record exists and is well formed, its canary passed (a skipped one only with
+    ``accept_skipped_canary``), the process that keeps serving is alive, and the engine answers its
+    model listing within :data:`PROBE_TIMEOUT_S`.
+    """
+    path = store.paths.ready_file(name)
+    hint = "wait for serve-full to finish its start (verify, ready, canary); its log says where it is"
+    try:
+        data = load_json_object(path)
+    except UnreadableJsonError as exc:
+        raise NotServingError(
+            f"{name}: the readiness record {path} is unreadable ({exc})",
+            hint="remove it; serve-full writes a new one after its next canary",
+            details={"name": name, "reason": "unreadable"},
+        ) from None
+    if data is None:
+        raise NotServingError(
+            f"{name}: no readiness record ({path}): serve-full is not serving this profile yet, or has stopped",
+            hint=hint,
+            details={"name": name, "reason": "no_record"},
+        )
+    try:
+        record = ReadyRecord.from_dict(data)
+    except ValueError as exc:
+        raise NotServingError(
+            f"{name}: {exc} ({path})",
+            hint="remove it; serve-full writes a new one after its next canary",
+            details={"name": name, "reason": "unreadable"},
+        ) from None
+    if record.canary != "passed" and not accept_skipped_canary:
+        raise NotServingError(
+            f"{name}: serving, but the canary was skipped (--no-canary): not a proven engine",
+            hint="serve without --no-canary, or accept it explicitly with serve-full ready --no-canary",
+            details={"name": name, "reason": "canary_skipped"},
+        )
+    if process_alive(record.holder) is False:
+        raise NotServingError(
+            f"{name}: the process that served it (pid {record.holder.get('pid')}) is gone; the record is stale",
+            hint="start serve-full again",
+            details={"name": name, "reason": "holder_gone"},
+        )
+    client = (client_for or _client)(record.host, record.port)
+    try:
+        client.models()
+    except EngineHttpError as exc:
+        raise NotServingError(
+            f"{name}: the engine does not answer at {record.host}:{record.port}: {exc.message}",
+            hint="read serve-full's log: the engine may be stopping or stuck",
+            details={"name": name, "reason": "engine_silent"},
+        ) from None
+    return record
+
+
+def _client(host: str, port: int) -> EngineClient:
+    return EngineClient(host, port, timeout_s=PROBE_TIMEOUT_S)
