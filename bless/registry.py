@@ -41,7 +41,13 @@ import oras.container
 import oras.provider
 import requests
 
-from bless.artifact import MAX_OCI_MANIFEST_BYTES, is_sha256_digest
+from bless.artifact import (
+    MAX_OCI_MANIFEST_BYTES,
+    BlessingArtifact,
+    is_sha256_digest,
+    parse_blessing_artifact,
+    parse_blessing_config,
+)
 from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
@@ -50,6 +56,7 @@ from bless.errors import (
     TransferIncompleteError,
     UsageError,
 )
+from bless.manifest import Manifest
 from bless.registry_http import bounded_session, guarded, read_upto
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
@@ -298,6 +305,22 @@ class RegistryClient:
                 "4 MiB); nothing was installed",
             )
         return data, response.headers.get("Docker-Content-Digest")
+
+    def resolve_blessing(self, reference: Reference) -> tuple[BlessingArtifact, Manifest, bytes]:
+        """The blessing artifact at ``reference``, its bless manifest, and that manifest's exact bytes.
+
+        Only the OCI manifest and its config blob (the bless manifest) are read: the cache's files are
+        not. A digest reference is checked against the bytes; a tag against the registry's own digest.
+        """
+        data, header_digest = self.get_manifest(reference.digest or reference.tag or "latest")
+        artifact = parse_blessing_artifact(data, reference.digest)
+        if reference.digest is None and header_digest is not None and header_digest != artifact.digest:
+            raise DigestMismatchError(
+                f"the registry says tag {reference.tag} is {header_digest}, but its bytes hash to {artifact.digest}",
+                hint="the registry is inconsistent or tampered with; pull by digest from a trusted source",
+            )
+        config_bytes = self.read_blob(artifact.config.digest, artifact.config.size)
+        return artifact, parse_blessing_config(artifact, config_bytes), config_bytes
 
     def put_manifest(self, data: bytes, reference: str, media_type: str) -> None:
         """Store an OCI manifest's exact bytes under a tag or its digest."""

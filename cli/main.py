@@ -45,6 +45,7 @@ from bless.cli.fleet import (
     trust_report,
 )
 from bless.cli.gate import gate_command
+from bless.cli.k8s import K8S_COMMANDS, k8s_app
 from bless.cli.run import run_command
 from bless.engines.support import local_vllm_status, supported_engines
 from bless.errors import (
@@ -428,7 +429,7 @@ COMMANDS = (
 for _name, _command in COMMANDS:
     app.command(_name)(_command)
 #: Command groups (``bless trust init``): each registers its own commands the same way.
-GROUPS = (("trust", trust_app, TRUST_COMMANDS),)
+GROUPS = (("trust", trust_app, TRUST_COMMANDS), ("k8s", k8s_app, K8S_COMMANDS))
 for _name, _group, _commands in GROUPS:
     app.add_typer(_group, name=_name)
 

@@ -48,15 +48,12 @@ from typing import IO, Any
 from bless.artifact import (
     BlessingArtifact,
     BlobRef,
-    parse_blessing_artifact,
-    parse_blessing_config,
     parse_trust_artifact,
     trust_tag,
 )
 from bless.errors import (
     AlreadyBlessedError,
     ArtifactNotFoundError,
-    DigestMismatchError,
     DowngradeError,
     LockHeldError,
     NoSpaceError,
@@ -102,18 +99,6 @@ class PullResult:
             "bytes_downloaded": self.bytes_downloaded,
             "blessed_dir": str(self.blessed_dir),
         }
-
-
-def _resolve(client: RegistryClient, reference: Reference) -> tuple[BlessingArtifact, Manifest, bytes]:
-    data, header_digest = client.get_manifest(reference.digest or reference.tag or "latest")
-    artifact = parse_blessing_artifact(data, reference.digest)
-    if reference.digest is None and header_digest is not None and header_digest != artifact.digest:
-        raise DigestMismatchError(
-            f"the registry says tag {reference.tag} is {header_digest}, but its bytes hash to {artifact.digest}",
-            hint="the registry is inconsistent or tampered with; pull by digest from a trusted source",
-        )
-    config_bytes = client.read_blob(artifact.config.digest, artifact.config.size)
-    return artifact, parse_blessing_config(artifact, config_bytes), config_bytes
 
 
 def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str, bytes] | None:
@@ -371,7 +356,7 @@ def pull_blessing(
 
     step("resolve")
     client = RegistryClient(reference, plain_http=plain_http, limits=limits)
-    artifact, manifest, manifest_bytes = _resolve(client, reference)
+    artifact, manifest, manifest_bytes = client.resolve_blessing(reference)
     # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.
     client.deadline = started + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
 

@@ -1,0 +1,73 @@
+"""``bless k8s render``: the Kubernetes manifests that serve one blessing (see :mod:`bless.k8s`).
+
+The blessing's manifest is read from the registry by digest (the OCI manifest and its config blob
+only, not the cache's files): the hardware factor it was proven on becomes the pods' node affinity,
+and the profile must be the one it was made from. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from bless.engines import get_adapter
+from bless.errors import InputInvalidError
+from bless.k8s import K8sOptions, Rendered, render
+from bless.profile import load_profile
+from bless.registry import RegistryClient, parse_reference
+from bless.store.fsutil import UnreadableFileError, read_bounded
+from bless.transfer import DEFAULT_LIMITS, TransferLimits
+
+__all__ = ["render_blessing"]
+
+#: A trusted root.json is a few KiB; a ConfigMap holds at most 1 MiB.
+_ROOT_JSON_MAX = 512 * 1024
+
+
+def render_blessing(
+    profile_path: Path,
+    options: K8sOptions,
+    *,
+    trust_dir: Path | None = None,
+    plain_http: bool | None = None,
+    limits: TransferLimits = DEFAULT_LIMITS,
+) -> Rendered:
+    """Render ``options.artifact`` served with the profile at ``profile_path``.
+
+    ``trust_dir``: a directory holding the trusted ``root.json``, rendered as the trust ConfigMap
+    (without it the Deployment names an existing one, ``options.trust_configmap``).
+    """
+    profile = load_profile(profile_path)
+    try:
+        profile_text = profile_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # load_profile read it a moment ago
+        raise InputInvalidError(f"cannot read {profile_path}: {exc}") from None
+    if trust_dir is not None:
+        options = _with_trust_root(options, trust_dir)
+    reference = parse_reference(options.artifact)
+    if reference.digest is None:
+        raise InputInvalidError(
+            f"--from {options.artifact} is not pinned by digest: a tag can be moved to another blessing",
+            hint="use REPO@sha256:... (bless push prints the digest)",
+        )
+    client = RegistryClient(reference, plain_http=plain_http, limits=limits)
+    _artifact, manifest, _bytes = client.resolve_blessing(reference)
+    adapter = get_adapter(profile.engine)
+    return render(profile, profile_text, manifest, options, cache_path=adapter.cache_mount_path)
+
+
+def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
+    path = trust_dir / "root.json"
+    try:
+        data = read_bounded(path, _ROOT_JSON_MAX, follow=True)
+    except UnreadableFileError as exc:
+        raise InputInvalidError(f"{path} {exc}", hint="--trust names a directory holding root.json") from None
+    if data is None:
+        raise InputInvalidError(
+            f"{path} does not exist", hint="--trust names a directory holding the trusted root.json (bless trust init)"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputInvalidError(f"{path} is not UTF-8 text") from None
+    return dataclasses.replace(options, trust_root_json=text)

@@ -1,0 +1,370 @@
+"""Kubernetes manifests for serving one blessing: a Deployment and the ConfigMaps it needs (pure).
+
+The pod has two halves, each failing closed with bless's exit code (and its reason in the
+container's termination message, ``kubectl describe pod``):
+
+* an **init container** (the ``bless`` image) runs ``bless pull REF@sha256:... --trust`` into an
+  ``emptyDir`` store: every blob checked while it streams, the signature checked against the trusted
+  root of a ConfigMap, registry credentials from the pod's image-pull secret;
+* the **engine container** (the user's engine image plus bless) runs ``serve-full`` as its entrypoint:
+  the profile (a ConfigMap) must hash to the pulled blessing, every file is verified, the tree is
+  presented at the pinned cache path (a verified copy on an ``emptyDir``: a pod cannot mount an
+  overlay without CAP_SYS_ADMIN), the engine is its child with a fresh HOME, SIGTERM is forwarded,
+  and the canary gates readiness: the probes run ``serve-full ready NAME``.
+
+Pods land only on nodes whose GPU the blessing was proven on: node affinity on the GPU product and
+compute capability labels of NVIDIA's GPU feature discovery (or on the CPU architecture). serve-full
+would refuse anywhere else anyway (the hardware factor is hashed); the affinity keeps pods from being
+scheduled where they can only fail.
+
+Everything here is plain data: the caller supplies the profile text, the blessing's manifest and the
+engine's pinned paths, and writes the documents out (YAML). Documents are plain dicts so that they
+validate against the Kubernetes OpenAPI schemas as they are (``kubernetes-validate``, in the tests).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bless.errors import InputInvalidError
+from bless.manifest import Manifest
+from bless.profile import Profile
+
+__all__ = [
+    "BLESS_ROOT",
+    "K8sOptions",
+    "Rendered",
+    "default_name",
+    "gpu_product_label",
+    "node_affinity",
+    "render",
+]
+
+#: The pod's store (an emptyDir the init container fills) and where its inputs are mounted.
+BLESS_ROOT = "/var/lib/bless"
+PROFILE_DIR = "/etc/bless/profile"
+PROFILE_FILE = "profile.toml"
+TRUST_DIR = "/etc/bless/trust"
+REGISTRY_AUTH_DIR = "/etc/bless/registry-auth"
+TERMINATION_LOG = "/dev/termination-log"
+#: The engine's own HOME and temp dir live here (bless.engines.base.ENGINE_HOME / ENGINE_TMP).
+ENGINE_STATE_DIR = "/var/lib/bless-engine"
+SERVING_PORT = 8000
+
+#: NVIDIA GPU feature discovery's node labels (the GPU operator installs it).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+GPU_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
+GPU_RESOURCE = "nvidia.com/gpu"
+ARCH_LABEL = "kubernetes.io/arch"
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+#: Seconds on top of the engine's own ready timeout for the start: verify, copy, canary.
+_START_SLACK_S = 300
+_PROBE_PERIOD_S = 10
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    """What the operator chooses: names, images, replicas, secrets."""
+
+    #: ``REPO@sha256:...`` of the blessing in its registry: never a tag.
+    artifact: str
+    #: The engine image (the user's engine image plus bless: deploy/images/engine.Dockerfile).
+    engine_image: str
+    #: The init container's image (scripts/build-bless-image.sh).
+    bless_image: str
+    name: str
+    replicas: int = 1
+    namespace: str | None = None
+    #: The ConfigMap holding the trusted ``root.json``.
+    trust_configmap: str = "bless-trust"
+    #: The trusted root.json to render as that ConfigMap (None: it exists already).
+    trust_root_json: str | None = None
+    #: An image-pull secret (kubernetes.io/dockerconfigjson): pulls both images and the blessing.
+    pull_secret: str | None = None
+    port: int = SERVING_PORT
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The documents, in apply order, and what the operator should know about them."""
+
+    documents: tuple[Mapping[str, Any], ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"documents": [dict(doc) for doc in self.documents], "warnings": list(self.warnings)}
+
+
+def default_name(profile_name: str) -> str:
+    """A Kubernetes name from a profile name: lowercase, anything but letters and digits as ``-``."""
+    name = re.sub(r"[^a-z0-9]+", "-", profile_name.lower()).strip("-")[:63].strip("-")
+    return name or "bless-serve"
+
+
+def gpu_product_label(gpu_name: str) -> str:
+    """The value GPU feature discovery gives ``nvidia.com/gpu.product`` for an ``nvidia-smi`` name.
+
+    GFD writes the name with spaces as ``-`` (``NVIDIA H100 80GB HBM3`` -> ``NVIDIA-H100-80GB-HBM3``);
+    anything else a label value cannot hold becomes ``-`` too, and it is cut to 63 characters.
+    """
+    value = _LABEL_VALUE_UNSAFE.sub("-", gpu_name.strip())[:63].strip("-_.")
+    if not value:
+        raise InputInvalidError(f"GPU name {gpu_name!r} gives no usable node label value")
+    return value
+
+
+def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
+    """Required node affinity from a blessing's hardware factor: only where it was proven.
+
+    CUDA: the GPU product and the compute capability (GFD labels). CPU: the architecture; the ISA
+    level has no standard node label, and serve-full refuses another one at start (it is hashed).
+    """
+    accelerator = hardware.get("accelerator")
+    if accelerator == "cuda":
+        name, capability = hardware.get("gpu_name"), hardware.get("compute_capability")
+        if not isinstance(name, str) or not isinstance(capability, str) or "." not in capability:
+            raise InputInvalidError(
+                f"the blessing's hardware factor names no GPU product and compute capability: {dict(hardware)}",
+                hint="render from a blessing made on a GPU (bless show HASH lists its factors)",
+            )
+        major, minor = capability.split(".", 1)
+        expressions = [
+            {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [gpu_product_label(name)]},
+            {"key": GPU_MAJOR_LABEL, "operator": "In", "values": [major]},
+            {"key": GPU_MINOR_LABEL, "operator": "In", "values": [minor]},
+        ]
+    elif accelerator == "cpu":
+        isa = hardware.get("isa")
+        if not isinstance(isa, str) or not isa.startswith("x86-64"):
+            raise InputInvalidError(
+                f"the blessing's CPU ISA {isa!r} maps to no Kubernetes architecture (x86-64 levels are supported)"
+            )
+        expressions = [{"key": ARCH_LABEL, "operator": "In", "values": ["amd64"]}]
+    else:
+        raise InputInvalidError(f"the blessing's hardware factor has an unknown accelerator: {accelerator!r}")
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+        }
+    }
+
+
+def _check_inputs(profile: Profile, manifest: Manifest, options: K8sOptions) -> None:
+    if _DNS_LABEL.fullmatch(options.name) is None:
+        raise InputInvalidError(
+            f"{options.name!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)",
+            hint="pass --name with a DNS-1123 label",
+        )
+    if _DNS_LABEL.fullmatch(options.trust_configmap) is None:
+        raise InputInvalidError(f"--trust-configmap {options.trust_configmap!r} is not a Kubernetes name")
+    if "@sha256:" not in options.artifact:
+        raise InputInvalidError(
+            f"--from {options.artifact} is not pinned by digest: a tag can be moved to another blessing",
+            hint="use REPO@sha256:... (bless push prints the digest)",
+        )
+    if profile.runtime_kind != "local":
+        raise InputInvalidError(
+            f"{profile.label}: runtime.kind is {profile.runtime_kind!r}; in a pod serve-full starts the engine "
+            "as its own child process, which is the 'local' runtime",
+            hint="bless a profile with [runtime] kind = 'local' inside the engine image (docs/guides/kubernetes.md)",
+        )
+    if manifest.profile_name != profile.name:
+        raise InputInvalidError(
+            f"the blessing at {options.artifact} was made from profile {manifest.profile_name!r}, not {profile.name!r}",
+            hint="render with the profile that blessing was made from",
+        )
+    if options.replicas < 0:
+        raise InputInvalidError("--replicas must be 0 or more")
+
+
+def _labels(options: K8sOptions) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "bless-serve",
+        "app.kubernetes.io/instance": options.name,
+        "app.kubernetes.io/managed-by": "bless",
+    }
+
+
+def _metadata(name: str, options: K8sOptions, **extra: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": _labels(options), **extra}
+    if options.namespace:
+        metadata["namespace"] = options.namespace
+    return metadata
+
+
+def _probe(command: list[str], *, failure_threshold: int, timeout_s: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": command},
+        "periodSeconds": _PROBE_PERIOD_S,
+        "timeoutSeconds": timeout_s,
+        "failureThreshold": failure_threshold,
+    }
+
+
+def render(
+    profile: Profile,
+    profile_text: str,
+    manifest: Manifest,
+    options: K8sOptions,
+    *,
+    cache_path: str,
+) -> Rendered:
+    """The ConfigMaps and the Deployment that serve ``manifest`` (pulled from ``options.artifact``).
+
+    ``profile_text``: the profile file as written (it becomes the profile ConfigMap, byte for byte).
+    ``cache_path``: the engine's pinned cache path (the adapter's ``cache_mount_path``).
+
+    Raises:
+        InputInvalidError: a name Kubernetes refuses, an artifact not pinned by digest, a profile that
+            is not the blessing's or not for the local runtime.
+    """
+    _check_inputs(profile, manifest, options)
+    warnings: list[str] = []
+    for what, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):
+        if "@sha256:" not in image:
+            warnings.append(f"{what} {image} is a tag, not a digest: what runs can change under the Deployment")
+
+    profile_cm = f"{options.name}-profile"
+    annotations = {
+        "bless.dev/artifact": options.artifact,
+        "bless.dev/config-hash": manifest.config_hash,
+        "bless.dev/dir-id": manifest.cache.dir_id,
+    }
+    documents: list[Mapping[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(profile_cm, options),
+            "data": {PROFILE_FILE: profile_text},
+        }
+    ]
+    if options.trust_root_json is not None:
+        documents.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _metadata(options.trust_configmap, options),
+                "data": {"root.json": options.trust_root_json},
+            }
+        )
+
+    env = [{"name": "BLESS_TERMINATION_LOG", "value": TERMINATION_LOG}, {"name": "BLESS_ROOT", "value": BLESS_ROOT}]
+    store_mount = {"name": "bless-store", "mountPath": BLESS_ROOT}
+    trust_mount = {"name": "bless-trust", "mountPath": TRUST_DIR, "readOnly": True}
+    init_env = list(env)
+    init_mounts: list[dict[str, Any]] = [store_mount, trust_mount]
+    volumes: list[dict[str, Any]] = [
+        {"name": "bless-store", "emptyDir": {}},
+        {"name": "bless-trust", "configMap": {"name": options.trust_configmap}},
+        {"name": "bless-profile", "configMap": {"name": profile_cm}},
+        {"name": "engine-cache", "emptyDir": {}},
+        {"name": "engine-state", "emptyDir": {}},
+    ]
+    if options.pull_secret:
+        # The image-pull secret's .dockerconfigjson is a docker config.json: bless pull reads $DOCKER_CONFIG.
+        init_env.append({"name": "DOCKER_CONFIG", "value": REGISTRY_AUTH_DIR})
+        init_mounts.append({"name": "registry-auth", "mountPath": REGISTRY_AUTH_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "registry-auth",
+                "secret": {
+                    "secretName": options.pull_secret,
+                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+                },
+            }
+        )
+    engine_mounts: list[dict[str, Any]] = [
+        store_mount,
+        trust_mount,
+        {"name": "bless-profile", "mountPath": PROFILE_DIR, "readOnly": True},
+        {"name": "engine-cache", "mountPath": cache_path},
+        {"name": "engine-state", "mountPath": ENGINE_STATE_DIR},
+    ]
+    if profile.shm_size:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.shm_size)}})
+        engine_mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+
+    ready_command = ["serve-full", "ready", profile.name, "--root", BLESS_ROOT]
+    trials = profile.trials
+    start_budget_s = trials.ready_timeout_s + _START_SLACK_S
+    serve_command = [
+        "serve-full",
+        "--profile", f"{PROFILE_DIR}/{PROFILE_FILE}",
+        "--root", BLESS_ROOT,
+        "--trust", TRUST_DIR,
+        "--host", "0.0.0.0",
+        "--port", str(options.port),
+    ]  # fmt: skip
+    engine: dict[str, Any] = {
+        "name": "engine",
+        "image": options.engine_image,
+        "command": serve_command,
+        "env": env,
+        "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
+        "volumeMounts": engine_mounts,
+        # Generous: a cold start, the verify, the copy and the canary all come before the first success.
+        "startupProbe": _probe(
+            ready_command, failure_threshold=math.ceil(start_budget_s / _PROBE_PERIOD_S), timeout_s=10
+        ),
+        # The canary gate: no traffic before serve-full wrote its readiness record, none once it stops.
+        "readinessProbe": _probe(ready_command, failure_threshold=1, timeout_s=10),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if profile.hardware.accelerator == "cuda":
+        count = str(profile.hardware.gpu_count or 1)
+        engine["resources"] = {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}
+    init = {
+        "name": "bless-pull",
+        "image": options.bless_image,
+        "command": ["bless", "pull", options.artifact, "--root", BLESS_ROOT, "--trust", TRUST_DIR],
+        "env": init_env,
+        "volumeMounts": init_mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "affinity": node_affinity(manifest.factors.get("hardware", {})),
+        # serve-full stops the engine gracefully within the profile's stop timeout, then cleans up.
+        "terminationGracePeriodSeconds": trials.stop_timeout_s + 30,
+        "initContainers": [init],
+        "containers": [engine],
+        "volumes": volumes,
+    }
+    if profile.ipc_host:
+        pod_spec["hostIPC"] = True
+    if options.pull_secret:
+        pod_spec["imagePullSecrets"] = [{"name": options.pull_secret}]
+    selector = {key: value for key, value in _labels(options).items() if key != "app.kubernetes.io/managed-by"}
+    documents.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(options.name, options, annotations=annotations),
+            "spec": {
+                "replicas": options.replicas,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": _labels(options), "annotations": annotations},
+                    "spec": pod_spec,
+                },
+            },
+        }
+    )
+    return Rendered(documents=tuple(documents), warnings=tuple(warnings))
+
+
+def _quantity(size: str) -> str:
+    """Docker's shm size (``16g``, ``512m``) as a Kubernetes quantity (``16Gi``, ``512Mi``)."""
+    match = re.fullmatch(r"(\d+)([kKmMgG]?)[bB]?", size.strip())
+    if match is None:
+        raise InputInvalidError(f"runtime.shm_size {size!r} is not a size such as 16g or 512m")
+    number, unit = match.groups()
+    return number + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit.lower()]

@@ -1,0 +1,124 @@
+"""``bless k8s render``: Kubernetes manifests that serve a blessing (YAML on stdout, a summary on stderr)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.text import Text
+
+from bless import k8s
+from bless.cli.boundary import Report, command
+from bless.cli.common import JsonOption, ProfileOption
+from bless.cli.fleet import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
+from bless.text import shown
+from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
+
+k8s_app = typer.Typer(
+    name="k8s",
+    help="Serve blessings on Kubernetes: render the manifests.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def to_yaml(documents: Any) -> str:
+    """The documents as one multi-document YAML stream, keys in the order they were built."""
+    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=120)
+
+
+def render_manifests(console: Console, data: Mapping[str, Any]) -> None:
+    """The YAML on stdout (for ``kubectl apply -f -``); what it holds and the warnings on stderr."""
+    sys.stdout.write(to_yaml(data["documents"]))
+    sys.stdout.flush()
+    kinds = ", ".join(f"{doc['kind']}/{doc['metadata']['name']}" for doc in data["documents"])
+    console.print(Text.assemble(("rendered ", "bold green"), shown(kinds)))
+    for warning in data["warnings"]:
+        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
+
+
+@command
+def render_command(
+    profile: ProfileOption,
+    from_ref: Annotated[
+        str,
+        typer.Option("--from", help="The blessing in its registry, pinned by digest: REGISTRY/REPO@sha256:..."),
+    ],
+    image: Annotated[
+        str, typer.Option("--image", help="The engine image: your engine image plus bless (pin it by digest).")
+    ],
+    bless_image: Annotated[
+        str, typer.Option("--bless-image", help="The init container's image: bless without torch (by digest).")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", help="The Deployment's name (default: the profile's name).")
+    ] = None,
+    replicas: Annotated[int, typer.Option("--replicas", min=0, help="Pods to run.")] = 1,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace of every document.")] = None,
+    trust_configmap: Annotated[
+        str, typer.Option("--trust-configmap", help="The ConfigMap that holds the trusted root.json.")
+    ] = "bless-trust",
+    trust: Annotated[
+        Path | None,
+        typer.Option(
+            "--trust",
+            file_okay=False,
+            help="Also render the trust ConfigMap, from this directory's root.json (else it must exist).",
+        ),
+    ] = None,
+    pull_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--pull-secret",
+            help="An image-pull secret (kubernetes.io/dockerconfigjson): pulls the images and the blessing.",
+        ),
+    ] = None,
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, help="The engine's container port.")
+    ] = k8s.SERVING_PORT,
+    plain_http: PlainHttpOption = None,
+    min_rate: MinRateOption = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
+    json_output: JsonOption = False,
+) -> Report:
+    """Print a Deployment (and its ConfigMaps) that serves the blessing --from on matching GPUs only.
+
+    An init container pulls it under --trust into an emptyDir store; the engine container runs serve-full
+    (verify, a verified copy at the cache path, the engine as its child, the canary); the readiness probe
+    is serve-full ready NAME, so no traffic reaches an engine that was not canary-checked. Node affinity
+    comes from the blessing's hardware factor. YAML goes to stdout: bless k8s render ... | kubectl apply -f -
+    """
+    from bless.flows.k8s import render_blessing
+    from bless.profile import load_profile
+
+    options = k8s.K8sOptions(
+        artifact=from_ref,
+        engine_image=image,
+        bless_image=bless_image,
+        name=name if name is not None else k8s.default_name(load_profile(profile).name),
+        replicas=replicas,
+        namespace=namespace,
+        trust_configmap=trust_configmap,
+        pull_secret=pull_secret,
+        port=port,
+    )
+    rendered = render_blessing(
+        profile,
+        options,
+        trust_dir=trust,
+        plain_http=plain_http,
+        limits=transfer_limits(min_rate, transfer_grace),
+    )
+    return Report(rendered.to_dict(), render_manifests)
+
+
+#: The ``k8s`` sub-commands.
+K8S_COMMANDS = (("render", render_command),)
+for _name, _command in K8S_COMMANDS:
+    k8s_app.command(_name)(_command)
