@@ -1,0 +1,265 @@
+"""bless k8s render: the documents (fields, digest pinning, affinity, probes) and their schemas.
+
+Every rendered document is validated against the Kubernetes OpenAPI schemas of 1.30 to 1.37,
+strict (unknown fields refused), with ``kubernetes-validate`` (the schemas ship inside it: offline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from bless import k8s
+from bless.errors import InputInvalidError
+from bless.manifest import Manifest
+from bless.profile import Profile, load_profile
+from tests.unit.store_helpers import make_factors, make_manifest, write_tree
+
+KUBERNETES_VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]
+DIGEST = "sha256:" + "ab" * 32
+ARTIFACT = f"registry.example.com/blessings/tiny@{DIGEST}"
+H100 = {"accelerator": "cuda", "gpu_count": 2, "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+CPU = {"accelerator": "cpu", "isa": "x86-64-v3"}
+
+PROFILE = """\
+profile_version = 1
+name = "tiny-test"
+
+[engine]
+name = "reference"
+
+[runtime]
+kind = "local"
+python = "python3"
+{runtime_extra}
+
+[model]
+source = "builtin"
+id = "reference-tiny"
+
+[hardware]
+accelerator = "{accelerator}"
+{hardware_extra}
+
+[trials]
+ready_timeout_s = 600
+stop_timeout_s = 45
+"""
+
+
+def profile_text(*, accelerator: str = "cuda", runtime_extra: str = "", hardware_extra: str = "gpu_count = 2") -> str:
+    return PROFILE.format(accelerator=accelerator, runtime_extra=runtime_extra, hardware_extra=hardware_extra)
+
+
+def load(tmp_path: Path, text: str) -> Profile:
+    path = tmp_path / "profile.toml"
+    path.write_text(text)
+    return load_profile(path)
+
+
+def blessing(tmp_path: Path, hardware: Mapping[str, Any]) -> Manifest:
+    factors = {**make_factors(), "hardware": dict(hardware)}
+    return make_manifest(write_tree(tmp_path / "tree"), factors)
+
+
+def options(**changes: Any) -> k8s.K8sOptions:
+    base = k8s.K8sOptions(
+        artifact=ARTIFACT,
+        engine_image=f"registry.example.com/engine@{DIGEST}",
+        bless_image=f"registry.example.com/bless@{DIGEST}",
+        name="tiny",
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def rendered(
+    tmp_path: Path, *, hardware: Mapping[str, Any] = H100, text: str | None = None, **changes: Any
+) -> k8s.Rendered:
+    text = text if text is not None else profile_text()
+    return k8s.render(
+        load(tmp_path, text), text, blessing(tmp_path, hardware), options(**changes), cache_path="/var/cache/engine"
+    )
+
+
+def deployment(result: k8s.Rendered) -> Mapping[str, Any]:
+    (found,) = [doc for doc in result.documents if doc["kind"] == "Deployment"]
+    return found
+
+
+def pod(result: k8s.Rendered) -> Mapping[str, Any]:
+    spec: Mapping[str, Any] = deployment(result)["spec"]["template"]["spec"]
+    return spec
+
+
+# -- schemas ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_document_validates_strictly_against_the_openapi_schema(tmp_path: Path, version: str) -> None:
+    text = profile_text(runtime_extra='shm_size = "16g"\nipc_host = true')
+    result = rendered(tmp_path, text=text, trust_root_json='{"signed": {}}', pull_secret="regcred", namespace="ml")
+    assert [doc["kind"] for doc in result.documents] == ["ConfigMap", "ConfigMap", "Deployment"]
+    for document in result.documents:
+        kubernetes_validate.validate(dict(document), version, strict=True)
+
+
+def test_the_strict_validation_refuses_an_unknown_field() -> None:
+    """The check above can fail: a field Kubernetes does not know is refused."""
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}, "dta": {}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+# -- what the pod does -----------------------------------------------------------------------------------
+
+
+def test_the_init_container_pulls_the_digest_under_trust_into_the_pod_store(tmp_path: Path) -> None:
+    (init,) = pod(rendered(tmp_path))["initContainers"]
+    assert init["command"] == ["bless", "pull", ARTIFACT, "--root", k8s.BLESS_ROOT, "--trust", k8s.TRUST_DIR]
+    assert init["image"] == f"registry.example.com/bless@{DIGEST}"
+    assert {"name": "BLESS_TERMINATION_LOG", "value": "/dev/termination-log"} in init["env"]
+    assert init["terminationMessagePath"] == "/dev/termination-log"
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {k8s.BLESS_ROOT, k8s.TRUST_DIR}
+
+
+def test_the_engine_container_runs_serve_full_behind_the_canary_gate(tmp_path: Path) -> None:
+    spec = pod(rendered(tmp_path))
+    (engine,) = spec["containers"]
+    assert engine["command"][:2] == ["serve-full", "--profile"]
+    assert engine["command"][engine["command"].index("--trust") + 1] == k8s.TRUST_DIR
+    assert engine["command"][engine["command"].index("--host") + 1] == "0.0.0.0"
+    ready = ["serve-full", "ready", "tiny-test", "--root", k8s.BLESS_ROOT]
+    assert engine["readinessProbe"]["exec"]["command"] == ready
+    assert engine["startupProbe"]["exec"]["command"] == ready
+    startup = engine["startupProbe"]
+    # The startup budget covers the profile's ready timeout (600 s) plus verify, copy and canary.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600 + 300
+    assert engine["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    mounts = {m["mountPath"]: m for m in engine["volumeMounts"]}
+    assert mounts["/var/cache/engine"]["name"] == "engine-cache"  # the copy's target: an emptyDir
+    assert mounts[k8s.PROFILE_DIR]["readOnly"] is True
+    assert spec["terminationGracePeriodSeconds"] == 45 + 30  # stop_timeout_s plus the cleanup
+
+
+def test_the_profile_configmap_holds_the_profile_byte_for_byte(tmp_path: Path) -> None:
+    text = profile_text() + "# a comment the operator wrote\n"
+    (profile_cm, _deployment) = rendered(tmp_path, text=text).documents
+    assert profile_cm["data"] == {"profile.toml": text}
+    assert profile_cm["metadata"]["name"] == "tiny-profile"
+
+
+def test_the_artifact_and_config_hash_are_annotated(tmp_path: Path) -> None:
+    result = rendered(tmp_path)
+    annotations = deployment(result)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["bless.dev/artifact"] == ARTIFACT
+    assert annotations["bless.dev/config-hash"] == blessing(tmp_path, H100).config_hash
+
+
+def test_a_pull_secret_pulls_the_images_and_the_blessing(tmp_path: Path) -> None:
+    spec = pod(rendered(tmp_path, pull_secret="regcred"))
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    (init,) = spec["initContainers"]
+    assert {"name": "DOCKER_CONFIG", "value": "/etc/bless/registry-auth"} in init["env"]
+    (auth,) = [v for v in spec["volumes"] if v["name"] == "registry-auth"]
+    assert auth["secret"]["items"] == [{"key": ".dockerconfigjson", "path": "config.json"}]
+
+
+def test_without_a_pull_secret_nothing_refers_to_one(tmp_path: Path) -> None:
+    spec = pod(rendered(tmp_path))
+    assert "imagePullSecrets" not in spec
+    assert all(v["name"] != "registry-auth" for v in spec["volumes"])
+
+
+# -- affinity from the hardware factor -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "label"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"),
+        ("NVIDIA H200", "NVIDIA-H200"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"),
+        ("NVIDIA GeForce RTX 4090 (TM)", "NVIDIA-GeForce-RTX-4090--TM"),
+    ],
+)
+def test_gpu_products_become_gfd_label_values(gpu_name: str, label: str) -> None:
+    assert k8s.gpu_product_label(gpu_name) == label
+
+
+def test_gpu_affinity_requires_product_and_compute_capability(tmp_path: Path) -> None:
+    terms = pod(rendered(tmp_path))["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (term,) = terms["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
+        {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["9"]},
+        {"key": "nvidia.com/gpu.compute.minor", "operator": "In", "values": ["0"]},
+    ]
+
+
+def test_cpu_affinity_pins_the_architecture_and_requests_no_gpu(tmp_path: Path) -> None:
+    text = profile_text(accelerator="cpu", hardware_extra="")
+    spec = pod(rendered(tmp_path, hardware=CPU, text=text))
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
+    assert "resources" not in spec["containers"][0]
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [
+        {"accelerator": "cuda", "gpu_name": "NVIDIA H100"},  # no compute capability
+        {"accelerator": "tpu"},
+        {"accelerator": "cpu", "isa": "armv8"},
+    ],
+)
+def test_a_hardware_factor_without_a_placement_is_refused(hardware: Mapping[str, Any]) -> None:
+    with pytest.raises(InputInvalidError):
+        k8s.node_affinity(hardware)
+
+
+# -- refusals -----------------------------------------------------------------------------------------
+
+
+def test_a_tag_is_refused_never_rendered(tmp_path: Path) -> None:
+    with pytest.raises(InputInvalidError, match="not pinned by digest"):
+        rendered(tmp_path, artifact="registry.example.com/blessings/tiny:latest")
+
+
+def test_image_tags_are_warned_about(tmp_path: Path) -> None:
+    result = rendered(tmp_path, engine_image="engine:1.0")
+    assert result.warnings == ("--image engine:1.0 is a tag, not a digest: what runs can change under the Deployment",)
+
+
+def test_a_docker_runtime_profile_is_refused(tmp_path: Path) -> None:
+    text = profile_text().replace('kind = "local"\npython = "python3"', 'kind = "docker"\nimage = "engine:1"')
+    with pytest.raises(InputInvalidError, match=r"runtime\.kind is 'docker'"):
+        rendered(tmp_path, text=text)
+
+
+def test_a_profile_that_is_not_the_blessings_is_refused(tmp_path: Path) -> None:
+    text = profile_text().replace('name = "tiny-test"', 'name = "another"')
+    with pytest.raises(InputInvalidError, match="made from profile 'tiny-test'"):
+        rendered(tmp_path, text=text)
+
+
+@pytest.mark.parametrize("name", ["Tiny", "tiny_test", "-tiny", "x" * 64])
+def test_names_kubernetes_refuses_are_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InputInvalidError, match="not a Kubernetes name"):
+        rendered(tmp_path, name=name)
+
+
+@pytest.mark.parametrize(
+    ("profile_name", "name"),
+    [
+        ("vllm-0.26-tiny-llama-local", "vllm-0-26-tiny-llama-local"),
+        ("Reference_CPU", "reference-cpu"),
+        ("__", "bless-serve"),
+    ],
+)
+def test_default_names_are_kubernetes_names(profile_name: str, name: str) -> None:
+    assert k8s.default_name(profile_name) == name
