@@ -36,6 +36,7 @@ from bless.profile import Profile
 
 __all__ = [
     "BLESS_ROOT",
+    "Blessing",
     "K8sOptions",
     "Rendered",
     "default_name",
@@ -89,6 +90,26 @@ class K8sOptions:
     #: An image-pull secret (kubernetes.io/dockerconfigjson): pulls both images and the blessing.
     pull_secret: str | None = None
     port: int = SERVING_PORT
+
+
+@dataclass(frozen=True)
+class Blessing:
+    """What the manifests need of a blessing: whose profile, which version, and the hardware it was proven on."""
+
+    profile_name: str
+    config_hash: str
+    dir_id: str
+    hardware: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Blessing:
+        hardware = manifest.factors.get("hardware")
+        return cls(
+            profile_name=manifest.profile_name,
+            config_hash=manifest.config_hash,
+            dir_id=manifest.cache.dir_id,
+            hardware=hardware if isinstance(hardware, Mapping) else {},
+        )
 
 
 @dataclass(frozen=True)
@@ -156,7 +177,7 @@ def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_inputs(profile: Profile, manifest: Manifest, options: K8sOptions) -> None:
+def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions) -> None:
     if _DNS_LABEL.fullmatch(options.name) is None:
         raise InputInvalidError(
             f"{options.name!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)",
@@ -175,9 +196,9 @@ def _check_inputs(profile: Profile, manifest: Manifest, options: K8sOptions) -> 
             "as its own child process, which is the 'local' runtime",
             hint="bless a profile with [runtime] kind = 'local' inside the engine image (docs/guides/kubernetes.md)",
         )
-    if manifest.profile_name != profile.name:
+    if blessing.profile_name != profile.name:
         raise InputInvalidError(
-            f"the blessing at {options.artifact} was made from profile {manifest.profile_name!r}, not {profile.name!r}",
+            f"the blessing at {options.artifact} was made from profile {blessing.profile_name!r}, not {profile.name!r}",
             hint="render with the profile that blessing was made from",
         )
     if options.replicas < 0:
@@ -211,12 +232,12 @@ def _probe(command: list[str], *, failure_threshold: int, timeout_s: int) -> dic
 def render(
     profile: Profile,
     profile_text: str,
-    manifest: Manifest,
+    blessing: Blessing,
     options: K8sOptions,
     *,
     cache_path: str,
 ) -> Rendered:
-    """The ConfigMaps and the Deployment that serve ``manifest`` (pulled from ``options.artifact``).
+    """The ConfigMaps and the Deployment that serve ``blessing`` (pulled from ``options.artifact``).
 
     ``profile_text``: the profile file as written (it becomes the profile ConfigMap, byte for byte).
     ``cache_path``: the engine's pinned cache path (the adapter's ``cache_mount_path``).
@@ -225,7 +246,7 @@ def render(
         InputInvalidError: a name Kubernetes refuses, an artifact not pinned by digest, a profile that
             is not the blessing's or not for the local runtime.
     """
-    _check_inputs(profile, manifest, options)
+    _check_inputs(profile, blessing, options)
     warnings: list[str] = []
     for what, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):
         if "@sha256:" not in image:
@@ -234,8 +255,8 @@ def render(
     profile_cm = f"{options.name}-profile"
     annotations = {
         "bless.dev/artifact": options.artifact,
-        "bless.dev/config-hash": manifest.config_hash,
-        "bless.dev/dir-id": manifest.cache.dir_id,
+        "bless.dev/config-hash": blessing.config_hash,
+        "bless.dev/dir-id": blessing.dir_id,
     }
     documents: list[Mapping[str, Any]] = [
         {
@@ -331,7 +352,7 @@ def render(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec: dict[str, Any] = {
-        "affinity": node_affinity(manifest.factors.get("hardware", {})),
+        "affinity": node_affinity(blessing.hardware),
         # serve-full stops the engine gracefully within the profile's stop timeout, then cleans up.
         "terminationGracePeriodSeconds": trials.stop_timeout_s + 30,
         "initContainers": [init],

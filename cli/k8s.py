@@ -28,9 +28,16 @@ k8s_app = typer.Typer(
 )
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases: a value used twice is written twice, as kubectl users expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(documents: Any) -> str:
     """The documents as one multi-document YAML stream, keys in the order they were built."""
-    return yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False, width=120)
+    return yaml.dump_all(documents, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=120)
 
 
 def render_manifests(console: Console, data: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
-from bless.k8s import K8sOptions, Rendered, render
+from bless.k8s import Blessing, K8sOptions, Rendered, render
 from bless.profile import load_profile
 from bless.registry import RegistryClient, parse_reference
 from bless.store.fsutil import UnreadableFileError, read_bounded
@@ -53,7 +53,7 @@ def render_blessing(
     client = RegistryClient(reference, plain_http=plain_http, limits=limits)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
     adapter = get_adapter(profile.engine)
-    return render(profile, profile_text, manifest, options, cache_path=adapter.cache_mount_path)
+    return render(profile, profile_text, Blessing.of(manifest), options, cache_path=adapter.cache_mount_path)
 
 
 def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:

@@ -16,7 +16,6 @@ import pytest
 
 from bless import k8s
 from bless.errors import InputInvalidError
-from bless.manifest import Manifest
 from bless.profile import Profile, load_profile
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
@@ -62,9 +61,9 @@ def load(tmp_path: Path, text: str) -> Profile:
     return load_profile(path)
 
 
-def blessing(tmp_path: Path, hardware: Mapping[str, Any]) -> Manifest:
+def blessing(tmp_path: Path, hardware: Mapping[str, Any]) -> k8s.Blessing:
     factors = {**make_factors(), "hardware": dict(hardware)}
-    return make_manifest(write_tree(tmp_path / "tree"), factors)
+    return k8s.Blessing.of(make_manifest(write_tree(tmp_path / "tree"), factors))
 
 
 def options(**changes: Any) -> k8s.K8sOptions:
