@@ -39,7 +39,9 @@ MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
 #: Programs that are not bless's, which README lines may use around it (copying metadata, Docker, cleaning up).
-OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git")
+OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git", "kubectl")
+#: Shell redirections a line may end with (``bless k8s render ... > serve.yaml``): the operator and its target.
+REDIRECTIONS = (">", ">>", "2>", "<")
 #: The one file a README line may ``source``: the activation script of the venv scripts/setup.sh creates.
 VENV_ACTIVATE = ".venv/bin/activate"
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -120,8 +122,33 @@ def _quiet(command: Any) -> Any:
 
 
 def check_parses(line: str) -> None:
-    """Raise (AssertionError, or click's usage error) unless ``line`` is a command the checkout accepts."""
-    words = shlex.split(line, comments=True)
+    """Raise (AssertionError, or click's usage error) unless ``line`` is a command the checkout accepts.
+
+    A pipeline (``bless k8s render ... | kubectl apply -f -``) is checked command by command; redirections
+    are not arguments of the command and are left out.
+    """
+    lexer = shlex.shlex(line, posix=True, punctuation_chars="|<>")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    words: list[str] = []
+    tokens = list(lexer)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token == "|":
+            _check_command(words, line)
+            words = []
+        elif token in REDIRECTIONS or (token.isdigit() and tokens[index + 1 : index + 2] == [">"]):
+            index += 2 if token in REDIRECTIONS else 3  # the operator (and its fd) and the target
+            continue
+        else:
+            words.append(token)
+        index += 1
+    _check_command(words, line)
+
+
+def _check_command(words: list[str], line: str) -> None:
+    """One command of a line (its words, as the shell splits them)."""
     while words and ASSIGNMENT.match(words[0]):
         words.pop(0)
     assert words, f"no command in {line!r}"
