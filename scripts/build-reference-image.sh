@@ -23,6 +23,9 @@
 # and exits at once.
 #
 # stdout: only the image ID (sha256:...). Everything else goes to stderr.
+#
+# What the image scripts share (the debootstrap base, pip, the build and its clean-up) is in
+# scripts/image-lib.sh.
 set -euo pipefail
 
 PROG="build-reference-image"
@@ -34,18 +37,9 @@ ENGINE_DIR="$REPO_ROOT/bless/engines/reference_engine"
 DOCKERFILE_DIR="$SCRIPT_DIR/reference-image"
 
 IMAGE_NAME="bless-reference"
-ONLINE_BASE="python:3.11-slim"
 TORCH_WHEEL="${BLESS_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 TORCH_VERSION="${BLESS_TORCH_VERSION:-2.13.0}"
 TORCH_INDEX_URL="${BLESS_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
-# Under the store root (bless's own default root is ~/.cache/bless), so that a BLESS_ROOT on another disk takes
-# the wheelhouse (a ~200 MB torch wheel) and the debootstrap scratch with it, and one rm -r removes both.
-CACHE_DIR="${BLESS_BUILD_CACHE:-${BLESS_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/bless}/build}"
-PULL_TIMEOUT="${BLESS_PULL_TIMEOUT:-30}"
-
-DEBIAN_SUITE="bookworm"
-DEBOOTSTRAP_VARIANT="minbase"
-DEBOOTSTRAP_INCLUDE="python3,python3-venv,python3-dev,gcc,g++,libc6-dev"
 # Installed next to torch (torch warns "Failed to initialize NumPy" on every
 # import without it). Keep in sync with the Dockerfiles.
 EXTRA_PACKAGES=(numpy)
@@ -53,8 +47,9 @@ EXTRA_PACKAGES=(numpy)
 PIP_TARGET_ARGS=(--only-binary=:all: --platform manylinux_2_28_x86_64
                  --python-version 3.11 --implementation cp --abi cp311)
 
-say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { say "ERROR: $*"; exit 1; }
+# Messages, hashing, the debootstrap base, pip and the build: shared with the other image scripts.
+# shellcheck source=scripts/image-lib.sh
+source "$SCRIPT_DIR/image-lib.sh"
 
 usage() {
     cat >&2 <<EOF
@@ -116,42 +111,6 @@ started=$SECONDS
 
 # ---------------------------------------------------------------------------
 # Helpers
-sha256() { sha256sum | cut -c1-64; }
-
-image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null; }
-
-image_label() {
-    docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null
-}
-
-is_root() { [[ "$(id -u)" -eq 0 ]]; }
-
-# The legacy builder keeps each earlier stage of a multi-stage build (the offline path's torch venv)
-# as an untagged <none> image. Every untagged image that descends from our debootstrap base (it
-# inherits the org.bless.base-suite label; the base itself and the final image are tagged) is such
-# a leftover of this script: remove them. Images still used by a container are kept (docker refuses).
-drop_stage_leftovers() {
-    local stage
-    for stage in $(docker images --quiet --no-trunc --filter dangling=true --filter label=org.bless.base-suite); do
-        if docker image rm "$stage" >/dev/null 2>&1; then
-            say "removed the leftover build stage ${stage:7:12}"
-        fi
-    done
-}
-
-apt_updated=0
-apt_install() {
-    is_root || die "need to install $* with apt-get; run as root or: sudo apt-get install -y $*"
-    command -v apt-get >/dev/null 2>&1 || die "need $* and apt-get is not available; install it by hand"
-    if (( apt_updated == 0 )); then
-        say "apt-get update"
-        apt-get update >&2 || die "apt-get update failed"
-        apt_updated=1
-    fi
-    say "apt-get install -y $*"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 || die "apt-get install $* failed"
-}
-
 # Hash of the engine package in dir $1 (relative paths + contents, no bytecode).
 engine_hash() {
     if [[ -d "$ENGINE_DIR" ]]; then
@@ -161,16 +120,6 @@ engine_hash() {
     else
         echo "placeholder-$RECIPE_VERSION"
     fi
-}
-
-# Inputs of the debootstrap base (the mirror is left out on purpose: any
-# mirror serves the same suite; the arch is in).
-base_tag() {
-    local arch h
-    arch="$(dpkg --print-architecture 2>/dev/null || uname -m)"
-    h="$(printf 'recipe=%s\nsuite=%s\nvariant=%s\ninclude=%s\narch=%s\n' \
-        "$RECIPE_VERSION" "$DEBIAN_SUITE" "$DEBOOTSTRAP_VARIANT" "$DEBOOTSTRAP_INCLUDE" "$arch" | sha256)"
-    echo "bless-base:$DEBIAN_SUITE-${h:0:12}"
 }
 
 # Hash of everything the final image is made of, for path $1 on base image ID $2.
@@ -192,72 +141,12 @@ base_id_for_path() {
     if [[ "$1" == offline ]]; then image_id "$(base_tag)"; else image_id "$ONLINE_BASE"; fi
 }
 
-# Debian mirror for debootstrap: $BLESS_DEBIAN_MIRROR, else the first apt
-# source (one-line or deb822 format) that serves $DEBIAN_SUITE, else deb.debian.org.
-find_mirror() {
-    if [[ -n "${BLESS_DEBIAN_MIRROR:-}" ]]; then echo "$BLESS_DEBIAN_MIRROR"; return; fi
-    local m="" f
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -r "$f" ]] || continue
-        m="$(awk -v suite="$DEBIAN_SUITE" '
-            /^[[:space:]]*deb[[:space:]]/ {
-                sub(/^[[:space:]]*deb[[:space:]]+/, "")
-                if ($0 ~ /^\[/) sub(/^\[[^]]*\][[:space:]]*/, "")
-                if ($2 == suite) { print $1; exit }
-            }' "$f")"
-        [[ -n "$m" ]] && break
-    done
-    if [[ -z "$m" ]]; then
-        for f in /etc/apt/sources.list.d/*.sources; do
-            [[ -r "$f" ]] || continue
-            m="$(awk -v suite="$DEBIAN_SUITE" '
-                function flush() {
-                    if (types ~ /(^|[[:space:]])deb([[:space:]]|$)/ && enabled != "no" &&
-                        (" " suites " ") ~ (" " suite " ") && uris != "") {
-                        split(uris, u, /[[:space:]]+/); print u[1]; found = 1; exit
-                    }
-                    types = suites = uris = ""; enabled = "yes"
-                }
-                BEGIN { enabled = "yes" }
-                /^[[:space:]]*#/ { next }
-                /^[[:space:]]*$/ { flush(); next }
-                tolower($1) == "types:"   { $1 = ""; types = $0 }
-                tolower($1) == "suites:"  { $1 = ""; suites = $0; gsub(/^[[:space:]]+|[[:space:]]+$/, "", suites) }
-                tolower($1) == "uris:"    { $1 = ""; uris = $0; gsub(/^[[:space:]]+|[[:space:]]+$/, "", uris) }
-                tolower($1) == "enabled:" { enabled = tolower($2) }
-                END { if (!found) flush() }' "$f")"
-            [[ -n "$m" ]] && break
-        done
-    fi
-    echo "${m:-http://deb.debian.org/debian}"
-}
-
-# Scratch dirs made by this run; removed on exit (after unmounting anything
-# debootstrap may have left mounted inside a rootfs).
-SCRATCH=()
-cleanup() {
-    local d mp
-    for d in "${SCRATCH[@]:-}"; do
-        [[ -n "$d" && -e "$d" ]] || continue
-        if [[ -r /proc/mounts ]]; then
-            awk '{print $2}' /proc/mounts | { grep -F "$d/" || true; } | sort -r \
-                | while read -r mp; do umount -l "$mp" 2>/dev/null || true; done
-        fi
-        rm -rf --one-file-system "$d" 2>/dev/null || rm -rf "$d" 2>/dev/null || true
-    done
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------------------
 # Docker reachable?
-if ! command -v docker >/dev/null 2>&1; then
-    die "the docker CLI is not installed; run scripts/ensure-docker.sh (as root) first"
-fi
-if ! server_version="$(docker version --format '{{.Server.Version}}' 2>/dev/null)"; then
-    die "the Docker Engine is not reachable ('docker version' failed); run scripts/ensure-docker.sh (as root) first"
-fi
-say "Docker Engine $server_version; target $IMAGE"
+require_docker
 
 ENGINE_HASH="$(engine_hash "$ENGINE_DIR")"
 if [[ ! -d "$ENGINE_DIR" ]]; then
@@ -266,87 +155,13 @@ fi
 
 # ---------------------------------------------------------------------------
 # Up to date? (no pulls, no network: must answer fast)
-existing_id="$(image_id "$IMAGE" || true)"
-if (( force == 0 )) && [[ -n "$existing_id" ]]; then
-    old_path="$(image_label "$IMAGE" org.bless.build-path || true)"
-    old_hash="$(image_label "$IMAGE" org.bless.build-inputs || true)"
-    if [[ "$old_path" == online || "$old_path" == offline ]]; then
-        if [[ "$path_choice" == auto || "$path_choice" == "$old_path" ]] \
-           && old_base_id="$(base_id_for_path "$old_path")" \
-           && [[ "$(inputs_hash "$old_path" "$old_base_id")" == "$old_hash" ]]; then
-            say "$IMAGE is up to date (path $old_path, inputs ${old_hash:0:12})"
-            drop_stage_leftovers
-            echo "$existing_id"
-            exit 0
-        fi
-    fi
-    say "$IMAGE exists but its inputs changed (or it was not built by this script); rebuilding"
-fi
+exit_if_up_to_date "$path_choice"
 
 # ---------------------------------------------------------------------------
 # Choose the path.
-if [[ "$path_choice" != auto ]]; then
-    path="$path_choice"
-    reason="it was requested (--path / BLESS_IMAGE_PATH)"
-elif image_id "$ONLINE_BASE" >/dev/null; then
-    path=online
-    reason="$ONLINE_BASE is present locally"
-else
-    say "trying 'docker pull $ONLINE_BASE' (timeout ${PULL_TIMEOUT}s)"
-    if pull_out="$(timeout "$PULL_TIMEOUT" docker pull "$ONLINE_BASE" 2>&1)"; then
-        path=online
-        reason="docker pull $ONLINE_BASE succeeded"
-    else
-        rc=$?
-        last="$(printf '%s\n' "$pull_out" | tail -n 1)"
-        if (( rc == 124 )); then last="timed out after ${PULL_TIMEOUT}s"; fi
-        path=offline
-        reason="docker pull $ONLINE_BASE failed (${last:-exit $rc})"
-    fi
-fi
-say "using path $path because $reason"
+choose_path "$path_choice"
 
 mkdir -p "$CACHE_DIR"
-
-# ---------------------------------------------------------------------------
-# Offline: base image from debootstrap (cached by the hash of its inputs).
-ensure_base_image() {
-    local tag rootfs mirror log t0
-    tag="$(base_tag)"
-    if image_id "$tag" >/dev/null; then
-        say "base image $tag exists (cached)"
-        return
-    fi
-    is_root || die "building the base image $tag needs root (debootstrap); run: sudo $0 ${version}"
-    command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
-    # Non-Debian hosts (e.g. Ubuntu) need Debian's archive keys to verify bookworm.
-    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    [[ -f "$keyring" ]] || apt_install debian-archive-keyring
-    mirror="$(find_mirror)"
-    rootfs="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
-    SCRATCH+=("$rootfs")
-    log="$CACHE_DIR/debootstrap.log"
-    say "debootstrap --variant=$DEBOOTSTRAP_VARIANT --include=$DEBOOTSTRAP_INCLUDE $DEBIAN_SUITE $rootfs $mirror (log: $log; about a minute)"
-    t0=$SECONDS
-    if ! debootstrap --keyring="$keyring" --variant="$DEBOOTSTRAP_VARIANT" --include="$DEBOOTSTRAP_INCLUDE" \
-            "$DEBIAN_SUITE" "$rootfs" "$mirror" >"$log" 2>&1; then
-        say "last lines of $log:"
-        tail -n 20 "$log" | sed "s/^/$PROG:   /" >&2
-        die "debootstrap failed (mirror $mirror; set BLESS_DEBIAN_MIRROR to use another)"
-    fi
-    # Slim it: downloaded .debs and apt lists are not needed in the image.
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/* 2>/dev/null || true
-    say "debootstrap done in $((SECONDS - t0))s; docker import as $tag"
-    tar --numeric-owner -C "$rootfs" -c . \
-        | docker import \
-            --change 'ENV LANG=C.UTF-8' \
-            --change 'CMD ["/bin/bash"]' \
-            --change "LABEL org.bless.base-suite=$DEBIAN_SUITE org.bless.base-include=$DEBOOTSTRAP_INCLUDE" \
-            -m "debootstrap --variant=$DEBOOTSTRAP_VARIANT $DEBIAN_SUITE + $DEBOOTSTRAP_INCLUDE" \
-            - "$tag" >/dev/null \
-        || die "docker import failed"
-    say "base image $tag imported ($(image_id "$tag"))"
-}
 
 # Offline: wheelhouse with the torch wheel and its dependencies (cached).
 ensure_wheelhouse() {
@@ -358,39 +173,12 @@ ensure_wheelhouse() {
         say "wheelhouse $WHEELHOUSE exists (cached)"
         return
     fi
-    tmp="$(mktemp -d "$CACHE_DIR/wheelhouse.tmp.XXXXXX")"
-    SCRATCH+=("$tmp")
+    new_scratch wheelhouse.tmp
+    tmp="$SCRATCH_DIR"
     t0=$SECONDS
-    if python3 -m pip --version >/dev/null 2>&1; then
-        say "pip download torch's dependencies and ${EXTRA_PACKAGES[*]} on the host into $WHEELHOUSE"
-        python3 -m pip download --disable-pip-version-check --dest "$tmp" \
-            "${PIP_TARGET_ARGS[@]}" "$TORCH_WHEEL" "${EXTRA_PACKAGES[@]}" >&2 \
-            || die "pip download of torch's dependencies failed"
-    else
-        # No pip on the host: let the base image's pip (in a throw-away venv) do it.
-        # Host network, the host's CA bundle (TLS-intercepting proxies) and its
-        # proxy / index settings, so pip sees what the host would see.
-        say "no pip on the host; pip download inside $(base_tag) instead"
-        local run_args=(--rm --network host
-                        -v "$tmp:/wheelhouse"
-                        -v "$(dirname "$TORCH_WHEEL"):/torchwheel:ro")
-        local ca="${PIP_CERT:-${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}"
-        if [[ -f "$ca" ]]; then
-            run_args+=(-v "$ca:/host-ca.crt:ro" -e PIP_CERT=/host-ca.crt)
-        fi
-        if ! is_root; then
-            run_args+=(--user "$(id -u):$(id -g)" -e HOME=/tmp)
-        fi
-        local v
-        for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY PIP_INDEX_URL; do
-            if [[ -n "${!v:-}" ]]; then run_args+=(-e "$v=${!v}"); fi
-        done
-        docker run "${run_args[@]}" \
-            "$(base_tag)" sh -ec "python3 -m venv /tmp/v && /tmp/v/bin/pip download \
-                --disable-pip-version-check --dest /wheelhouse ${PIP_TARGET_ARGS[*]} \
-                /torchwheel/$(basename "$TORCH_WHEEL") ${EXTRA_PACKAGES[*]}" >&2 \
-            || die "pip download of torch's dependencies (in the base image) failed"
-    fi
+    run_pip "$(base_tag)" "pip download of torch's dependencies and ${EXTRA_PACKAGES[*]} into $WHEELHOUSE" \
+        download --disable-pip-version-check --dest "$tmp" \
+        "${PIP_TARGET_ARGS[@]}" "$TORCH_WHEEL" "${EXTRA_PACKAGES[@]}"
     [[ -f "$tmp/$(basename "$TORCH_WHEEL")" ]] || cp "$TORCH_WHEEL" "$tmp/"
     touch "$tmp/.complete"
     rm -rf "$WHEELHOUSE"
@@ -403,8 +191,8 @@ ensure_wheelhouse() {
 
 # ---------------------------------------------------------------------------
 # Build context (a temp dir in the cache; the repo is never written to).
-ctx="$(mktemp -d "$CACHE_DIR/ctx.XXXXXX")"
-SCRATCH+=("$ctx")
+new_scratch ctx
+ctx="$SCRATCH_DIR"
 cp "$DOCKERFILE_DIR/Dockerfile.$path" "$ctx/Dockerfile"
 mkdir -p "$ctx/bless_reference"
 if [[ -d "$ENGINE_DIR" ]]; then
@@ -436,45 +224,10 @@ if [[ "$path" == offline ]]; then
                  --build-arg "TORCH_WHEEL=$(basename "$TORCH_WHEEL")")
 else
     base="$ONLINE_BASE"
-    if ! image_id "$base" >/dev/null; then
-        say "docker pull $base"
-        docker pull "$base" >&2 || die "docker pull $base failed; use --path offline where there is no registry"
-    fi
+    ensure_online_base
     build_args+=(--build-arg "BASE_IMAGE=$base"
                  --build-arg "TORCH_VERSION=$TORCH_VERSION"
                  --build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
 fi
-# Legacy builder (no buildx, or DOCKER_BUILDKIT=0): remove the containers of
-# failed steps too. BuildKit has no such leftovers.
-if [[ "${DOCKER_BUILDKIT:-}" == 0 ]] || ! docker buildx version >/dev/null 2>&1; then
-    build_args+=(--force-rm)
-fi
 base_id="$(image_id "$base")" || die "base image $base is missing"
-hash="$(inputs_hash "$path" "$base_id")"
-
-say "docker build -t $IMAGE (path $path, base $base, inputs ${hash:0:12})"
-t0=$SECONDS
-docker build \
-    "${build_args[@]}" \
-    --label "org.bless.build-inputs=$hash" \
-    --label "org.bless.build-path=$path" \
-    --label "org.bless.base-image=$base" \
-    --label "org.bless.version=$version" \
-    --iidfile "$ctx/iid" \
-    -t "$IMAGE" \
-    "$ctx" >&2 \
-    || die "docker build failed (path $path)"
-id="$(image_id "$IMAGE")" || die "built, but $IMAGE is not in the image store"
-# Drop the image this build replaced, if it was ours and nothing else uses it
-# (no tags left, no containers: docker refuses otherwise, which is fine).
-if [[ -n "$existing_id" && "$existing_id" != "$id" ]] \
-   && [[ -n "$(image_label "$existing_id" org.bless.build-path || true)" ]] \
-   && [[ "$(docker image inspect --format '{{len .RepoTags}}' "$existing_id" 2>/dev/null || echo 1)" == 0 ]]; then
-    if docker image rm "$existing_id" >/dev/null 2>&1; then
-        say "removed the replaced image ${existing_id:7:12}"
-    fi
-fi
-drop_stage_leftovers
-size="$(docker image inspect --format '{{.Size}}' "$IMAGE" 2>/dev/null || echo 0)"
-say "built $IMAGE in $((SECONDS - t0))s (total $((SECONDS - started))s), $((size / 1000000)) MB, id $id"
-echo "$id"
+build_image "$ctx" "$path" "$base" "$(inputs_hash "$path" "$base_id")"

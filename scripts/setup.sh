@@ -8,8 +8,12 @@
 #      skopeo (the pull benchmark's baseline). Debian's package may also enable its own service on
 #      :5000; bless never uses it (the tests start their own registry on a free loopback port).
 #   3. a running Docker Engine (scripts/ensure-docker.sh installs/starts one when needed)
-#   4. the reference engine image bless-reference:0.1.0 (cached: a rebuild only when its inputs change)
-# Set BLESS_SKIP_DOCKER=1 to skip steps 3 and 4 (e.g. on a GPU host that uses the local runtime).
+#   4. the reference engine image bless-reference:0.1.0, the image of bless alone bless:<version> (a pod's init
+#      container) and bless-reference-serve:0.1.0, the reference image plus bless (a pod's serving container);
+#      each cached: a rebuild only when its inputs change
+#   5. podman for `podman kube play` (scripts/ensure-podman.sh; Debian's podman and catatonit, when root with
+#      apt-get)
+# Set BLESS_SKIP_DOCKER=1 to skip steps 3 to 5 (e.g. on a GPU host that uses the local runtime).
 # One line per step on stderr; what pip, apt-get, dockerd's setup and the image build print goes to
 # .venv/setup.log (rewritten by each run), whose last lines are shown when a step fails.
 set -euo pipefail
@@ -83,4 +87,16 @@ step_said '^ensure-docker: (installed docker.io|dockerd started|Docker Engine is
 run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes)" \
   bash scripts/build-reference-image.sh
 step_said '^build-reference-image: (.* is up to date|using path|built )' | sed 's/^build-reference-image: /setup:   /' >&2
+run_step "building the bless image (bless alone, no torch: a pod's init container) unless it is up to date" \
+  bash scripts/build-bless-image.sh
+step_said '^build-bless-image: (.* is up to date|using path|built )' | sed 's/^build-bless-image: /setup:   /' >&2
+run_step "building bless-reference-serve:0.1.0 (the reference image plus bless: a pod's serving container) unless it is up to date" \
+  bash scripts/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
+step_said '^build-engine-image: (.* is up to date|built )' | sed 's/^build-engine-image: /setup:   /' >&2
+if [ "$(id -u)" = 0 ] || command -v podman >/dev/null 2>&1; then
+  run_step "making podman usable for the pod tests (scripts/ensure-podman.sh)" bash scripts/ensure-podman.sh
+  step_said '^ensure-podman: (installed|wrote|podman .* works)' | sed 's/^ensure-podman: /setup:   /' >&2
+else
+  say "warning: podman missing and cannot be installed here (not root): the pod tests skip"
+fi
 say "ready: source .venv/bin/activate puts bless and serve-full on PATH"
