@@ -345,7 +345,7 @@ def render(
     init = {
         "name": "bless-pull",
         "image": options.bless_image,
-        "command": ["bless", "pull", options.artifact, "--root", BLESS_ROOT, "--trust", TRUST_DIR],
+        "command": ["bless", "--root", BLESS_ROOT, "pull", options.artifact, "--trust", TRUST_DIR],
         "env": init_env,
         "volumeMounts": init_mounts,
         "terminationMessagePath": TERMINATION_LOG,

@@ -127,13 +127,15 @@ def write_termination_log(code: int, title: str, message: str, hint: str | None)
         Path(path).write_bytes(data)
 
 
-def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) -> int:
+def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool, termination_log: bool = True) -> int:
     """Run ``body``, write its output, and return the process exit code.
 
-    A failure's reason is also written to ``$BLESS_TERMINATION_LOG`` when it is set.
+    A failure's reason is also written to ``$BLESS_TERMINATION_LOG`` when it is set, unless
+    ``termination_log`` is False: a readiness probe runs in the serving container with its environment,
+    and its "not yet" must not overwrite why the container itself ends.
     """
     code, failure = _execute(body, json_output=json_output, verbose=verbose)
-    if failure is not None:
+    if failure is not None and termination_log:
         write_termination_log(code, failure.title, failure.message, failure.hint)
     return code
 

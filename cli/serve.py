@@ -489,7 +489,10 @@ def ready(
     no traffic reaches an engine that was not verified and canary-checked.
     """
     code = boundary.execute(
-        partial(_ready, name, root, accept_skipped_canary), json_output=json_output, verbose=verbose
+        partial(_ready, name, root, accept_skipped_canary),
+        json_output=json_output,
+        verbose=verbose,
+        termination_log=False,  # a probe's "not yet" must never overwrite why the container ends
     )
     raise typer.Exit(code)
 

@@ -8,12 +8,14 @@ Two modes, chosen at construction:
   ``mount -t overlay`` with the upper layer in ``scratch/upper``) and then ``exec``s the
   engine, so the engine keeps the child's pid and receives our signals. The mounts
   vanish with the namespace; read-only is enforced by the kernel.
-* **copy** (not root, or ``use_mount_namespace=False``): nothing can be mounted. A
-  read-write mount must already be at its own path (target == source). A read-only or
-  overlay mount is materialized by copying the lower tree to the target, which the
-  engine may then write: read-only is *not* enforced, :attr:`Started.notes` says so,
-  :meth:`LocalRuntime.upper_entries` reports what changed by comparing the copy with
-  the original, and the post-trial hash check is what protects the blessing.
+* **copy** (not root, no CAP_SYS_ADMIN as in a Kubernetes pod, or ``use_mount_namespace=False``):
+  nothing can be mounted. Every mount is materialized by copying its source to its target
+  (an empty or absent directory). A read-write or private mount's writes are brought back
+  to its source when the engine stops (so ``bless run`` works in an unprivileged container).
+  A read-only or overlay copy may be written by the engine: read-only is *not* enforced,
+  :attr:`Started.notes` says so, :meth:`LocalRuntime.upper_entries` reports what changed by
+  comparing the copy with the original, and the post-trial hash check is what protects the
+  blessing; :attr:`Mount.check_copy` (serving) verifies the copy before the engine starts.
 
 Processes run in their own session (process group), with a small allow-listed
 environment plus the spec's, and HOME pinned to ``spec.home`` when given, so the engine
@@ -131,16 +133,25 @@ def _missing_dirs(target: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def _collect_private(spec: ContainerSpec) -> None:
-    """Copy mode: move what the engine wrote into each private dir's target back to its source.
+def _collect_writes(spec: ContainerSpec) -> None:
+    """Copy mode: bring what the engine wrote at each writable target back to its source.
 
-    In namespace mode (and under Docker) the source is bind-mounted at the target, so the writes are
-    already there; callers read a private mount's writes from its source in every mode.
+    A ``private`` target started empty: its entries move into the (empty) source. A ``rw`` target started
+    as a copy of its source (the bootstrap's staged tree): the source's entries are replaced by the
+    target's, so the source ends as the engine left the target, deletions included. In namespace mode
+    (and under Docker) the source is bind-mounted at the target, so the writes are already there; callers
+    read a writable mount's result from its source in every mode.
     """
     for mount in spec.mounts:
         target = Path(mount.target)
-        if mount.kind != "private" or target.resolve() == mount.source.resolve() or not target.is_dir():
+        if mount.kind not in ("private", "rw") or target.resolve() == mount.source.resolve() or not target.is_dir():
             continue
+        if mount.kind == "rw":
+            for child in sorted(mount.source.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
         for child in sorted(target.iterdir()):
             with contextlib.suppress(OSError):
                 shutil.move(str(child), str(mount.source / child.name))
@@ -361,14 +372,7 @@ class LocalRuntime:
         for mount in spec.mounts:
             source = mount.source.resolve()
             target = Path(mount.target)
-            if mount.kind == "rw":
-                if target.resolve() != source:
-                    raise RuntimeUnavailableError(
-                        f"without a mount namespace the local runtime cannot present {source} read-write at {target}",
-                        hint="run as root (private mount namespace), or use the directory at its own path",
-                    )
-                continue
-            if target.resolve() == source and mount.kind == "private":
+            if target.resolve() == source and mount.kind in ("rw", "private"):
                 continue  # already where the engine writes
             if target.resolve() == source:
                 raise RuntimeUnavailableError(
@@ -393,8 +397,8 @@ class LocalRuntime:
                     hint="the target must be creatable by this user; or run as root",
                 ) from exc
             copies.append((target, not pre_existing))
-            if mount.kind == "private":
-                continue  # the engine's own fresh dir: nothing read-only about it, nothing to say
+            if mount.kind in ("rw", "private"):
+                continue  # writable on purpose: stop() brings the engine's writes back to the source
             if mount.check_copy is not None:
                 mount.check_copy(target)  # a raise refuses the start; start() removes the copies
             notes.append(
@@ -555,7 +559,7 @@ class LocalRuntime:
             seconds = time.monotonic() - began
         code = self._reap(proc)
         if not self.uses_mount_namespace:
-            _collect_private(started.spec)
+            _collect_writes(started.spec)
         return StopResult(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
 
     def stop_detached(self, pid: int, timeout_s: int, is_alive: Callable[[], bool]) -> StopResult:

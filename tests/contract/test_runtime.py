@@ -199,16 +199,18 @@ def test_rw_mount_writes_reach_the_host(host: Host, tmp_path: Path) -> None:
     source = tmp_path / "rw"
     source.mkdir()
     (source / "existing").write_text("hello")
-    # The copy mode cannot present a directory read-write anywhere but at its own path (it refuses).
-    target = str(source) if host.kind == "local-copy" else str(tmp_path / "mnt" / "rw")
+    (source / "dropped").write_text("the engine deletes this")
+    # The copy mode presents a copy and brings the engine's writes back when it stops.
+    target = str(tmp_path / "mnt" / "rw")
     started = host.runtime.start(
-        host.spec('echo "read=$(cat "$T/existing")"; echo from-engine > "$T/written"',
+        host.spec('echo "read=$(cat "$T/existing")"; echo from-engine > "$T/written"; rm "$T/dropped"',
                   env={"T": target}, mounts=(Mount("rw", source, target),))
     )  # fmt: skip
     assert wait_exit(host.runtime, started) == 0, host.runtime.logs(started)
     assert "read=hello" in host.runtime.logs(started)
-    assert (source / "written").read_text() == "from-engine\n"
     finish(host.runtime, started)
+    assert (source / "written").read_text() == "from-engine\n"
+    assert sorted(p.name for p in source.iterdir()) == ["existing", "written"]
 
 
 RO_WRITER = """

@@ -50,7 +50,7 @@ def test_the_example_overlay_pins_images_and_the_blessing_by_digest() -> None:
     spec = deployment["spec"]["template"]["spec"]
     images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
     assert all("@sha256:" in image for image in images), images
-    artifact = spec["initContainers"][0]["command"][2]
+    artifact = spec["initContainers"][0]["command"][4]
     assert artifact.endswith("@sha256:" + "3" * 64)
     assert deployment["metadata"]["annotations"]["bless.dev/artifact"] == artifact
     assert deployment["spec"]["template"]["metadata"]["annotations"]["bless.dev/artifact"] == artifact

@@ -119,7 +119,7 @@ def test_the_strict_validation_refuses_an_unknown_field() -> None:
 
 def test_the_init_container_pulls_the_digest_under_trust_into_the_pod_store(tmp_path: Path) -> None:
     (init,) = pod(rendered(tmp_path))["initContainers"]
-    assert init["command"] == ["bless", "pull", ARTIFACT, "--root", k8s.BLESS_ROOT, "--trust", k8s.TRUST_DIR]
+    assert init["command"] == ["bless", "--root", k8s.BLESS_ROOT, "pull", ARTIFACT, "--trust", k8s.TRUST_DIR]
     assert init["image"] == f"registry.example.com/bless@{DIGEST}"
     assert {"name": "BLESS_TERMINATION_LOG", "value": "/dev/termination-log"} in init["env"]
     assert init["terminationMessagePath"] == "/dev/termination-log"

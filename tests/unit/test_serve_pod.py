@@ -253,7 +253,9 @@ def test_success_writes_nothing_and_an_unwritable_log_is_no_second_failure(
     assert not (tmp_path / "no-such-dir").exists()
 
 
-def test_serve_full_ready_exits_46_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_full_ready_exits_46_says_why_and_leaves_the_termination_log_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bless.cli.serve import ready_app
 
     log = tmp_path / "termination-log"
@@ -262,4 +264,5 @@ def test_serve_full_ready_exits_46_and_says_why(tmp_path: Path, monkeypatch: pyt
     assert result.exit_code == 46
     document = json.loads(result.stdout)
     assert document["ok"] is False and document["error"]["details"]["reason"] == "no_record"
-    assert log.read_text().startswith("bless exit 46 (not serving): pod: no readiness record")
+    # The probe runs in the serving container, with its environment: it must not write the container's reason.
+    assert not log.exists()

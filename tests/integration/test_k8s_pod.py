@@ -1,0 +1,354 @@
+"""Kubernetes, for real parts: the manifests ``bless k8s render`` prints, run by ``podman kube play``.
+
+There is no Kubernetes cluster here; podman runs the same Pod YAML (init containers, emptyDir, ConfigMap
+volumes, exec probes run by hand with ``podman exec``: podman does not act on readiness probes). What
+runs is real: the bless image pulls the session's blessing of ``profiles/reference-cpu-pod.toml`` from a
+real loopback registry under ``--trust``; the engine image (the reference image plus bless) verifies it,
+serves a verified copy (podman gives no CAP_SYS_ADMIN), runs the reference engine and the canary.
+
+The rendered YAML is changed only where podman or this machine differ from a cluster, each said where it
+is done (:func:`for_podman`): host networking (the registry and the engine are reached on 127.0.0.1), the
+init-container annotation podman 4.3 needs, and the termination message written to a host directory
+(podman does not read ``terminationMessagePath``) so the test reads what ``kubectl describe pod`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bless.trials import EngineClient
+from tests.integration.helpers import REPO, run_cli
+from tests.registry import Registry, running_registry
+
+pytestmark = pytest.mark.integration
+
+POD_PROFILE = REPO / "profiles" / "reference-cpu-pod.toml"
+BLESS_IMAGE = "bless:0.1.0"
+ENGINE_IMAGE = "bless-reference-serve:0.1.0"
+INIT_ANNOTATION = "io.podman.annotations.init.container.type"
+
+
+def _podman() -> str:
+    found = shutil.which("podman")
+    if found is None:
+        message = "podman is not installed (scripts/ensure-podman.sh installs it)"
+        if os.environ.get("BLESS_REQUIRE_PODMAN") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def podman(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([_podman(), *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check:
+        assert proc.returncode == 0, f"podman {' '.join(args)}: {proc.stderr[-3000:]}"
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def pod_images(docker_client: Any) -> dict[str, str]:
+    """The bless image and the engine image, built (or found up to date) by their scripts, then in podman's store."""
+    for script in ("build-bless-image.sh", "build-engine-image.sh"):
+        args = ["bash", str(REPO / "scripts" / script)]
+        if script == "build-engine-image.sh":
+            args += ["bless-reference:0.1.0", ENGINE_IMAGE]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    _podman()
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "podman-load-image.sh"), BLESS_IMAGE, ENGINE_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"bless": f"localhost/{BLESS_IMAGE}", "engine": f"localhost/{ENGINE_IMAGE}"}
+
+
+@dataclass(frozen=True)
+class Published:
+    root: Path
+    config_hash: str
+    reference: str  # REPO@sha256:... in the registry
+    trust: Path  # a directory holding the trusted root.json
+    registry: Registry
+    golden: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def published(pod_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    """The pod profile blessed inside the engine image, unprivileged (as the guide says), signed, pushed."""
+    base = tmp_path_factory.mktemp("pod-blessing")
+    root = base / "root"
+    root.mkdir()
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--entrypoint",
+            "bless",
+            "-v",
+            f"{root}:/var/lib/bless",
+            "-v",
+            f"{POD_PROFILE}:/etc/bless/profile.toml:ro",
+            ENGINE_IMAGE,
+            "--root",
+            "/var/lib/bless",
+            "run",
+            "--profile",
+            "/etc/bless/profile.toml",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    run = json.loads(proc.stdout)
+    config_hash = run["config_hash"]
+    keys = base / "signing"
+    assert run_cli("trust", "init", "--keys", str(keys)).code == 0
+    signed = run_cli("--root", str(root), "sign", config_hash, "--keys", str(keys))
+    assert signed.code == 0, signed.stderr[-3000:]
+    trust = base / "trust"
+    trust.mkdir()
+    shutil.copy(keys / "metadata" / "root.json", trust / "root.json")
+    shown = run_cli("--root", str(root), "show", config_hash, "--json")
+    golden = shown.json()["golden"]
+    for registry in running_registry(base / "registry"):
+        repository = registry.ref("blessings/reference-cpu-pod")
+        pushed = run_cli(
+            "--root", str(root), "push", config_hash, f"{repository}:v1", "--metadata", str(keys / "metadata"), "--json"
+        )  # fmt: skip
+        assert pushed.code == 0, pushed.stderr[-3000:]
+        reference = f"{repository}@{pushed.json()['digest']}"
+        yield Published(root, config_hash, reference, trust, registry, golden)
+
+
+# -- rendering and running a pod --------------------------------------------------------------------------
+
+
+def render(published: Published, pod_images: Mapping[str, str], port: int, trust: Path | None = None) -> list[Any]:
+    result = run_cli(
+        "k8s", "render", "--profile", str(POD_PROFILE), "--from", published.reference,
+        "--image", pod_images["engine"], "--bless-image", pod_images["bless"],
+        "--trust", str(trust or published.trust), "--port", str(port), "--name", "pod-e2e",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr[-3000:]
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
+    """The rendered documents, changed only where podman (or this machine) is not a cluster (module docstring)."""
+    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    # podman 4.3's default, "once", removes an init container when it ends (its exit code with it). For a
+    # Deployment podman reads the Deployment's own annotations, not the template's: set both.
+    for metadata in (deployment["metadata"], template["metadata"]):
+        metadata["annotations"][INIT_ANNOTATION] = "always"
+    spec = template["spec"]
+    spec["hostNetwork"] = True  # the loopback registry and the engine's port, on 127.0.0.1
+    # A cluster restarts a failed container with back-off (the pod shows its last termination message); the
+    # test watches the first failure itself.
+    spec["restartPolicy"] = "Never"
+    spec["volumes"].append({"name": "termination", "hostPath": {"path": str(termination_dir), "type": "Directory"}})
+    for container in spec["initContainers"] + spec["containers"]:
+        # podman 4.3 turns containerPort into a port mapping, which host networking refuses: the port is the host's.
+        container.pop("ports", None)
+        container["volumeMounts"].append({"name": "termination", "mountPath": "/var/run/termination"})
+        for variable in container["env"]:
+            if variable["name"] == "BLESS_TERMINATION_LOG":  # what the kubelet would show from /dev/termination-log
+                variable["value"] = f"/var/run/termination/{container['name']}"
+    return documents
+
+
+@dataclass
+class Pod:
+    yaml_file: Path
+    termination_dir: Path
+    name: str = "pod-e2e-pod-0"
+    play_output: str = ""
+
+    def container(self, which: str) -> str:
+        return f"{self.name}-{which}"
+
+    def state(self, which: str) -> tuple[str, int]:
+        proc = podman(
+            "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", self.container(which), check=False
+        )  # fmt: skip
+        assert proc.returncode == 0, f"no container {self.container(which)}; podman kube play said:\n{self.play_output}"
+        status, code = proc.stdout.split()
+        return status, int(code)
+
+    def logs(self, which: str) -> str:
+        proc = podman("logs", self.container(which), check=False)
+        return proc.stdout + proc.stderr
+
+    def termination_message(self, which: str) -> str:
+        path = self.termination_dir / which
+        return path.read_text() if path.exists() else ""
+
+    def ready(self, profile_name: str) -> int:
+        proc = podman(
+            "exec", self.container("engine"), "serve-full", "ready", profile_name, "--root", "/var/lib/bless",
+            check=False, timeout=60,
+        )  # fmt: skip
+        return proc.returncode
+
+    def wait_exited(self, which: str, timeout_s: float = 240) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status, code = self.state(which)
+            if status in ("exited", "stopped"):
+                return code
+            time.sleep(1)
+        raise AssertionError(f"{which} still {status} after {timeout_s} s:\n{self.logs(which)[-3000:]}")
+
+
+@pytest.fixture
+def play(tmp_path: Path) -> Iterator[Any]:
+    """Run documents with podman kube play; everything is torn down after the test."""
+    played: list[Pod] = []
+
+    def run(documents: list[Any]) -> Pod:
+        termination = tmp_path / "termination"
+        termination.mkdir(exist_ok=True)
+        path = tmp_path / "pod.yaml"
+        path.write_text(yaml.safe_dump_all(for_podman(documents, termination), sort_keys=False))
+        pod = Pod(path, termination)
+        played.append(pod)
+        # kube play runs the init containers to completion, then starts the engine container and returns.
+        proc = podman("kube", "play", str(path), check=False, timeout=600)
+        pod.play_output = proc.stdout + proc.stderr
+        return pod
+
+    yield run
+    for pod in played:
+        podman("kube", "play", "--down", str(pod.yaml_file), check=False, timeout=300)
+
+
+# -- the pod serves only a verified, signed, proven blessing ------------------------------------------------
+
+
+def test_the_rendered_pod_pulls_verifies_serves_behind_the_canary_and_stops_gracefully(
+    published: Published, pod_images: Mapping[str, str], play: Any
+) -> None:
+    port = free_port()
+    pod = play(render(published, pod_images, port))
+    assert pod.state("bless-pull") == ("exited", 0), pod.logs("bless-pull")[-3000:]
+    not_ready_seen = False
+    deadline = time.monotonic() + 300
+    while True:
+        code = pod.ready("reference-cpu-pod")
+        if code == 0:
+            break
+        assert code == 46, f"serve-full ready exited {code}"
+        not_ready_seen = True
+        status, exit_code = pod.state("engine")
+        assert status == "running", f"engine exited {exit_code}:\n{pod.logs('engine')[-4000:]}"
+        assert time.monotonic() < deadline, pod.logs("engine")[-4000:]
+        time.sleep(1)
+    assert not_ready_seen, "readiness must fail until the canary passed"
+    log = pod.logs("engine")
+    assert "verified copy" in log  # the plan says how the cache is presented: no mount in a pod
+    assert "canary passed" in log
+    client = EngineClient("127.0.0.1", port, timeout_s=60)
+    for item in published.golden:
+        assert list(client.complete(item["prompt"], item["max_tokens"]).token_ids) == item["token_ids"]
+
+    podman("pod", "stop", "-t", "60", pod.name, timeout=120)  # SIGTERM, as the kubelet sends it
+    status, code = pod.state("engine")
+    assert (status, code) == ("exited", 0), pod.logs("engine")[-4000:]
+    assert "stopped gracefully" in pod.logs("engine")
+    assert pod.termination_message("engine") == ""  # nothing was refused
+
+
+def test_an_untrusted_signature_ends_the_init_container_with_its_code(
+    published: Published, pod_images: Mapping[str, str], play: Any, tmp_path: Path
+) -> None:
+    other_keys = tmp_path / "other-keys"
+    assert run_cli("trust", "init", "--keys", str(other_keys)).code == 0
+    other_trust = tmp_path / "other-trust"
+    other_trust.mkdir()
+    shutil.copy(other_keys / "metadata" / "root.json", other_trust / "root.json")
+    pod = play(render(published, pod_images, free_port(), trust=other_trust))
+    code = pod.wait_exited("bless-pull")
+    message = pod.termination_message("bless-pull")
+    assert code == 61 and message.startswith("bless exit 61 (signature by an untrusted key)"), (code, message)
+
+
+def test_a_profile_that_drifted_from_the_blessing_is_refused(
+    published: Published, pod_images: Mapping[str, str], play: Any
+) -> None:
+    documents = render(published, pod_images, free_port())
+    (profile_cm,) = [doc for doc in documents if doc["kind"] == "ConfigMap" and "profile.toml" in doc["data"]]
+    text = profile_cm["data"]["profile.toml"]
+    profile_cm["data"]["profile.toml"] = text.replace("max_seq_len = 64", "max_seq_len = 32")
+    pod = play(documents)
+    assert pod.state("bless-pull") == ("exited", 0)
+    code = pod.wait_exited("engine")
+    message = pod.termination_message("engine")
+    assert code == 20 and message.startswith("bless exit 20 (no blessed manifest)"), (code, message)
+
+
+def test_a_file_tampered_with_in_the_pod_store_between_pull_and_start_is_refused(
+    published: Published, pod_images: Mapping[str, str], play: Any
+) -> None:
+    documents = render(published, pod_images, free_port())
+    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    pull = spec["initContainers"][0]
+    # A second init container runs after the pull and before serve-full: it appends a byte to a blessed file.
+    tamper = {
+        "name": "tamper",
+        "image": pull["image"],
+        "command": [
+            "sh",
+            "-c",
+            'f=$(find /var/lib/bless/blessed -type f | sort | head -n 1); chmod u+w "$f"; printf x >> "$f"',
+        ],
+        "volumeMounts": [{"name": "bless-store", "mountPath": "/var/lib/bless"}],
+        "env": [],
+    }
+    spec["initContainers"].append(tamper)
+    pod = play(documents)
+    code = pod.wait_exited("engine")
+    message = pod.termination_message("engine")
+    assert code == 21 and message.startswith("bless exit 21 (verification failed)"), (code, message)
+
+
+def test_a_blob_altered_in_the_registry_ends_the_init_container_with_72(
+    published: Published, pod_images: Mapping[str, str], play: Any
+) -> None:
+    """Last in this module: it alters the registry's copy of one cache file (and puts it back after)."""
+    blobs = sorted((published.registry.storage).rglob("blobs/sha256/*/*/data"), key=lambda p: p.stat().st_size)
+    target = blobs[-1]  # the largest blob: a cache file, not a manifest
+    original = target.read_bytes()
+    target.write_bytes(bytes([original[0] ^ 0xFF]) + original[1:])
+    try:
+        pod = play(render(published, pod_images, free_port()))
+        code = pod.wait_exited("bless-pull")
+        message = pod.termination_message("bless-pull")
+        assert code == 72 and message.startswith("bless exit 72 (digest mismatch)"), (code, message)
+        assert pod.state("engine")[0] in ("created", "configured", "initialized", "exited", "stopped")
+    finally:
+        target.write_bytes(original)
