@@ -144,7 +144,7 @@ def test_commands_without_a_registry_do_not_import_the_registry_client() -> None
     code = (
         "import sys, bless.cli.main, bless.cli.serve\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('oras', 'requests')"
-        " or m in ('bless.registry', 'bless.flows.pull', 'bless.flows.push'))\n"
+        " or m in ('bless.registry', 'bless.flows.pull', 'bless.flows.push', 'bless.flows.k8s'))\n"
         "print(loaded)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)

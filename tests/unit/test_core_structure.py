@@ -49,7 +49,7 @@ def test_factors_does_no_io_and_imports_no_engine() -> None:
 
 CORE_MODULES = [
     *(f"{name}.py" for name in ("errors", "factors", "manifest", "profile", "verify", "evidence", "schemas", "text",
-                                "labels", "artifact", "trials", "reuse", "canary")),
+                                "labels", "artifact", "trials", "reuse", "canary", "k8s")),
     *sorted(path.relative_to(BLESS).as_posix() for path in (BLESS / "store").glob("*.py")),
 ]  # fmt: skip
 
@@ -99,7 +99,7 @@ def test_the_config_hash_format_is_written_down_once() -> None:
 
 FLOWS_DIR = BLESS / "flows"
 #: The flows, one per command (a module or a package), and what several flows share beside them.
-FLOWS = ("gate", "pull", "push", "run", "serve")
+FLOWS = ("gate", "k8s", "pull", "push", "run", "serve")
 SHARED_FLOW_MODULES = ("events", "resolve", "safety", "session")
 
 
