@@ -132,16 +132,20 @@ def test_blesss_python_imports_bless_and_not_torch(serve_image: str) -> None:
     ids=["bless", "engine"],
 )
 def test_a_second_build_is_up_to_date(args: tuple[str, ...], bless_image: str, serve_image: str) -> None:
+    """Twice in a row: the second finds the first's image. (Not once against setup's image: another checkout
+    with other sources on the same Docker Engine may have built the tag since, and the first run rebuilds.)"""
+    first = _built(*args)
     started = time.monotonic()
     proc = _script(*args, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert " is up to date (path " in proc.stderr, proc.stderr[-3000:]
     assert time.monotonic() - started < 30, "an up-to-date check builds nothing and pulls nothing"
+    assert proc.stdout.strip() == first
     image = bless_image if args[0] == "build-bless-image.sh" else serve_image
     inspected = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, check=True
     )
-    assert proc.stdout.strip() == inspected.stdout.strip()
+    assert inspected.stdout.strip() == first
 
 
 def test_the_engine_image_script_wants_a_local_engine_image(docker_client: Any) -> None:
