@@ -57,6 +57,7 @@ if (( ${#missing[@]} > 0 )); then
     say "installing ${missing[*]} (apt-get install -y podman catatonit)"
     # apt-get update only when the package lists cannot serve the install (a fresh image has none).
     if ! DEBIAN_FRONTEND=noninteractive apt-get install -y podman catatonit >&2; then
+        say "the package lists do not serve it: apt-get update, then install again"
         apt-get update >&2 || die "apt-get update failed"
         DEBIAN_FRONTEND=noninteractive apt-get install -y podman catatonit >&2 || die "apt-get install podman catatonit failed"
     fi

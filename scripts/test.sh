@@ -21,6 +21,8 @@ echo "test: pytest" >&2
 export BLESS_REQUIRE_DOCKER=1
 # Registry tests fail (not skip) when docker-registry is missing: setup.sh installed it.
 export BLESS_REQUIRE_REGISTRY=1
+# The podman tests fail (not skip) when podman is missing: setup.sh installed it.
+export BLESS_REQUIRE_PODMAN=1
 # The reference engine's model tests fail (not skip) when torch is missing: setup.sh installed it.
 export BLESS_REQUIRE_TORCH=1
 set +e

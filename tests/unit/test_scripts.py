@@ -266,3 +266,85 @@ def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
         assert tool not in outside, f"setup.sh runs {tool} outside a logged step"
     assert "STEP_LOG=$PWD/.venv/setup.log" in text
     assert 'say "the output of each step goes to $STEP_LOG"' in text
+
+
+# ------------------------------------------------------------------ the image scripts and podman
+
+IMAGE_SCRIPTS = ["build-bless-image.sh", "build-engine-image.sh", "ensure-podman.sh", "podman-load-image.sh"]
+
+
+@pytest.mark.parametrize("script", [*IMAGE_SCRIPTS, "image-lib.sh", "build-reference-image.sh"])
+def test_image_scripts_parse_and_stop_at_a_failure(script: str) -> None:
+    text = (REPO / "scripts" / script).read_text()
+    subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
+    if script != "image-lib.sh":  # sourced: the scripts that source it set the options
+        assert re.search(r"^set -euo pipefail$", text, re.MULTILINE), f"{script} lacks set -euo pipefail"
+
+
+@pytest.mark.parametrize("script", IMAGE_SCRIPTS)
+def test_image_scripts_answer_help_without_docker(script: str, tmp_path: Path) -> None:
+    result = _script(script, "--help", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"usage: scripts/{script}")
+    assert result.stdout == "", "stdout is for image IDs and names only"
+
+
+def test_the_engine_image_script_checks_its_arguments_before_docker(tmp_path: Path) -> None:
+    few = _script("build-engine-image.sh", "bless-reference:0.1.0", cwd=tmp_path)
+    assert few.returncode == 1 and "need ENGINE_IMAGE and TAG (got 1 arguments)" in few.stderr
+    same = _script("build-engine-image.sh", "bless-reference:0.1.0", "bless-reference:0.1.0", cwd=tmp_path)
+    assert same.returncode == 1 and "the engine image's own tag is never replaced" in same.stderr
+    untagged = _script("build-engine-image.sh", "bless-reference:0.1.0", "my-engine", cwd=tmp_path)
+    assert untagged.returncode == 1 and "TAG must be a lowercase image name with a tag" in untagged.stderr
+
+
+def _lib(script: str, tmp_path: Path, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (bash) with scripts/image-lib.sh sourced, the cache in ``tmp_path``."""
+    env = {"PATH": path or os.environ["PATH"], "HOME": str(tmp_path), "BLESS_BUILD_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", f'PROG=test; source "{REPO}/scripts/image-lib.sh"\n{script}'],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_bless_source_hash_follows_the_symlinks_the_wheel_follows(tmp_path: Path) -> None:
+    """bless/cli and bless/schema are links: a change under cli/ changes the wheel, so it must change the hash."""
+    copy = tmp_path / "src"
+    result = _lib(
+        f'copy_bless_source "{copy}"\n'
+        f'bless_source_hash "{REPO}"; bless_source_hash "{copy}"\n'
+        f'mkdir -p "{copy}/bless/__pycache__" && echo x > "{copy}/bless/__pycache__/m.cpython-311.pyc"\n'
+        f'bless_source_hash "{copy}"\n'
+        f'echo "# changed" >> "{copy}/cli/main.py"\n'
+        f'bless_source_hash "{copy}"\n',
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    repo, copied, with_bytecode, changed = result.stdout.split()
+    assert repo == copied == with_bytecode, "the copy is what the repo hashes to; bytecode is not an input"
+    assert changed != copied
+    assert (copy / "bless" / "cli").is_symlink() and (copy / "pyproject.toml").is_file()
+
+
+def test_the_wheelhouse_target_lists_every_manylinux_tag_the_images_glibc_accepts(tmp_path: Path) -> None:
+    """pip takes --platform literally: manylinux_2_35 alone misses wheels tagged only manylinux_2_17 (rpds-py)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text('#!/bin/sh\necho "cpython 3.12 2.35 x86_64"\n')
+    (fake / "docker").chmod(0o755)
+    result = _lib('pip_target_args engine:1; printf "%s\\n" "${PIP_TARGET[@]}"', tmp_path, f"{fake}:/usr/bin:/bin")
+    assert result.returncode == 0, result.stderr
+    args = result.stdout.split()
+    assert args[:7] == ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.12", "--abi", "cp312"]
+    platforms = [args[i + 1] for i, arg in enumerate(args) if arg == "--platform"]
+    assert platforms == [f"manylinux_2_{minor}_x86_64" for minor in range(35, 16, -1)] + ["manylinux2014_x86_64"]
+    assert "wheelhouse target: CPython 3.12, glibc 2.35, x86_64 (read from engine:1)" in result.stderr
+
+    (fake / "docker").write_text('#!/bin/sh\necho "cpython 3.12 none x86_64"\n')
+    musl = _lib("pip_target_args alpine:1", tmp_path, f"{fake}:/usr/bin:/bin")
+    assert musl.returncode == 1 and "musl images are not supported" in musl.stderr
