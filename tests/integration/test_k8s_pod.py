@@ -236,6 +236,15 @@ def play(tmp_path: Path) -> Iterator[Any]:
         path.write_text(yaml.safe_dump_all(for_podman(documents, termination), sort_keys=False))
         pod = Pod(path, termination)
         played.append(pod)
+        # podman keeps an emptyDir or ConfigMap as a volume named after it, shared by name: start from none.
+        names = {
+            v["name"]
+            for doc in documents
+            if doc["kind"] == "Deployment"
+            for v in doc["spec"]["template"]["spec"]["volumes"]
+        }
+        names |= {doc["metadata"]["name"] for doc in documents if doc["kind"] == "ConfigMap"}
+        podman("volume", "rm", "--force", *sorted(names), check=False)
         # kube play runs the init containers to completion, then starts the engine container and returns.
         proc = podman("kube", "play", str(path), check=False, timeout=600)
         pod.play_output = proc.stdout + proc.stderr
