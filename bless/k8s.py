@@ -43,6 +43,7 @@ __all__ = [
     "gpu_product_label",
     "node_affinity",
     "render",
+    "require_digest",
 ]
 
 #: The pod's store (an emptyDir the init container fills) and where its inputs are mounted.
@@ -177,6 +178,15 @@ def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def require_digest(artifact: str) -> None:
+    """Refuse (3) an artifact reference that is not pinned by digest: a tag can be moved to another blessing."""
+    if "@sha256:" not in artifact:
+        raise InputInvalidError(
+            f"--from {artifact} is not pinned by digest: a tag can be moved to another blessing",
+            hint="use REPO@sha256:... (bless push prints the digest)",
+        )
+
+
 def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions) -> None:
     if _DNS_LABEL.fullmatch(options.name) is None:
         raise InputInvalidError(
@@ -185,11 +195,7 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions) -> 
         )
     if _DNS_LABEL.fullmatch(options.trust_configmap) is None:
         raise InputInvalidError(f"--trust-configmap {options.trust_configmap!r} is not a Kubernetes name")
-    if "@sha256:" not in options.artifact:
-        raise InputInvalidError(
-            f"--from {options.artifact} is not pinned by digest: a tag can be moved to another blessing",
-            hint="use REPO@sha256:... (bless push prints the digest)",
-        )
+    require_digest(options.artifact)
     if profile.runtime_kind != "local":
         raise InputInvalidError(
             f"{profile.label}: runtime.kind is {profile.runtime_kind!r}; in a pod serve-full starts the engine "

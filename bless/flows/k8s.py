@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
-from bless.k8s import Blessing, K8sOptions, Rendered, render
+from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
 from bless.profile import load_profile
 from bless.registry import RegistryClient, parse_reference
 from bless.store.fsutil import UnreadableFileError, read_bounded
@@ -44,12 +44,8 @@ def render_blessing(
         raise InputInvalidError(f"cannot read {profile_path}: {exc}") from None
     if trust_dir is not None:
         options = _with_trust_root(options, trust_dir)
+    require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
-    if reference.digest is None:
-        raise InputInvalidError(
-            f"--from {options.artifact} is not pinned by digest: a tag can be moved to another blessing",
-            hint="use REPO@sha256:... (bless push prints the digest)",
-        )
     client = RegistryClient(reference, plain_http=plain_http, limits=limits)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
     adapter = get_adapter(profile.engine)

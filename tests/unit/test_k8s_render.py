@@ -262,3 +262,33 @@ def test_names_kubernetes_refuses_are_refused(tmp_path: Path, name: str) -> None
 )
 def test_default_names_are_kubernetes_names(profile_name: str, name: str) -> None:
     assert k8s.default_name(profile_name) == name
+
+
+# -- the command --------------------------------------------------------------------------------------
+
+
+def _render_cli(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from bless.cli.main import app
+
+    return CliRunner().invoke(app, ["k8s", "render", "--image", "e@" + DIGEST, "--bless-image", "b@" + DIGEST, *args])
+
+
+def test_the_command_refuses_a_tag_before_any_request(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_text())
+    # Port 9 on loopback: nothing answers there; a request would be a registry error (70), not 3.
+    result = _render_cli("--profile", str(path), "--from", "127.0.0.1:9/blessings/tiny:v1", "--json")
+    assert result.exit_code == 3, result.stdout
+    assert "not pinned by digest" in result.stdout
+
+
+def test_the_command_refuses_a_trust_dir_without_root_json(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_text())
+    empty = tmp_path / "trust"
+    empty.mkdir()
+    result = _render_cli("--profile", str(path), "--from", f"127.0.0.1:9/b@{DIGEST}", "--trust", str(empty), "--json")
+    assert result.exit_code == 3, result.stdout
+    assert "root.json does not exist" in result.stdout
