@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from bless import labels
 from bless.cli import boundary
 from bless.cli.boundary import Report
-from bless.errors import ExitCode, NotServingError, VerifyFailedError
+from bless.errors import ExitCode, NotServingError, StoreUnavailableError, VerifyFailedError
 from bless.flows import serve
 from bless.flows.serve.plan import verify_copy
 from bless.runtime.base import ContainerSpec, Mount
@@ -266,3 +266,14 @@ def test_serve_full_ready_exits_46_says_why_and_leaves_the_termination_log_alone
     assert document["ok"] is False and document["error"]["details"]["reason"] == "no_record"
     # The probe runs in the serving container, with its environment: it must not write the container's reason.
     assert not log.exists()
+
+
+def test_a_readiness_record_that_cannot_be_written_stops_the_engine_and_says_why(store: Store, tmp_path: Path) -> None:
+    replies = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
+    with FakeEngineServer(openai_engine(lambda prompt, n: replies.get(prompt, [0])[:n])) as server:
+        plan, runtime = _blessed_plan(store, tmp_path, server.port)
+        store.paths.ready.write_text("a file where the directory goes")
+        with pytest.raises(StoreUnavailableError, match="cannot write the readiness record"):
+            serve.start(plan, runtime=runtime)
+    assert runtime.calls[-2:] == ["stop", "remove"], "never left serving without a record"
+    assert store.leases.leases() == [], "the serving lease was released"

@@ -92,8 +92,11 @@ def mark_ready(
 
 
 def clear_ready(store: Store, name: str) -> None:
-    """Remove the record (no traffic from here on); nothing to remove is fine."""
-    with contextlib.suppress(FileNotFoundError):
+    """Remove the record (no traffic from here on); nothing to remove is fine.
+
+    Best effort: a record that cannot be removed is stale as soon as its holder ends (the probe checks it).
+    """
+    with contextlib.suppress(OSError):
         store.paths.ready_file(name).unlink()
 
 
@@ -111,7 +114,6 @@ def check_ready(
     model listing within :data:`PROBE_TIMEOUT_S`.
     """
     path = store.paths.ready_file(name)
-    hint = "wait for serve-full to finish its start (verify, ready, canary); its log says where it is"
     try:
         data = load_json_object(path)
     except UnreadableJsonError as exc:
@@ -123,7 +125,7 @@ def check_ready(
     if data is None:
         raise NotServingError(
             f"{name}: no readiness record ({path}): serve-full is not serving this profile yet, or has stopped",
-            hint=hint,
+            hint="wait for serve-full to finish its start (verify, ready, canary); its log says where it is",
             details={"name": name, "reason": "no_record"},
         )
     try:

@@ -137,35 +137,50 @@ def start(
     except BaseException:
         lease.close()
         raise
+    try:
+        _mark_ready(plan_, result, runtime, detached=detach)
+    except BaseException:
+        # Serving without a readiness record would never take traffic: stop what was started, say why.
+        session = plan_.session(runtime, started=result.started)
+        try:
+            session.stop()
+        finally:
+            runtime.remove(result.started)
+            lease.close()
+        raise
     if detach:
         held.hand_over(result.started, runtime.kind)  # the running engine keeps it
         lease.close()
-        result = dataclasses.replace(result, detached=True)
-    else:
-        result = dataclasses.replace(result, lease=lease)
-    _mark_ready(plan_, result, runtime)
-    return result
+        return dataclasses.replace(result, detached=True)
+    return dataclasses.replace(result, lease=lease)
 
 
-def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime) -> None:
+def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, detached: bool) -> None:
     """The readiness record (``serve-full ready``): written last, once the engine is canary-checked."""
     holder: dict[str, Any]
-    if not result.detached:
+    if not detached:
         holder = process_identity()  # serve-full keeps serving in the foreground
     elif runtime.kind == "local" and result.started.id.isdigit():
         holder = process_identity(int(result.started.id))
     else:
         holder = {"container": result.started.id, "name": result.started.name}
     assert result.host_port is not None  # a started engine published its port (_start checks)
-    mark_ready(
-        plan_.store,
-        name=plan_.profile.name,
-        config_hash=plan_.config_hash,
-        host=plan_.client_host,
-        port=result.host_port,
-        canary=result.canary.status,
-        holder=holder,
-    )
+    try:
+        mark_ready(
+            plan_.store,
+            name=plan_.profile.name,
+            config_hash=plan_.config_hash,
+            host=plan_.client_host,
+            port=result.host_port,
+            canary=result.canary.status,
+            holder=holder,
+        )
+    except OSError as exc:
+        what = f"cannot write the readiness record under {plan_.store.root}"
+        raise full_disk_error(exc, what) or StoreUnavailableError(
+            f"{what}: {exc.strerror or exc}; the engine was stopped",
+            hint="check that the store root is a directory this user can write",
+        ) from None
 
 
 def _start(
