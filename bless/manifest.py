@@ -298,6 +298,11 @@ def strict_json(text: str | bytes) -> Any:
 
 def load_manifest(path: Path) -> Manifest:
     """Read and validate one manifest file; every failure is a ManifestInvalidError naming the file."""
+    return read_manifest(path)[0]
+
+
+def read_manifest(path: Path) -> tuple[Manifest, bytes]:
+    """:func:`load_manifest`, and the exact bytes it parsed (what a signature covers: checked without a re-read)."""
     where = shown(str(path))  # a file name is data: messages show it escaped, on one line
     try:
         # O_NONBLOCK: a FIFO named *.json must not hang a reader; O_NOFOLLOW: a manifest is never a link.
@@ -327,4 +332,4 @@ def load_manifest(path: Path) -> Manifest:
         raise ManifestInvalidError(f"{where}: JSON nested too deeply") from None
     except ValueError as exc:  # from _reject_constant
         raise ManifestInvalidError(f"{where}: not valid JSON ({exc})") from None
-    return manifest_from_dict(document, where=where)
+    return manifest_from_dict(document, where=where), raw

@@ -545,6 +545,15 @@ def init_repository(
     return InitResult(keys_dir, metadata_path, tuple(key_files), chosen)
 
 
+#: What a report says of a blessing whose signature was not checked.
+UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
+
+
+def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:
+    """The ``trust`` section of a report: the verdict, or a note that nothing was checked."""
+    return verdict.to_dict() if verdict is not None else {"signed": False, "note": UNSIGNED_NOTE}
+
+
 def manifest_file_bytes(path: Path, manifest: Manifest) -> bytes:
     """The bytes that are signed and checked: the manifest file as the store wrote it.
 

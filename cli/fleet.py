@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -31,6 +31,7 @@ from bless.trust import (
     parse_duration,
     rotate_role,
     sign_blessing,
+    trust_report,
     trust_state_dir,
 )
 
@@ -38,6 +39,7 @@ from bless.trust import (
 # every bless command: run, verify and serve-full without --from neither need it nor pay its import.
 if TYPE_CHECKING:
     from bless.flows.pull import PullResult
+    from bless.flows.serve import Fetched
 
 TrustOption = Annotated[
     Path | None,
@@ -120,8 +122,6 @@ AllowDowngradeOption = Annotated[
     ),
 ]
 
-UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
-
 trust_app = typer.Typer(
     name="trust",
     help="Create and rotate the TUF keys that sign blessings.",
@@ -145,11 +145,6 @@ def stored_manifest_bytes(store: Store, manifest: Manifest) -> bytes:
     if path is None:
         raise NoManifestError(f"the manifest of {manifest.config_hash[:16]}... is gone from {store.manifests_dir}")
     return manifest_file_bytes(path, manifest)
-
-
-def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:
-    """The ``trust`` section of a command's JSON: the verdict, or a note that nothing was checked."""
-    return verdict.to_dict() if verdict is not None else {"signed": False, "note": UNSIGNED_NOTE}
 
 
 def render_trust(console: Console, trust: Mapping[str, Any]) -> None:
@@ -402,7 +397,7 @@ def pull_command(
 
 @dataclass(frozen=True)
 class FleetSource:
-    """serve-full's ``--from REF`` / ``--trust DIR``: pull first, and require a signature when trusted."""
+    """serve-full's ``--from REF`` / ``--trust DIR``: the options; the serve flow pulls through :meth:`fetcher`."""
 
     reference: str | None = None
     trust: Path | None = None
@@ -410,39 +405,29 @@ class FleetSource:
     min_rate: str = DEFAULT_MIN_RATE
     transfer_grace: float = DEFAULT_LIMITS.grace_s
 
-    def pull(self, store: Store, console: Console) -> PullResult | None:
-        """Pull ``--from`` into the store (a no-op when present); None without ``--from``."""
-        if self.reference is None:
+    def fetcher(self, console: Console) -> Callable[[Store], Fetched] | None:
+        """``--from``'s pull for the serve flow (rendered as it happens); None without ``--from``."""
+        reference = self.reference
+        if reference is None:
             return None
-        from bless.flows.pull import pull_blessing
-        from bless.registry import parse_reference
 
-        result = pull_blessing(
-            store,
-            parse_reference(self.reference),
-            trust_dir=self.trust,
-            plain_http=self.plain_http,
-            limits=transfer_limits(self.min_rate, self.transfer_grace),
-        )
-        render_pull(console, pull_report(result))
-        return result
+        def fetch(store: Store) -> Fetched:
+            from bless.flows.pull import pull_blessing
+            from bless.flows.serve import Fetched
+            from bless.registry import parse_reference
 
-    def check(self, store: Store, manifest: Manifest | None, pulled: PullResult | None) -> dict[str, Any]:
-        """The plan's ``from`` and ``trust`` sections; refuses a profile that is not the pulled blessing."""
-        if manifest is None:  # --debug: nothing blessed is served
-            return {}
-        if pulled is not None and (pulled.config_hash, pulled.dir_id) != (manifest.config_hash, manifest.cache.dir_id):
-            raise NoManifestError(
-                f"--from {self.reference} holds blessing {pulled.config_hash[:16]}... ({pulled.dir_id}), but the "
-                f"profile resolves here to {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-                hint="serve the profile that blessing was made from, on matching hardware; bless diff shows "
-                "which factors differ",
-                details={"pulled": pulled.config_hash, "profile": manifest.config_hash},
+            result = pull_blessing(
+                store,
+                parse_reference(reference),
+                trust_dir=self.trust,
+                plain_http=self.plain_http,
+                limits=transfer_limits(self.min_rate, self.transfer_grace),
             )
-        data: dict[str, Any] = {"trust": trust_report(trust_check(store, manifest, self.trust))}
-        if pulled is not None:
-            data["from"] = pull_report(pulled)
-        return data
+            report = pull_report(result)
+            render_pull(console, report)
+            return Fetched(reference=reference, config_hash=result.config_hash, dir_id=result.dir_id, report=report)
+
+        return fetch
 
 
 #: The ``trust`` sub-commands.

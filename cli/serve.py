@@ -46,7 +46,6 @@ from bless.cli.common import (
 )
 from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
 from bless.engines import get_adapter
-from bless.errors import EngineFailedError, InterruptedByUserError
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.profile import load_profile
@@ -232,81 +231,54 @@ def _serve(
         serving_host=listen_host if listen_host is not None else loaded.serving_host,
         serving_port=listen_port if listen_port is not None else loaded.serving_port,
     )
-    store = Store(root if root is not None else default_root(), manifests_dir)
-    runtime = get_runtime(loaded.runtime_kind)
-    adapter = get_adapter(loaded.engine)
     console = render.err_console()
     gate = SignalGate()
-    with gate.installed(), serve.StartingLock(store, loaded.name) as starting:
-        pulled = source.pull(store, console)
-        the_plan = serve.plan(
-            loaded,
-            store=store,
-            runtime=runtime,
-            adapter=adapter,
-            debug=debug,
-            allow_unknown_engine_version=allow_unknown_engine_version,
-        )
-        plan_dict = {**the_plan.to_dict(), **source.check(store, the_plan.manifest, pulled)}
-        if dry_run:
-            return Report({"dry_run": True, "no_canary": no_canary, "plan": plan_dict}, render_dry_run)
+
+    def on_plan(plan_dict: Mapping[str, Any]) -> None:
         render_plan(console, plan_dict)
         if "trust" in plan_dict:
             render_trust(console, plan_dict["trust"])
         render_banners(console, plan_dict, no_canary=no_canary)
-        # serve.start holds the serving lease until serve.finish (a detached engine is handed it).
-        try:
-            result = serve.start(
-                the_plan,
-                runtime=runtime,
-                no_canary=no_canary,
-                detach=detach,
-                keep_upper_on_interrupt=keep_upper,
-                events=Progress(console),
-            )
-        except KeyboardInterrupt:
-            raise InterruptedByUserError(
-                f"{gate.received or 'SIGINT'} before the engine was ready and canary-checked: "
-                f"container {the_plan.container_name} was stopped and removed",
-                hint="run serve-full again to serve",
-            ) from None
-        starting.release()  # the running container holds the name now
-        data: dict[str, Any] = {"dry_run": False, "plan": plan_dict, "result": result.to_dict()}
-        if detach:
-            return Report(data, render_detached)
 
-        # Foreground: from here a signal only asks to stop; the stop itself is never interrupted.
-        gate.raising = False
+    def on_serving(result: serve.LaunchResult) -> None:
+        gate.raising = False  # from here a signal only asks to stop; the stop itself is never interrupted
         console.print(
             Text.assemble(
                 ("serving on ", "bold green"),
                 f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
             )
         )
-        try:
-            exit_code = serve.follow(runtime, result.started, _write_log, stop=gate.event)
-            engine_exited = exit_code is not None
-            if not engine_exited:
-                console.print(Text(f"{gate.received}: stopping the engine gracefully", style="bold"))
-            finished = serve.finish(the_plan, result, runtime=runtime, keep_upper=keep_upper, failed=engine_exited)
-        finally:
-            result.release_lease()  # finish released it; this covers a failure before it
-    data["ended_by"] = "engine-exit" if engine_exited else (gate.received or "signal")
-    data["finish"] = finished.to_dict()
-    failure = None
-    if engine_exited:
-        failure = EngineFailedError(
-            f"the engine exited by itself with code {exit_code} while serving; the serve dir is kept: "
-            f"{the_plan.serve_dir}",
-            hint=f"read its log above (also in {the_plan.serve_dir / serve.ENGINE_LOG})",
-            details={"exit_code": exit_code, "serve_dir": str(the_plan.serve_dir)},
+
+    request = serve.ServeRequest(
+        profile=loaded,
+        store=Store(root if root is not None else default_root(), manifests_dir),
+        detach=detach,
+        dry_run=dry_run,
+        debug=debug,
+        no_canary=no_canary,
+        keep_upper=keep_upper,
+        allow_unknown_engine_version=allow_unknown_engine_version,
+        trust_dir=source.trust,
+        fetch=source.fetcher(console),
+    )
+    hooks = serve.ServeHooks(
+        events=Progress(console),
+        on_plan=on_plan,
+        on_serving=on_serving,
+        write_log=_write_log,
+        stop=gate.event,
+        signal_name=lambda: gate.received,
+    )
+    with gate.installed():
+        outcome = serve.serve_full(
+            request, runtime=get_runtime(loaded.runtime_kind), adapter=get_adapter(loaded.engine), hooks=hooks
         )
-    elif finished.stop is not None and not finished.stop.graceful:
-        failure = EngineFailedError(
-            f"the engine did not stop within {loaded.trials.stop_timeout_s} s and was killed",
-            hint="raise trials.stop_timeout_s, or fix the engine's SIGTERM handling",
-        )
-    return Report(data, render_finished, failure)
+    data = outcome.to_dict()
+    if outcome.dry_run:
+        return Report({**data, "no_canary": no_canary}, render_dry_run)
+    if detach:
+        return Report(data, render_detached)
+    return Report(data, render_finished, outcome.failure)
 
 
 @app.command()

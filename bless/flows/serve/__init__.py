@@ -64,6 +64,7 @@ from __future__ import annotations
 from bless.canary import CanaryCheck, CanaryResult, run_canary
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
+from bless.flows.serve.full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full
 from bless.flows.serve.lease import ServingLease, serving_lease
 from bless.flows.serve.plan import (
     DEBUG_BANNER,
@@ -91,10 +92,14 @@ __all__ = [
     "SERVE_PREFIX",
     "CanaryCheck",
     "CanaryResult",
+    "Fetched",
     "FinishResult",
     "LaunchPlan",
     "LaunchResult",
     "ReadyRecord",
+    "ServeHooks",
+    "ServeOutcome",
+    "ServeRequest",
     "ServingLease",
     "Snapshot",
     "Stamp",
@@ -114,6 +119,7 @@ __all__ = [
     "plan",
     "run_canary",
     "serve_container_name",
+    "serve_full",
     "serving_lease",
     "start",
     "stop_command",

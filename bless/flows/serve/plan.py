@@ -22,7 +22,7 @@ from bless.flows.safety import check_unsafe
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.flows.session import EngineSession, engine_spec
-from bless.manifest import Manifest, load_manifest
+from bless.manifest import Manifest, read_manifest
 from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
@@ -181,6 +181,8 @@ class LaunchPlan:
     adapter: EngineAdapter
     #: The store the blessing is served from: the serving flow holds its lease there while it serves.
     store: Store
+    #: The manifest file's bytes as parsed (what a signature covers); None for ``--debug``.
+    manifest_bytes: bytes | None = field(default=None, repr=False)
     allowed_unsafe: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
@@ -355,11 +357,12 @@ def plan(
     warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
     manifest: Manifest | None = None
     manifest_path: Path | None = None
+    manifest_bytes: bytes | None = None
     if not debug:
         manifest_path = store.manifest_path(resolved.config_hash)
         if manifest_path is None:
             raise no_manifest_error(store, resolved)
-        manifest = load_manifest(manifest_path)
+        manifest, manifest_bytes = read_manifest(manifest_path)
         if manifest.config_hash != resolved.config_hash:
             # Replaced between the lookup and the read (a concurrent rebless of another hash into
             # this file name): look again rather than guess.
@@ -461,6 +464,7 @@ def plan(
         snapshot=snapshot,
         adapter=adapter,
         store=store,
+        manifest_bytes=manifest_bytes,
         allowed_unsafe=tuple(allowed),
         warnings=tuple(warnings),
         timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},

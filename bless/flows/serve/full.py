@@ -1,0 +1,215 @@
+"""``serve-full`` as one call: :func:`serve_full` runs every step, the command line only renders and handles signals.
+
+The steps, in order: the per-name start lock (:mod:`.starting`); ``--from``'s pull (a callable the caller
+gives, so this flow imports no registry code and no other flow); the plan, every refusal before anything
+starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``, checked
+on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
+then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
+(:mod:`.follow`, :mod:`.finish`). ``--detach`` returns once the canary passed; ``--dry-run`` after the plan.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bless.engines.base import EngineAdapter
+from bless.errors import BlessError, EngineFailedError, InterruptedByUserError, NoManifestError
+from bless.flows.events import Event, EventSink, ignore_events
+from bless.flows.serve.finish import FinishResult, finish
+from bless.flows.serve.follow import follow
+from bless.flows.serve.plan import LaunchPlan, plan
+from bless.flows.serve.serve_dir import ENGINE_LOG
+from bless.flows.serve.start import LaunchResult, start
+from bless.flows.serve.starting import StartingLock
+from bless.profile import Profile
+from bless.runtime.base import Runtime
+from bless.store import Store
+from bless.trust import check_blessing, trust_report, trust_state_dir
+
+__all__ = ["Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What ``--from`` installed (or found present): which blessing, and its report for the plan."""
+
+    reference: str
+    config_hash: str
+    dir_id: str
+    report: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """What the operator asked for."""
+
+    profile: Profile
+    store: Store
+    detach: bool = False
+    dry_run: bool = False
+    debug: bool = False
+    no_canary: bool = False
+    keep_upper: bool = False
+    allow_unknown_engine_version: bool = False
+    #: ``--trust DIR``: the blessing must be a validly signed, fresh, current target.
+    trust_dir: Path | None = None
+    #: ``--from REF``: pulls the blessing into ``store`` (a no-op when present); None without ``--from``.
+    fetch: Callable[[Store], Fetched] | None = None
+
+
+@dataclass
+class ServeHooks:
+    """Where the flow talks to its caller while it runs (the command line renders; tests record)."""
+
+    events: EventSink = ignore_events
+    #: The plan is decided and nothing is started yet (the command line shows it and the banners).
+    on_plan: Callable[[Mapping[str, Any]], None] = lambda plan_dict: None
+    #: The engine is canary-checked and serving in the foreground: from here a signal only asks to stop.
+    on_serving: Callable[[LaunchResult], None] = lambda result: None
+    #: The engine's log while serving in the foreground.
+    write_log: Callable[[str], None] = lambda text: None
+    #: Set (by the caller's signal handler) to end serving gracefully.
+    stop: threading.Event = field(default_factory=threading.Event)
+    #: The signal that set ``stop`` or interrupted the start, for messages (``SIGTERM``).
+    signal_name: Callable[[], str | None] = lambda: None
+
+
+@dataclass(frozen=True)
+class ServeOutcome:
+    """How a serve-full ended: the plan, the start, and (foreground) how serving ended."""
+
+    plan: Mapping[str, Any]
+    dry_run: bool = False
+    result: LaunchResult | None = None
+    finish: FinishResult | None = None
+    ended_by: str | None = None
+    #: A failure after serving began (the engine exited by itself, or had to be killed): reported with the data.
+    failure: BlessError | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"dry_run": self.dry_run, "plan": dict(self.plan)}
+        if self.result is not None:
+            data["result"] = self.result.to_dict()
+        if self.finish is not None:
+            data["ended_by"] = self.ended_by
+            data["finish"] = self.finish.to_dict()
+        return data
+
+
+def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetched | None) -> dict[str, Any]:
+    """The plan's ``from`` and ``trust`` sections; refuses a pulled blessing that is not the profile's."""
+    manifest = the_plan.manifest
+    if manifest is None:  # --debug: nothing blessed is served
+        return {}
+    if fetched is not None and (fetched.config_hash, fetched.dir_id) != (manifest.config_hash, manifest.cache.dir_id):
+        raise NoManifestError(
+            f"--from {fetched.reference} holds blessing {fetched.config_hash[:16]}... ({fetched.dir_id}), but the "
+            f"profile resolves here to {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
+            hint="serve the profile that blessing was made from, on matching hardware; bless diff shows "
+            "which factors differ",
+            details={"pulled": fetched.config_hash, "profile": manifest.config_hash},
+        )
+    verdict = None
+    if request.trust_dir is not None:
+        assert the_plan.manifest_bytes is not None  # a blessed plan parsed them
+        verdict = check_blessing(
+            manifest,
+            the_plan.manifest_bytes,
+            trust_dir=request.trust_dir,
+            state_dir=trust_state_dir(request.store.root),
+        )
+    sections: dict[str, Any] = {"trust": trust_report(verdict)}
+    if fetched is not None:
+        sections["from"] = dict(fetched.report)
+    return sections
+
+
+def serve_full(
+    request: ServeRequest,
+    *,
+    runtime: Runtime,
+    adapter: EngineAdapter,
+    hooks: ServeHooks | None = None,
+) -> ServeOutcome:
+    """Serve ``request.profile`` on its blessed cache, fail closed (the module docstring lists the steps).
+
+    Raises a :class:`~bless.errors.BlessError` for every refusal before serving began (each its own exit
+    code) and InterruptedByUserError (130) for a signal before the engine was ready and canary-checked.
+    A failure once serving began is returned in :attr:`ServeOutcome.failure`, with what was served.
+    """
+    hooks = hooks or ServeHooks()
+    profile, store = request.profile, request.store
+    with StartingLock(store, profile.name) as starting:
+        fetched = request.fetch(store) if request.fetch is not None else None
+        the_plan = plan(
+            profile,
+            store=store,
+            runtime=runtime,
+            adapter=adapter,
+            debug=request.debug,
+            allow_unknown_engine_version=request.allow_unknown_engine_version,
+        )
+        plan_dict = {**the_plan.to_dict(), **_blessing_checks(request, the_plan, fetched)}
+        if request.dry_run:
+            return ServeOutcome(plan=plan_dict, dry_run=True)
+        hooks.on_plan(plan_dict)
+        # start() holds the serving lease until finish() (a detached engine is handed it).
+        try:
+            result = start(
+                the_plan,
+                runtime=runtime,
+                no_canary=request.no_canary,
+                detach=request.detach,
+                keep_upper_on_interrupt=request.keep_upper,
+                events=hooks.events,
+            )
+        except KeyboardInterrupt:
+            raise InterruptedByUserError(
+                f"{hooks.signal_name() or 'SIGINT'} before the engine was ready and canary-checked: "
+                f"container {the_plan.container_name} was stopped and removed",
+                hint="run serve-full again to serve",
+            ) from None
+        starting.release()  # the running container holds the name now
+    if request.detach:
+        return ServeOutcome(plan=plan_dict, result=result)
+    return _serve_foreground(request, the_plan, result, plan_dict, runtime=runtime, hooks=hooks)
+
+
+def _serve_foreground(
+    request: ServeRequest,
+    the_plan: LaunchPlan,
+    result: LaunchResult,
+    plan_dict: Mapping[str, Any],
+    *,
+    runtime: Runtime,
+    hooks: ServeHooks,
+) -> ServeOutcome:
+    """Follow the engine's log until it exits or ``hooks.stop`` is set, then end gracefully."""
+    hooks.on_serving(result)
+    try:
+        exit_code = follow(runtime, result.started, hooks.write_log, stop=hooks.stop)
+        engine_exited = exit_code is not None
+        if not engine_exited:
+            hooks.events(Event("phase", f"{hooks.signal_name() or 'signal'}: stopping the engine gracefully"))
+        finished = finish(the_plan, result, runtime=runtime, keep_upper=request.keep_upper, failed=engine_exited)
+    finally:
+        result.release_lease()  # finish released it; this covers a failure before it
+    failure: BlessError | None = None
+    if engine_exited:
+        failure = EngineFailedError(
+            f"the engine exited by itself with code {exit_code} while serving; the serve dir is kept: "
+            f"{the_plan.serve_dir}",
+            hint=f"read its log above (also in {the_plan.serve_dir / ENGINE_LOG})",
+            details={"exit_code": exit_code, "serve_dir": str(the_plan.serve_dir)},
+        )
+    elif finished.stop is not None and not finished.stop.graceful:
+        failure = EngineFailedError(
+            f"the engine did not stop within {request.profile.trials.stop_timeout_s} s and was killed",
+            hint="raise trials.stop_timeout_s, or fix the engine's SIGTERM handling",
+        )
+    ended_by = "engine-exit" if engine_exited else (hooks.signal_name() or "signal")
+    return ServeOutcome(plan=plan_dict, result=result, finish=finished, ended_by=ended_by, failure=failure)
