@@ -37,10 +37,23 @@ class Completion:
 class EngineClient:
     """A tiny client for ``/v1/models`` and ``/v1/completions`` on 127.0.0.1 (stdlib only)."""
 
-    def __init__(self, host: str, port: int, *, timeout_s: float, model: str | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float,
+        model: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+        require_token_ids: bool = False,
+    ):
         self.base_url = f"http://{host}:{port}"
         self.timeout_s = timeout_s
         self.model = model
+        #: Extra fields of every completion request (the adapter's ``completion_fields``).
+        self.fields = dict(fields or {})
+        #: A completion whose reply holds no token ids is an error (bless compares token ids, not only text).
+        self.require_token_ids = require_token_ids
 
     def _request(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -82,7 +95,7 @@ class EngineClient:
 
     def complete(self, prompt: str, max_tokens: int) -> Completion:
         """One greedy completion; text and token ids are both required in the reply."""
-        body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+        body: dict[str, Any] = {**self.fields, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
         if self.model:
             body["model"] = self.model
         started = time.monotonic()
@@ -95,6 +108,8 @@ class EngineClient:
             if not isinstance(text, str):
                 raise TypeError("text is not a string")
             if token_ids is None:
+                if self.require_token_ids:
+                    raise TypeError("the reply holds no token_ids (the trials and the canary compare token ids)")
                 token_ids = []
             if not isinstance(token_ids, list) or not all(type(t) is int for t in token_ids):  # no bools
                 raise TypeError("token_ids is not a list of integers")

@@ -227,6 +227,9 @@ class EngineAdapter(Protocol):
     readonly_bind_ok: bool
     env_policy: EnvPolicy
     environment_packages: tuple[str, ...]
+    #: Fields every completion request carries so the reply holds the generated token ids (the trials and
+    #: the canary compare token ids, not only text): vLLM answers with them only when asked.
+    completion_fields: Mapping[str, Any]
 
     def for_factors(self, factors: Mapping[str, Any]) -> EngineAdapter:
         """This adapter for a resolved configuration (vLLM: the rewrite rules of the resolved vLLM version)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class ReferenceAdapter:
     readonly_bind_ok = True
     env_policy = EnvPolicy(ignored=("*LOG_LEVEL*", "PYTHONUNBUFFERED"))
     environment_packages: tuple[str, ...] = ("torch",)
+    completion_fields: Mapping[str, Any] = MappingProxyType({})  # its replies always hold the token ids
 
     def for_factors(self, factors: Mapping[str, Any]) -> ReferenceAdapter:
         """One engine, one policy: nothing depends on the resolved versions."""

@@ -176,6 +176,8 @@ class EngineSession:
     stop_timeout_s: int
     remove_on_exit: bool = True
     client_host: str = "127.0.0.1"
+    #: The adapter's ``completion_fields``: sent with every completion, whose reply must hold token ids.
+    completion_fields: Mapping[str, Any] | None = None
     started: Started | None = None
     start_to_ready_s: float | None = None
     stop_result: StopResult | None = None
@@ -199,7 +201,13 @@ class EngineSession:
         """One client per start; it names the served model once readiness has told us which."""
         assert self.started is not None and self.started.host_port is not None
         if self._client is None:
-            self._client = EngineClient(self.client_host, self.started.host_port, timeout_s=self.request_timeout_s)
+            self._client = EngineClient(
+                self.client_host,
+                self.started.host_port,
+                timeout_s=self.request_timeout_s,
+                fields=self.completion_fields,
+                require_token_ids=self.completion_fields is not None,
+            )
         return self._client
 
     def is_alive(self) -> bool:

@@ -306,12 +306,29 @@ def test_good_reply(server):
     assert client.models() == ["reference-tiny"]
 
 
-def test_reply_without_token_ids_is_allowed(server):
+def test_reply_without_token_ids_is_allowed_unless_required(server):
     server.routes["/v1/completions"] = Reply(200, completion({"text": "abc"}))
     result = client_for(server).complete("p", 3)
     assert result.token_ids == ()
     assert result.text == "abc"
     assert "model" not in server.posted()[0]
+    # An adapter's sessions require them: text alone would let different token ids pass as coherent.
+    with pytest.raises(EngineHttpError, match="no token_ids"):
+        client_for(server, require_token_ids=True).complete("p", 3)
+
+
+def test_the_adapters_completion_fields_are_sent(server):
+    server.routes["/v1/completions"] = Reply(200, completion({"text": "a", "token_ids": [97]}))
+    client_for(server, fields={"return_token_ids": True}, require_token_ids=True).complete("p", 1)
+    assert server.posted() == [{"return_token_ids": True, "prompt": "p", "max_tokens": 1, "temperature": 0}]
+
+
+def test_vllm_asks_for_token_ids_and_the_reference_engine_needs_not():
+    from bless.engines.reference import ReferenceAdapter
+    from bless.engines.vllm.adapter import VllmAdapter
+
+    assert dict(VllmAdapter().completion_fields) == {"return_token_ids": True}
+    assert dict(ReferenceAdapter().completion_fields) == {}
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,7 @@ def upper_entries(name: str, kind: UpperKind) -> list[UpperEntry]:
 def test_adapter_identity() -> None:
     a = get_adapter("vllm")
     assert isinstance(a, VllmAdapter)
-    assert (a.name, a.adapter_version) == ("vllm", "3")
+    assert (a.name, a.adapter_version) == ("vllm", "4")
     assert a.cache_mount_path == CACHE_MOUNT_PATH == "/var/cache/bless-engine"
     assert a.home == ENGINE_HOME
     assert a.readonly_bind_ok is False  # vLLM 0.20 rewrites inductor_cache entries while loading
@@ -477,7 +477,7 @@ def test_env_vars_the_profile_sets_are_factors(name: str) -> None:
 def test_cache_path_and_home_are_factors() -> None:
     r = resolved(base_doc())
     assert r.factors["cache"] == {"mount_path": "/var/cache/bless-engine", "home": ENGINE_HOME}
-    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "3", **VllmAdapter().compile_location_factor()}
+    assert r.factors["engine"] == {"name": "vllm", "adapter_version": "4", **VllmAdapter().compile_location_factor()}
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ class VllmAdapter:
     # 2: per-version rules from each release's source; the effective AOT switches are factors.
     # 3: a private HOME and temp dir per start, every compile location in the blessed tree, Triton's
     #    autotuning results kept (and so blessed).
-    adapter_version = "3"
+    # 4: completions ask for the generated token ids (return_token_ids): golden outputs and trials compare
+    #    them; before, vLLM's replies held none and only the text was compared.
+    adapter_version = "4"
     cache_mount_path = CACHE_MOUNT_PATH
     # HOME enters vLLM's own key through VLLM_CONFIG_ROOT / VLLM_XLA_CACHE_PATH up to 0.26: a fixed path,
     # fresh and empty at every start (bless owns it).
@@ -60,6 +63,8 @@ class VllmAdapter:
     readonly_bind_ok = False
     env_policy: EnvPolicy = ENV_POLICY
     environment_packages: tuple[str, ...] = ("vllm", "torch", "triton", "transformers")
+    # vLLM's completions (0.10.2 and later, every version with rules here) hold "token_ids" only when asked.
+    completion_fields: Mapping[str, Any] = MappingProxyType({"return_token_ids": True})
 
     def __init__(
         self,

@@ -87,6 +87,7 @@ class RunContainers:
             ready_timeout_s=plan.ready_timeout_s,
             request_timeout_s=plan.request_timeout_s,
             stop_timeout_s=plan.stop_timeout_s,
+            completion_fields=self.adapter.completion_fields,
         )
 
     def name(self, phase: str, candidate: int, trial: int | None = None) -> str:

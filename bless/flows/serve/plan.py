@@ -251,6 +251,7 @@ class LaunchPlan:
             stop_timeout_s=trials.stop_timeout_s,
             started=started,
             client_host=self.client_host,
+            completion_fields=self.adapter.completion_fields,
         )
 
     def to_dict(self) -> dict[str, Any]:
