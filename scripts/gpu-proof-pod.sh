@@ -60,8 +60,11 @@ echo "readiness probe: $failed failed (exit 46) before it passed; ready ${ready:
 python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || true
 import json, sys
 from bless.trials import EngineClient
-golden = json.load(open(sys.argv[1]))["golden"][0]
-client = EngineClient("127.0.0.1", int(sys.argv[2]), timeout_s=120)
+from bless.engines import get_adapter
+manifest = json.load(open(sys.argv[1]))
+golden = manifest["golden"][0]
+fields = get_adapter(manifest["factors"]["engine"]["name"]).completion_fields  # as the canary asks
+client = EngineClient("127.0.0.1", int(sys.argv[2]), timeout_s=120, fields=fields, require_token_ids=True)
 served = client.models()
 client.model = served[0] if served else None
 reply = client.complete(golden["prompt"], golden["max_tokens"])
