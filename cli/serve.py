@@ -373,13 +373,19 @@ def serve_full(
 # --------------------------------------------------------------------------------------------
 # serve-full stop NAME
 
-stop_app = typer.Typer(
-    name="serve-full stop",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="Stop a detached serve and remove what it created.",
-)
+
+def _subcommand_app(name: str, help_text: str) -> typer.Typer:
+    """A ``serve-full NAME ...`` subcommand's app: plain help and no completion of its own, as serve-full's."""
+    return typer.Typer(
+        name=f"serve-full {name}",
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        help=help_text,
+    )
+
+
+stop_app = _subcommand_app("stop", "Stop a detached serve and remove what it created.")
 
 
 def render_stopped(console: Console, data: Mapping[str, Any]) -> None:
@@ -420,13 +426,7 @@ def stop(
 # --------------------------------------------------------------------------------------------
 # serve-full ready NAME
 
-ready_app = typer.Typer(
-    name="serve-full ready",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="Succeed only while a canary-checked engine serves NAME (a readiness probe).",
-)
+ready_app = _subcommand_app("ready", "Succeed only while a canary-checked engine serves NAME (a readiness probe).")
 
 
 def render_ready(console: Console, data: Mapping[str, Any]) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import bless

@@ -6,8 +6,8 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from bless.engines.base import (

@@ -114,48 +114,45 @@ def check_ready(
     model listing within :data:`PROBE_TIMEOUT_S`.
     """
     path = store.paths.ready_file(name)
+    stale_hint = "remove it; serve-full writes a new one after its next canary"
+
+    def refusal(reason: str, message: str, hint: str) -> NotServingError:
+        return NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": reason})
+
     try:
         data = load_json_object(path)
     except UnreadableJsonError as exc:
-        raise NotServingError(
-            f"{name}: the readiness record {path} is unreadable ({exc})",
-            hint="remove it; serve-full writes a new one after its next canary",
-            details={"name": name, "reason": "unreadable"},
-        ) from None
+        raise refusal("unreadable", f"the readiness record {path} is unreadable ({exc})", stale_hint) from None
     if data is None:
-        raise NotServingError(
-            f"{name}: no readiness record ({path}): serve-full is not serving this profile yet, or has stopped",
-            hint="wait for serve-full to finish its start (verify, ready, canary); its log says where it is",
-            details={"name": name, "reason": "no_record"},
+        raise refusal(
+            "no_record",
+            f"no readiness record ({path}): serve-full is not serving this profile yet, or has stopped",
+            "wait for serve-full to finish its start (verify, ready, canary); its log says where it is",
         )
     try:
         record = ReadyRecord.from_dict(data)
     except ValueError as exc:
-        raise NotServingError(
-            f"{name}: {exc} ({path})",
-            hint="remove it; serve-full writes a new one after its next canary",
-            details={"name": name, "reason": "unreadable"},
-        ) from None
+        raise refusal("unreadable", f"{exc} ({path})", stale_hint) from None
     if record.canary != "passed" and not accept_skipped_canary:
-        raise NotServingError(
-            f"{name}: serving, but the canary was skipped (--no-canary): not a proven engine",
-            hint="serve without --no-canary, or accept it explicitly with serve-full ready --no-canary",
-            details={"name": name, "reason": "canary_skipped"},
+        raise refusal(
+            "canary_skipped",
+            "serving, but the canary was skipped (--no-canary): not a proven engine",
+            "serve without --no-canary, or accept it explicitly with serve-full ready --no-canary",
         )
     if process_alive(record.holder) is False:
-        raise NotServingError(
-            f"{name}: the process that served it (pid {record.holder.get('pid')}) is gone; the record is stale",
-            hint="start serve-full again",
-            details={"name": name, "reason": "holder_gone"},
+        raise refusal(
+            "holder_gone",
+            f"the process that served it (pid {record.holder.get('pid')}) is gone; the record is stale",
+            "start serve-full again",
         )
     client = (client_for or _client)(record.host, record.port)
     try:
         client.models()
     except EngineHttpError as exc:
-        raise NotServingError(
-            f"{name}: the engine does not answer at {record.host}:{record.port}: {exc.message}",
-            hint="read serve-full's log: the engine may be stopping or stuck",
-            details={"name": name, "reason": "engine_silent"},
+        raise refusal(
+            "engine_silent",
+            f"the engine does not answer at {record.host}:{record.port}: {exc.message}",
+            "read serve-full's log: the engine may be stopping or stuck",
         ) from None
     return record
 
