@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.trials import EngineClient, golden_token_map
+from bless.engine_client import EngineClient
+from bless.trials import golden_token_map
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Replay coherence over the OpenAI-compatible HTTP API: readiness, the request protocol, its analysis.
+"""Replay coherence: the request protocol over the engine's HTTP API (:mod:`bless.engine_client`), its analysis.
 
 The protocol, per trial: every prompt once alone; each prompt ``repeats`` times in a
 row; all prompts interleaved round-robin; all prompts at once from threads (when the
@@ -8,151 +8,15 @@ across all of these, equal to the golden output when one is given.
 
 from __future__ import annotations
 
-import errno
-import json
 import math
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.errors import EngineHttpError, NotReadyError
+from bless.engine_client import Completion, EngineClient
 from bless.profile import TrialPlan
-
-MAX_REPLY_BYTES = 8 << 20
-MAX_OTHER_ERRORS = 20
-
-
-@dataclass(frozen=True)
-class Completion:
-    prompt: str
-    text: str
-    token_ids: tuple[int, ...]
-    latency_s: float
-
-
-class EngineClient:
-    """A tiny client for ``/v1/models`` and ``/v1/completions`` on 127.0.0.1 (stdlib only)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        timeout_s: float,
-        model: str | None = None,
-        fields: Mapping[str, Any] | None = None,
-        require_token_ids: bool = False,
-    ):
-        self.base_url = f"http://{host}:{port}"
-        self.timeout_s = timeout_s
-        self.model = model
-        #: Extra fields of every completion request (the adapter's ``completion_fields``).
-        self.fields = dict(fields or {})
-        #: A completion whose reply holds no token ids is an error (bless compares token ids, not only text).
-        self.require_token_ids = require_token_ids
-
-    def _request(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(  # noqa: S310 - the URL is always our loopback http URL
-            self.base_url + path,
-            data=data,
-            method="GET" if body is None else "POST",
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:  # noqa: S310
-                raw = reply.read(MAX_REPLY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(2000).decode("utf-8", "replace")
-            raise EngineHttpError(f"{path}: HTTP {exc.code}: {detail}") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            refused = isinstance(reason, ConnectionRefusedError) or (
-                isinstance(reason, OSError) and reason.errno in (errno.ECONNREFUSED, errno.ECONNRESET)
-            )
-            raise EngineHttpError(f"{path}: {reason}", refused=refused) from None
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError)
-            raise EngineHttpError(f"{path}: {type(exc).__name__}: {exc}", refused=refused) from None
-        if len(raw) > MAX_REPLY_BYTES:
-            raise EngineHttpError(f"{path}: reply larger than {MAX_REPLY_BYTES} bytes")
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise EngineHttpError(f"{path}: reply is not JSON: {exc}") from None
-
-    def models(self) -> list[str]:
-        """Model ids served; a reply of the wrong shape is an EngineHttpError."""
-        reply = self._request("/v1/models")
-        try:
-            return [str(item["id"]) for item in reply["data"]]
-        except (KeyError, TypeError) as exc:
-            raise EngineHttpError(f"/v1/models: unexpected reply shape ({exc!r})") from None
-
-    def complete(self, prompt: str, max_tokens: int) -> Completion:
-        """One greedy completion; text and token ids are both required in the reply."""
-        body: dict[str, Any] = {**self.fields, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-        if self.model:
-            body["model"] = self.model
-        started = time.monotonic()
-        reply = self._request("/v1/completions", body)
-        latency = time.monotonic() - started
-        try:
-            choice = reply["choices"][0]
-            text = choice["text"]
-            token_ids = choice.get("token_ids")
-            if not isinstance(text, str):
-                raise TypeError("text is not a string")
-            if token_ids is None:
-                if self.require_token_ids:
-                    raise TypeError("the reply holds no token_ids (the trials and the canary compare token ids)")
-                token_ids = []
-            if not isinstance(token_ids, list) or not all(type(t) is int for t in token_ids):  # no bools
-                raise TypeError("token_ids is not a list of integers")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise EngineHttpError(f"/v1/completions: unexpected reply shape ({exc})") from None
-        return Completion(prompt, text, tuple(token_ids), latency)
-
-
-def wait_ready(
-    client: EngineClient,
-    *,
-    timeout_s: float,
-    is_alive: Callable[[], bool],
-    poll_s: float = 0.5,
-    max_other_errors: int = MAX_OTHER_ERRORS,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> float:
-    """Poll ``/v1/models`` until it answers; returns the seconds waited.
-
-    A refused connection while booting is the normal state, not an error, and is never
-    counted; other failures (5xx, bad replies) are retried at most ``max_other_errors``
-    times. The engine exiting, or ``timeout_s`` passing, ends the wait at once.
-    """
-    started = clock()
-    other_errors: list[str] = []
-    while True:
-        if not is_alive():
-            raise NotReadyError("the engine exited before it became ready")
-        try:
-            client.models()
-            return clock() - started
-        except EngineHttpError as exc:
-            if not exc.refused:
-                other_errors.append(exc.message)
-                if len(other_errors) > max_other_errors:
-                    raise NotReadyError(
-                        f"{len(other_errors)} failed readiness checks; last: {other_errors[-1]}"
-                    ) from None
-        if clock() - started > timeout_s:
-            raise NotReadyError(f"not ready after {timeout_s:.0f} s")
-        sleep(poll_s)
-
 
 # --- the protocol -----------------------------------------------------------------------------------
 

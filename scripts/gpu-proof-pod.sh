@@ -59,7 +59,7 @@ echo "readiness probe: $failed failed (exit 46) before it passed; ready ${ready:
   | tee "$OUT/probe.txt"
 python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || true
 import json, sys
-from bless.trials import EngineClient
+from bless.engine_client import EngineClient
 from bless.engines import get_adapter
 manifest = json.load(open(sys.argv[1]))
 golden = manifest["golden"][0]

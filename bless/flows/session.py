@@ -17,12 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bless.engine_client import EngineClient, wait_ready
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
 from bless.factors import ResolvedConfig
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
-from bless.trials import EngineClient, wait_ready
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40

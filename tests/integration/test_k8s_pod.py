@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bless.trials import EngineClient
+from bless.engine_client import EngineClient
 from tests.integration.helpers import REPO, run_cli
 from tests.registry import Registry, running_registry
 

@@ -640,7 +640,7 @@ def test_canary_compares_text_too() -> None:
 
     class NoIds:
         def complete(self, prompt: str, max_tokens: int) -> Any:
-            from bless.trials import Completion
+            from bless.engine_client import Completion
 
             return Completion(prompt, "abd", (), 0.0)
 

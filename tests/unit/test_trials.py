@@ -1,4 +1,4 @@
-"""Tests for bless.trials (analysis, statistics, readiness, the HTTP client) and bless.reuse."""
+"""Tests for bless.trials (analysis, statistics), bless.engine_client (readiness, the HTTP client) and bless.reuse."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
+from bless.engine_client import Completion, EngineClient, wait_ready
 from bless.errors import BlessError, EngineHttpError, NotReadyError
 from bless.evidence import LogSignals, UpperVerdict
 from bless.profile import TrialPlan
 from bless.reuse import classify_reuse
 from bless.trials import (
     CoherenceReport,
-    Completion,
-    EngineClient,
     Observation,
     analyze,
     failure_rate_bound,
@@ -26,7 +25,6 @@ from bless.trials import (
     golden_token_map,
     run_protocol,
     trials_for,
-    wait_ready,
 )
 from bless.verify import Problem, VerifyResult
 from tests.fakes import FakeEngineServer, Reply, Request

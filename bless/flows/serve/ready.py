@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bless.engine_client import EngineClient
 from bless.errors import EngineHttpError, NotServingError
 from bless.manifest import utc_now
 from bless.store import Store
 from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
 from bless.store.procid import process_alive
-from bless.trials import EngineClient
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready"]
 

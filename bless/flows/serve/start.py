@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.canary import CanaryResult, run_canary
+from bless.engine_client import EngineClient
 from bless.errors import (
     CacheNotUsedError,
     CanaryFailedError,
@@ -34,7 +35,6 @@ from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
 from bless.store import process_identity
 from bless.store.fsutil import full_disk_error
-from bless.trials import EngineClient
 
 _MAX_PROBLEMS_IN_MESSAGE = 8
 
