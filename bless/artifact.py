@@ -34,7 +34,7 @@ from typing import Any
 from bless.errors import ArtifactInvalidError, DigestMismatchError
 from bless.factors import is_config_hash
 from bless.manifest import Manifest, manifest_from_dict, strict_json
-from bless.verify import check_relative_path
+from bless.relpath import check_relative_path
 
 __all__ = [
     "ARTIFACT_TYPE",

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bless import verify as verify_mod
+from bless.relpath import check_relative_path
 from bless.text import shown
 from bless.verify import (
     FileEntry,
@@ -27,7 +28,6 @@ from bless.verify import (
     TreeError,
     TreeListing,
     VerifyResult,
-    check_relative_path,
     hash_tree,
     verify_tree,
 )
