@@ -95,7 +95,7 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
     importers = [str(path.relative_to(REPO)) for path in sources if _imports_resolve(path)]
     assert importers == ["bless/flows/resolve.py"]
     users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
-    assert {"bless/flows/gate.py", "cli/common.py", "cli/run.py"} <= users
+    assert {"bless/flows/gate/check.py", "cli/common.py", "cli/run.py"} <= users
     assert any(user.startswith(("bless/flows/launcher", "bless/flows/serve")) for user in users), users
 
 

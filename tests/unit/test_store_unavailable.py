@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from bless.cli.main import app
 from bless.errors import ExitCode, StoreUnavailableError
-from bless.flows.serve.starting import StartingLock
+from bless.flows.serve.start_lock import StartingLock
 from bless.store import Store
 from bless.store.fsutil import os_errors
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree

@@ -79,7 +79,7 @@ from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, SERVE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
-from bless.flows.serve.starting import StartingLock
+from bless.flows.serve.start_lock import StartingLock
 from bless.flows.serve.stop import StopOutcome, stop_command, stop_serving
 
 __all__ = [

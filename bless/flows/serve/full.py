@@ -1,6 +1,6 @@
 """``serve-full`` as one call: :func:`serve_full` runs every step, the command line only renders and handles signals.
 
-The steps, in order: the per-name start lock (:mod:`.starting`); ``--from``'s pull (a callable the caller
+The steps, in order: the per-name start lock (:mod:`.start_lock`); ``--from``'s pull (a callable the caller
 gives, so this flow imports no registry code and no other flow); the plan, every refusal before anything
 starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``, checked
 on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
@@ -24,7 +24,7 @@ from bless.flows.serve.follow import follow
 from bless.flows.serve.plan import LaunchPlan, plan
 from bless.flows.serve.serve_dir import ENGINE_LOG
 from bless.flows.serve.start import LaunchResult, start
-from bless.flows.serve.starting import StartingLock
+from bless.flows.serve.start_lock import StartingLock
 from bless.profile import Profile
 from bless.runtime.base import Runtime
 from bless.store import Store

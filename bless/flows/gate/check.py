@@ -8,14 +8,12 @@ which). A profile passes when exactly one valid manifest in the manifests direct
 config hash; otherwise the row names the factors that drifted against the nearest blessing. With
 ``verify`` the blessed files are verified too, when the store root holds them.
 
-Library code: nothing here prints. :func:`junit_xml` and :func:`github_annotations` turn a
-:class:`GateReport` into what CI tools read.
+Library code: nothing here prints. :mod:`.formats` turns a :class:`GateReport` into what CI tools read.
 """
 
 from __future__ import annotations
 
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,6 @@ from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, Store
-from bless.text import unicode_safe, xml_safe
 
 Status = Literal["blessed", "failed"]
 RuntimeFactory = Callable[[str], Runtime]
@@ -337,68 +334,6 @@ def gate_failure(report: GateReport, *, defaulted: bool = False) -> GateFailedEr
     )
 
 
-# --------------------------------------------------------------------------------------------
-# CI formats
-
-
-def junit_xml(report: GateReport) -> bytes:
-    """A JUnit XML document: one testcase per profile, a ``<failure>`` for each unblessed one."""
-    suites = ET.Element("testsuites", name="bless gate")
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name="bless gate",
-        tests=str(len(report.rows)),
-        failures=str(len(report.failed)),
-        errors="0",
-        skipped="0",
-        time=f"{report.seconds:.3f}",
-    )
-    properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="manifests_dir", value=xml_safe(report.manifests_dir))
-    for row in report.rows:
-        profile = xml_safe(row.profile)  # a file name may hold what XML cannot (controls, non-UTF-8 bytes)
-        case = ET.SubElement(
-            suite, "testcase", classname="bless.gate", name=profile, file=profile, time=f"{row.seconds:.3f}"
-        )
-        if not row.ok:
-            failure = ET.SubElement(case, "failure", message=xml_safe(row.reason), type=row.error or "GateFailed")
-            lines = [row.reason]
-            if row.config_hash:
-                lines.append(f"config hash: {row.config_hash}")
-            lines += [f"drift: {change['field']}: {change['before']!r} -> {change['after']!r}" for change in row.drift]
-            lines += [f"note: {note}" for note in row.notes]
-            failure.text = "\n".join(map(xml_safe, lines))
-        elif row.notes:
-            ET.SubElement(case, "system-out").text = "\n".join(map(xml_safe, row.notes))
-    ET.indent(suites)
-    document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
-    return document + b"\n"
-
-
-def _escape_data(text: str) -> str:
-    """GitHub workflow-command escaping of a message."""
-    return unicode_safe(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    """GitHub workflow-command escaping of a property value (``file=...``)."""
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def github_annotations(report: GateReport) -> list[str]:
-    """``::error file=<profile>::<message>`` per failed profile, ``::warning`` for notes of passing ones."""
-    lines: list[str] = []
-    for row in report.rows:
-        file = _escape_property(row.profile)
-        if not row.ok:
-            message = f"bless gate: {row.reason}"
-            lines.append(f"::error file={file},title={_escape_property('not blessed')}::{_escape_data(message)}")
-        for note in row.notes:
-            lines.append(f"::warning file={file}::{_escape_data('bless gate: ' + note)}")
-    return lines
-
-
 def default_profiles(directory: Path) -> list[Path]:
     """``profiles/*.toml`` under ``directory`` (relative paths, so CI annotations point at the files)."""
     base = directory / "profiles"
@@ -411,7 +346,5 @@ __all__ = [
     "default_profiles",
     "gate_failure",
     "gate_profile",
-    "github_annotations",
-    "junit_xml",
     "run_gate",
 ]
