@@ -32,7 +32,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -832,6 +832,62 @@ def _bootstrap_root(state_dir: Path, anchor: bytes, available: Mapping[str, byte
     return current_bytes
 
 
+def _updater_refusal(
+    exc: Exception, *, state_dir: Path, candidate: Mapping[str, bytes], trusted_before: bool
+) -> BlessError:
+    """The refusal for what python-tuf's Updater raised: one row per error, the most specific first."""
+    size_limits = ", ".join(f"{role} {limit}" for role, limit in ROLE_MAX_BYTES.items())
+    table: list[tuple[type[Exception], Callable[[], BlessError]]] = [
+        (
+            tuf_errors.ExpiredMetadataError,
+            lambda: MetadataExpiredError(
+                f"{exc}", hint="re-sign the blessing (bless sign HASH --keys DIR) and distribute the new metadata"
+            ),
+        ),
+        (
+            tuf_errors.BadVersionNumberError,
+            lambda: (
+                RollbackError(
+                    f"{exc}: this host already trusted newer metadata",
+                    hint="someone serves older signed metadata (a moved tag?); pull the current signed blessing",
+                )
+                if trusted_before  # nothing trusted here yet: nothing to roll back from
+                else TrustInvalidError(f"the signed metadata is inconsistent: {exc}", hint=_MIXED_HINT)
+            ),
+        ),
+        (
+            tuf_errors.UnsignedMetadataError,
+            lambda: _diagnose_unsigned(state_dir, candidate, exc),
+        ),
+        (
+            tuf_errors.DownloadLengthMismatchError,
+            lambda: TrustInvalidError(
+                f"signed metadata is larger than a verifier reads ({exc}; limits in bytes: {size_limits})",
+                hint="bless sign never writes metadata this large: it was made by other means; re-sign with bless sign",
+            ),
+        ),
+        (
+            tuf_errors.DownloadHTTPError,
+            lambda: UnsignedError(
+                "no signed metadata is available for this blessing",
+                hint="sign it (bless sign HASH --keys DIR) and push it, or point --trust at the signing "
+                "repository's metadata directory",
+            ),
+        ),
+        (
+            OSError,
+            lambda: (
+                full_disk_error(exc, f"cannot record the trusted metadata in {state_dir}")
+                or TrustInvalidError(f"cannot use {state_dir}: {getattr(exc, 'strerror', None) or exc}")
+            ),
+        ),
+    ]
+    for error_type, refusal in table:
+        if isinstance(exc, error_type):
+            return refusal()
+    return TrustInvalidError(f"trust metadata rejected: {exc}")  # any other RepositoryError or DownloadError
+
+
 def check_blessing(
     manifest: Manifest,
     data: bytes,
@@ -892,39 +948,9 @@ def check_blessing(
             )
             updater.refresh()
             info = updater.get_targetinfo(name)
-        except tuf_errors.ExpiredMetadataError as exc:
-            raise MetadataExpiredError(
-                f"{exc}", hint="re-sign the blessing (bless sign HASH --keys DIR) and distribute the new metadata"
-            ) from None
-        except tuf_errors.BadVersionNumberError as exc:
-            if not trusted_before:  # nothing trusted here yet: nothing to roll back from
-                raise TrustInvalidError(
-                    f"the signed metadata is inconsistent: {exc}",
-                    hint=_MIXED_HINT,
-                ) from None
-            raise RollbackError(
-                f"{exc}: this host already trusted newer metadata",
-                hint="someone serves older signed metadata (a moved tag?); pull the current signed blessing",
-            ) from None
-        except tuf_errors.UnsignedMetadataError as exc:
-            raise _diagnose_unsigned(state_dir, candidate, exc) from None
-        except tuf_errors.DownloadLengthMismatchError as exc:
-            raise TrustInvalidError(
-                f"signed metadata is larger than a verifier reads ({exc}; limits in bytes: "
-                f"{', '.join(f'{role} {limit}' for role, limit in ROLE_MAX_BYTES.items())})",
-                hint="bless sign never writes metadata this large: it was made by other means; re-sign with bless sign",
-            ) from None
-        except tuf_errors.DownloadHTTPError:
-            raise UnsignedError(
-                "no signed metadata is available for this blessing",
-                hint="sign it (bless sign HASH --keys DIR) and push it, or point --trust at the signing "
-                "repository's metadata directory",
-            ) from None
-        except (tuf_errors.RepositoryError, tuf_errors.DownloadError) as exc:
-            raise TrustInvalidError(f"trust metadata rejected: {exc}") from None
-        except OSError as exc:
-            raise full_disk_error(exc, f"cannot record the trusted metadata in {state_dir}") or TrustInvalidError(
-                f"cannot use {state_dir}: {exc.strerror or exc}"
+        except (tuf_errors.RepositoryError, tuf_errors.DownloadError, OSError) as exc:
+            raise _updater_refusal(
+                exc, state_dir=state_dir, candidate=candidate, trusted_before=trusted_before
             ) from None
         if info is None:
             raise UnsignedError(
