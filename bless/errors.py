@@ -15,7 +15,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bless.text import shown
+from bless.untrusted_text import shown
 
 if TYPE_CHECKING:
     from bless.verify import VerifyResult

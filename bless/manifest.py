@@ -18,7 +18,7 @@ from bless.errors import ManifestInvalidError
 from bless.factors import canonical_json, config_hash, is_config_hash
 from bless.relpath import check_relative_path
 from bless.schemas import listing_conforms, schema_errors
-from bless.text import shown
+from bless.untrusted_text import shown
 from bless.verify import FileEntry, TreeListing
 
 SCHEMA_VERSION = 1

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from bless.errors import InputInvalidError
 from bless.schemas import SCHEMA_DIR, schema_errors
-from bless.text import shown
+from bless.untrusted_text import shown
 
 MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_PROMPTS = (

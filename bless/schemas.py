@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-from bless.text import shown
+from bless.untrusted_text import shown
 
 # Package data of bless (bless.schema), so a wheel install finds them too; in a checkout bless/schema is a
 # symlink to manifests/schema/, where the schemas are kept next to the manifests documentation.

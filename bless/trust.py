@@ -73,7 +73,7 @@ from bless.errors import (
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, strict_json
 from bless.store import atomic_write_bytes
 from bless.store.fsutil import UnreadableFileError, full_disk, full_disk_error, read_bounded
-from bless.text import shown
+from bless.untrusted_text import shown
 
 __all__ = [
     "DEFAULT_EXPIRES",

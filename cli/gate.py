@@ -24,7 +24,7 @@ from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_m
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
 from bless.store import atomic_write_bytes
-from bless.text import shown
+from bless.untrusted_text import shown
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:

@@ -16,8 +16,8 @@ from bless import k8s
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ProfileOption
 from bless.cli.fleet import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
-from bless.text import shown
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
+from bless.untrusted_text import shown
 
 k8s_app = typer.Typer(
     name="k8s",

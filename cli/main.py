@@ -47,7 +47,7 @@ from bless.cli.fleet import (
 from bless.cli.gate import gate_command
 from bless.cli.k8s import K8S_COMMANDS, k8s_app
 from bless.cli.run import run_command
-from bless.engines.support import local_vllm_status, supported_engines
+from bless.engines.known_versions import local_vllm_status, supported_engines
 from bless.errors import (
     InputInvalidError,
     ManifestDuplicateError,
@@ -59,7 +59,7 @@ from bless.factors import ResolvedConfig, change_to_dict, diff_factors
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.store import manifest_summary
-from bless.text import shown
+from bless.untrusted_text import shown
 
 app = typer.Typer(
     name="bless",

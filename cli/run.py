@@ -25,8 +25,8 @@ from bless.flows.resolve import resolve_profile
 from bless.flows.run import RunOptions, run_bless
 from bless.profile import load_profile
 from bless.runtime import get_runtime
-from bless.text import shown
 from bless.trials import trials_for
+from bless.untrusted_text import shown
 
 
 @contextmanager

@@ -51,8 +51,8 @@ from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
 from bless.store import Store, default_root
-from bless.text import shown
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
+from bless.untrusted_text import shown
 
 app = typer.Typer(
     name="serve-full",

@@ -41,7 +41,6 @@ Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publ
 the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no lock.
 """
 
-from bless.store.facade import Store, builtin_root, default_root
 from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
 from bless.store.fsutil import TMP_MARK, atomic_write_bytes
 from bless.store.gc import GcAction, GcReport, StagingOwner, staging_owner
@@ -49,6 +48,7 @@ from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
 from bless.store.procid import process_alive, process_identity
 from bless.store.publish import PUBLISH_STEPS, PublishResult
+from bless.store.store import Store, builtin_root, default_root
 
 __all__ = [
     "GC_STEPS",

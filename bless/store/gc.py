@@ -40,7 +40,7 @@ from bless.store.lease import Lease
 from bless.store.procid import process_alive
 
 if TYPE_CHECKING:
-    from bless.store.facade import Store
+    from bless.store.store import Store
 
 __all__ = [
     "RUN_LOGS_MAX_AGE_S",

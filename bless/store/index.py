@@ -23,7 +23,7 @@ from typing import Any
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, NoManifestError
 from bless.factors import parse_config_hash_prefix
 from bless.manifest import Manifest
-from bless.text import shown
+from bless.untrusted_text import shown
 
 __all__ = ["ManifestIndex", "ManifestRecord", "manifest_summary"]
 

@@ -49,11 +49,11 @@ from bless.store.fsutil import (
     write_tmp,
 )
 from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, check_hash
-from bless.text import shown
+from bless.untrusted_text import shown
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
 if TYPE_CHECKING:
-    from bless.store.facade import Store
+    from bless.store.store import Store
 
 __all__ = ["PublishResult", "publish"]
 

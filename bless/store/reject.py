@@ -24,7 +24,7 @@ from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
 from bless.store.publish import make_dir_movable
 
 if TYPE_CHECKING:
-    from bless.store.facade import Store
+    from bless.store.store import Store
 
 __all__ = ["reject"]
 

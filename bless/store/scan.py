@@ -24,7 +24,7 @@ from bless.factors import is_config_hash
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
 from bless.store.fsutil import atomic_write_bytes, listdir, read_json_object
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
-from bless.text import shown
+from bless.untrusted_text import shown
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 

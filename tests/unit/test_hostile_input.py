@@ -39,7 +39,7 @@ from bless.manifest import Manifest, manifest_from_dict
 from bless.relpath import BIDI_CONTROLS, check_relative_path
 from bless.schemas import SCHEMA_DIR
 from bless.store import Store
-from bless.text import json_safe, shown
+from bless.untrusted_text import json_safe, shown
 from tests.unit.store_helpers import make_manifest, mutate_json, paths_of, write_tree
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from bless import verify as verify_mod
 from bless.relpath import check_relative_path
-from bless.text import shown
+from bless.untrusted_text import shown
 from bless.verify import (
     FileEntry,
     Notice,

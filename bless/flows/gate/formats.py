@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from bless.flows.gate.check import GateReport
-from bless.text import unicode_safe, xml_safe
+from bless.untrusted_text import unicode_safe, xml_safe
 
 __all__ = ["github_annotations", "junit_xml"]
 

@@ -25,7 +25,7 @@ from bless.factors import GpuInfo, ResolvedConfig
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
 from bless.flows.run.bootstrap import run_bootstrap
 from bless.flows.run.containers import RunContainers
-from bless.flows.run.policy import check_bound_kept
+from bless.flows.run.rebless_rule import check_bound_kept
 from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
 from bless.flows.run.schedule import TrialSchedule
 from bless.flows.run.summary import render_summary
