@@ -34,7 +34,7 @@ Modules: :mod:`.fsutil` (durable file-system helpers), :mod:`.procid` (process i
 /proc), :mod:`.layout` (paths and names), :mod:`.index` (the pure lookup rules) and :mod:`.scan`
 (reading a manifests dir), :mod:`.dirs_record` (the manifests dirs published to), :mod:`.locks`,
 :mod:`.lease` (serving leases), :mod:`.publish`, :mod:`.reject`, :mod:`.gc` (recover and gc),
-:mod:`.faults` (the crash tests' seam) and :mod:`.facade` (:class:`Store`).
+:mod:`.faults` (the crash tests' seam) and :mod:`.store` (:class:`Store`).
 
 Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publish` and
 :meth:`Store.reject` take it themselves (re-entrantly, so an orchestrator that already holds it for
