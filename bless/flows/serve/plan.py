@@ -322,14 +322,7 @@ def plan(
     """
     clock = time.perf_counter
     t0 = clock()
-    runtime.ping()
-    image_id: str | None = None
-    if profile.runtime_kind == "docker":
-        image_id = runtime.resolve_image(profile.image or "")
-    gpus: list[GpuInfo] | None = None
-    if profile.hardware.accelerator == "cuda":
-        gpus = gpu_probe()
-        check_gpu_memory(profile.hardware, gpus)
+    image_id, gpus = _preflight(profile, runtime, gpu_probe)
     t1 = clock()
     resolved = resolve_profile(
         profile,
@@ -356,80 +349,16 @@ def plan(
     adapter = adapter.for_factors(resolved.factors)
     adapter.require_known_version(allow_unknown=allow_unknown_engine_version)
     warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
-    manifest: Manifest | None = None
-    manifest_path: Path | None = None
-    manifest_bytes: bytes | None = None
-    if not debug:
-        manifest_path = store.manifest_path(resolved.config_hash)
-        if manifest_path is None:
-            raise no_manifest_error(store, resolved)
-        manifest, manifest_bytes = read_manifest(manifest_path)
-        if manifest.config_hash != resolved.config_hash:
-            # Replaced between the lookup and the read (a concurrent rebless of another hash into
-            # this file name): look again rather than guess.
-            raise no_manifest_error(store, resolved)
+    manifest_path, manifest, manifest_bytes = (None, None, None) if debug else _live_manifest(store, resolved)
     t2 = clock()
-
-    verification: VerifyResult | None = None
-    snapshot: Snapshot | None = None
-    blessed_dir: Path | None = None
-    if manifest is not None:
-        blessed_dir = store.blessed_dir(manifest)
-        files = [entry.path for entry in manifest.cache.files]
-        cache_dirs = manifest.cache.dirs
-        snapshots: list[Snapshot] = []
-
-        def stamp(tree: Path) -> None:
-            # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
-            # blessed/<hash>/ in full, blessed/ and the store root by identity: the mounted path cannot be
-            # re-pointed by swapping an ancestor away and back (snapshot's docstring says why not more).
-            above = list(tree.parents)
-            top = above.index(store.root) if store.root in above else 0
-            snapshots.append(
-                Snapshot.take(tree, files, cache_dirs, ancestors=above[:1], identity_only=above[1 : top + 1])
-            )
-
-        verification = store.verify_blessing(manifest, before_hashing=stamp)
-        snapshot = snapshots[0]
-        if not verification.ok:
-            raise VerifyFailedError.from_result(verification, blessed_dir, config_hash=resolved.config_hash)
-        changes = snapshot.changes()
-        if changes:
-            raise cache_changed_error(changes, when="while it was being verified", blessed_dir=blessed_dir)
-        owners = sorted({stamp.uid for stamp in snapshot.stamps if stamp.uid is not None})
-        if len(owners) > 1:
-            warnings.append(
-                f"blessed entries have mixed owners (uids {', '.join(map(str, owners))}): a published tree is "
-                "owned by the one user who blessed it"
-            )
-        if verification.notices:
-            warnings.append(
-                f"{len(verification.notices)} blessed entr{'y is' if len(verification.notices) == 1 else 'ies are'} "
-                "writable (blessed caches are read-only): "
-                + ", ".join(notice.path for notice in verification.notices[:5])
-            )
+    verification, snapshot = _verify_blessed(store, manifest, warnings) if manifest is not None else (None, None)
     t3 = clock()
-
     serve_dir = new_serve_dir(store.root, profile.name, now)
-    mount: Mount | None = None
-    if blessed_dir is not None:
-        if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
-            mount = Mount("ro", blessed_dir, adapter.cache_mount_path)
-        else:
-            if profile.cache_mount == "ro-bind":
-                warnings.append(
-                    f"cache.mount = 'ro-bind' but the {adapter.name} engine writes while loading: using an overlay"
-                )
-            for path in (blessed_dir, serve_dir):
-                if _OVERLAY_UNSAFE & set(str(path)):
-                    raise InputInvalidError(
-                        f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
-                        hint="move the store root (--root / BLESS_ROOT) to a plain path",
-                    )
-            mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
-        if runtime.copies_mounts and manifest is not None:
-            # The engine will read a copy, not the tree verified above: verify the copy too, before it starts.
-            mount = dataclasses.replace(mount, check_copy=partial(verify_copy, manifest, blessed_dir))
+    mount = (
+        _cache_mount(profile, adapter, runtime, manifest, store.blessed_dir(manifest), serve_dir, warnings)
+        if manifest is not None
+        else None
+    )
     run_id = new_run_id()
     spec = engine_spec(
         resolved,
@@ -470,3 +399,96 @@ def plan(
         warnings=tuple(warnings),
         timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},
     )
+
+
+def _preflight(
+    profile: Profile, runtime: Runtime, gpu_probe: Callable[[], list[GpuInfo]]
+) -> tuple[str | None, list[GpuInfo] | None]:
+    """The runtime reachable, the image present (its ID), the GPUs with the memory the profile states."""
+    runtime.ping()
+    image_id = runtime.resolve_image(profile.image or "") if profile.runtime_kind == "docker" else None
+    gpus: list[GpuInfo] | None = None
+    if profile.hardware.accelerator == "cuda":
+        gpus = gpu_probe()
+        check_gpu_memory(profile.hardware, gpus)
+    return image_id, gpus
+
+
+def _live_manifest(store: Store, resolved: ResolvedConfig) -> tuple[Path, Manifest, bytes]:
+    """The live manifest of the config hash, and the bytes it was parsed from (NoManifestError: none)."""
+    manifest_path = store.manifest_path(resolved.config_hash)
+    if manifest_path is None:
+        raise no_manifest_error(store, resolved)
+    manifest, manifest_bytes = read_manifest(manifest_path)
+    if manifest.config_hash != resolved.config_hash:
+        # Replaced between the lookup and the read (a concurrent rebless of another hash into
+        # this file name): look again rather than guess.
+        raise no_manifest_error(store, resolved)
+    return manifest_path, manifest, manifest_bytes
+
+
+def _verify_blessed(store: Store, manifest: Manifest, warnings: list[str]) -> tuple[VerifyResult, Snapshot]:
+    """Every blessed file verified, with an identity snapshot stamped before hashing (21, 43 otherwise)."""
+    blessed_dir = store.blessed_dir(manifest)
+    files = [entry.path for entry in manifest.cache.files]
+    snapshots: list[Snapshot] = []
+
+    def stamp(tree: Path) -> None:
+        # Stamped BEFORE hashing: whatever changes from here on (even during hashing) is caught.
+        # blessed/<hash>/ in full, blessed/ and the store root by identity: the mounted path cannot be
+        # re-pointed by swapping an ancestor away and back (snapshot's docstring says why not more).
+        above = list(tree.parents)
+        top = above.index(store.root) if store.root in above else 0
+        snapshots.append(
+            Snapshot.take(tree, files, manifest.cache.dirs, ancestors=above[:1], identity_only=above[1 : top + 1])
+        )
+
+    verification = store.verify_blessing(manifest, before_hashing=stamp)
+    snapshot = snapshots[0]
+    if not verification.ok:
+        raise VerifyFailedError.from_result(verification, blessed_dir, config_hash=manifest.config_hash)
+    changes = snapshot.changes()
+    if changes:
+        raise cache_changed_error(changes, when="while it was being verified", blessed_dir=blessed_dir)
+    owners = sorted({stamp.uid for stamp in snapshot.stamps if stamp.uid is not None})
+    if len(owners) > 1:
+        warnings.append(
+            f"blessed entries have mixed owners (uids {', '.join(map(str, owners))}): a published tree is "
+            "owned by the one user who blessed it"
+        )
+    if verification.notices:
+        warnings.append(
+            f"{len(verification.notices)} blessed entr{'y is' if len(verification.notices) == 1 else 'ies are'} "
+            "writable (blessed caches are read-only): " + ", ".join(notice.path for notice in verification.notices[:5])
+        )
+    return verification, snapshot
+
+
+def _cache_mount(
+    profile: Profile,
+    adapter: EngineAdapter,
+    runtime: Runtime,
+    manifest: Manifest,
+    blessed_dir: Path,
+    serve_dir: Path,
+    warnings: list[str],
+) -> Mount:
+    """How the engine sees the blessed tree: a read-only bind, an overlay, or (no mounts) a verified copy."""
+    if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
+        mount = Mount("ro", blessed_dir, adapter.cache_mount_path)
+    else:
+        if profile.cache_mount == "ro-bind":
+            warnings.append(
+                f"cache.mount = 'ro-bind' but the {adapter.name} engine writes while loading: using an overlay"
+            )
+        for path in (blessed_dir, serve_dir):
+            if _OVERLAY_UNSAFE & set(str(path)):
+                raise InputInvalidError(
+                    f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
+                    hint="move the store root (--root / BLESS_ROOT) to a plain path",
+                )
+        mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
+    if runtime.copies_mounts:
+        # The engine will read a copy, not the tree verified above: verify the copy too, before it starts.
+        mount = dataclasses.replace(mount, check_copy=partial(verify_copy, manifest, blessed_dir))
+    return mount
