@@ -13,7 +13,10 @@ canary-checked stops what was started and exits INTERRUPTED (130).
 ``--detach`` returns once the canary passed and leaves the engine running. ``serve-full stop NAME``
 (NAME: the profile's name) stops it gracefully and removes everything the serve created: the
 container and its overlay volume (Docker) or the engine's process group (local), the serve dir
-and the serving lease.
+and the serving lease. ``serve-full ready NAME`` is the readiness probe: exit 0 only while a
+canary-checked engine serves NAME.
+
+Every step is :func:`bless.flows.serve.serve_full`; this module parses, renders and handles signals.
 """
 
 from __future__ import annotations
