@@ -481,3 +481,33 @@ def test_credentials_from_the_docker_config_are_used_and_never_written(
                     assert password.encode() not in data and token.encode() not in data, path
     finally:
         registry.stop()
+
+
+def test_an_image_pull_secret_mounted_as_kubernetes_does_is_the_docker_config(
+    tmp_path: Path, origin: Store, host: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The init container's credentials: a kubernetes.io/dockerconfigjson secret's ``.dockerconfigjson``
+    mounted as ``config.json`` (a link into the kubelet's ``..data`` dir) under ``$DOCKER_CONFIG``."""
+    from tests.registry import running_registry
+
+    user, password = "pod-user", "pw-Kx42-pull-secret"
+    secured = running_registry(tmp_path / "secured", credentials=(user, password))
+    registry = next(secured)
+    try:
+        manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+        ref = parse_reference(registry.ref("private/pod:v1"))
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        dockerconfigjson = json.dumps(
+            {"auths": {registry.host: {"username": user, "password": password, "auth": token}}}
+        )
+        secret = tmp_path / "registry-auth"
+        data = secret / "..2026_11_24_00_00_00.000000001"
+        data.mkdir(parents=True)
+        (data / "config.json").write_text(dockerconfigjson)
+        (secret / "..data").symlink_to(data.name)
+        (secret / "config.json").symlink_to("..data/config.json")
+        monkeypatch.setenv("DOCKER_CONFIG", str(secret))
+        push_blessing(origin, manifest, ref)
+        assert pull_blessing(host, ref).installed
+    finally:
+        registry.stop()
