@@ -101,6 +101,7 @@ inputs_hash() {
     } | sha256
 }
 
+# Both paths build on the engine image (replaces image-lib.sh's base_id_for_path).
 base_id_for_path() { image_id "$ENGINE_IMAGE"; }
 
 trap cleanup EXIT

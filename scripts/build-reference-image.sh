@@ -137,10 +137,6 @@ inputs_hash() {
     } | sha256
 }
 
-base_id_for_path() {
-    if [[ "$1" == offline ]]; then image_id "$(base_tag)"; else image_id "$ONLINE_BASE"; fi
-}
-
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 

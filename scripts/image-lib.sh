@@ -13,8 +13,9 @@
 #     target of a wheelhouse (CPython version, glibc, arch) read from the image it is for; bless's wheelhouse
 #   - the "up to date?" check against the org.bless.build-inputs label, the build itself, and the clean-up of
 #     what Docker's legacy builder leaves behind
-# Each script keeps what is its own: its inputs hash (inputs_hash PATH BASE_ID), the base of each path
-# (base_id_for_path PATH), its Dockerfiles and build arguments.
+# Each script keeps what is its own: its inputs hash (inputs_hash PATH BASE_ID), its Dockerfiles and build
+# arguments, and, where it builds on another base than the two below, base_id_for_path PATH (defined after
+# sourcing this file, it replaces the one here).
 
 # Inputs of the debootstrap base image. BASE_RECIPE_VERSION is hashed into its tag: bump it only to force a new
 # base (every image built on it then rebuilds).
@@ -157,6 +158,11 @@ require_docker() {
         die "the Docker Engine is not reachable ('docker version' failed); run scripts/ensure-docker.sh (as root) first"
     fi
     say "Docker Engine $server_version; target $IMAGE"
+}
+
+# The ID of the base image of path $1: the debootstrapped Debian base offline, $ONLINE_BASE online.
+base_id_for_path() {
+    if [[ "$1" == offline ]]; then image_id "$(base_tag)"; else image_id "$ONLINE_BASE"; fi
 }
 
 # Exit 0 printing the image ID when $IMAGE carries the inputs hash it would be built with now (no pulls, no
