@@ -108,7 +108,12 @@ class AppState:
 
     def store(self) -> Store:
         """The store these options name. Creating it touches nothing on disk."""
-        return Store(self.root if self.root is not None else default_root(), self.manifests_dir)
+        return open_store(self.root, self.manifests_dir)
+
+
+def open_store(root: Path | None, manifests_dir: Path | None = None) -> Store:
+    """The store of ``--root`` (None: :func:`bless.store.default_root`). Creating it touches nothing on disk."""
+    return Store(root if root is not None else default_root(), manifests_dir)
 
 
 def app_state(ctx: typer.Context) -> AppState:

@@ -46,6 +46,7 @@ from bless.cli.common import (
     RootOption,
     VerboseOption,
     VersionOption,
+    open_store,
 )
 from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
 from bless.engines import get_adapter
@@ -53,7 +54,6 @@ from bless.flows import serve
 from bless.flows.events import Event
 from bless.profile import load_profile
 from bless.runtime import get_runtime
-from bless.store import Store, default_root
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from bless.untrusted_text import shown
 
@@ -254,7 +254,7 @@ def _serve(
 
     request = serve.ServeRequest(
         profile=loaded,
-        store=Store(root if root is not None else default_root(), manifests_dir),
+        store=open_store(root, manifests_dir),
         detach=detach,
         dry_run=dry_run,
         debug=debug,
@@ -404,7 +404,7 @@ def render_stopped(console: Console, data: Mapping[str, Any]) -> None:
 
 
 def _stop(name: str, root: Path | None, timeout_s: int) -> Report:
-    store = Store(root if root is not None else default_root())
+    store = open_store(root)
     outcome = serve.stop_serving(name, store=store, docker=partial(get_runtime, "docker"), timeout_s=timeout_s)
     return Report(outcome.to_dict(), render_stopped)
 
@@ -443,7 +443,7 @@ def render_ready(console: Console, data: Mapping[str, Any]) -> None:
 
 
 def _ready(name: str, root: Path | None, accept_skipped_canary: bool) -> Report:
-    store = Store(root if root is not None else default_root())
+    store = open_store(root)
     record = serve.check_ready(store, name, accept_skipped_canary=accept_skipped_canary)
     return Report(record.to_dict(), render_ready)
 
