@@ -24,6 +24,7 @@ validate against the Kubernetes OpenAPI schemas as they are (``kubernetes-valida
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -81,7 +82,8 @@ class K8sOptions:
     engine_image: str
     #: The init container's image (scripts/build-bless-image.sh).
     bless_image: str
-    name: str
+    #: The Deployment's name; empty: :func:`default_name` of the profile's name.
+    name: str = ""
     replicas: int = 1
     namespace: str | None = None
     #: The ConfigMap holding the trusted ``root.json``.
@@ -252,6 +254,8 @@ def render(
         InputInvalidError: a name Kubernetes refuses, an artifact not pinned by digest, a profile that
             is not the blessing's or not for the local runtime.
     """
+    if not options.name:
+        options = dataclasses.replace(options, name=default_name(profile.name))
     _check_inputs(profile, blessing, options)
     warnings: list[str] = []
     for what, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.text import Text
 
@@ -28,16 +27,17 @@ k8s_app = typer.Typer(
 )
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """YAML without anchors and aliases: a value used twice is written twice, as kubectl users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def to_yaml(documents: Any) -> str:
-    """The documents as one multi-document YAML stream, keys in the order they were built."""
-    return yaml.dump_all(documents, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=120)
+    """The documents as one multi-document YAML stream, keys in the order they were built, without anchors."""
+    import yaml  # here, not at the top: every bless command imports this module, only render writes YAML
+
+    class PlainDumper(yaml.SafeDumper):
+        """A value used twice is written twice, as kubectl users expect (no anchors and aliases)."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump_all(documents, Dumper=PlainDumper, sort_keys=False, default_flow_style=False, width=120)
 
 
 def render_manifests(console: Console, data: Mapping[str, Any]) -> None:
@@ -102,13 +102,12 @@ def render_command(
     comes from the blessing's hardware factor. YAML goes to stdout: bless k8s render ... | kubectl apply -f -
     """
     from bless.flows.k8s import render_blessing
-    from bless.profile import load_profile
 
     options = k8s.K8sOptions(
         artifact=from_ref,
         engine_image=image,
         bless_image=bless_image,
-        name=name if name is not None else k8s.default_name(load_profile(profile).name),
+        name=name or "",  # empty: from the profile's name, which the flow reads
         replicas=replicas,
         namespace=namespace,
         trust_configmap=trust_configmap,
