@@ -214,6 +214,10 @@ class Pod:
         )  # fmt: skip
         return proc.returncode
 
+    def refusal(self, which: str) -> tuple[int, str]:
+        """Once ``which`` has ended: its exit code and its termination message (what kubectl describe shows)."""
+        return self.wait_exited(which), self.termination_message(which)
+
     def wait_exited(self, which: str, timeout_s: float = 240) -> int:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -300,8 +304,7 @@ def test_an_untrusted_signature_ends_the_init_container_with_its_code(
     other_trust.mkdir()
     shutil.copy(other_keys / "metadata" / "root.json", other_trust / "root.json")
     pod = play(render(published, pod_images, free_port(), trust=other_trust))
-    code = pod.wait_exited("bless-pull")
-    message = pod.termination_message("bless-pull")
+    code, message = pod.refusal("bless-pull")
     assert code == 61 and message.startswith("bless exit 61 (signature by an untrusted key)"), (code, message)
 
 
@@ -314,8 +317,7 @@ def test_a_profile_that_drifted_from_the_blessing_is_refused(
     profile_cm["data"]["profile.toml"] = text.replace("max_seq_len = 64", "max_seq_len = 32")
     pod = play(documents)
     assert pod.state("bless-pull") == ("exited", 0)
-    code = pod.wait_exited("engine")
-    message = pod.termination_message("engine")
+    code, message = pod.refusal("engine")
     assert code == 20 and message.startswith("bless exit 20 (no blessed manifest)"), (code, message)
 
 
@@ -340,8 +342,7 @@ def test_a_file_tampered_with_in_the_pod_store_between_pull_and_start_is_refused
     }
     spec["initContainers"].append(tamper)
     pod = play(documents)
-    code = pod.wait_exited("engine")
-    message = pod.termination_message("engine")
+    code, message = pod.refusal("engine")
     assert code == 21 and message.startswith("bless exit 21 (verification failed)"), (code, message)
 
 
@@ -355,8 +356,7 @@ def test_a_blob_altered_in_the_registry_ends_the_init_container_with_72(
     target.write_bytes(bytes([original[0] ^ 0xFF]) + original[1:])
     try:
         pod = play(render(published, pod_images, free_port()))
-        code = pod.wait_exited("bless-pull")
-        message = pod.termination_message("bless-pull")
+        code, message = pod.refusal("bless-pull")
         assert code == 72 and message.startswith("bless exit 72 (digest mismatch)"), (code, message)
         assert pod.state("engine")[0] in ("created", "configured", "initialized", "exited", "stopped")
     finally:
