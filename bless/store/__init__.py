@@ -30,11 +30,13 @@ Nothing in the store holds an absolute path except ``state/`` (which names manif
 the root): manifests have none and every path is derived from the root, so copying the whole root
 elsewhere (``cp -a``) keeps every blessing valid.
 
-Modules: :mod:`.fsutil` (durable file-system helpers), :mod:`.procid` (process identity from
-/proc), :mod:`.layout` (paths and names), :mod:`.index` (the pure lookup rules) and :mod:`.scan`
-(reading a manifests dir), :mod:`.dirs_record` (the manifests dirs published to), :mod:`.locks`,
-:mod:`.lease` (serving leases), :mod:`.publish`, :mod:`.reject`, :mod:`.gc` (recover and gc),
-:mod:`.faults` (the crash tests' seam) and :mod:`.store` (:class:`Store`).
+Modules, each importing only those before it (``tests/unit/test_core_structure.py``): helpers
+(:mod:`.fsutil` durable file-system helpers, :mod:`.procid` process identity from /proc, :mod:`.faults`
+the crash tests' seam); the narrow parts (:mod:`.layout` paths and names, :mod:`.index` the pure lookup
+rules, :mod:`.trusted_paths`, :mod:`.locks`, :mod:`.lease` serving leases, :mod:`.scan` reading a
+manifests dir, :mod:`.dirs_record` the manifests dirs published to, :mod:`.catalog` the manifests,
+:mod:`.parts` the bundle handed to the operations); the writer operations (:mod:`.gc` recover and gc,
+:mod:`.publish`, :mod:`.reject`); and the facade (:mod:`.store`, :class:`Store`).
 
 Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publish` and
 :meth:`Store.reject` take it themselves (re-entrantly, so an orchestrator that already holds it for

@@ -30,6 +30,7 @@ from bless.store.fsutil import (
     age_s,
     fsync_dir,
     listdir,
+    os_errors,
     read_json_object,
     remove_tree,
     symlink_on_the_way,
@@ -40,7 +41,7 @@ from bless.store.lease import Lease
 from bless.store.procid import process_alive
 
 if TYPE_CHECKING:
-    from bless.store.store import Store
+    from bless.store.parts import StoreParts
 
 __all__ = [
     "RUN_LOGS_MAX_AGE_S",
@@ -97,9 +98,9 @@ def _hashed_tmp(name: str) -> str | None:
     return match.group("hash") if match else None
 
 
-def _debris_hashes(store: Store) -> list[str]:
+def _debris_hashes(parts: StoreParts) -> list[str]:
     """Config hashes that may have crash debris somewhere in the store."""
-    paths = store.paths
+    paths = parts.paths
     hashes: set[str] = set()
     for directory in (paths.blessed, paths.archive, paths.rejected):
         hashes.update(e.name for e in listdir(directory) if is_config_hash(e.name))
@@ -111,14 +112,14 @@ def _debris_hashes(store: Store) -> list[str]:
     return sorted(hashes)
 
 
-def _leased_dir_ids(store: Store, config_hash: str) -> set[str]:
+def _leased_dir_ids(parts: StoreParts, config_hash: str) -> set[str]:
     """dir_ids of ``config_hash`` a lease may hold: its holder is alive or cannot be judged."""
-    return {lease.dir_id for lease in store.leases.leases(config_hash) if lease.alive is not False}
+    return {lease.dir_id for lease in parts.leases.leases(config_hash) if lease.alive is not False}
 
 
-def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
+def _debris(parts: StoreParts, config_hash: str) -> list[tuple[Path, str, bool]]:
     """Crash debris of one hash: (path, reason, finalize) where finalize = complete, do not delete."""
-    paths = store.paths
+    paths = parts.paths
     found: list[tuple[Path, str, bool]] = []
     referenced: set[str] | None = None
     leased: set[str] | None = None
@@ -128,11 +129,11 @@ def _debris(store: Store, config_hash: str) -> list[tuple[Path, str, bool]]:
         elif entry.name.startswith(PUBLISHING_PREFIX):
             dir_id = entry.name[len(PUBLISHING_PREFIX) :]
             if referenced is None:
-                referenced = store.referenced_dir_ids_if_sure(config_hash)
+                referenced = parts.catalog.referenced_dir_ids_if_sure(config_hash)
                 if referenced is None:
                     continue  # cannot tell whether that publish committed: leave it to a later run
             if leased is None:
-                leased = _leased_dir_ids(store, config_hash)
+                leased = _leased_dir_ids(parts, config_hash)
             tree = paths.blessed / config_hash / dir_id
             # A superseded version a server still holds (its publish marker left by a crash after
             # the commit) is the lease's to keep: only its marker goes, and gc handles the tree.
@@ -179,10 +180,10 @@ def staging_owner(path: Path) -> StagingOwner:
     return StagingOwner(record=record, alive=alive, dead=dead)
 
 
-def _staging_debris(store: Store) -> list[tuple[Path, str]]:
+def _staging_debris(parts: StoreParts) -> list[tuple[Path, str]]:
     """Half-created staging dirs (``.new-*``) whose creator is gone."""
     found: list[tuple[Path, str]] = []
-    for entry in listdir(store.paths.staging):
+    for entry in listdir(parts.paths.staging):
         if not entry.name.startswith(NEW_STAGING_PREFIX):
             continue
         path = Path(entry.path)
@@ -243,8 +244,8 @@ class _Sweep:
             self.notes.append(text)
 
 
-def _new_sweep(store: Store, *, dry_run: bool, fault: FaultHook) -> _Sweep:
-    return _Sweep(dry_run, fault, bases=(store.paths.root, store.paths.manifests_dir))
+def _new_sweep(parts: StoreParts, *, dry_run: bool, fault: FaultHook) -> _Sweep:
+    return _Sweep(dry_run, fault, bases=(parts.paths.root, parts.paths.manifests_dir))
 
 
 def _symlink_note(why: str) -> str:
@@ -254,9 +255,9 @@ def _symlink_note(why: str) -> str:
     )
 
 
-def _real_dir(store: Store, directory: Path, sweep: _Sweep) -> bool:
+def _real_dir(parts: StoreParts, directory: Path, sweep: _Sweep) -> bool:
     """Is ``directory`` (in the store layout) a real directory reached without symlinks? Notes why not."""
-    why = symlink_on_the_way(directory, store.paths.root)
+    why = symlink_on_the_way(directory, parts.paths.root)
     if why is not None:
         sweep.note(_symlink_note(why))
         return False
@@ -266,9 +267,9 @@ def _real_dir(store: Store, directory: Path, sweep: _Sweep) -> bool:
         return False  # missing: nothing to clean there
 
 
-def _hash_dirs_ok(store: Store, config_hash: str, sweep: _Sweep) -> bool:
+def _hash_dirs_ok(parts: StoreParts, config_hash: str, sweep: _Sweep) -> bool:
     """Are the per-hash dirs gc may remove from or lock in free of symlinks? Notes each that is not."""
-    paths = store.paths
+    paths = parts.paths
     ok = True
     for directory in (
         *(d / config_hash for d in (paths.blessed, paths.archive, paths.rejected, paths.leases)),
@@ -281,31 +282,32 @@ def _hash_dirs_ok(store: Store, config_hash: str, sweep: _Sweep) -> bool:
     return ok
 
 
-def _recover(store: Store, sweep: _Sweep) -> None:
-    for config_hash in _debris_hashes(store):
-        if not _hash_dirs_ok(store, config_hash, sweep):
+def _recover(parts: StoreParts, sweep: _Sweep) -> None:
+    for config_hash in _debris_hashes(parts):
+        if not _hash_dirs_ok(parts, config_hash, sweep):
             continue
-        if not _debris(store, config_hash):
+        if not _debris(parts, config_hash):
             continue  # look before locking: most hashes have no debris
-        with store.try_lock(config_hash) as locked:
+        with parts.locks.try_lock(config_hash) as locked:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; debris left alone")
                 continue
             # Listed again under the lock (nobody is writing this hash) and the lease guard (a
             # lease taken from here on sees what this pass removed; one taken before is seen).
-            with store.leases.guard(config_hash):
-                for path, reason, finalize in _debris(store, config_hash):
+            with parts.leases.guard(config_hash):
+                for path, reason, finalize in _debris(parts, config_hash):
                     sweep.drop(path, reason, point="recover-remove", finalize=finalize)
-    if _real_dir(store, store.paths.staging, sweep):
-        for path, reason in _staging_debris(store):
+    if _real_dir(parts, parts.paths.staging, sweep):
+        for path, reason in _staging_debris(parts):
             sweep.drop(path, reason, point="recover-remove")
 
 
-def recover(store: Store, *, dry_run: bool, fault: FaultHook) -> tuple[list[GcAction], list[str]]:
-    """Clean (or list) crash debris; returns the actions and notes. See :meth:`Store.recover`."""
-    sweep = _new_sweep(store, dry_run=dry_run, fault=fault)
-    _recover(store, sweep)
-    return sweep.actions, sweep.notes
+def recover(parts: StoreParts, *, fault: FaultHook) -> list[Path]:
+    """Clean up crash debris; what was removed (or, for rejects, completed). See :meth:`Store.recover`."""
+    with os_errors(f"recovering the store {parts.paths.root}"):
+        sweep = _new_sweep(parts, dry_run=False, fault=fault)
+        _recover(parts, sweep)
+    return [action.path for action in sweep.actions]
 
 
 def _holder_text(lease: Lease) -> str:
@@ -313,14 +315,14 @@ def _holder_text(lease: Lease) -> str:
     return f"{lease.name!r} (pid {holder.get('pid', '?')} on {holder.get('host', '?')})"
 
 
-def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: bool) -> None:
+def _gc_hash(parts: StoreParts, config_hash: str, sweep: _Sweep, *, keep: int, sure: bool) -> None:
     """One hash, under its writer lock and its lease guard: superseded versions, stale leases, evidence."""
-    paths = store.paths
-    with store.leases.guard(config_hash):
+    paths = parts.paths
+    with parts.leases.guard(config_hash):
         # Under the lease guard: a server takes its lease before it verifies, so a version leased
         # from here on is one this pass has not removed, and one leased before is seen here.
         leased: dict[str, Lease] = {}
-        for lease in store.leases.leases(config_hash):
+        for lease in parts.leases.leases(config_hash):
             if lease.alive is False:
                 holder = lease.holder or {}
                 sweep.drop(lease.path, f"stale serving lease: pid {holder.get('pid', '?')} is gone", point="gc-remove")
@@ -328,7 +330,7 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
                 leased.setdefault(lease.dir_id, lease)
         if sure:
             # Under the writer lock, so a publish cannot commit between this read and the removals.
-            referenced = store.referenced_dir_ids(config_hash)
+            referenced = parts.catalog.referenced_dir_ids(config_hash)
             versions = sorted(
                 (
                     Path(e.path)
@@ -349,7 +351,7 @@ def _gc_hash(store: Store, config_hash: str, sweep: _Sweep, *, keep: int, sure: 
                 else:
                     sweep.drop(path, "blessed version no manifest references", point="gc-remove")
         if not sweep.dry_run:
-            store.leases.prune_empty(config_hash)
+            parts.leases.prune_empty(config_hash)
     evidence = [
         Path(e.path)
         for e in listdir(paths.rejected / config_hash)
@@ -372,10 +374,10 @@ def _interrupted_during(evidence_dir: Path) -> str | None:
     return step if isinstance(step, str) and step else None
 
 
-def _gc_staging(store: Store, sweep: _Sweep) -> None:
-    if not _real_dir(store, store.paths.staging, sweep):
+def _gc_staging(parts: StoreParts, sweep: _Sweep) -> None:
+    if not _real_dir(parts, parts.paths.staging, sweep):
         return
-    for entry in listdir(store.paths.staging):
+    for entry in listdir(parts.paths.staging):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path)
@@ -391,21 +393,21 @@ def _gc_staging(store: Store, sweep: _Sweep) -> None:
             sweep.notes.append(f"{path}: owner on host {owner.get('host')!r} cannot be checked here; kept")
 
 
-def _gc_serve_dirs(store: Store, sweep: _Sweep) -> None:
+def _gc_serve_dirs(parts: StoreParts, sweep: _Sweep) -> None:
     """``serve/<name>-<stamp>-<token>/`` of serves that are not running: no live lease names them."""
-    if not _real_dir(store, store.paths.serve, sweep):
+    if not _real_dir(parts, parts.paths.serve, sweep):
         return
     # By identity, not by name: a lease taken through another path to the root (a symlink, a bind
     # mount) names this same dir differently.
     serving: set[tuple[int, int]] = set()
-    for lease in store.leases.leases():
+    for lease in parts.leases.leases():
         if lease.alive is not False and lease.serve_dir:
             try:
                 st = Path(lease.serve_dir).stat()
             except (OSError, ValueError):
                 continue  # gone (or not a path): it protects nothing that exists
             serving.add((st.st_dev, st.st_ino))
-    for entry in listdir(store.paths.serve):
+    for entry in listdir(parts.paths.serve):
         path = Path(entry.path)
         if entry.name.startswith("."):
             continue
@@ -424,39 +426,39 @@ def _gc_serve_dirs(store: Store, sweep: _Sweep) -> None:
                        point="gc-remove")  # fmt: skip
 
 
-def _gc_run_logs(store: Store, sweep: _Sweep) -> None:
+def _gc_run_logs(parts: StoreParts, sweep: _Sweep) -> None:
     """``runs/<run_id>/``: engine logs go with the blessed version they produced, or when very old."""
-    if not _real_dir(store, store.paths.runs, sweep):
+    if not _real_dir(parts, parts.paths.runs, sweep):
         return
     removed = {action.path for action in sweep.actions}
-    for entry in listdir(store.paths.runs):
+    for entry in listdir(parts.paths.runs):
         path = Path(entry.path)
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
         record = read_json_object(path / RUN_RECORD) or {}
         config_hash, dir_id = record.get("config_hash"), record.get("dir_id")
         if is_config_hash(config_hash) and is_dir_id(dir_id):
-            blessed = store.paths.blessed / str(config_hash) / str(dir_id)
+            blessed = parts.paths.blessed / str(config_hash) / str(dir_id)
             if blessed in removed or not os.path.lexists(blessed):
                 sweep.drop(path, "engine logs of a blessed version that no longer exists", point="gc-remove")
         elif age_s(path) > RUN_LOGS_MAX_AGE_S:
             sweep.drop(path, "engine logs without a blessing record, untouched for over 30 days", point="gc-remove")
 
 
-def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
+def gc(parts: StoreParts, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     """See :meth:`Store.gc`."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
         raise InputInvalidError(f"keep must be a non-negative integer, got {keep!r}")
-    paths = store.paths
+    paths = parts.paths
     # Fail closed before touching anything: an unreadable manifest may reference any version, and
     # so may one in a manifests dir gc does not know of (its record lost or unreadable).
-    unsure = store.unreadable_manifests_dirs()
-    unknown = store.manifests_dirs_unknown()
-    for directory in store.known_manifests_dirs():
+    unsure = parts.catalog.unreadable_manifests_dirs()
+    unknown = parts.catalog.manifests_dirs_unknown()
+    for directory in parts.catalog.known_manifests_dirs():
         if directory not in unsure:
-            store.index_of(directory).require_all_valid()
-    sweep = _new_sweep(store, dry_run=dry_run, fault=fault)
-    _recover(store, sweep)
+            parts.catalog.index_of(directory).require_all_valid()
+    sweep = _new_sweep(parts, dry_run=dry_run, fault=fault)
+    _recover(parts, sweep)
     fault("gc-start")
     if unknown is not None:
         sweep.notes.append(
@@ -472,15 +474,15 @@ def gc(store: Store, *, keep: int, dry_run: bool, fault: FaultHook) -> GcReport:
     hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.leases) if is_config_hash(e.name)}
     for config_hash in sorted(hashes):
-        if not _hash_dirs_ok(store, config_hash, sweep):
+        if not _hash_dirs_ok(parts, config_hash, sweep):
             continue
-        with store.try_lock(config_hash) as locked:
+        with parts.locks.try_lock(config_hash) as locked:
             if not locked:
                 sweep.notes.append(f"{config_hash[:16]}...: lock held by a running bless; skipped")
                 continue
-            _gc_hash(store, config_hash, sweep, keep=keep, sure=not unsure and unknown is None)
-    _gc_staging(store, sweep)
-    _gc_serve_dirs(store, sweep)
-    _gc_run_logs(store, sweep)
+            _gc_hash(parts, config_hash, sweep, keep=keep, sure=not unsure and unknown is None)
+    _gc_staging(parts, sweep)
+    _gc_serve_dirs(parts, sweep)
+    _gc_run_logs(parts, sweep)
     fault("gc-done")
     return GcReport(actions=tuple(sweep.actions), dry_run=dry_run, notes=tuple(sweep.notes))

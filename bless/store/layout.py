@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
 from bless.factors import is_config_hash
+from bless.store.fsutil import ensure_dir, os_errors
 
 __all__ = [
     "NEW_STAGING_PREFIX",
@@ -139,3 +140,26 @@ class StorePaths:
         check_hash(config_hash, ManifestInvalidError)
         check_dir_id(dir_id)
         return self.blessed / config_hash / dir_id
+
+    def ensure_layout(self) -> None:
+        """Create the store directories that are missing (0755, whatever the umask)."""
+        for directory in (
+            self.manifests_dir,
+            self.blessed,
+            self.staging,
+            self.archive,
+            self.rejected,
+            self.locks,
+            self.state,
+        ):
+            with os_errors(f"creating {directory}"):
+                ensure_dir(directory)
+
+    def under_staging(self, path: Path) -> bool:
+        """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""
+        try:
+            real = path.resolve()
+            staging = self.staging.resolve()
+        except OSError:
+            return False
+        return real != staging and real.is_relative_to(staging)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from bless.errors import (
     AlreadyBlessedError,
+    BlessError,
     InputInvalidError,
     ManifestInvalidError,
     StoreUnavailableError,
@@ -48,12 +49,13 @@ from bless.store.fsutil import (
     set_tree_modes,
     write_tmp,
 )
-from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, check_hash
+from bless.store.gc import recover
+from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
 from bless.untrusted_text import shown
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
 if TYPE_CHECKING:
-    from bless.store.store import Store
+    from bless.store.parts import StoreParts
 
 __all__ = ["PublishResult", "publish"]
 
@@ -101,122 +103,191 @@ PUBLISH_STEPS: tuple[str, ...] = (
 COMMIT_STEP = RENAME_MANIFEST
 
 
-def publish(store: Store, staged_dir: Path, manifest: Manifest, fault: FaultHook) -> PublishResult:
+@dataclass(frozen=True)
+class _Publication:
+    """One publish under the hash lock: what goes where, as :func:`_validate` decided it."""
+
+    manifest: Manifest
+    #: The manifest file's bytes, exactly as they are committed.
+    document: bytes
+    staged_dir: Path
+    #: ``blessed/<hash>/<dir_id>``.
+    target: Path
+    #: The file the new manifest replaces (the live one's, whatever its name), else ``<hash>.json``.
+    manifest_target: Path
+    live: tuple[Path, Manifest] | None
+
+    @property
+    def config_hash(self) -> str:
+        return self.manifest.config_hash
+
+    @property
+    def intent(self) -> Path:
+        """``blessed/<hash>/.publishing-<dir_id>``: says a publish of ``target`` is under way."""
+        return self.target.parent / f"{PUBLISHING_PREFIX}{self.target.name}"
+
+
+def publish(parts: StoreParts, staged_dir: Path, manifest: Manifest, fault: FaultHook) -> PublishResult:
     """See :meth:`bless.store.Store.publish`."""
     staged_dir = Path(staged_dir).absolute()
     config_hash = manifest.config_hash
     check_hash(config_hash, ManifestInvalidError)
-    store.ensure_layout()
-    paths = store.paths
-    with os_errors(f"publishing {config_hash[:16]}..."), store.lock(config_hash):
-        store.recover(fault=fault)
+    parts.paths.ensure_layout()
+    with os_errors(f"publishing {config_hash[:16]}..."), parts.locks.lock(config_hash):
+        recover(parts, fault=fault)
 
         fault(VALIDATE)
-        document = manifest.to_json_bytes()  # validates against the schema
-        target = store.blessed_dir(manifest)
-        store.require_valid_manifests()
-        live = store.live(config_hash)
-        manifest_target = live[0] if live else paths.manifests_dir / f"{config_hash}.json"
-        if live is None and os.path.lexists(manifest_target):
-            # Every manifest validated above, so it is a valid manifest of another hash.
-            raise ManifestInvalidError(
-                f"{manifest_target} is named for {config_hash[:16]}... but holds another hash's manifest",
-                hint="rename that file after the config_hash it contains",
-            )
-        _check_staged(staged_dir, manifest)
-        if os.path.lexists(target):
-            if live is not None and live[1].cache.dir_id == manifest.cache.dir_id:
-                raise AlreadyBlessedError(
-                    f"{config_hash[:16]}... is already blessed with this very version ({target.name})",
-                    hint="nothing to publish; re-bless to make a new version",
-                )
-            # No live manifest references it: debris of an interrupted publish of this same
-            # version (or a superseded copy of it). We hold the lock, so nobody else uses it.
-            remove_tree(target)
+        job = _validate(parts, staged_dir, manifest)
+        _clear_target(job)
         # Recorded before the commit: gc must know every manifests dir a blessing can be named in.
-        store.remember_manifests_dir()
+        parts.catalog.remember_manifests_dir()
         # Durable before the tree moves: a tree a crash leaves behind with no manifest is debris
         # recover() removes, told apart from a superseded version (which only gc removes).
-        ensure_dir(target.parent)
-        intent = target.parent / f"{PUBLISHING_PREFIX}{target.name}"
-        atomic_write_bytes(intent, b"")
+        ensure_dir(job.target.parent)
+        atomic_write_bytes(job.intent, b"")
 
-        renamed: bool | None = None  # None: nothing moved yet
-        tmp: Path | None = None
-        try:
-            fault(MOVE_TREE)
-            renamed = _move_tree(store, staged_dir, target, fault)
-
-            fault(FSYNC_TREE)
-            fsync_tree(target)
-            fsync_dir(target.parent)
-            fsync_dir(paths.blessed)
-            if renamed:
-                fsync_dir(staged_dir.parent)
-
-            fault(MAKE_READ_ONLY)
-            set_tree_modes(target, READ_ONLY_FILE_MODE, READ_ONLY_DIR_MODE, durable=True)
-            # Hashing again costs time but closes the gap between validate and now (a writer
-            # that still had a staged file open): the commit must cover exactly these bytes.
-            check = verify_tree(target, manifest.cache.files, manifest.cache.dirs)
-            if not check.ok:
-                named = "; ".join(f"{shown(p.path)}: {p.detail}" for p in check.problems[:5])
-                raise VerifyFailedError(
-                    f"the staged tree changed while it was being published: {named}",
-                    hint="make sure no process still writes the staged cache, then bless again",
-                    details={"problems": [p.to_dict() for p in check.problems]},
-                )
-
-            fault(ARCHIVE_OLD)
-            archived = _archive_manifest(store, *live) if live is not None else None
-
-            fault(WRITE_MANIFEST_TMP)
-            tmp = write_tmp(paths.manifests_dir, config_hash, document, FILE_MODE)
-
-            fault(RENAME_MANIFEST)
-            tmp.replace(manifest_target)  # THE commit point
-            tmp = None
-            fault("rename-manifest:before-fsync")
-        except BaseException as exc:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            # Give the tree back unless the commit happened after all (an interrupt landing
-            # right after os.replace): then the live manifest references it.
-            if not holds(manifest_target, document):
-                with contextlib.suppress(OSError):
-                    if renamed is not None:
-                        _undo_move(target, staged_dir, renamed, fault)
-                    intent.unlink()
-            refusal = full_disk_error(exc, f"publishing {config_hash[:16]}...")
-            if refusal is not None:
-                raise refusal from exc
-            if isinstance(exc, OSError):
-                raise StoreUnavailableError(
-                    f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
-                    + (f" ({exc.filename})" if exc.filename else ""),
-                    hint="nothing was published; the previous blessing (if any) is unchanged",
-                ) from exc
-            raise
-        try:
-            fsync_dir(paths.manifests_dir)
-        except OSError as exc:
-            raise StoreUnavailableError(
-                f"published {config_hash[:16]}... but could not fsync {paths.manifests_dir}: {exc.strerror or exc}",
-                hint="the blessing is visible but may not survive a power loss; run bless verify",
-            ) from exc
-        store.note_published(manifest_target, manifest)
-        fault(CLEAR_INTENT)
-        with contextlib.suppress(OSError):
-            intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
+        archived = _commit(parts.paths, job, fault)
+        _after_commit(parts, job, fault)
 
         fault(DONE)
         return PublishResult(
             config_hash=config_hash,
-            manifest_path=manifest_target,
-            blessed_dir=target,
+            manifest_path=job.manifest_target,
+            blessed_dir=job.target,
             archived_manifest=archived,
         )
+
+
+def _validate(parts: StoreParts, staged_dir: Path, manifest: Manifest) -> _Publication:
+    """Serialize the manifest, check the manifests dir and the staged tree; decide where each goes."""
+    config_hash = manifest.config_hash
+    document = manifest.to_json_bytes()  # validates against the schema
+    target = parts.paths.blessed_dir(config_hash, manifest.cache.dir_id)
+    parts.catalog.index().require_all_valid()
+    live = parts.catalog.live(config_hash)
+    manifest_target = live[0] if live else parts.paths.manifests_dir / f"{config_hash}.json"
+    if live is None and os.path.lexists(manifest_target):
+        # Every manifest validated above, so it is a valid manifest of another hash.
+        raise ManifestInvalidError(
+            f"{manifest_target} is named for {config_hash[:16]}... but holds another hash's manifest",
+            hint="rename that file after the config_hash it contains",
+        )
+    _check_staged(staged_dir, manifest)
+    return _Publication(manifest, document, staged_dir, target, manifest_target, live)
+
+
+def _clear_target(job: _Publication) -> None:
+    """Refuse this very version when it is live; otherwise remove what an earlier try left at the target."""
+    if not os.path.lexists(job.target):
+        return
+    if job.live is not None and job.live[1].cache.dir_id == job.manifest.cache.dir_id:
+        raise AlreadyBlessedError(
+            f"{job.config_hash[:16]}... is already blessed with this very version ({job.target.name})",
+            hint="nothing to publish; re-bless to make a new version",
+        )
+    # No live manifest references it: debris of an interrupted publish of this same
+    # version (or a superseded copy of it). We hold the lock, so nobody else uses it.
+    remove_tree(job.target)
+
+
+def _commit(paths: StorePaths, job: _Publication, fault: FaultHook) -> Path | None:
+    """Move, fsync, seal and re-verify the tree, archive the old manifest, rename the new one in.
+
+    Returns the archived copy of the replaced manifest, if any. A failure before the rename gives
+    the tree back (:func:`_undo_uncommitted`) and is raised as a store refusal when it is an OS error.
+    """
+    renamed: bool | None = None  # None: nothing moved yet
+    tmp: Path | None = None
+    try:
+        fault(MOVE_TREE)
+        renamed = _move_tree(paths, job.staged_dir, job.target, fault)
+
+        fault(FSYNC_TREE)
+        fsync_tree(job.target)
+        fsync_dir(job.target.parent)
+        fsync_dir(paths.blessed)
+        if renamed:
+            fsync_dir(job.staged_dir.parent)
+
+        fault(MAKE_READ_ONLY)
+        _seal(job)
+
+        fault(ARCHIVE_OLD)
+        archived = _archive_manifest(paths, *job.live) if job.live is not None else None
+
+        fault(WRITE_MANIFEST_TMP)
+        tmp = write_tmp(paths.manifests_dir, job.config_hash, job.document, FILE_MODE)
+
+        fault(RENAME_MANIFEST)
+        tmp.replace(job.manifest_target)  # THE commit point
+        tmp = None
+        fault("rename-manifest:before-fsync")
+    except BaseException as exc:
+        _undo_uncommitted(job, renamed, tmp, fault)
+        refusal = _publish_refusal(exc, job.config_hash)
+        if refusal is None:
+            raise
+        raise refusal from exc
+    return archived
+
+
+def _seal(job: _Publication) -> None:
+    """Make the tree read-only, then hash it again against the manifest."""
+    set_tree_modes(job.target, READ_ONLY_FILE_MODE, READ_ONLY_DIR_MODE, durable=True)
+    # Hashing again costs time but closes the gap between validate and now (a writer
+    # that still had a staged file open): the commit must cover exactly these bytes.
+    check = verify_tree(job.target, job.manifest.cache.files, job.manifest.cache.dirs)
+    if not check.ok:
+        named = "; ".join(f"{shown(p.path)}: {p.detail}" for p in check.problems[:5])
+        raise VerifyFailedError(
+            f"the staged tree changed while it was being published: {named}",
+            hint="make sure no process still writes the staged cache, then bless again",
+            details={"problems": [p.to_dict() for p in check.problems]},
+        )
+
+
+def _undo_uncommitted(job: _Publication, renamed: bool | None, tmp: Path | None, fault: FaultHook) -> None:
+    """After a failure: drop the temp manifest and, unless the commit happened, give the tree back."""
+    if tmp is not None:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    # Give the tree back unless the commit happened after all (an interrupt landing
+    # right after os.replace): then the live manifest references it.
+    if not holds(job.manifest_target, job.document):
+        with contextlib.suppress(OSError):
+            if renamed is not None:
+                _undo_move(job.target, job.staged_dir, renamed, fault)
+            job.intent.unlink()
+
+
+def _publish_refusal(exc: BaseException, config_hash: str) -> BlessError | None:
+    """The refusal a failed publish raises for ``exc`` (a full disk, another OS error), or None to re-raise it."""
+    refusal = full_disk_error(exc, f"publishing {config_hash[:16]}...")
+    if refusal is not None:
+        return refusal
+    if isinstance(exc, OSError):
+        return StoreUnavailableError(
+            f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename else ""),
+            hint="nothing was published; the previous blessing (if any) is unchanged",
+        )
+    return None
+
+
+def _after_commit(parts: StoreParts, job: _Publication, fault: FaultHook) -> None:
+    """Make the commit durable, tell the claim cache, drop the publishing marker."""
+    manifests_dir = parts.paths.manifests_dir
+    try:
+        fsync_dir(manifests_dir)
+    except OSError as exc:
+        raise StoreUnavailableError(
+            f"published {job.config_hash[:16]}... but could not fsync {manifests_dir}: {exc.strerror or exc}",
+            hint="the blessing is visible but may not survive a power loss; run bless verify",
+        ) from exc
+    parts.catalog.note_published(job.manifest_target, job.manifest)
+    fault(CLEAR_INTENT)
+    with contextlib.suppress(OSError):
+        job.intent.unlink()  # a leftover marker of a committed publish is harmless: recover drops it
 
 
 def _listing_difference(expected: Manifest, listing: TreeListing) -> list[str]:
@@ -262,14 +333,32 @@ def _check_staged(staged_dir: Path, manifest: Manifest) -> None:
         )
 
 
-def make_dir_movable(path: Path) -> None:
+def _make_dir_movable(path: Path) -> None:
     """Moving a directory to another parent rewrites its ``..``: give the owner write access."""
     mode = stat.S_IMODE(os.lstat(path).st_mode)
     if stat.S_ISDIR(os.lstat(path).st_mode) and mode & 0o700 != 0o700:
         path.chmod(mode | 0o700)
 
 
-def _move_tree(store: Store, source: Path, target: Path, fault: FaultHook) -> bool:
+def rename_staged(paths: StorePaths, source: Path, destination: Path) -> bool:
+    """Rename ``source`` to ``destination`` when it is under ``root/staging`` (ours to consume).
+
+    False when the caller must copy instead: ``source`` is elsewhere (never consumed), or staging
+    is on another file system than ``destination``.
+    """
+    if not paths.under_staging(source):
+        return False
+    _make_dir_movable(source)
+    try:
+        source.rename(destination)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:  # staging on another mount: copy instead
+            raise
+        return False
+    return True
+
+
+def _move_tree(paths: StorePaths, source: Path, target: Path, fault: FaultHook) -> bool:
     """Move a staged tree to ``target``; True when renamed, False when copied (source kept).
 
     Renamed only from under ``root/staging`` (same file system, and ours to consume); anything
@@ -277,14 +366,8 @@ def _move_tree(store: Store, source: Path, target: Path, fault: FaultHook) -> bo
     a name :meth:`Store.recover` knows is debris, then renamed into place.
     """
     ensure_dir(target.parent)
-    if store.under_staging(source):
-        make_dir_movable(source)
-        try:
-            source.rename(target)
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:  # staging on another mount: copy instead
-                raise
+    if rename_staged(paths, source, target):
+        return True
     partial = target.parent / f"{PARTIAL_PREFIX}{target.name}-{secrets.token_hex(4)}"
 
     def copy_file(src: str, dst: str) -> str:
@@ -324,9 +407,9 @@ def _created_stamp(created: str) -> str:
     return f"{y}{mo}{d}T{h}{mi}{s}Z"
 
 
-def _archive_manifest(store: Store, live_path: Path, live: Manifest) -> Path:
+def _archive_manifest(paths: StorePaths, live_path: Path, live: Manifest) -> Path:
     """Copy the live manifest file, byte for byte, to ``archive/<hash>/<created>-<tree12>.json``."""
-    directory = store.paths.archive / live.config_hash
+    directory = paths.archive / live.config_hash
     ensure_dir(directory)
     raw = live_path.read_bytes()
     stem = f"{_created_stamp(live.created)}-{live.cache.tree_sha256[:12]}"
@@ -337,5 +420,5 @@ def _archive_manifest(store: Store, live_path: Path, live: Manifest) -> Path:
         counter += 1
         path = directory / f"{stem}-{counter}.json"
     atomic_write_bytes(path, raw)
-    fsync_dir(store.paths.archive)
+    fsync_dir(paths.archive)
     return path

@@ -7,7 +7,6 @@ complete or not at all; a ``.partial-`` dir left by a crash holds the moved tree
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
@@ -20,17 +19,18 @@ from typing import TYPE_CHECKING, Any
 from bless.errors import InputInvalidError, StoreUnavailableError
 from bless.store.faults import FaultHook
 from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, full_disk_error
+from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
-from bless.store.publish import make_dir_movable
+from bless.store.publish import rename_staged
 
 if TYPE_CHECKING:
-    from bless.store.store import Store
+    from bless.store.parts import StoreParts
 
 __all__ = ["reject"]
 
 
 def reject(
-    store: Store,
+    parts: StoreParts,
     staged_dir: Path,
     *,
     config_hash: str,
@@ -52,10 +52,10 @@ def reject(
     except (TypeError, ValueError) as exc:
         raise InputInvalidError(f"rejection evidence is not JSON-serializable: {exc}") from None
     staged_dir = Path(staged_dir).absolute()
-    store.ensure_layout()
-    rejected = store.paths.rejected
-    with store.lock(config_hash):
-        store.recover(fault=fault)
+    parts.paths.ensure_layout()
+    rejected = parts.paths.rejected
+    with parts.locks.lock(config_hash):
+        recover(parts, fault=fault)
         fault("reject-start")
         parent = rejected / config_hash
         name = f"{run_id}-c{candidate}"
@@ -68,7 +68,7 @@ def reject(
             ensure_dir(partial)
             fault("reject-move-tree")
             if os.path.lexists(staged_dir):
-                _move_evidence(store, staged_dir, partial / "tree")
+                _move_evidence(parts, staged_dir, partial / "tree")
             fault("reject-write-summary")
             atomic_write_bytes(partial / "summary.md", summary_md.encode("utf-8"))
             fault("reject-write-evidence")
@@ -88,15 +88,9 @@ def reject(
     return final
 
 
-def _move_evidence(store: Store, source: Path, destination: Path) -> None:
-    if store.under_staging(source):
-        make_dir_movable(source)
-        try:
-            source.rename(destination)
-            return
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
+def _move_evidence(parts: StoreParts, source: Path, destination: Path) -> None:
+    if rename_staged(parts.paths, source, destination):
+        return
     if stat.S_ISDIR(os.lstat(source).st_mode):
         shutil.copytree(source, destination, symlinks=True)
     else:

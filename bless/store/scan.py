@@ -30,8 +30,9 @@ __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 
 _CACHE_VERSION = 1
 
-#: Which files a lookup must validate: ``(claimed hash or None, file name) -> candidate?``.
-Candidate = Callable[[str | None, str], bool]
+#: Which files a lookup must validate: ``(claimed hash, file name) -> candidate?`` (a file whose
+#: claim cannot be read is always a candidate).
+Candidate = Callable[[str, str], bool]
 
 
 class ManifestReader:

@@ -1,14 +1,12 @@
 """The :class:`Store` facade: one object for the store's layout, lookups and writer operations.
 
-The work is done by the modules of this package (:mod:`~bless.store.scan` and
-:mod:`~bless.store.index` for lookups, :mod:`~bless.store.locks`, :mod:`~bless.store.publish`,
-:mod:`~bless.store.reject`, :mod:`~bless.store.gc`); the facade holds the paths and wires them.
+The facade builds the store's narrow parts (:class:`~bless.store.parts.StoreParts`: paths, locks,
+leases and the manifest catalog) and hands them to the writer operations (:mod:`~bless.store.publish`,
+:mod:`~bless.store.reject`, :mod:`~bless.store.gc`); those never call back into it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -18,31 +16,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import InputInvalidError, ManifestInvalidError
-from bless.factors import parse_config_hash_prefix
+from bless.errors import InputInvalidError
 from bless.manifest import Manifest
-from bless.store.dirs_record import ManifestsDirsRecord
+from bless.store.catalog import ManifestCatalog
 from bless.store.faults import FaultHook, no_fault
 from bless.store.fsutil import (
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
-    listdir,
     os_errors,
     remove_tree,
 )
 from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
-from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
-from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_hash, check_run_id
+from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_run_id
 from bless.store.lease import LeaseBook
 from bless.store.locks import HashLocks
+from bless.store.parts import StoreParts
 from bless.store.procid import process_identity
 from bless.store.publish import PublishResult
 from bless.store.publish import publish as run_publish
 from bless.store.reject import reject as run_reject
-from bless.store.scan import ClaimCache, ManifestReader, scan_manifests
+from bless.store.scan import ManifestReader
 from bless.store.trusted_paths import refuse_untrusted_paths
 from bless.verify import ProgressFn, VerifyResult, verify_tree
 
@@ -72,14 +69,17 @@ class Store:
     def __init__(self, root: Path, manifests_dir: Path | None = None, *, reader: ManifestReader | None = None) -> None:
         # Absolute once, so that a later chdir cannot move the store under us.
         absolute_root = Path(root).absolute()
-        self._paths = StorePaths(
+        paths = StorePaths(
             absolute_root,
             Path(manifests_dir).absolute() if manifests_dir is not None else absolute_root / "manifests",
         )
-        self._locks = HashLocks(self._paths.locks)
-        self._leases = LeaseBook(self._paths.leases)
-        self._dirs_record = ManifestsDirsRecord(self._paths.state)
-        self._reader = reader or ManifestReader()
+        self._paths = paths
+        self._parts = StoreParts(
+            paths=paths,
+            locks=HashLocks(paths.locks),
+            leases=LeaseBook(paths.leases),
+            catalog=ManifestCatalog(paths, reader or ManifestReader()),
+        )
 
     @property
     def root(self) -> Path:
@@ -94,7 +94,7 @@ class Store:
     @property
     def leases(self) -> LeaseBook:
         """Serving leases (:mod:`bless.store.lease`): what gc must keep while a server runs."""
-        return self._leases
+        return self._parts.leases
 
     def keep_run_logs(self, run_id: str, published: PublishResult, logs: Iterable[Path]) -> Path:
         """Copy an accepted run's engine logs to ``runs/<run_id>/``, recording which blessing they made.
@@ -115,21 +115,6 @@ class Store:
     def paths(self) -> StorePaths:
         """Every directory of the store."""
         return self._paths
-
-    def ensure_layout(self) -> None:
-        """Create the store directories that are missing (0755, whatever the umask)."""
-        paths = self._paths
-        for directory in (
-            paths.manifests_dir,
-            paths.blessed,
-            paths.staging,
-            paths.archive,
-            paths.rejected,
-            paths.locks,
-            paths.state,
-        ):
-            with os_errors(f"creating {directory}"):
-                ensure_dir(directory)
 
     def blessed_dir(self, manifest: Manifest) -> Path:
         """``root/blessed/<config_hash>/<dir_id>``: derived from the manifest, never stored.
@@ -175,15 +160,6 @@ class Store:
             before_hashing(blessed_dir)
         return verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)
 
-    def under_staging(self, path: Path) -> bool:
-        """Is ``path`` inside ``root/staging`` (so ours to consume by a rename)?"""
-        try:
-            real = path.resolve()
-            staging = self._paths.staging.resolve()
-        except OSError:
-            return False
-        return real != staging and real.is_relative_to(staging)
-
     def new_staging_dir(self, run_id: str) -> Path:
         """Create ``root/staging/<run_id>/`` with an ``.owner`` record (pid, host) and return it.
 
@@ -195,7 +171,7 @@ class Store:
             InputInvalidError: bad run id, or a staging dir of that name exists.
         """
         check_run_id(run_id)
-        self.ensure_layout()
+        self._paths.ensure_layout()
         staging = self._paths.staging
         final = staging / run_id
         if os.path.lexists(final):
@@ -224,32 +200,14 @@ class Store:
         Raises:
             LockHeldError: another process holds it (at once, or after ``timeout`` when waiting).
         """
-        with self._locks.lock(config_hash, wait=wait, timeout=timeout):
+        with self._parts.locks.lock(config_hash, wait=wait, timeout=timeout):
             yield
-
-    @contextmanager
-    def try_lock(self, config_hash: str) -> Iterator[bool]:
-        """Like :meth:`lock` without waiting, but yields False instead of raising when held."""
-        with self._locks.try_lock(config_hash) as locked:
-            yield locked
 
     # ------------------------------------------------------------------------------ manifests
 
-    def _claims(self, directory: Path) -> ClaimCache:
-        key = hashlib.sha256(str(directory).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        return ClaimCache.open(self._paths.state / f"claims-{key}.json")
-
-    def index_of(self, directory: Path) -> ManifestIndex:
-        """Every manifest of ``directory``, each validated.
-
-        Raises:
-            ManifestInvalidError: when the directory exists but cannot be listed.
-        """
-        return scan_manifests(directory, cache=self._claims(directory), reader=self._reader)
-
     def index(self) -> ManifestIndex:
         """Every manifest of the manifests dir, each validated (``bless list``, gate, gc)."""
-        return self.index_of(self._paths.manifests_dir)
+        return self._parts.catalog.index()
 
     def listing(self) -> ManifestIndex:
         """Every manifest of the manifests dir for ``bless list``: validated, or known valid and unchanged.
@@ -257,8 +215,7 @@ class Store:
         A file validated before and unchanged since is not opened (its record carries the cached
         :func:`~bless.store.index.manifest_summary`, not the manifest): see :func:`scan_manifests`.
         """
-        directory = self._paths.manifests_dir
-        return scan_manifests(directory, cache=self._claims(directory), reader=self._reader, summaries=True)
+        return self._parts.catalog.listing()
 
     def records(self) -> list[ManifestRecord]:
         """Every ``*.json`` in the manifests dir (dotfiles skipped), parsed and validated, by name.
@@ -270,24 +227,9 @@ class Store:
         """
         return list(self.index().records)
 
-    def require_valid_manifests(self) -> None:
-        """Raise the first invalid manifest's ManifestInvalidError, if any."""
-        self.index().require_all_valid()
-
-    def _lookup(self, matches: Any) -> ManifestIndex:
-        directory = self._paths.manifests_dir
-        return scan_manifests(directory, candidate=matches, cache=self._claims(directory), reader=self._reader)
-
     def live(self, config_hash: str) -> tuple[Path, Manifest] | None:
         """The live manifest's path and manifest for ``config_hash``, or None (raises as :meth:`find`)."""
-        check_hash(config_hash)
-        wanted_name = f"{config_hash}.json"
-        index = self._lookup(lambda claim, name: claim == config_hash or name == wanted_name)
-        record = index.find(config_hash)
-        if record is None:
-            return None
-        assert record.manifest is not None  # find() returns validated records only
-        return record.path, record.manifest
+        return self._parts.catalog.live(config_hash)
 
     def find(self, config_hash: str) -> Manifest | None:
         """The live manifest whose ``config_hash`` FIELD is ``config_hash`` (file names are a hint).
@@ -316,109 +258,15 @@ class Store:
             NoManifestError: no live manifest matches.
             ManifestDuplicateError, ManifestInvalidError: as :meth:`find`.
         """
-        wanted = parse_config_hash_prefix(prefix)
-        record = self._lookup(lambda claim, name: claim.startswith(wanted) or name.startswith(wanted)).find_prefix(
-            wanted
-        )
-        assert record.manifest is not None
-        return record.manifest
-
-    def note_published(self, manifest_path: Path, manifest: Manifest) -> None:
-        """Tell the claim cache what a just-published (validated) manifest file claims and shows.
-
-        No lookup re-reads it, and ``bless list`` shows it without opening it.
-        """
-        cache = self._claims(manifest_path.parent)
-        with contextlib.suppress(OSError):
-            cache.put(manifest_path.name, manifest_path.stat(), manifest.config_hash, manifest_summary(manifest))
-            cache.save()
-
-    # --------------------------------------------------------------------- manifests dirs record
-
-    def recorded_manifests_dirs(self) -> list[Path]:
-        """The manifests dirs (outside ``root/manifests``) this store has published to."""
-        return self._dirs_record.dirs()
-
-    def remember_manifests_dir(self) -> None:
-        """Record this store's manifests dir among those it published to (before a publish commits).
-
-        Writes the record even for ``root/manifests`` (recorded as no dir): a store with blessed
-        versions and no record is one whose record was lost, and gc keeps everything there.
-
-        Raises:
-            VerifyFailedError: the record cannot be read (reason ``store_state``).
-        """
-        own = self._paths.manifests_dir
-        self._dirs_record.add(own if own != self._paths.default_manifests_dir else None)
+        return self._parts.catalog.find_prefix(prefix)
 
     def forget_manifests_dir(self, directory: Path) -> bool:
-        """Drop ``directory`` from the record (it is gone for good); True when it was recorded.
+        """Drop ``directory`` from the record of manifests dirs published to; True when it was recorded.
 
         Raises:
             VerifyFailedError: the record cannot be read (reason ``store_state``).
         """
-        with os_errors(f"updating {self._dirs_record.path}"):
-            return self._dirs_record.remove(Path(directory).absolute())
-
-    def known_manifests_dirs(self) -> list[Path]:
-        """This store's manifests dir, ``root/manifests`` and every recorded one, without repeats."""
-        dirs = [self._paths.manifests_dir, self._paths.default_manifests_dir, *self.recorded_manifests_dirs()]
-        return list(dict.fromkeys(dirs))
-
-    def unreadable_manifests_dirs(self) -> dict[Path, str]:
-        """Recorded manifests dirs that cannot be listed now, with why (gc then removes no version)."""
-        return self._dirs_record.unreadable()
-
-    def manifests_dirs_unknown(self) -> str | None:
-        """Why the set of manifests dirs to consult is not known (gc then removes no version), or None.
-
-        The record exists but cannot be read, or it is missing although blessed versions exist (it
-        was lost, or the store predates it: every publish writes it).
-        """
-        record = self._dirs_record.path
-        problem = self._dirs_record.problem()
-        if problem is not None:
-            return (
-                f"the record of the manifests dirs this store published to, {record}, {problem}; repair it "
-                '(JSON: {"version": 1, "dirs": [every --manifests-dir this store published to]}) or restore it'
-            )
-        if not self._dirs_record.exists() and self._has_blessed_versions():
-            return (
-                f"the record of the manifests dirs this store published to, {record}, is missing (lost, or the "
-                "store predates it); the next publish writes it, or create it listing every --manifests-dir "
-                'this store published to (JSON: {"version": 1, "dirs": [...]}; [] when only root/manifests)'
-            )
-        return None
-
-    def _has_blessed_versions(self) -> bool:
-        for hash_entry in listdir(self._paths.blessed):
-            if hash_entry.is_dir(follow_symlinks=False) and any(
-                not e.name.startswith(".") for e in listdir(Path(hash_entry.path))
-            ):
-                return True
-        return False
-
-    def referenced_dir_ids(self, config_hash: str) -> set[str]:
-        """dir_ids of ``config_hash`` that a manifest in any known manifests dir references.
-
-        Raises:
-            ManifestInvalidError: a manifest there is invalid (it could reference anything).
-        """
-        referenced: set[str] = set()
-        for directory in self.known_manifests_dirs():
-            for _, manifest in self.index_of(directory).require_all_valid():
-                if manifest.config_hash == config_hash:
-                    referenced.add(manifest.cache.dir_id)
-        return referenced
-
-    def referenced_dir_ids_if_sure(self, config_hash: str) -> set[str] | None:
-        """:meth:`referenced_dir_ids`, or None when that cannot be known (a manifest or dir unreadable)."""
-        if self.unreadable_manifests_dirs() or self.manifests_dirs_unknown() is not None:
-            return None
-        try:
-            return self.referenced_dir_ids(config_hash)
-        except ManifestInvalidError:
-            return None
+        return self._parts.catalog.forget_manifests_dir(directory)
 
     # ------------------------------------------------------------------------ writer operations
 
@@ -443,7 +291,7 @@ class Store:
             VerifyFailedError: the tree changed while it was being published.
             LockHeldError, ManifestDuplicateError: as :meth:`lock` and :meth:`find`.
         """
-        return run_publish(self, staged_dir, manifest, fault or no_fault)
+        return run_publish(self._parts, staged_dir, manifest, fault or no_fault)
 
     def reject(
         self,
@@ -470,7 +318,7 @@ class Store:
             LockHeldError: another process holds the hash lock.
         """
         return run_reject(
-            self,
+            self._parts,
             staged_dir,
             config_hash=config_hash,
             run_id=run_id,
@@ -490,9 +338,7 @@ class Store:
         publishing right now). Never touches a blessed dir a manifest references: only
         ``.partial-`` names are removed there.
         """
-        with os_errors(f"recovering the store {self.root}"):
-            actions, _ = run_recover(self, dry_run=False, fault=fault or no_fault)
-        return [action.path for action in actions]
+        return run_recover(self._parts, fault=fault or no_fault)
 
     def gc(self, *, keep: int = 0, dry_run: bool = False, fault: FaultHook | None = None) -> GcReport:
         """Remove what no blessing needs; with ``dry_run``, only list it.
@@ -516,4 +362,4 @@ class Store:
                 (reason ``store_lock``), or a store dir is not a directory.
         """
         with os_errors(f"gc of {self.root}"):
-            return run_gc(self, keep=keep, dry_run=dry_run, fault=fault or no_fault)
+            return run_gc(self._parts, keep=keep, dry_run=dry_run, fault=fault or no_fault)

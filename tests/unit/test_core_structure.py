@@ -139,6 +139,43 @@ def test_flows_never_import_one_another(name: str) -> None:
     assert offenders == []
 
 
+#: The store package's modules, each importing only modules listed before it: the helpers, the narrow
+#: parts (paths, locks, leases, manifests), the writer operations given those parts, then the facade.
+#: So no operation calls back into :class:`Store`, and no part knows the operations.
+STORE_ORDER = (
+    "fsutil",
+    "procid",
+    "faults",
+    "index",
+    "layout",
+    "trusted_paths",
+    "locks",
+    "lease",
+    "scan",
+    "dirs_record",
+    "catalog",
+    "parts",
+    "gc",
+    "publish",
+    "reject",
+    "store",
+)
+
+
+def test_store_dependencies_run_one_way() -> None:
+    """Every store module is placed in STORE_ORDER and imports only modules before it."""
+    store_dir = BLESS / "store"
+    assert {p.stem for p in store_dir.glob("*.py") if p.stem != "__init__"} == set(STORE_ORDER)
+    offenders = []
+    for rank, name in enumerate(STORE_ORDER):
+        for module in imported_modules(store_dir / f"{name}.py"):
+            if module == "bless.store" or (
+                module.startswith("bless.store.") and module.removeprefix("bless.store.") not in STORE_ORDER[:rank]
+            ):
+                offenders.append(f"{name}: {module}")
+    assert offenders == []
+
+
 H = config_hash({"factors_version": 1, "x": 1})
 
 
@@ -162,7 +199,7 @@ def test_one_rule_for_a_stored_config_hash(value: object, valid: bool) -> None:
 
 def test_the_store_applies_the_one_rule(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
-    store.ensure_layout()
+    store.paths.ensure_layout()
     assert store.find(H) is None
     for bad in (H + "\n", H.upper(), H[:63]):
         with pytest.raises(InputInvalidError):

@@ -19,7 +19,7 @@ from tests.unit.test_serve import GOLDEN, _blessed_plan
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     found = Store(tmp_path / "root")
-    found.ensure_layout()
+    found.paths.ensure_layout()
     return found
 
 

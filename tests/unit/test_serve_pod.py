@@ -117,7 +117,7 @@ def test_the_namespace_probe_sees_what_unshare_can_do() -> None:
 
 def test_a_plan_on_a_copying_runtime_verifies_the_copy_and_says_so(tmp_path: Path) -> None:
     store = Store(tmp_path / "root")
-    store.ensure_layout()
+    store.paths.ensure_layout()
     with FakeEngineServer(openai_engine(lambda prompt, n: [0])) as server:
         plan, runtime = _blessed_plan(store, tmp_path, server.port)
     assert plan.mount is not None and plan.mount.check_copy is None
@@ -141,7 +141,7 @@ def test_a_plan_on_a_copying_runtime_verifies_the_copy_and_says_so(tmp_path: Pat
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     found = Store(tmp_path / "root")
-    found.ensure_layout()
+    found.paths.ensure_layout()
     return found
 
 

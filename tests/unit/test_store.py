@@ -33,7 +33,7 @@ from tests.unit.store_helpers import PREFIX_TWINS, make_factors, make_manifest, 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     s = Store(tmp_path / "root")
-    s.ensure_layout()
+    s.paths.ensure_layout()
     return s
 
 

@@ -79,7 +79,7 @@ def leftovers(*roots: Path) -> list[str]:
 @pytest.mark.parametrize("step", PUBLISH_STEPS)
 def test_kill_at_step_leaves_old_or_new(tmp_path: Path, step: str, rebless: bool) -> None:
     store = Store(tmp_path / "root")
-    store.ensure_layout()
+    store.paths.ensure_layout()
     old: Manifest | None = None
     if rebless:
         old_tree = write_tree(store.new_staging_dir("old-run") / "cache", "old")
