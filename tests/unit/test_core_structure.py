@@ -139,6 +139,34 @@ def test_flows_never_import_one_another(name: str) -> None:
     assert offenders == []
 
 
+TRUST_DIR = BLESS / "trust"
+#: The trust package's modules by side: what both sides read, the signing repository, the verifying client.
+TRUST_SIDES = {
+    "shared": ("metadata", "target"),
+    "signing": ("keys", "repository"),
+    "verifying": ("client", "refusals", "root_chain"),
+}
+
+
+def test_every_trust_module_has_a_side() -> None:
+    """A new module in bless/trust/ says which side it is on, so the test below covers it."""
+    present = {p.stem for p in TRUST_DIR.glob("*.py") if p.stem != "__init__"}
+    assert present == {module for modules in TRUST_SIDES.values() for module in modules}
+
+
+@pytest.mark.parametrize("side", sorted(TRUST_SIDES))
+def test_trust_signing_and_verifying_never_import_each_other(side: str) -> None:
+    """Dependencies run one way: each side imports the shared modules, never the other side (nor __init__)."""
+    allowed = {f"bless.trust.{module}" for module in (*TRUST_SIDES["shared"], *TRUST_SIDES[side])}
+    offenders = sorted(
+        f"{module}.py: {imported}"
+        for module in TRUST_SIDES[side]
+        for imported in imported_modules(TRUST_DIR / f"{module}.py")
+        if (imported == "bless.trust" or imported.startswith("bless.trust.")) and imported not in allowed
+    )
+    assert offenders == []
+
+
 H = config_hash({"factors_version": 1, "x": 1})
 
 
