@@ -68,7 +68,7 @@ def test_runtimes_import_no_engine(module: str) -> None:
 
 
 #: Modules allowed past ~500 lines, each one concern (docs/dev/architecture.md, "Layout", says which and why).
-LONG_MODULES = {"verify.py", "trust.py", "runtime/docker.py", "runtime/local.py"}
+LONG_MODULES = {"verify.py", "runtime/docker.py", "runtime/local.py"}
 
 
 def test_long_modules_are_the_documented_ones() -> None:
@@ -173,6 +173,33 @@ def test_store_dependencies_run_one_way() -> None:
                 module.startswith("bless.store.") and module.removeprefix("bless.store.") not in STORE_ORDER[:rank]
             ):
                 offenders.append(f"{name}: {module}")
+
+
+TRUST_DIR = BLESS / "trust"
+#: The trust package's modules by side: what both sides read, the signing repository, the verifying client.
+TRUST_SIDES = {
+    "shared": ("metadata", "target"),
+    "signing": ("keys", "repository"),
+    "verifying": ("client", "refusals", "root_chain"),
+}
+
+
+def test_every_trust_module_has_a_side() -> None:
+    """A new module in bless/trust/ says which side it is on, so the test below covers it."""
+    present = {p.stem for p in TRUST_DIR.glob("*.py") if p.stem != "__init__"}
+    assert present == {module for modules in TRUST_SIDES.values() for module in modules}
+
+
+@pytest.mark.parametrize("side", sorted(TRUST_SIDES))
+def test_trust_signing_and_verifying_never_import_each_other(side: str) -> None:
+    """Dependencies run one way: each side imports the shared modules, never the other side (nor __init__)."""
+    allowed = {f"bless.trust.{module}" for module in (*TRUST_SIDES["shared"], *TRUST_SIDES[side])}
+    offenders = sorted(
+        f"{module}.py: {imported}"
+        for module in TRUST_SIDES[side]
+        for imported in imported_modules(TRUST_DIR / f"{module}.py")
+        if (imported == "bless.trust" or imported.startswith("bless.trust.")) and imported not in allowed
+    )
     assert offenders == []
 
 

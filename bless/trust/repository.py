@@ -1,0 +1,389 @@
+"""The signing repository (``bless trust init|rotate``, ``bless sign``): one writer of TUF metadata at a time.
+
+The signing side is a directory (``bless trust init --keys DIR``)::
+
+    DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 private keys (PKCS#8 PEM, mode 0600): bless.trust.keys
+    DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.modelsig): not TUF keys, never loaded
+    DIR/metadata/root.json               the newest root: what a serving host is provisioned with
+    DIR/metadata/<N>.root.json           every root version (key rotation: N+1 is signed by N's keys)
+    DIR/metadata/{targets,snapshot,timestamp}.json
+
+Every signing bumps and re-signs targets, snapshot and timestamp, and writes timestamp last; no
+role's metadata is written larger than a verifier reads (:data:`bless.trust.metadata.ROLE_MAX_BYTES`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from securesystemslib.signer import CryptoSigner
+from tuf.api.metadata import Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
+
+from bless.errors import BlessError, TrustExistsError, TrustInvalidError, UsageError
+from bless.manifest import Manifest
+from bless.store import atomic_write_bytes
+from bless.store.fsutil import full_disk, full_disk_error
+from bless.trust.keys import load_signers, new_key
+from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
+from bless.trust.target import blessing_target, config_target_prefix
+
+__all__ = [
+    "DEFAULT_EXPIRES",
+    "DEFAULT_ROOT_EXPIRES",
+    "InitResult",
+    "RoleKeys",
+    "SignResult",
+    "init_repository",
+    "parse_duration",
+    "rotate_role",
+    "sign_blessing",
+]
+
+#: Expiry of targets, snapshot and timestamp when ``--expires`` is not given (there is no online
+#: timestamp service: the offline timestamp's expiry is the freshness window).
+DEFAULT_EXPIRES = timedelta(days=30)
+DEFAULT_ROOT_EXPIRES = timedelta(days=365)
+_DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class RoleKeys:
+    """How many keys a role gets at ``trust init`` and how many must sign."""
+
+    keys: int = 1
+    threshold: int = 1
+
+
+@dataclass(frozen=True)
+class InitResult:
+    keys_dir: Path
+    metadata_dir: Path
+    key_files: tuple[Path, ...]
+    roles: Mapping[str, RoleKeys]
+
+
+@dataclass(frozen=True)
+class SignResult:
+    """A signing: the target written, the new versions, and signatures per role (count, threshold)."""
+
+    target: str
+    length: int
+    sha256: str
+    versions: Mapping[str, int]
+    expires: str
+    removed_targets: tuple[str, ...]
+    signatures: Mapping[str, tuple[int, int]]
+    warnings: tuple[str, ...] = ()
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``3600s`` -> timedelta; anything else is a usage error."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"bad duration {text!r}", hint="write a number and a unit: 30d, 12h, 90m, 2w or 3600s")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _expiry(now: datetime, delta: timedelta) -> datetime:
+    return (now + delta).replace(microsecond=0)
+
+
+class _Repository:
+    """The signing side: metadata + private keys of ``keys_dir`` (one writer at a time)."""
+
+    def __init__(self, keys_dir: Path) -> None:
+        self.keys_dir = Path(keys_dir)
+        self.metadata_dir = self.keys_dir / "metadata"
+        files = metadata_from_dir(self.metadata_dir)
+        missing = [f"{role}.json" for role in TOP_LEVEL_ROLES if f"{role}.json" not in files]
+        if missing:
+            raise TrustInvalidError(
+                f"{self.metadata_dir} lacks {', '.join(missing)}",
+                hint="create a signing repository with bless trust init --keys DIR",
+            )
+        self.root: Metadata[Root] = parse_metadata(files["root.json"], "root.json")
+        self.targets: Metadata[Targets] = parse_metadata(files["targets.json"], "targets.json")
+        self.snapshot: Metadata[Snapshot] = parse_metadata(files["snapshot.json"], "snapshot.json")
+        self.timestamp: Metadata[Timestamp] = parse_metadata(files["timestamp.json"], "timestamp.json")
+        self.signers = load_signers(self.keys_dir)
+
+    def sign(self, metadata: Metadata[Any], role: str, *, keyholder: Root | None = None) -> tuple[int, int]:
+        """Replace the signatures of ``metadata`` with one per available key of ``role``; (signed, threshold)."""
+        delegator = keyholder or self.root.signed
+        role_def = delegator.roles[role]
+        metadata.signatures.clear()
+        count = 0
+        for keyid in role_def.keyids:
+            signer = self.signers.get(keyid)
+            if signer is not None:
+                metadata.sign(signer, append=True)
+                count += 1
+        if count == 0:
+            raise TrustInvalidError(
+                f"no private key of role {role} is in {self.keys_dir / 'keys'}",
+                hint=f"the trusted root lists {len(role_def.keyids)} key(s) for {role}; put one of them there",
+            )
+        return count, role_def.threshold
+
+    def write(self, metadata: Metadata[Any], name: str) -> None:
+        atomic_write_bytes(self.metadata_dir / name, self.serialized(metadata))
+
+    def serialized(self, metadata: Metadata[Any]) -> bytes:
+        """The bytes of ``metadata``; refused when no verifier would read them (:data:`ROLE_MAX_BYTES`)."""
+        data = metadata.to_bytes()
+        role = metadata.signed.type
+        limit = ROLE_MAX_BYTES[role]
+        if len(data) > limit:
+            listed = f" ({len(metadata.signed.targets)} targets)" if isinstance(metadata.signed, Targets) else ""
+            raise TrustInvalidError(
+                f"{role}.json would be {len(data)} bytes{listed}, over the {limit} bytes a verifier reads; "
+                "nothing was written",
+                hint="a signing repository lists about 37,000 blessings at most: sign re-blessed configs without "
+                "--keep-previous (their older versions are delisted), or sign further blessings in another "
+                "signing repository (bless trust init) whose root the hosts serving them trust",
+                details={"role": role, "bytes": len(data), "limit": limit},
+            )
+        return data
+
+    def resign_chain(self, now: datetime, expires: timedelta) -> dict[str, tuple[int, int]]:
+        """Bump and sign targets, then snapshot, then timestamp (written in that order: timestamp last)."""
+        counts: dict[str, tuple[int, int]] = {}
+        self.targets.signed.version += 1
+        self.targets.signed.expires = _expiry(now, expires)
+        counts[Targets.type] = self.sign(self.targets, Targets.type)
+        self.snapshot.signed.meta["targets.json"] = MetaFile(version=self.targets.signed.version)
+        self.snapshot.signed.version += 1
+        self.snapshot.signed.expires = _expiry(now, expires)
+        counts[Snapshot.type] = self.sign(self.snapshot, Snapshot.type)
+        self.timestamp.signed.snapshot_meta = MetaFile(version=self.snapshot.signed.version)
+        self.timestamp.signed.version += 1
+        self.timestamp.signed.expires = _expiry(now, expires)
+        counts[Timestamp.type] = self.sign(self.timestamp, Timestamp.type)
+        # Every size checked before the first write: a refusal leaves the repository as it was.
+        for metadata in (self.targets, self.snapshot, self.timestamp):
+            self.serialized(metadata)
+        self.write(self.targets, "targets.json")
+        self.write(self.snapshot, "snapshot.json")
+        self.write(self.timestamp, "timestamp.json")
+        return counts
+
+    def result(
+        self,
+        counts: Mapping[str, tuple[int, int]],
+        expires: str,
+        target: TargetFile | None = None,
+        removed: tuple[str, ...] = (),
+    ) -> SignResult:
+        """What a signing did: the target (if any), the new versions, the signatures per role."""
+        return SignResult(
+            target=target.path if target is not None else "",
+            length=target.length if target is not None else 0,
+            sha256=target.hashes["sha256"] if target is not None else "",
+            versions=self.versions(),
+            expires=expires,
+            removed_targets=removed,
+            signatures=counts,
+            warnings=_below_threshold_warnings(counts),
+        )
+
+    def versions(self) -> dict[str, int]:
+        return {
+            Root.type: self.root.signed.version,
+            Targets.type: self.targets.signed.version,
+            Snapshot.type: self.snapshot.signed.version,
+            Timestamp.type: self.timestamp.signed.version,
+        }
+
+
+@contextlib.contextmanager
+def _repository(keys_dir: Path) -> Iterator[_Repository]:
+    lock_path = Path(keys_dir) / ".lock"
+    if not (Path(keys_dir) / "metadata").is_dir():
+        raise TrustInvalidError(
+            f"{keys_dir} is not a signing repository (no metadata/ directory)",
+            hint="create one with bless trust init --keys DIR",
+        )
+    # A full or read-only disk under the keys directory is its own refusal (15), wherever a write meets it.
+    with full_disk(f"writing the signing repository {keys_dir}"), FileLock(str(lock_path)):
+        yield _Repository(Path(keys_dir))
+
+
+def _below_threshold_warnings(counts: Mapping[str, tuple[int, int]]) -> tuple[str, ...]:
+    return tuple(
+        f"{role} has {signed} of the {threshold} signatures its threshold needs: verifiers refuse it "
+        "until the other key holders sign"
+        for role, (signed, threshold) in counts.items()
+        if signed < threshold
+    )
+
+
+def init_repository(
+    keys_dir: Path,
+    *,
+    roles: Mapping[str, RoleKeys] | None = None,
+    expires: timedelta = DEFAULT_EXPIRES,
+    root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
+    now: datetime | None = None,
+) -> InitResult:
+    """Create the four TUF roles, their Ed25519 keys (0600) and signed version-1 metadata in ``keys_dir``.
+
+    Raises:
+        TrustExistsError: ``keys_dir/keys`` or ``keys_dir/metadata`` exists and is not empty.
+        UsageError: a threshold larger than its key count, or below 1.
+    """
+    chosen = _chosen_roles(roles)
+    keys_dir = Path(keys_dir)
+    keys_path, metadata_path = keys_dir / "keys", keys_dir / "metadata"
+    _refuse_existing(keys_path, metadata_path)
+    now = now or datetime.now(UTC)
+    try:
+        keys_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        metadata_path.mkdir(parents=True, exist_ok=True)
+        root, key_files = _new_root(keys_path, chosen, _expiry(now, root_expires))
+        documents = _first_metadata(root, load_signers(keys_dir), _expiry(now, expires))
+        atomic_write_bytes(metadata_path / "1.root.json", documents[Root.type].to_bytes())
+        for role in TOP_LEVEL_ROLES:
+            atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
+    except OSError as exc:
+        what = f"cannot create the trust repository in {keys_dir}"
+        raise full_disk_error(exc, what) or BlessError(f"{what}: {exc.strerror or exc}") from exc
+    return InitResult(keys_dir, metadata_path, key_files, chosen)
+
+
+def _chosen_roles(roles: Mapping[str, RoleKeys] | None) -> dict[str, RoleKeys]:
+    """Every top-level role's keys and threshold: one key of threshold 1 unless ``roles`` says otherwise."""
+    chosen = {role: RoleKeys() for role in TOP_LEVEL_ROLES}
+    chosen.update(roles or {})
+    for role, spec in chosen.items():
+        _require_known_role(role)
+        if not 1 <= spec.threshold <= spec.keys:
+            raise UsageError(f"{role}: a threshold of {spec.threshold} with {spec.keys} key(s) cannot be met")
+    return chosen
+
+
+def _require_known_role(role: str) -> None:
+    if role not in TOP_LEVEL_ROLES:
+        raise UsageError(f"unknown TUF role {role!r}", hint=f"roles are {', '.join(TOP_LEVEL_ROLES)}")
+
+
+def _refuse_existing(*directories: Path) -> None:
+    for directory in directories:
+        if directory.exists() and any(directory.iterdir()):
+            raise TrustExistsError(
+                f"{directory} exists and is not empty",
+                hint="keys and metadata are never overwritten; choose a new directory, or rotate keys with "
+                "bless trust rotate",
+            )
+
+
+def _new_root(keys_path: Path, chosen: Mapping[str, RoleKeys], expires: datetime) -> tuple[Root, tuple[Path, ...]]:
+    """Version 1 of root, listing fresh keys (written to ``keys_path``) for every role; and the key files."""
+    root = Root(expires=expires, consistent_snapshot=False)
+    key_files: list[Path] = []
+    for role in TOP_LEVEL_ROLES:
+        root.roles[role].threshold = chosen[role].threshold
+        for _ in range(chosen[role].keys):
+            public, path = new_key(keys_path, role)
+            root.add_key(public, role)
+            key_files.append(path)
+    return root, tuple(key_files)
+
+
+def _first_metadata(root: Root, signers: Mapping[str, CryptoSigner], expires: datetime) -> dict[str, Metadata[Any]]:
+    """Version 1 of every role, each signed by every key ``root`` lists for it."""
+    documents: dict[str, Metadata[Any]] = {
+        Root.type: Metadata(root),
+        Targets.type: Metadata(Targets(expires=expires)),
+        Snapshot.type: Metadata(Snapshot(expires=expires)),
+        Timestamp.type: Metadata(Timestamp(expires=expires)),
+    }
+    for role, document in documents.items():
+        for keyid in root.roles[role].keyids:
+            document.sign(signers[keyid], append=True)
+    return documents
+
+
+def sign_blessing(
+    keys_dir: Path,
+    manifest: Manifest,
+    data: bytes,
+    *,
+    expires: timedelta = DEFAULT_EXPIRES,
+    keep_previous: bool = False,
+    now: datetime | None = None,
+) -> SignResult:
+    """List ``manifest`` (whose file bytes are ``data``) as a target; re-sign targets, snapshot and timestamp.
+
+    Other versions of the same config hash are delisted unless ``keep_previous``: a superseded
+    blessing then fails verification under ``--trust`` (exit UNSIGNED).
+    """
+    now = now or datetime.now(UTC)
+    info = blessing_target(manifest, data)
+    with _repository(keys_dir) as repo:
+        targets = repo.targets.signed.targets
+        prefix = config_target_prefix(manifest.config_hash)
+        superseded = (path for path in targets if path.startswith(prefix) and path != info.path)
+        removed = () if keep_previous else tuple(sorted(superseded))
+        for path in removed:
+            del targets[path]
+        targets[info.path] = info
+        counts = repo.resign_chain(now, expires)
+        return repo.result(counts, iso_utc(_expiry(now, expires)), info, removed)
+
+
+def rotate_role(
+    keys_dir: Path,
+    role: str,
+    *,
+    expires: timedelta = DEFAULT_EXPIRES,
+    root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
+    now: datetime | None = None,
+) -> SignResult:
+    """Replace every key of ``role`` with fresh ones in a new root version, then re-sign the chain.
+
+    The new root is signed by the old root keys and (when ``role`` is root) the new ones, as TUF
+    requires, so hosts provisioned with any earlier root follow the rotation.
+    """
+    _require_known_role(role)
+    now = now or datetime.now(UTC)
+    with _repository(keys_dir) as repo:
+        old_root = copy.deepcopy(repo.root.signed)
+        root = repo.root.signed
+        old_keyids = list(root.roles[role].keyids)
+        for keyid in old_keyids:
+            root.revoke_key(keyid, role)
+        for _ in old_keyids:
+            public, _path = new_key(repo.keys_dir / "keys", role)
+            root.add_key(public, role)
+        root.version += 1
+        root.expires = _expiry(now, root_expires)
+        repo.signers = load_signers(repo.keys_dir)
+        repo.root.signatures.clear()
+        signed_old = _sign_append(repo, repo.root, old_root.roles[Root.type])
+        signed_new = _sign_append(repo, repo.root, root.roles[Root.type])
+        repo.write(repo.root, f"{root.version}.root.json")
+        repo.write(repo.root, "root.json")
+        counts = {Root.type: (min(signed_old, signed_new), root.roles[Root.type].threshold)}
+        counts.update(repo.resign_chain(now, expires))
+        return repo.result(counts, iso_utc(_expiry(now, expires)))
+
+
+def _sign_append(repo: _Repository, metadata: Metadata[Any], role: Role) -> int:
+    """Add a signature by each key of ``role`` that ``repo`` holds and has not signed yet; how many it holds."""
+    count = 0
+    for keyid in role.keyids:
+        signer = repo.signers.get(keyid)
+        if signer is not None:
+            if keyid not in metadata.signatures:
+                metadata.sign(signer, append=True)
+            count += 1
+    return count
