@@ -320,10 +320,9 @@ def plan(
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
     through (bless's own tests; the serve-full command never sets it).
     """
-    clock = time.perf_counter
-    t0 = clock()
+    t0 = time.perf_counter()
     image_id, gpus = _preflight(profile, runtime, gpu_probe)
-    t1 = clock()
+    t1 = time.perf_counter()
     resolved = _resolve(profile, adapter, image_id, gpus)
     warnings: list[str] = []
     allowed = _allowed_unsafe(resolved, adapter, debug=debug, allow_test_knobs=allow_test_knobs)
@@ -333,9 +332,9 @@ def plan(
     check_name_free(runtime, profile, name, root=store.root)
     adapter = _versioned_adapter(adapter, resolved, warnings, allow_unknown=allow_unknown_engine_version)
     manifest_path, manifest, manifest_bytes = (None, None, None) if debug else _live_manifest(store, resolved)
-    t2 = clock()
+    t2 = time.perf_counter()
     verification, snapshot = _verify_blessed(store, manifest, warnings) if manifest is not None else (None, None)
-    t3 = clock()
+    t3 = time.perf_counter()
     serve_dir = new_serve_dir(store.root, profile.name, now)
     mount = (
         _cache_mount(profile, adapter, runtime, manifest, store.blessed_dir(manifest), serve_dir, warnings)
