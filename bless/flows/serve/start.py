@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from bless.canary import CanaryResult, run_canary
-from bless.engine_client import EngineClient
 from bless.errors import (
     CacheNotUsedError,
     CanaryFailedError,
@@ -200,7 +199,7 @@ def _start(
             started = _up_and_ready(plan_, session, stack, timings, events)
             recheck = _recheck_blessed_files(plan_, session, timings, events)
             _refuse_cache_not_used(plan_, session)
-            canary = _canary(plan_, session, session.client, no_canary=no_canary, events=events)
+            canary = _canary(plan_, session, no_canary=no_canary, events=events)
             timings["canary_s"] = canary.seconds
             # Success: the engine stays up; follow()/finish() or the operator take over.
             stack.pop_all()
@@ -331,9 +330,7 @@ def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
     return reasons
 
 
-def _canary(
-    plan_: LaunchPlan, session: EngineSession, client: EngineClient, *, no_canary: bool, events: EventSink
-) -> CanaryResult:
+def _canary(plan_: LaunchPlan, session: EngineSession, *, no_canary: bool, events: EventSink) -> CanaryResult:
     """Run the canary (or say loudly why not); failures stop the engine and raise 42 or 44."""
     if plan_.manifest is None:
         reason = "debug start: no golden outputs (not a blessed start)"
@@ -344,7 +341,7 @@ def _canary(
         return CanaryResult("skipped", reason="--no-canary")
     events(Event("phase", f"canary: {len(plan_.manifest.golden)} golden prompt(s)"))
     try:
-        result = run_canary(client, plan_.manifest.golden)
+        result = run_canary(session.client, plan_.manifest.golden)
     except EngineHttpError as exc:
         alive = session.is_alive()
         session.stop()
