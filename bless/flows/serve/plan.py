@@ -330,17 +330,17 @@ def plan(
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
     name = serve_container_name(profile)
     check_name_free(runtime, profile, name, root=store.root)
-    adapter = _versioned_adapter(adapter, resolved, warnings, allow_unknown=allow_unknown_engine_version)
+    # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
+    # versions are refused here, before anything starts, unless allowed.
+    adapter = adapter.for_factors(resolved.factors)
+    adapter.require_known_version(allow_unknown=allow_unknown_engine_version)
+    warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
     manifest_path, manifest, manifest_bytes = (None, None, None) if debug else _live_manifest(store, resolved)
     t2 = time.perf_counter()
     verification, snapshot = _verify_blessed(store, manifest, warnings) if manifest is not None else (None, None)
     t3 = time.perf_counter()
     serve_dir = new_serve_dir(store.root, profile.name, now)
-    mount = (
-        _cache_mount(profile, adapter, runtime, manifest, store.blessed_dir(manifest), serve_dir, warnings)
-        if manifest is not None
-        else None
-    )
+    mount = _cache_mount(profile, adapter, runtime, store, manifest, serve_dir, warnings)
     spec = _serve_spec(
         resolved, adapter, runtime, store, name=name, image_id=image_id, mount=mount, serve_dir=serve_dir, debug=debug
     )
@@ -393,26 +393,10 @@ def _resolve(
 def _allowed_unsafe(
     resolved: ResolvedConfig, adapter: EngineAdapter, *, debug: bool, allow_test_knobs: bool
 ) -> list[str]:
-    """The unsafe settings let through, described: --debug runs them on purpose, everything else refuses them.
-
-    Checked on the resolved factors and env: the values the engine is started with.
-    """
+    """The unsafe settings of the resolved factors and env let through: --debug runs them, all else refuses them."""
     if debug:  # no blessed cache is used
         return [u.describe() for u in adapter.unsafe_settings(resolved)]
     return check_unsafe(resolved, adapter, allow_test_knobs=allow_test_knobs)
-
-
-def _versioned_adapter(
-    adapter: EngineAdapter, resolved: ResolvedConfig, warnings: list[str], *, allow_unknown: bool
-) -> EngineAdapter:
-    """The rules of the resolved engine version (vLLM: its markers and force-load switch).
-
-    Unknown versions are refused here, before anything starts, unless allowed.
-    """
-    adapter = adapter.for_factors(resolved.factors)
-    adapter.require_known_version(allow_unknown=allow_unknown)
-    warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
-    return adapter
 
 
 def _serve_spec(
@@ -428,7 +412,6 @@ def _serve_spec(
     debug: bool,
 ) -> ContainerSpec:
     """The serving container: labelled as a serve of this store, its log and private dir in the serve dir."""
-    profile = resolved.profile
     return engine_spec(
         resolved,
         adapter,
@@ -438,7 +421,7 @@ def _serve_spec(
             run_id=new_run_id(),
             phase=labels.PHASE_SERVE,
             config_hash=resolved.config_hash,
-            profile=profile.name,
+            profile=resolved.profile.name,
             store_root=store.root,
         ),
         cache_mount=mount,
@@ -446,8 +429,8 @@ def _serve_spec(
         # Serving must load the blessed cache: a failed load fails the start instead of recompiling.
         extra_env=adapter.replay_env() if not debug else None,
         debug=debug,
-        host_ip=profile.serving_host,
-        host_port=profile.serving_port,
+        host_ip=resolved.profile.serving_host,
+        host_port=resolved.profile.serving_port,
         log_path=serve_dir / ENGINE_LOG,
         private_dir=serve_dir / PRIVATE_DIR,
     )
@@ -507,12 +490,15 @@ def _cache_mount(
     profile: Profile,
     adapter: EngineAdapter,
     runtime: Runtime,
-    manifest: Manifest,
-    blessed_dir: Path,
+    store: Store,
+    manifest: Manifest | None,
     serve_dir: Path,
     warnings: list[str],
-) -> Mount:
+) -> Mount | None:
     """How the engine sees the blessed tree: a read-only bind, an overlay, or (no mounts) a verified copy."""
+    if manifest is None:  # --debug: no cache
+        return None
+    blessed_dir = store.blessed_dir(manifest)
     if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
         mount = Mount("ro", blessed_dir, adapter.cache_mount_path)
     else:
