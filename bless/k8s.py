@@ -257,17 +257,24 @@ def render(
     if not options.name:
         options = dataclasses.replace(options, name=default_name(profile.name))
     _check_inputs(profile, blessing, options)
+    warnings = _image_warnings(options)
+    profile_cm = f"{options.name}-profile"
+    documents = _config_maps(profile_text, options, profile_cm=profile_cm)
+    pod_spec = _pod_spec(profile, blessing, options, profile_cm=profile_cm, cache_path=cache_path)
+    documents.append(_deployment(blessing, options, pod_spec))
+    return Rendered(documents=tuple(documents), warnings=warnings)
+
+
+def _image_warnings(options: K8sOptions) -> tuple[str, ...]:
     warnings: list[str] = []
     for what, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):
         if "@sha256:" not in image:
             warnings.append(f"{what} {image} is a tag, not a digest: what runs can change under the Deployment")
+    return tuple(warnings)
 
-    profile_cm = f"{options.name}-profile"
-    annotations = {
-        "bless.dev/artifact": options.artifact,
-        "bless.dev/config-hash": blessing.config_hash,
-        "bless.dev/dir-id": blessing.dir_id,
-    }
+
+def _config_maps(profile_text: str, options: K8sOptions, *, profile_cm: str) -> list[Mapping[str, Any]]:
+    """The profile's ConfigMap, and the trusted root's when the operator gave one to render."""
     documents: list[Mapping[str, Any]] = [
         {
             "apiVersion": "v1",
@@ -285,12 +292,41 @@ def render(
                 "data": {"root.json": options.trust_root_json},
             }
         )
+    return documents
 
-    env = [{"name": "BLESS_TERMINATION_LOG", "value": TERMINATION_LOG}, {"name": "BLESS_ROOT", "value": BLESS_ROOT}]
-    store_mount = {"name": "bless-store", "mountPath": BLESS_ROOT}
-    trust_mount = {"name": "bless-trust", "mountPath": TRUST_DIR, "readOnly": True}
-    init_env = list(env)
-    init_mounts: list[dict[str, Any]] = [store_mount, trust_mount]
+
+def _pod_spec(
+    profile: Profile, blessing: Blessing, options: K8sOptions, *, profile_cm: str, cache_path: str
+) -> dict[str, Any]:
+    volumes = _volumes(profile, options, profile_cm=profile_cm)
+    pod_spec: dict[str, Any] = {
+        "affinity": node_affinity(blessing.hardware),
+        # serve-full stops the engine gracefully within the profile's stop timeout, then cleans up.
+        "terminationGracePeriodSeconds": profile.trials.stop_timeout_s + 30,
+        "initContainers": [_init_container(options)],
+        "containers": [_engine_container(profile, options, cache_path=cache_path)],
+        "volumes": volumes,
+    }
+    if profile.ipc_host:
+        pod_spec["hostIPC"] = True
+    if options.pull_secret:
+        pod_spec["imagePullSecrets"] = [{"name": options.pull_secret}]
+    return pod_spec
+
+
+def _env() -> list[dict[str, str]]:
+    return [{"name": "BLESS_TERMINATION_LOG", "value": TERMINATION_LOG}, {"name": "BLESS_ROOT", "value": BLESS_ROOT}]
+
+
+def _store_and_trust_mounts() -> list[dict[str, Any]]:
+    """What both containers mount: the pulled store and the trusted root."""
+    return [
+        {"name": "bless-store", "mountPath": BLESS_ROOT},
+        {"name": "bless-trust", "mountPath": TRUST_DIR, "readOnly": True},
+    ]
+
+
+def _volumes(profile: Profile, options: K8sOptions, *, profile_cm: str) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "bless-store", "emptyDir": {}},
         {"name": "bless-trust", "configMap": {"name": options.trust_configmap}},
@@ -299,9 +335,6 @@ def render(
         {"name": "engine-state", "emptyDir": {}},
     ]
     if options.pull_secret:
-        # The image-pull secret's .dockerconfigjson is a docker config.json: bless pull reads $DOCKER_CONFIG.
-        init_env.append({"name": "DOCKER_CONFIG", "value": REGISTRY_AUTH_DIR})
-        init_mounts.append({"name": "registry-auth", "mountPath": REGISTRY_AUTH_DIR, "readOnly": True})
         volumes.append(
             {
                 "name": "registry-auth",
@@ -311,20 +344,42 @@ def render(
                 },
             }
         )
-    engine_mounts: list[dict[str, Any]] = [
-        store_mount,
-        trust_mount,
+    if profile.shm_size:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.shm_size)}})
+    return volumes
+
+
+def _init_container(options: K8sOptions) -> dict[str, Any]:
+    """``bless pull`` of the artifact into the pod's store, under the trusted root."""
+    env = _env()
+    mounts = _store_and_trust_mounts()
+    if options.pull_secret:
+        # The image-pull secret's .dockerconfigjson is a docker config.json: bless pull reads $DOCKER_CONFIG.
+        env.append({"name": "DOCKER_CONFIG", "value": REGISTRY_AUTH_DIR})
+        mounts.append({"name": "registry-auth", "mountPath": REGISTRY_AUTH_DIR, "readOnly": True})
+    return {
+        "name": "bless-pull",
+        "image": options.bless_image,
+        "command": ["bless", "--root", BLESS_ROOT, "pull", options.artifact, "--trust", TRUST_DIR],
+        "env": env,
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str) -> dict[str, Any]:
+    """``serve-full`` of the profile as the entrypoint, its readiness record behind the probes."""
+    mounts = [
+        *_store_and_trust_mounts(),
         {"name": "bless-profile", "mountPath": PROFILE_DIR, "readOnly": True},
         {"name": "engine-cache", "mountPath": cache_path},
         {"name": "engine-state", "mountPath": ENGINE_STATE_DIR},
     ]
     if profile.shm_size:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.shm_size)}})
-        engine_mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     ready_command = ["serve-full", "ready", profile.name, "--root", BLESS_ROOT]
-    trials = profile.trials
-    start_budget_s = trials.ready_timeout_s + _START_SLACK_S
+    start_budget_s = profile.trials.ready_timeout_s + _START_SLACK_S
     serve_command = [
         "serve-full",
         "--profile", f"{PROFILE_DIR}/{PROFILE_FILE}",
@@ -337,9 +392,9 @@ def render(
         "name": "engine",
         "image": options.engine_image,
         "command": serve_command,
-        "env": env,
+        "env": _env(),
         "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
-        "volumeMounts": engine_mounts,
+        "volumeMounts": mounts,
         # Generous: a cold start, the verify, the copy and the canary all come before the first success.
         "startupProbe": _probe(
             ready_command, failure_threshold=math.ceil(start_budget_s / _PROBE_PERIOD_S), timeout_s=10
@@ -352,44 +407,30 @@ def render(
     if profile.hardware.accelerator == "cuda":
         count = str(profile.hardware.gpu_count or 1)
         engine["resources"] = {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}
-    init = {
-        "name": "bless-pull",
-        "image": options.bless_image,
-        "command": ["bless", "--root", BLESS_ROOT, "pull", options.artifact, "--trust", TRUST_DIR],
-        "env": init_env,
-        "volumeMounts": init_mounts,
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+    return engine
+
+
+def _deployment(blessing: Blessing, options: K8sOptions, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment, annotated with the blessing it serves."""
+    annotations = {
+        "bless.dev/artifact": options.artifact,
+        "bless.dev/config-hash": blessing.config_hash,
+        "bless.dev/dir-id": blessing.dir_id,
     }
-    pod_spec: dict[str, Any] = {
-        "affinity": node_affinity(blessing.hardware),
-        # serve-full stops the engine gracefully within the profile's stop timeout, then cleans up.
-        "terminationGracePeriodSeconds": trials.stop_timeout_s + 30,
-        "initContainers": [init],
-        "containers": [engine],
-        "volumes": volumes,
-    }
-    if profile.ipc_host:
-        pod_spec["hostIPC"] = True
-    if options.pull_secret:
-        pod_spec["imagePullSecrets"] = [{"name": options.pull_secret}]
     selector = {key: value for key, value in _labels(options).items() if key != "app.kubernetes.io/managed-by"}
-    documents.append(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _metadata(options.name, options, annotations=annotations),
-            "spec": {
-                "replicas": options.replicas,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": _labels(options), "annotations": annotations},
-                    "spec": pod_spec,
-                },
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(options.name, options, annotations=annotations),
+        "spec": {
+            "replicas": options.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": _labels(options), "annotations": annotations},
+                "spec": pod_spec,
             },
-        }
-    )
-    return Rendered(documents=tuple(documents), warnings=tuple(warnings))
+        },
+    }
 
 
 def _quantity(size: str) -> str:

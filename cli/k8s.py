@@ -50,45 +50,53 @@ def render_manifests(console: Console, data: Mapping[str, Any]) -> None:
         console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
 
 
+FromDigestOption = Annotated[
+    str,
+    typer.Option("--from", help="The blessing in its registry, pinned by digest: REGISTRY/REPO@sha256:..."),
+]
+EngineImageOption = Annotated[
+    str, typer.Option("--image", help="The engine image: your engine image plus bless (pin it by digest).")
+]
+BlessImageOption = Annotated[
+    str, typer.Option("--bless-image", help="The init container's image: bless without torch (by digest).")
+]
+NameOption = Annotated[str | None, typer.Option("--name", help="The Deployment's name (default: the profile's name).")]
+ReplicasOption = Annotated[int, typer.Option("--replicas", min=0, help="Pods to run.")]
+NamespaceOption = Annotated[str | None, typer.Option("--namespace", help="metadata.namespace of every document.")]
+TrustConfigMapOption = Annotated[
+    str, typer.Option("--trust-configmap", help="The ConfigMap that holds the trusted root.json.")
+]
+TrustRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--trust",
+        file_okay=False,
+        help="Also render the trust ConfigMap, from this directory's root.json (else it must exist).",
+    ),
+]
+PullSecretOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pull-secret",
+        help="An image-pull secret (kubernetes.io/dockerconfigjson): pulls the images and the blessing.",
+    ),
+]
+ContainerPortOption = Annotated[int, typer.Option("--port", min=1, max=65535, help="The engine's container port.")]
+
+
 @command
 def render_command(
     profile: ProfileOption,
-    from_ref: Annotated[
-        str,
-        typer.Option("--from", help="The blessing in its registry, pinned by digest: REGISTRY/REPO@sha256:..."),
-    ],
-    image: Annotated[
-        str, typer.Option("--image", help="The engine image: your engine image plus bless (pin it by digest).")
-    ],
-    bless_image: Annotated[
-        str, typer.Option("--bless-image", help="The init container's image: bless without torch (by digest).")
-    ],
-    name: Annotated[
-        str | None, typer.Option("--name", help="The Deployment's name (default: the profile's name).")
-    ] = None,
-    replicas: Annotated[int, typer.Option("--replicas", min=0, help="Pods to run.")] = 1,
-    namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace of every document.")] = None,
-    trust_configmap: Annotated[
-        str, typer.Option("--trust-configmap", help="The ConfigMap that holds the trusted root.json.")
-    ] = "bless-trust",
-    trust: Annotated[
-        Path | None,
-        typer.Option(
-            "--trust",
-            file_okay=False,
-            help="Also render the trust ConfigMap, from this directory's root.json (else it must exist).",
-        ),
-    ] = None,
-    pull_secret: Annotated[
-        str | None,
-        typer.Option(
-            "--pull-secret",
-            help="An image-pull secret (kubernetes.io/dockerconfigjson): pulls the images and the blessing.",
-        ),
-    ] = None,
-    port: Annotated[
-        int, typer.Option("--port", min=1, max=65535, help="The engine's container port.")
-    ] = k8s.SERVING_PORT,
+    from_ref: FromDigestOption,
+    image: EngineImageOption,
+    bless_image: BlessImageOption,
+    name: NameOption = None,
+    replicas: ReplicasOption = 1,
+    namespace: NamespaceOption = None,
+    trust_configmap: TrustConfigMapOption = "bless-trust",
+    trust: TrustRootOption = None,
+    pull_secret: PullSecretOption = None,
+    port: ContainerPortOption = k8s.SERVING_PORT,
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
     transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,

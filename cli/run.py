@@ -22,8 +22,8 @@ from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
 from bless.flows.events import Event
 from bless.flows.resolve import resolve_profile
-from bless.flows.run import RunOptions, run_bless
-from bless.profile import load_profile
+from bless.flows.run import RunOptions, RunResult, run_bless
+from bless.profile import Profile, load_profile
 from bless.runtime import get_runtime
 from bless.trials import trials_for
 from bless.untrusted_text import shown
@@ -103,43 +103,53 @@ class RunProgress:
         self.live.refresh()
 
 
+TrialsOption = Annotated[
+    int | None, typer.Option("--trials", "-k", min=1, max=1000, help="K trials (default: the profile's).")
+]
+MaxFailureRateOption = Annotated[
+    float | None,
+    typer.Option("--max-failure-rate", help="Derive K so that K/K passes bound the per-start failure rate."),
+]
+ConfidenceOption = Annotated[float, typer.Option("--confidence", help="Confidence of the failure-rate bound.")]
+CandidatesOption = Annotated[
+    int,
+    typer.Option("--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."),
+]
+ReblessOption = Annotated[bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")]
+AllowWeakerOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-weaker",
+        help="With --rebless: publish even if fewer trials give a weaker failure-rate bound than the "
+        "blessing it replaces (refused otherwise, exit 13).",
+    ),
+]
+WaitOption = Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")]
+ParallelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--parallel",
+        min=1,
+        max=64,
+        help="Trials at once, one per GPU set of hardware.gpu_count GPUs (default: as many as the GPUs "
+        "present fit; CPU: 1). --parallel 1 runs them one after another.",
+    ),
+]
+
+
 @command
 def run_command(
     ctx: typer.Context,
     profile: ProfileOption,
-    trials: Annotated[
-        int | None, typer.Option("--trials", "-k", min=1, max=1000, help="K trials (default: the profile's).")
-    ] = None,
-    max_failure_rate: Annotated[
-        float | None,
-        typer.Option("--max-failure-rate", help="Derive K so that K/K passes bound the per-start failure rate."),
-    ] = None,
-    confidence: Annotated[float, typer.Option("--confidence", help="Confidence of the failure-rate bound.")] = 0.95,
-    candidates: Annotated[
-        int,
-        typer.Option("--candidates", min=1, max=20, help="Bootstrap afresh after a rejection, up to N times."),
-    ] = 1,
-    rebless: Annotated[bool, typer.Option("--rebless", help="Bless again; the prior blessing is archived.")] = False,
-    allow_weaker: Annotated[
-        bool,
-        typer.Option(
-            "--allow-weaker",
-            help="With --rebless: publish even if fewer trials give a weaker failure-rate bound than the "
-            "blessing it replaces (refused otherwise, exit 13).",
-        ),
-    ] = False,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for another run of this config to finish.")] = False,
+    trials: TrialsOption = None,
+    max_failure_rate: MaxFailureRateOption = None,
+    confidence: ConfidenceOption = 0.95,
+    candidates: CandidatesOption = 1,
+    rebless: ReblessOption = False,
+    allow_weaker: AllowWeakerOption = False,
+    wait: WaitOption = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
-    parallel: Annotated[
-        int | None,
-        typer.Option(
-            "--parallel",
-            min=1,
-            max=64,
-            help="Trials at once, one per GPU set of hardware.gpu_count GPUs (default: as many as the GPUs "
-            "present fit; CPU: 1). --parallel 1 runs them one after another.",
-        ),
-    ] = None,
+    parallel: ParallelOption = None,
     json_output: JsonOption = False,
 ) -> Report:
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
@@ -152,13 +162,7 @@ def run_command(
     if trials is not None and max_failure_rate is not None:
         raise UsageError("give either --trials or --max-failure-rate, not both")
     loaded = load_profile(profile)
-    if max_failure_rate is not None:
-        try:
-            k = trials_for(max_failure_rate, confidence)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    else:
-        k = trials or loaded.trials.count
+    k = _trial_count(loaded, trials, max_failure_rate, confidence)
     state = app_state(ctx)
     store = state.store()
     runtime = get_runtime(loaded.runtime_kind)
@@ -187,17 +191,30 @@ def run_command(
             events=progress,
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
-    data = result.to_dict()
-    failure = None
-    if not result.published:
-        last = result.candidates[-1]
-        failure = TrialsFailedError(
-            f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
-            hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
-            "and --candidates N tries fresh compiles",
-            details={"rejected_dirs": [c.rejected_dir for c in result.candidates]},
-        )
-    return Report(data, render_run, failure)
+    return Report(result.to_dict(), render_run, _rejected(result))
+
+
+def _trial_count(loaded: Profile, trials: int | None, max_failure_rate: float | None, confidence: float) -> int:
+    """K: derived from --max-failure-rate, else --trials, else the profile's."""
+    if max_failure_rate is None:
+        return trials or loaded.trials.count
+    try:
+        return trials_for(max_failure_rate, confidence)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _rejected(result: RunResult) -> TrialsFailedError | None:
+    """The failure of a run that published nothing (41), naming the last candidate's reasons."""
+    if result.published:
+        return None
+    last = result.candidates[-1]
+    return TrialsFailedError(
+        f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
+        hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
+        "and --candidates N tries fresh compiles",
+        details={"rejected_dirs": [c.rejected_dir for c in result.candidates]},
+    )
 
 
 def _outside(counts: Any) -> str:

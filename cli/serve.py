@@ -52,7 +52,7 @@ from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, Transfe
 from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
-from bless.profile import load_profile
+from bless.profile import Profile, load_profile
 from bless.runtime import get_runtime
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from bless.untrusted_text import shown
@@ -227,13 +227,7 @@ def _serve(
     listen_host: str | None = None,
     listen_port: int | None = None,
 ) -> Report:
-    loaded = load_profile(profile)
-    # Where the engine is published is the operator's to choose (never hashed): a pod listens on its own addresses.
-    loaded = dataclasses.replace(
-        loaded,
-        serving_host=listen_host if listen_host is not None else loaded.serving_host,
-        serving_port=listen_port if listen_port is not None else loaded.serving_port,
-    )
+    loaded = _listening_on(load_profile(profile), listen_host, listen_port)
     console = render.err_console()
     gate = SignalGate()
 
@@ -276,6 +270,23 @@ def _serve(
         outcome = serve.serve_full(
             request, runtime=get_runtime(loaded.runtime_kind), adapter=get_adapter(loaded.engine), hooks=hooks
         )
+    return _report(outcome, detach=detach, no_canary=no_canary)
+
+
+def _listening_on(loaded: Profile, host: str | None, port: int | None) -> Profile:
+    """The profile published on --host / --port where given.
+
+    Where the engine is published is the operator's to choose (never hashed): a pod listens on its own addresses.
+    """
+    return dataclasses.replace(
+        loaded,
+        serving_host=host if host is not None else loaded.serving_host,
+        serving_port=port if port is not None else loaded.serving_port,
+    )
+
+
+def _report(outcome: serve.ServeOutcome, *, detach: bool, no_canary: bool) -> Report:
+    """The outcome rendered as a dry run's plan, a detached serve, or a foreground serve that ended."""
     data = outcome.to_dict()
     if outcome.dry_run:
         return Report({**data, "no_canary": no_canary}, render_dry_run)
@@ -284,55 +295,63 @@ def _serve(
     return Report(data, render_finished, outcome.failure)
 
 
+DetachOption = Annotated[
+    bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
+]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Check everything and print the plan; start nothing. With --from, the pull still installs "
+        "the blessing (and its trust state) into the store, so the plan checks what would be served.",
+    ),
+]
+DebugOption = Annotated[
+    bool,
+    typer.Option(
+        "--debug", help="Start WITHOUT the cache (eager, compile off): not a blessed start; no manifest needed."
+    ),
+]
+NoCanaryOption = Annotated[bool, typer.Option("--no-canary", help="Skip the golden-output canary (reported loudly).")]
+KeepUpperOption = Annotated[
+    bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
+]
+ListenHostOption = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="Publish the engine on this address instead of the profile's serving.host (0.0.0.0 in a pod).",
+    ),
+]
+ListenPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
+    ),
+]
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Pull the blessing from this OCI reference first (no-op when present), then serve it as usual.",
+    ),
+]
+
+
 @app.command()
 def serve_full(
     profile: ProfileOption,
     root: RootOption = None,
     manifests_dir: ManifestsDirOption = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", "-d", help="Return once the canary passed; the container keeps running.")
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Check everything and print the plan; start nothing. With --from, the pull still installs "
-            "the blessing (and its trust state) into the store, so the plan checks what would be served.",
-        ),
-    ] = False,
-    debug: Annotated[
-        bool,
-        typer.Option(
-            "--debug", help="Start WITHOUT the cache (eager, compile off): not a blessed start; no manifest needed."
-        ),
-    ] = False,
-    no_canary: Annotated[
-        bool, typer.Option("--no-canary", help="Skip the golden-output canary (reported loudly).")
-    ] = False,
-    keep_upper: Annotated[
-        bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
-    ] = False,
+    detach: DetachOption = False,
+    dry_run: DryRunOption = False,
+    debug: DebugOption = False,
+    no_canary: NoCanaryOption = False,
+    keep_upper: KeepUpperOption = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
-    listen_host: Annotated[
-        str | None,
-        typer.Option(
-            "--host",
-            help="Publish the engine on this address instead of the profile's serving.host (0.0.0.0 in a pod).",
-        ),
-    ] = None,
-    listen_port: Annotated[
-        int | None,
-        typer.Option(
-            "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
-        ),
-    ] = None,
-    from_ref: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            help="Pull the blessing from this OCI reference first (no-op when present), then serve it as usual.",
-        ),
-    ] = None,
+    listen_host: ListenHostOption = None,
+    listen_port: ListenPortOption = None,
+    from_ref: FromOption = None,
     trust: TrustOption = None,
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,

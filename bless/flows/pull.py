@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -358,70 +359,135 @@ def pull_blessing(
     client = RegistryClient(reference, plain_http=plain_http, limits=limits)
     artifact, manifest, manifest_bytes = client.resolve_blessing(reference)
     # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.
-    client.deadline = started + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
+    budget_s = limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
+    client.deadline = started + budget_s
 
     step("trust")
-    verdict = None
-    if trust_dir is not None:
-        verdict = check_blessing(
-            manifest,
-            manifest_bytes,
-            trust_dir=trust_dir,
-            state_dir=trust_state_dir(store.root),
-            candidate=_signatures(client, artifact),
-        )
-
-    def result(installed: bool, blobs: int = 0, size: int = 0) -> PullResult:
-        return PullResult(
-            reference=str(reference),
-            digest=artifact.digest,
-            pinned=str(reference.with_digest(artifact.digest)),
-            config_hash=manifest.config_hash,
-            dir_id=manifest.cache.dir_id,
-            installed=installed,
-            blobs_downloaded=blobs,
-            bytes_downloaded=size,
-            blessed_dir=store.blessed_dir(manifest),
-            trust=verdict,
-        )
+    verdict = (
+        None if trust_dir is None else _trust_verdict(store, client, artifact, manifest, manifest_bytes, trust_dir)
+    )
+    result = partial(_pull_result, store, reference, artifact, manifest, verdict)
 
     step("stage")
     if _already_present(store, manifest):
-        return result(False)
+        return result(installed=False)
     _refuse_downgrade(store, manifest, allowed=allow_downgrade)
     with _writer_lock(store, manifest.config_hash, wait=wait):
         # Queued behind another pull of this very blessing: it is here now, and nothing is downloaded.
         if _already_present(store, manifest):
-            return result(False)
+            return result(installed=False)
         _refuse_downgrade(store, manifest, allowed=allow_downgrade)  # a newer one may have landed meanwhile
         # The wait for the lock is not transfer time: the pull's deadline starts again.
-        client.deadline = time.monotonic() + limits.budget(len(artifact.manifest_bytes) + artifact.total_size)
-        _remove_dead_pulls(store)
-        staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
+        client.deadline = time.monotonic() + budget_s
+        installed, blobs, size = _install(store, client, artifact, manifest, step, fault, progress, workers)
+        return result(installed=installed, blobs=blobs, size=size)
+
+
+def _trust_verdict(
+    store: Store,
+    client: RegistryClient,
+    artifact: BlessingArtifact,
+    manifest: Manifest,
+    manifest_bytes: bytes,
+    trust_dir: Path,
+) -> TrustVerdict:
+    """The blessing's signatures checked through TUF against the trusted root in ``trust_dir``."""
+    return check_blessing(
+        manifest,
+        manifest_bytes,
+        trust_dir=trust_dir,
+        state_dir=trust_state_dir(store.root),
+        candidate=_signatures(client, artifact),
+    )
+
+
+def _install(
+    store: Store,
+    client: RegistryClient,
+    artifact: BlessingArtifact,
+    manifest: Manifest,
+    step: Callable[[str], None],
+    fault: FaultHook | None,
+    progress: Callable[[int], None] | None,
+    workers: int,
+) -> tuple[bool, int, int]:
+    """Download into a fresh staging dir and publish from it: (installed, blobs, bytes downloaded).
+
+    Under the config's writer lock. The staging dir is removed whatever happens; a dead pull's is
+    removed first. Not installed: a writer that took no lock published this blessing meanwhile.
+    """
+    _remove_dead_pulls(store)
+    staging = store.new_staging_dir(f"{STAGING_PREFIX}{artifact.digest[7:19]}-{secrets.token_hex(4)}")
+    try:
+        tree = _make_tree(staging, manifest)
+        step("download")
+        blobs, size = _download_tree(store, client, artifact, manifest, staging, tree, progress, workers)
+        step("publish")
         try:
-            tree = staging / "tree"
-            with full_disk(f"creating the pulled tree in {staging}"):
-                tree.mkdir()
-                for directory in manifest.cache.dirs:
-                    (tree / directory).mkdir(parents=True, exist_ok=True)
+            store.publish(tree, manifest, fault=fault)
+        except AlreadyBlessedError:
+            return False, blobs, size
+        step("done")
+        return True, blobs, size
+    finally:
+        with contextlib.suppress(OSError):
+            remove_tree(staging)
 
-            step("download")
-            local = _local_copies(store, manifest.config_hash)
-            entries = len(artifact.files) + len(manifest.cache.dirs)
-            _check_free_space(staging, _bytes_to_write(artifact.files, local), entries)
-            with full_disk(f"writing the pulled files into {staging}"):
-                blobs, size = _download(client, tree, artifact.files, progress, workers, local)
 
-            step("publish")
-            try:
-                store.publish(tree, manifest, fault=fault)
-            except AlreadyBlessedError:
-                return result(False, blobs, size)  # installed meanwhile by a writer that took no lock
-            step("done")
-            return result(True, blobs, size)
-        finally:
-            with contextlib.suppress(OSError):
-                remove_tree(staging)
+def _pull_result(
+    store: Store,
+    reference: Reference,
+    artifact: BlessingArtifact,
+    manifest: Manifest,
+    verdict: TrustVerdict | None,
+    *,
+    installed: bool,
+    blobs: int = 0,
+    size: int = 0,
+) -> PullResult:
+    return PullResult(
+        reference=str(reference),
+        digest=artifact.digest,
+        pinned=str(reference.with_digest(artifact.digest)),
+        config_hash=manifest.config_hash,
+        dir_id=manifest.cache.dir_id,
+        installed=installed,
+        blobs_downloaded=blobs,
+        bytes_downloaded=size,
+        blessed_dir=store.blessed_dir(manifest),
+        trust=verdict,
+    )
+
+
+def _make_tree(staging: Path, manifest: Manifest) -> Path:
+    """The staging dir's ``tree/`` with the manifest's directories, where the files are written."""
+    tree = staging / "tree"
+    with full_disk(f"creating the pulled tree in {staging}"):
+        tree.mkdir()
+        for directory in manifest.cache.dirs:
+            (tree / directory).mkdir(parents=True, exist_ok=True)
+    return tree
+
+
+def _download_tree(
+    store: Store,
+    client: RegistryClient,
+    artifact: BlessingArtifact,
+    manifest: Manifest,
+    staging: Path,
+    tree: Path,
+    progress: Callable[[int], None] | None,
+    workers: int,
+) -> tuple[int, int]:
+    """Every file into ``tree``, linked from the live blessing where it holds it: (blobs, bytes) downloaded.
+
+    Refused at once when the file system cannot hold what is to be written (15).
+    """
+    local = _local_copies(store, manifest.config_hash)
+    entries = len(artifact.files) + len(manifest.cache.dirs)
+    _check_free_space(staging, _bytes_to_write(artifact.files, local), entries)
+    with full_disk(f"writing the pulled files into {staging}"):
+        return _download(client, tree, artifact.files, progress, workers, local)
 
 
 @contextlib.contextmanager

@@ -163,6 +163,26 @@ def overlay_volume_name(container_name: str, index: int) -> str:
     return f"{container_name}-overlay" if index == 0 else f"{container_name}-overlay-{index}"
 
 
+def _bind_mounts(docker: ModuleType, spec: ContainerSpec) -> list[Any]:
+    """The SDK mounts of ``spec``'s binds (its overlays become volumes: ``_prepare_overlay``)."""
+    sdk_mounts: list[Any] = []
+    for mount in spec.mounts:
+        if mount.kind == "overlay":
+            continue
+        source = mount.source.resolve()
+        if not source.exists():
+            raise InputInvalidError(f"mount source {source} does not exist", hint="check the mount source")
+        sdk_mounts.append(
+            docker.types.Mount(
+                target=mount.target,
+                source=str(source),
+                type="bind",
+                read_only=mount.kind == "ro",
+            )
+        )
+    return sdk_mounts
+
+
 def _overlay_mounts(spec: ContainerSpec) -> list[tuple[int, Mount]]:
     return [(i, m) for i, m in enumerate(m for m in spec.mounts if m.kind == "overlay")]
 
@@ -413,70 +433,16 @@ class DockerRuntime:
         holder = self.name_holder(spec.name)
         if holder != "free":
             raise self._conflict(spec.name, holder)
-        client = self._client
 
-        sdk_mounts: list[Any] = []
         volumes: list[str] = []
         container: Container | None = None
         try:
-            for mount in spec.mounts:
-                if mount.kind == "overlay":
-                    continue
-                source = mount.source.resolve()
-                if not source.exists():
-                    raise InputInvalidError(f"mount source {source} does not exist", hint="check the mount source")
-                sdk_mounts.append(
-                    docker.types.Mount(
-                        target=mount.target,
-                        source=str(source),
-                        type="bind",
-                        read_only=mount.kind == "ro",
-                    )
-                )
+            sdk_mounts = _bind_mounts(docker, spec)
             for index, mount in _overlay_mounts(spec):
                 volume_name, sdk_mount = self._prepare_overlay(spec, index, mount)
                 volumes.append(volume_name)
                 sdk_mounts.append(sdk_mount)
-
-            env = dict(spec.env)
-            if spec.home is not None:
-                # Same HOME in bootstrap, trials and serving (vLLM hashes HOME-derived paths).
-                env["HOME"] = spec.home
-            kwargs: dict[str, Any] = {
-                "name": spec.name,
-                "entrypoint": [spec.command[0]],
-                "command": list(spec.command[1:]),
-                "environment": env,
-                "labels": dict(spec.labels),
-                "mounts": sdk_mounts,
-                "detach": True,
-                "init": self._init,
-            }
-            if spec.port is not None:
-                kwargs["ports"] = {f"{spec.port}/tcp": (spec.host_ip, spec.host_port)}
-            requests = device_requests(spec)
-            if requests:
-                kwargs["device_requests"] = requests
-            if spec.shm_size is not None:
-                kwargs["shm_size"] = spec.shm_size
-            if spec.ipc_host:
-                kwargs["ipc_mode"] = "host"
-            if spec.workdir is not None:
-                kwargs["working_dir"] = spec.workdir
-
-            with _daemon(f"creating container {spec.name}"):
-                try:
-                    container = client.containers.create(spec.image, **kwargs)
-                except docker.errors.ImageNotFound as exc:
-                    raise ImageMissingError(
-                        f"image {spec.image!r} is not present in the Docker Engine",
-                        hint=_HINT_IMAGE.format(ref=spec.image),
-                    ) from exc
-                except docker.errors.APIError as exc:
-                    if _status_code(exc) == 409:
-                        # Someone took the name between our check and the create.
-                        raise self._conflict(spec.name, self.name_holder(spec.name)) from exc
-                    raise
+            container = self._create(docker, spec.image, spec, self._create_kwargs(spec, sdk_mounts))
             with _daemon(f"starting container {spec.name}"):
                 try:
                     container.start()
@@ -486,7 +452,54 @@ class DockerRuntime:
         except BaseException:
             self._undo_start(container, volumes)
             raise
+        return self._started(spec, container)
 
+    def _create_kwargs(self, spec: ContainerSpec, sdk_mounts: list[Any]) -> dict[str, Any]:
+        """The SDK's ``containers.create`` arguments for ``spec`` (all but the image)."""
+        env = dict(spec.env)
+        if spec.home is not None:
+            # Same HOME in bootstrap, trials and serving (vLLM hashes HOME-derived paths).
+            env["HOME"] = spec.home
+        kwargs: dict[str, Any] = {
+            "name": spec.name,
+            "entrypoint": [spec.command[0]],
+            "command": list(spec.command[1:]),
+            "environment": env,
+            "labels": dict(spec.labels),
+            "mounts": sdk_mounts,
+            "detach": True,
+            "init": self._init,
+        }
+        if spec.port is not None:
+            kwargs["ports"] = {f"{spec.port}/tcp": (spec.host_ip, spec.host_port)}
+        requests = device_requests(spec)
+        if requests:
+            kwargs["device_requests"] = requests
+        if spec.shm_size is not None:
+            kwargs["shm_size"] = spec.shm_size
+        if spec.ipc_host:
+            kwargs["ipc_mode"] = "host"
+        if spec.workdir is not None:
+            kwargs["working_dir"] = spec.workdir
+        return kwargs
+
+    def _create(self, docker: ModuleType, image: str, spec: ContainerSpec, kwargs: dict[str, Any]) -> Container:
+        """The container created, not started: refused when the image is missing or the name was taken meanwhile."""
+        with _daemon(f"creating container {spec.name}"):
+            try:
+                return self._client.containers.create(image, **kwargs)
+            except docker.errors.ImageNotFound as exc:
+                raise ImageMissingError(
+                    f"image {image!r} is not present in the Docker Engine",
+                    hint=_HINT_IMAGE.format(ref=image),
+                ) from exc
+            except docker.errors.APIError as exc:
+                if _status_code(exc) == 409:
+                    # Someone took the name between our check and the create.
+                    raise self._conflict(spec.name, self.name_holder(spec.name)) from exc
+                raise
+
+    def _started(self, spec: ContainerSpec, container: Container) -> Started:
         host_port = self._published_port(container.attrs, spec)
         notes: tuple[str, ...] = ()
         if spec.port is not None and host_port is None:

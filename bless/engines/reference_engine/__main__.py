@@ -19,12 +19,17 @@ import traceback
 import uuid
 import warnings
 from collections.abc import MutableMapping
+from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import ENGINE_VERSION, markers
 from .knobs import CRASH_AT_BOOT, JIT_OUTSIDE, KnobError, Knobs, active_knobs, parse_knobs
+
+if TYPE_CHECKING:  # imported for real only once the Inductor dir is settled (see the module docstring)
+    from .artifact import BootResult
+    from .server import App
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -187,7 +192,7 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
 
     from .artifact import boot_compiled
     from .model import ModelArgs, build_model, generate, random_noise_hook
-    from .server import App, InferenceWorker, ReferenceHTTPServer
+    from .server import App, InferenceWorker
 
     model_args = ModelArgs(
         seed=args.seed,
@@ -205,11 +210,7 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
         return _fatal("--device cuda but torch sees no CUDA device")
 
     if knobs.never_ready:
-        markers.emit(markers.MARKER_PREFIX + "never ready (test knob): not compiling, not listening")
-        while not stop.event.wait(0.5):
-            pass
-        markers.emit(markers.SHUTTING_DOWN)
-        return EXIT_OK
+        return _never_ready(stop)
 
     worker = InferenceWorker()
     model = build_model(model_args, device)
@@ -221,17 +222,10 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
         dir_for_boot = cache_dir
         # The compile runs on the inference thread: CUDA graph trees are per thread.
         future = worker.submit(lambda: boot_compiled(model, model_args, device, dir_for_boot, knobs))
-        while True:
-            try:
-                boot = future.result(timeout=0.25)
-                break
-            except TimeoutError:
-                if stop.event.is_set():
-                    _shutting_down_now(scratch)
-            except Exception as exc:
-                traceback.print_exception(exc, file=sys.stderr)  # the whole story for diagnostics
-                first_line = (str(exc).strip().splitlines() or [""])[0]
-                return _fatal(f"compile failed: {type(exc).__name__}: {first_line}")
+        try:
+            boot = _boot_result(future, stop, scratch)
+        except Exception as exc:
+            return _compile_failed(exc)
         forward = boot.forward
         # A loaded poisoned artifact mimics a bad compile: same inputs, unstable outputs (test knob).
         nondeterministic = nondeterministic or boot.loaded_poisoned
@@ -246,6 +240,41 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
         markers.emit(markers.SHUTTING_DOWN)
         return EXIT_OK
     app = App(served_model_name=args.served_model_name, max_seq_len=max_seq_len, worker=worker, decode=decode)
+    return _serve(args, app, stop)
+
+
+def _never_ready(stop: _Stop) -> int:
+    """The never-ready test knob: neither compile nor listen, only wait for the stop signal."""
+    markers.emit(markers.MARKER_PREFIX + "never ready (test knob): not compiling, not listening")
+    while not stop.event.wait(0.5):
+        pass
+    markers.emit(markers.SHUTTING_DOWN)
+    return EXIT_OK
+
+
+def _boot_result(future: Future[BootResult], stop: _Stop, scratch: Path | None) -> BootResult:
+    """Wait for the compile (or the artifact load); its own failure is raised.
+
+    The compile cannot be interrupted: a stop signal meanwhile exits at once.
+    """
+    while True:
+        try:
+            return future.result(timeout=0.25)
+        except TimeoutError:
+            if stop.event.is_set():
+                _shutting_down_now(scratch)
+
+
+def _compile_failed(exc: Exception) -> int:
+    traceback.print_exception(exc, file=sys.stderr)  # the whole story for diagnostics
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return _fatal(f"compile failed: {type(exc).__name__}: {first_line}")
+
+
+def _serve(args: argparse.Namespace, app: App, stop: _Stop) -> int:
+    """Listen, announce readiness, serve until the stop signal, then drain the requests already accepted."""
+    from .server import ReferenceHTTPServer
+
     try:
         server = ReferenceHTTPServer(args.host, args.port, app)
     except OSError as exc:

@@ -296,43 +296,9 @@ class VllmAdapter:
         """
         profile = resolved.profile
         serve = _serve_factor(resolved)
-        model_factor = resolved.factors.get("model")
-        model_factor = model_factor if isinstance(model_factor, Mapping) else {}
         docker = _runtime_kind(resolved) == "docker"
         env = resolved.engine_env()
-        model = profile.model
-        if model.source == "huggingface":
-            revision = str(model_factor.get("revision") or "")
-            if not _HEX40.fullmatch(revision):
-                raise InputInvalidError(
-                    f"{profile.label}: model.revision: vLLM starts offline, so the revision must be a pinned "
-                    f"40-hex commit, not {revision or '(none)'!r}",
-                    hint="pin model.revision to the commit (huggingface_hub: HfApi().model_info(id).sha)",
-                )
-            if model.hf_home is not None:
-                env["HF_HOME"] = HF_HOME_MOUNT_PATH if docker else model.hf_home
-            elif "HF_HOME" not in env:
-                raise InputInvalidError(
-                    f"{profile.label}: model.hf_home: required for a Hugging Face model (vLLM reads the "
-                    "weights offline from a read-only HF cache; bless never downloads)",
-                    hint="set model.hf_home to the host HF cache holding the pinned revision "
-                    "(huggingface-cli download ID --revision REV), or set HF_HOME in [env] for an image "
-                    "that contains the weights",
-                )
-            model_args: list[str] = [
-                argv_value(f"{profile.label}: model.id", str(model_factor.get("id", ""))),
-                "--revision",
-                argv_value(f"{profile.label}: model.revision", revision),
-            ]
-        elif model.source == "local":
-            # The local runtime hashes the directory's real path (vLLM hashes the model string).
-            path = MODEL_MOUNT_PATH if docker else str(model_factor.get("path", ""))
-            model_args = [argv_value(f"{profile.label}: model.path", path)]
-        else:
-            raise InputInvalidError(
-                f"{profile.label}: model.source {model.source!r}: vLLM serves a Hugging Face id or a local directory",
-                hint="use model.source = 'huggingface' (with a pinned revision) or 'local' (with model.path)",
-            )
+        model_args = _model_argv(resolved, env, docker=docker)
         if debug:
             serve["enforce_eager"] = True
         python = "python3" if docker else (profile.python or "python3")
@@ -407,6 +373,48 @@ def model_architectures(model: Mapping[str, Any]) -> tuple[str, ...] | None:
     if not isinstance(found, list) or not found or not all(isinstance(arch, str) for arch in found):
         return None
     return tuple(found)
+
+
+def _model_argv(resolved: ResolvedConfig, env: dict[str, str], *, docker: bool) -> list[str]:
+    """The model's words of ``vllm serve``: the id and pinned revision, or the local directory.
+
+    A Hugging Face model is read offline from ``HF_HOME``, which is set in ``env`` here.
+    """
+    profile = resolved.profile
+    model_factor = resolved.factors.get("model")
+    model_factor = model_factor if isinstance(model_factor, Mapping) else {}
+    model = profile.model
+    if model.source == "huggingface":
+        revision = str(model_factor.get("revision") or "")
+        if not _HEX40.fullmatch(revision):
+            raise InputInvalidError(
+                f"{profile.label}: model.revision: vLLM starts offline, so the revision must be a pinned "
+                f"40-hex commit, not {revision or '(none)'!r}",
+                hint="pin model.revision to the commit (huggingface_hub: HfApi().model_info(id).sha)",
+            )
+        if model.hf_home is not None:
+            env["HF_HOME"] = HF_HOME_MOUNT_PATH if docker else model.hf_home
+        elif "HF_HOME" not in env:
+            raise InputInvalidError(
+                f"{profile.label}: model.hf_home: required for a Hugging Face model (vLLM reads the "
+                "weights offline from a read-only HF cache; bless never downloads)",
+                hint="set model.hf_home to the host HF cache holding the pinned revision "
+                "(huggingface-cli download ID --revision REV), or set HF_HOME in [env] for an image "
+                "that contains the weights",
+            )
+        return [
+            argv_value(f"{profile.label}: model.id", str(model_factor.get("id", ""))),
+            "--revision",
+            argv_value(f"{profile.label}: model.revision", revision),
+        ]
+    if model.source == "local":
+        # The local runtime hashes the directory's real path (vLLM hashes the model string).
+        path = MODEL_MOUNT_PATH if docker else str(model_factor.get("path", ""))
+        return [argv_value(f"{profile.label}: model.path", path)]
+    raise InputInvalidError(
+        f"{profile.label}: model.source {model.source!r}: vLLM serves a Hugging Face id or a local directory",
+        hint="use model.source = 'huggingface' (with a pinned revision) or 'local' (with model.path)",
+    )
 
 
 def _serve_factor(resolved: ResolvedConfig) -> dict[str, Any]:

@@ -269,6 +269,15 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
         raise InputInvalidError(f"{where}: expected a table, got {value!r}")
     config = _json_value(where, value)
     assert isinstance(config, dict)
+    _refuse_moved_cache_and_level(config, where=where)
+    _canonical_modes(config, where=where)
+    _canonical_size_lists(config, where=where)
+    _check_value_types(config, where=where)
+    return {key: config[key] for key in sorted(config)}
+
+
+def _refuse_moved_cache_and_level(config: dict[str, Any], *, where: str) -> None:
+    """``cache_dir`` would move the compile cache away from what bless pins; ``level`` is vLLM's old ``mode``."""
     if "cache_dir" in config:
         raise InputInvalidError(
             f"{where}.cache_dir: not allowed: it moves vLLM's compile cache out of VLLM_CACHE_ROOT, "
@@ -279,6 +288,10 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
         raise InputInvalidError(
             f"{where}.level: deprecated by vLLM; use mode", hint="mode = 'VLLM_COMPILE' (or 3) compiles and caches"
         )
+
+
+def _canonical_modes(config: dict[str, Any], *, where: str) -> None:
+    """``mode`` as its integer, ``cudagraph_mode`` upper case (refused when they name no mode)."""
     if "mode" in config:
         mode = config["mode"]
         if isinstance(mode, str) and mode.upper() in COMPILATION_MODES:
@@ -296,6 +309,10 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
                 hint=f"one of {', '.join(CUDAGRAPH_MODES)}",
             )
         config["cudagraph_mode"] = graph_mode.upper()
+
+
+def _canonical_size_lists(config: dict[str, Any], *, where: str) -> None:
+    """The size lists checked; the two vLLM treats as sets sorted, the split points in their order."""
     if "cudagraph_capture_sizes" in config:
         config["cudagraph_capture_sizes"] = sorted(
             _int_list(f"{where}.cudagraph_capture_sizes", config["cudagraph_capture_sizes"])
@@ -309,6 +326,10 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
         config["compile_ranges_split_points"] = _int_list(
             f"{where}.compile_ranges_split_points", config["compile_ranges_split_points"]
         )
+
+
+def _check_value_types(config: dict[str, Any], *, where: str) -> None:
+    """The other known keys hold values of their type (``compile_cache_save_format`` one of its two)."""
     for key in ("max_cudagraph_capture_size", "cudagraph_num_of_warmups"):
         if key in config and (isinstance(config[key], bool) or not isinstance(config[key], int) or config[key] < 0):
             raise InputInvalidError(f"{where}.{key}: expected a non-negative integer, got {config[key]!r}")
@@ -328,7 +349,6 @@ def _normalize_compilation_config(value: Any, *, where: str) -> dict[str, Any]:
             raise InputInvalidError(f"{where}.{key}: expected a string, got {config[key]!r}")
     if config.get("compile_cache_save_format", "binary") not in ("binary", "unpacked"):
         raise InputInvalidError(f"{where}.compile_cache_save_format: expected 'binary' or 'unpacked'")
-    return {key: config[key] for key in sorted(config)}
 
 
 def _table(where: str, value: Any) -> dict[str, Any]:

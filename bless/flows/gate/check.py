@@ -36,7 +36,7 @@ from bless.flows.resolve import drift_error, image_needs_runtime, resolve_profil
 from bless.probes import hardware_factor
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
-from bless.store import ManifestIndex, Store
+from bless.store import ManifestIndex, ManifestRecord, Store
 
 Status = Literal["blessed", "failed"]
 RuntimeFactory = Callable[[str], Runtime]
@@ -173,6 +173,16 @@ def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: lis
     )
 
 
+class _NotBlessed(Exception):
+    """A step of :func:`gate_profile` failing the profile: the row's reason, the error it stands for, row fields."""
+
+    def __init__(self, reason: str, error: BlessError, **row: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+        self.row = row
+
+
 def gate_profile(
     path: Path,
     *,
@@ -212,42 +222,11 @@ def gate_profile(
         # The row names the profile already: "<path>: not valid TOML" would print the path twice.
         return failed(exc.message.removeprefix(f"{label}: "), exc)
     config_hash = resolved.config_hash
-
-    invalid = index.invalid + tuple(r for r in index.unknown if r.error is None)
-    if invalid:
-        # Fail closed, as every lookup does: an unreadable manifest might be the one for this hash.
-        files = ", ".join(str(record.path) for record in invalid)
-        error = ManifestInvalidError(f"invalid manifest file(s) in {store.manifests_dir}: {files}")
-        first = invalid[0].error
-        detail = f" ({first.message.splitlines()[0]})" if first is not None else ""
-        return failed(f"invalid manifest file(s), so no lookup can be trusted: {files}{detail}", error)
     try:
-        record = index.find(config_hash)
-    except ManifestDuplicateError as exc:
-        claimants = [str(p) for p in exc.details.get("paths", ())]
-        return failed(
-            f"{len(claimants)} manifests claim {config_hash[:16]} (store corruption): {', '.join(claimants)}", exc
-        )
-    if record is None:
-        drifted = drift_error(resolved, index.manifests(), store.manifests_dir)
-        nearest = drifted.details["nearest"]
-        return failed(drifted.message, drifted, drift=tuple(nearest["changes"]) if nearest else ())
-    manifest = record.manifest
-    assert manifest is not None
-    verified: bool | None = None
-    if verify:
-        blessed_dir = store.blessed_dir(manifest)
-        if blessed_dir.is_dir():
-            try:
-                result = store.verify_blessing(manifest)
-            except VerifyFailedError as exc:
-                return failed(exc.message, exc, manifest=str(record.path), verified=False)
-            verified = result.ok
-            if not result.ok:
-                mismatch = VerifyFailedError.from_result(result, blessed_dir, config_hash=config_hash)
-                return failed(mismatch.message, mismatch, manifest=str(record.path), verified=False)
-        else:
-            notes.append(f"cache files not in {store.root}: not verified")
+        record = _blessed_record(store, index, resolved)
+        verified = _verify_blessed(store, record, notes) if verify else None
+    except _NotBlessed as refusal:
+        return failed(refusal.reason, refusal.error, **refusal.row)
     return GateRow(
         profile=label,
         status="blessed",
@@ -260,6 +239,49 @@ def gate_profile(
         verified=verified,
         seconds=time.perf_counter() - started,
     )
+
+
+def _blessed_record(store: Store, index: ManifestIndex, resolved: ResolvedConfig) -> ManifestRecord:
+    """The one valid manifest of the config hash; none (drift named), two, or an unreadable one fail the profile."""
+    config_hash = resolved.config_hash
+    invalid = index.invalid + tuple(r for r in index.unknown if r.error is None)
+    if invalid:
+        # Fail closed, as every lookup does: an unreadable manifest might be the one for this hash.
+        files = ", ".join(str(record.path) for record in invalid)
+        error = ManifestInvalidError(f"invalid manifest file(s) in {store.manifests_dir}: {files}")
+        first = invalid[0].error
+        detail = f" ({first.message.splitlines()[0]})" if first is not None else ""
+        raise _NotBlessed(f"invalid manifest file(s), so no lookup can be trusted: {files}{detail}", error)
+    try:
+        record = index.find(config_hash)
+    except ManifestDuplicateError as exc:
+        claimants = [str(p) for p in exc.details.get("paths", ())]
+        raise _NotBlessed(
+            f"{len(claimants)} manifests claim {config_hash[:16]} (store corruption): {', '.join(claimants)}", exc
+        ) from None
+    if record is None:
+        drifted = drift_error(resolved, index.manifests(), store.manifests_dir)
+        nearest = drifted.details["nearest"]
+        raise _NotBlessed(drifted.message, drifted, drift=tuple(nearest["changes"]) if nearest else ())
+    return record
+
+
+def _verify_blessed(store: Store, record: ManifestRecord, notes: list[str]) -> bool | None:
+    """Verify the blessed files when the store root holds them (None: it does not, noted)."""
+    manifest = record.manifest
+    assert manifest is not None
+    blessed_dir = store.blessed_dir(manifest)
+    if not blessed_dir.is_dir():
+        notes.append(f"cache files not in {store.root}: not verified")
+        return None
+    try:
+        result = store.verify_blessing(manifest)
+    except VerifyFailedError as exc:
+        raise _NotBlessed(exc.message, exc, manifest=str(record.path), verified=False) from None
+    if not result.ok:
+        mismatch = VerifyFailedError.from_result(result, blessed_dir, config_hash=manifest.config_hash)
+        raise _NotBlessed(mismatch.message, mismatch, manifest=str(record.path), verified=False)
+    return result.ok
 
 
 def run_gate(

@@ -10,19 +10,23 @@ time. The request protocol it replays is :mod:`bless.trials`; when trials run is
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bless import labels
 from bless.devices import GpuSlot
+from bless.engines.base import EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
+from bless.evidence import LogSignals, OutsideVerdict
 from bless.flows.events import Event, EventSink
 from bless.flows.run.containers import RunContainers, keep_private, write_log
 from bless.flows.run.results import TrialResult
 from bless.flows.run.schedule import TrialSchedule
-from bless.reuse import classify_reuse
+from bless.flows.session import EngineSession
+from bless.profile import TrialPlan
+from bless.reuse import ReuseReport, classify_reuse
 from bless.runtime.base import Mount
 from bless.trials import CoherenceReport, golden_text_map, golden_token_map, run_protocol
 from bless.verify import TreeListing, verify_tree
@@ -59,58 +63,25 @@ def run_trial(
     profile = containers.profile
     adapter = containers.adapter
     scratch = proof.work / f"trial-{index}"
-    if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
-        mount = Mount("ro", proof.tree, adapter.cache_mount_path)
-    else:
-        mount = Mount("overlay", proof.tree, adapter.cache_mount_path, scratch=scratch)
+    mount = _trial_mount(containers, proof.tree, scratch)
     log_path = proof.evidence / f"trial-{index}.log"
     name = containers.name("trial", proof.candidate, index)
     private = scratch / "private"
     session = containers.session(labels.PHASE_TRIAL, name, mount, proof.candidate, log_path, slot, private)
-    coherence: CoherenceReport | None = None
-    reasons: list[str] = []
 
     def phase(what: str) -> None:
         data = {"candidate": proof.candidate, "trial": index, "phase": what, "gpus": slot.short}
         events(Event("trial-phase", f"trial {index}: {what}", data))
 
-    try:
-        phase("starting")
-        with session:
-            cancelled = not schedule.register(index, session)
-            try:
-                if cancelled:
-                    reasons.append("interrupted before it became ready")
-                else:
-                    phase("loading")
-                    session.wait_ready()
-                    phase("replaying")
-                    coherence = run_protocol(
-                        session.client,
-                        profile.trials,
-                        golden=golden_token_map(proof.golden),
-                        golden_text=golden_text_map(proof.golden),
-                    )
-            except NotReadyError as exc:
-                reasons.append(session.not_ready_message(exc))
-            except EngineHttpError as exc:
-                reasons.append(f"request failed: {exc.message}")
-            finally:
-                phase("stopping")
-    finally:
-        schedule.unregister(index)
-        write_log(log_path, session.log)  # kept as evidence when interrupted too
+    coherence, reasons = _replay(
+        proof, index, session, profile.trials, schedule=schedule, phase=phase, log_path=log_path
+    )
     phase("checking")
-    tree, listing = proof.tree, proof.listing
     containers.count_engine_time(session, coherence)
     if coherence is not None:
         reasons.extend(coherence.reasons)
     signals = adapter.read_log(session.log)
-    upper = adapter.classify_upper(session.upper) if mount.kind == "overlay" else None
-    tree_check = verify_tree(tree, listing.files, listing.dirs, expect_read_only=False)
-    drift = adapter.drift_reasons(proof.engine_keys, signals.engine_keys)
-    outside = adapter.classify_outside(session.outside)
-    reuse = classify_reuse(signals, upper, tree_check, drift, outside)
+    reuse, outside = _judge_reuse(proof, session, adapter, signals, overlay=mount.kind == "overlay")
     reasons.extend(reuse.reasons)
     if session.stop_result is not None and not session.stop_result.graceful:
         reasons.append(f"the engine did not stop within {profile.trials.stop_timeout_s} s")
@@ -132,3 +103,67 @@ def run_trial(
             "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
         },
     )
+
+
+def _trial_mount(containers: RunContainers, tree: Path, scratch: Path) -> Mount:
+    """The staged tree as the engine sees it: a read-only bind where the adapter allows, else an overlay."""
+    adapter = containers.adapter
+    if containers.profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
+        return Mount("ro", tree, adapter.cache_mount_path)
+    return Mount("overlay", tree, adapter.cache_mount_path, scratch=scratch)
+
+
+def _replay(
+    proof: TrialInputs,
+    index: int,
+    session: EngineSession,
+    plan: TrialPlan,
+    *,
+    schedule: TrialSchedule,
+    phase: Callable[[str], None],
+    log_path: Path,
+) -> tuple[CoherenceReport | None, list[str]]:
+    """The engine started, ready and replaying the protocol; stopped, and its log written, whatever happens.
+
+    Returns the coherence report (None: the replay never ran) and why the trial failed so far.
+    """
+    coherence: CoherenceReport | None = None
+    reasons: list[str] = []
+    try:
+        phase("starting")
+        with session:
+            cancelled = not schedule.register(index, session)
+            try:
+                if cancelled:
+                    reasons.append("interrupted before it became ready")
+                else:
+                    phase("loading")
+                    session.wait_ready()
+                    phase("replaying")
+                    coherence = run_protocol(
+                        session.client,
+                        plan,
+                        golden=golden_token_map(proof.golden),
+                        golden_text=golden_text_map(proof.golden),
+                    )
+            except NotReadyError as exc:
+                reasons.append(session.not_ready_message(exc))
+            except EngineHttpError as exc:
+                reasons.append(f"request failed: {exc.message}")
+            finally:
+                phase("stopping")
+    finally:
+        schedule.unregister(index)
+        write_log(log_path, session.log)  # kept as evidence when interrupted too
+    return coherence, reasons
+
+
+def _judge_reuse(
+    proof: TrialInputs, session: EngineSession, adapter: EngineAdapter, signals: LogSignals, *, overlay: bool
+) -> tuple[ReuseReport, OutsideVerdict]:
+    """Did the stopped engine reuse the staged tree: its log, its writes (upper layer, outside), the tree itself."""
+    upper = adapter.classify_upper(session.upper) if overlay else None
+    tree_check = verify_tree(proof.tree, proof.listing.files, proof.listing.dirs, expect_read_only=False)
+    drift = adapter.drift_reasons(proof.engine_keys, signals.engine_keys)
+    outside = adapter.classify_outside(session.outside)
+    return classify_reuse(signals, upper, tree_check, drift, outside), outside

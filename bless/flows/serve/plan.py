@@ -320,26 +320,12 @@ def plan(
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
     through (bless's own tests; the serve-full command never sets it).
     """
-    clock = time.perf_counter
-    t0 = clock()
+    t0 = time.perf_counter()
     image_id, gpus = _preflight(profile, runtime, gpu_probe)
-    t1 = clock()
-    resolved = resolve_profile(
-        profile,
-        # The ID read above, not the tag again: the container is started from this ID, so a tag
-        # moved after this point cannot change what runs.
-        image_resolver=lambda _reference: image_id or "",
-        adapter=adapter,
-        hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
-    )
+    t1 = time.perf_counter()
+    resolved = _resolve(profile, adapter, image_id, gpus)
     warnings: list[str] = []
-    # --debug runs unsafe settings on purpose (no blessed cache is used); everything else refuses them.
-    # Checked on the resolved factors and env: the values the engine is started with.
-    allowed = (
-        [u.describe() for u in adapter.unsafe_settings(resolved)]
-        if debug
-        else check_unsafe(resolved, adapter, allow_test_knobs=allow_test_knobs)
-    )
+    allowed = _allowed_unsafe(resolved, adapter, debug=debug, allow_test_knobs=allow_test_knobs)
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
     name = serve_container_name(profile)
@@ -350,37 +336,13 @@ def plan(
     adapter.require_known_version(allow_unknown=allow_unknown_engine_version)
     warnings.extend(f"{adapter.name} adapter: {note}" for note in adapter.notes() if "no entry" in note)
     manifest_path, manifest, manifest_bytes = (None, None, None) if debug else _live_manifest(store, resolved)
-    t2 = clock()
+    t2 = time.perf_counter()
     verification, snapshot = _verify_blessed(store, manifest, warnings) if manifest is not None else (None, None)
-    t3 = clock()
+    t3 = time.perf_counter()
     serve_dir = new_serve_dir(store.root, profile.name, now)
-    mount = (
-        _cache_mount(profile, adapter, runtime, manifest, store.blessed_dir(manifest), serve_dir, warnings)
-        if manifest is not None
-        else None
-    )
-    run_id = new_run_id()
-    spec = engine_spec(
-        resolved,
-        adapter,
-        runtime,
-        name=name,
-        labels=labels.labels_for(
-            run_id=run_id,
-            phase=labels.PHASE_SERVE,
-            config_hash=resolved.config_hash,
-            profile=profile.name,
-            store_root=store.root,
-        ),
-        cache_mount=mount,
-        image=image_id,
-        # Serving must load the blessed cache: a failed load fails the start instead of recompiling.
-        extra_env=adapter.replay_env() if not debug else None,
-        debug=debug,
-        host_ip=profile.serving_host,
-        host_port=profile.serving_port,
-        log_path=serve_dir / ENGINE_LOG,
-        private_dir=serve_dir / PRIVATE_DIR,
+    mount = _cache_mount(profile, adapter, runtime, store, manifest, serve_dir, warnings)
+    spec = _serve_spec(
+        resolved, adapter, runtime, store, name=name, image_id=image_id, mount=mount, serve_dir=serve_dir, debug=debug
     )
     return LaunchPlan(
         debug=debug,
@@ -412,6 +374,66 @@ def _preflight(
         gpus = gpu_probe()
         check_gpu_memory(profile.hardware, gpus)
     return image_id, gpus
+
+
+def _resolve(
+    profile: Profile, adapter: EngineAdapter, image_id: str | None, gpus: list[GpuInfo] | None
+) -> ResolvedConfig:
+    """The factors and config hash of ``profile`` on the image and GPUs the preflight found."""
+    return resolve_profile(
+        profile,
+        # The ID read above, not the tag again: the container is started from this ID, so a tag
+        # moved after this point cannot change what runs.
+        image_resolver=lambda _reference: image_id or "",
+        adapter=adapter,
+        hardware_probe=lambda spec: hardware_factor(spec, gpus=gpus),
+    )
+
+
+def _allowed_unsafe(
+    resolved: ResolvedConfig, adapter: EngineAdapter, *, debug: bool, allow_test_knobs: bool
+) -> list[str]:
+    """The unsafe settings of the resolved factors and env let through: --debug runs them, all else refuses them."""
+    if debug:  # no blessed cache is used
+        return [u.describe() for u in adapter.unsafe_settings(resolved)]
+    return check_unsafe(resolved, adapter, allow_test_knobs=allow_test_knobs)
+
+
+def _serve_spec(
+    resolved: ResolvedConfig,
+    adapter: EngineAdapter,
+    runtime: Runtime,
+    store: Store,
+    *,
+    name: str,
+    image_id: str | None,
+    mount: Mount | None,
+    serve_dir: Path,
+    debug: bool,
+) -> ContainerSpec:
+    """The serving container: labelled as a serve of this store, its log and private dir in the serve dir."""
+    return engine_spec(
+        resolved,
+        adapter,
+        runtime,
+        name=name,
+        labels=labels.labels_for(
+            run_id=new_run_id(),
+            phase=labels.PHASE_SERVE,
+            config_hash=resolved.config_hash,
+            profile=resolved.profile.name,
+            store_root=store.root,
+        ),
+        cache_mount=mount,
+        image=image_id,
+        # Serving must load the blessed cache: a failed load fails the start instead of recompiling.
+        extra_env=adapter.replay_env() if not debug else None,
+        debug=debug,
+        host_ip=resolved.profile.serving_host,
+        host_port=resolved.profile.serving_port,
+        log_path=serve_dir / ENGINE_LOG,
+        private_dir=serve_dir / PRIVATE_DIR,
+    )
 
 
 def _live_manifest(store: Store, resolved: ResolvedConfig) -> tuple[Path, Manifest, bytes]:
@@ -468,12 +490,15 @@ def _cache_mount(
     profile: Profile,
     adapter: EngineAdapter,
     runtime: Runtime,
-    manifest: Manifest,
-    blessed_dir: Path,
+    store: Store,
+    manifest: Manifest | None,
     serve_dir: Path,
     warnings: list[str],
-) -> Mount:
+) -> Mount | None:
     """How the engine sees the blessed tree: a read-only bind, an overlay, or (no mounts) a verified copy."""
+    if manifest is None:  # --debug: no cache
+        return None
+    blessed_dir = store.blessed_dir(manifest)
     if profile.cache_mount == "ro-bind" and adapter.readonly_bind_ok:
         mount = Mount("ro", blessed_dir, adapter.cache_mount_path)
     else:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from bless.canary import CanaryResult, run_canary
-from bless.engine_client import EngineClient
 from bless.errors import (
     CacheNotUsedError,
     CanaryFailedError,
@@ -194,81 +193,13 @@ def _start(
     """:func:`start` under its lease: the engine up, ready, re-checked and canary-checked."""
     timings = dict(plan_.timings)
     session = plan_.session(runtime)
-    try:
-        plan_.serve_dir.mkdir(parents=True, exist_ok=False)
-    except OSError as exc:
-        # The name is unique per start, so an existing dir or a file in the way is the store's state.
-        refusal = full_disk_error(exc, f"cannot create the serve dir {plan_.serve_dir}")
-        raise refusal or StoreUnavailableError(
-            f"cannot create the serve dir {plan_.serve_dir}: {exc.strerror or exc}",
-            hint="check that the store root and its serve/ are directories this user can write",
-        ) from None
+    _make_serve_dir(plan_)
     try:
         with ExitStack() as stack:
-            events(Event("phase", f"starting container {plan_.spec.name}"))
-            t0 = time.perf_counter()
-            stack.enter_context(session)
-            started = session.started
-            assert started is not None
-            timings["create_s"] = time.perf_counter() - t0
-            if started.host_port is None:
-                session.stop()
-                raise EngineFailedError(
-                    f"container {started.name} published no port; engine log tail:\n{log_tail(session.log)}",
-                    hint="read the engine log; check the image and the command",
-                )
-            client = session.client
-            events(Event("phase", "waiting for the engine to become ready"))
-            try:
-                session.wait_ready()
-            except NotReadyError as exc:
-                message = session.not_ready_message(exc)
-                session.stop()
-                save_evidence(plan_.serve_dir, session.log)
-                raise EngineFailedError(
-                    message,
-                    hint=f"read the engine log (kept in {plan_.serve_dir / ENGINE_LOG}); the serve dir is kept",
-                    details={"serve_dir": str(plan_.serve_dir)},
-                ) from None
-            timings["start_to_ready_s"] = time.perf_counter() - t0
-            events(
-                Event(
-                    "ready", f"ready in {timings['start_to_ready_s']:.1f} s", {"seconds": timings["start_to_ready_s"]}
-                )
-            )
-
-            recheck = "skipped (debug: no blessed cache)"
-            if plan_.snapshot is not None:
-                t_check = time.perf_counter()
-                changes = plan_.snapshot.changes()
-                timings["recheck_s"] = time.perf_counter() - t_check
-                if changes:
-                    session.stop()
-                    save_evidence(plan_.serve_dir, session.log)
-                    assert plan_.blessed_dir is not None
-                    raise cache_changed_error(
-                        changes,
-                        when="between verification and the engine becoming ready",
-                        blessed_dir=plan_.blessed_dir,
-                    )
-                recheck = f"unchanged ({len(plan_.snapshot.stamps)} entries)"
-                events(
-                    Event("note", f"blessed files unchanged since verification ({len(plan_.snapshot.stamps)} entries)")
-                )
-
-            if plan_.manifest is not None:
-                not_used = _cache_not_used(plan_, session)
-                if not_used:
-                    session.stop()
-                    save_evidence(plan_.serve_dir, session.log)
-                    raise CacheNotUsedError(
-                        "; ".join(not_used),
-                        hint=f"the engine log is kept in {plan_.serve_dir / ENGINE_LOG}; a config the config hash "
-                        "considers equal made the engine compile or key its cache differently: report it, and bless "
-                        "this machine's configuration (bless run --rebless)",
-                        details={"serve_dir": str(plan_.serve_dir), "reasons": not_used},
-                    )
-            canary = _canary(plan_, session, client, no_canary=no_canary, events=events)
+            started = _up_and_ready(plan_, session, stack, timings, events)
+            recheck = _recheck_blessed_files(plan_, session, timings, events)
+            _refuse_cache_not_used(plan_, session)
+            canary = _canary(plan_, session, no_canary=no_canary, events=events)
             timings["canary_s"] = canary.seconds
             # Success: the engine stays up; follow()/finish() or the operator take over.
             stack.pop_all()
@@ -288,6 +219,90 @@ def _start(
         timings=timings,
         detached=False,
     )
+
+
+def _make_serve_dir(plan_: LaunchPlan) -> None:
+    try:
+        plan_.serve_dir.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        # The name is unique per start, so an existing dir or a file in the way is the store's state.
+        refusal = full_disk_error(exc, f"cannot create the serve dir {plan_.serve_dir}")
+        raise refusal or StoreUnavailableError(
+            f"cannot create the serve dir {plan_.serve_dir}: {exc.strerror or exc}",
+            hint="check that the store root and its serve/ are directories this user can write",
+        ) from None
+
+
+def _up_and_ready(
+    plan_: LaunchPlan, session: EngineSession, stack: ExitStack, timings: dict[str, float], events: EventSink
+) -> Started:
+    """The container started under ``stack`` (its exit stops and removes it) and the engine ready (else 44)."""
+    events(Event("phase", f"starting container {plan_.spec.name}"))
+    t0 = time.perf_counter()
+    stack.enter_context(session)
+    started = session.started
+    assert started is not None
+    timings["create_s"] = time.perf_counter() - t0
+    if started.host_port is None:
+        session.stop()
+        raise EngineFailedError(
+            f"container {started.name} published no port; engine log tail:\n{log_tail(session.log)}",
+            hint="read the engine log; check the image and the command",
+        )
+    events(Event("phase", "waiting for the engine to become ready"))
+    try:
+        session.wait_ready()
+    except NotReadyError as exc:
+        message = session.not_ready_message(exc)
+        session.stop()
+        save_evidence(plan_.serve_dir, session.log)
+        raise EngineFailedError(
+            message,
+            hint=f"read the engine log (kept in {plan_.serve_dir / ENGINE_LOG}); the serve dir is kept",
+            details={"serve_dir": str(plan_.serve_dir)},
+        ) from None
+    timings["start_to_ready_s"] = time.perf_counter() - t0
+    events(Event("ready", f"ready in {timings['start_to_ready_s']:.1f} s", {"seconds": timings["start_to_ready_s"]}))
+    return started
+
+
+def _recheck_blessed_files(
+    plan_: LaunchPlan, session: EngineSession, timings: dict[str, float], events: EventSink
+) -> str:
+    """The blessed files compared with their verified snapshot now that the engine read them (43 when changed)."""
+    if plan_.snapshot is None:
+        return "skipped (debug: no blessed cache)"
+    t_check = time.perf_counter()
+    changes = plan_.snapshot.changes()
+    timings["recheck_s"] = time.perf_counter() - t_check
+    if changes:
+        session.stop()
+        save_evidence(plan_.serve_dir, session.log)
+        assert plan_.blessed_dir is not None
+        raise cache_changed_error(
+            changes,
+            when="between verification and the engine becoming ready",
+            blessed_dir=plan_.blessed_dir,
+        )
+    events(Event("note", f"blessed files unchanged since verification ({len(plan_.snapshot.stamps)} entries)"))
+    return f"unchanged ({len(plan_.snapshot.stamps)} entries)"
+
+
+def _refuse_cache_not_used(plan_: LaunchPlan, session: EngineSession) -> None:
+    """Stop the engine and refuse when its boot log says it did not serve the blessed artifact as is."""
+    if plan_.manifest is None:
+        return
+    not_used = _cache_not_used(plan_, session)
+    if not_used:
+        session.stop()
+        save_evidence(plan_.serve_dir, session.log)
+        raise CacheNotUsedError(
+            "; ".join(not_used),
+            hint=f"the engine log is kept in {plan_.serve_dir / ENGINE_LOG}; a config the config hash "
+            "considers equal made the engine compile or key its cache differently: report it, and bless "
+            "this machine's configuration (bless run --rebless)",
+            details={"serve_dir": str(plan_.serve_dir), "reasons": not_used},
+        )
 
 
 def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
@@ -315,9 +330,7 @@ def _cache_not_used(plan_: LaunchPlan, session: EngineSession) -> list[str]:
     return reasons
 
 
-def _canary(
-    plan_: LaunchPlan, session: EngineSession, client: EngineClient, *, no_canary: bool, events: EventSink
-) -> CanaryResult:
+def _canary(plan_: LaunchPlan, session: EngineSession, *, no_canary: bool, events: EventSink) -> CanaryResult:
     """Run the canary (or say loudly why not); failures stop the engine and raise 42 or 44."""
     if plan_.manifest is None:
         reason = "debug start: no golden outputs (not a blessed start)"
@@ -328,7 +341,7 @@ def _canary(
         return CanaryResult("skipped", reason="--no-canary")
     events(Event("phase", f"canary: {len(plan_.manifest.golden)} golden prompt(s)"))
     try:
-        result = run_canary(client, plan_.manifest.golden)
+        result = run_canary(session.client, plan_.manifest.golden)
     except EngineHttpError as exc:
         alive = session.is_alive()
         session.stop()

@@ -21,7 +21,7 @@ from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
-from bless.runtime.base import ContainerSpec, Runtime, Started
+from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.lease import Lease
@@ -84,6 +84,30 @@ def stop_serving(
     notes: list[str] = []
     runtime: Runtime | None = None
     local_holders = [lease for lease in leases if _local_pid(lease) is not None]
+    _stop_local_engines(local_holders, local, timeout_s, stopped=stopped, notes=notes)
+    if len(local_holders) < len(leases) or not leases:
+        # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
+        runtime = _stop_docker_serves(name, store, docker, leases, timeout_s, stopped=stopped, notes=notes)
+    removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
+    released = store.leases.release_named(container)
+    return StopOutcome(
+        name=name,
+        stopped=tuple(stopped),
+        serve_dirs_removed=tuple(removed),
+        leases_released=len(released),
+        notes=tuple(notes),
+    )
+
+
+def _stop_local_engines(
+    local_holders: list[Lease],
+    local: Callable[[], LocalRuntime],
+    timeout_s: int,
+    *,
+    stopped: list[str],
+    notes: list[str],
+) -> None:
+    """Stop the engine processes the leases name (on this host; another host's are only noted)."""
     for lease in local_holders:
         pid = _local_pid(lease)
         assert pid is not None and lease.holder is not None
@@ -96,40 +120,85 @@ def stop_serving(
             stopped.append(f"pid {pid}")
             if not result.graceful:
                 notes.append(f"engine pid {pid} did not stop within {timeout_s} s and was killed")
-    if len(local_holders) < len(leases) or not leases:
-        # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
-        ours = {labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE}
+
+
+def _stop_docker_serves(
+    name: str,
+    store: Store,
+    docker: Callable[[], Runtime],
+    leases: list[Lease],
+    timeout_s: int,
+    *,
+    stopped: list[str],
+    notes: list[str],
+) -> Runtime | None:
+    """Stop and remove our serving containers of ``name``; the Docker runtime, when one was reached.
+
+    Docker being unreachable is a refusal when a lease names a container, only a note otherwise.
+    """
+    ours = {labels.PROFILE: name, labels.PHASE: labels.PHASE_SERVE}
+    runtime: Runtime | None = None
+    try:
+        runtime = docker()
+        found = runtime.list_ours(ours)
+    except BlessError as exc:
+        if leases:
+            raise
+        notes.append(f"no Docker serve checked: {exc.message}")
+        found = []
+    _refuse_other_roots(name, store, found)
+    if runtime is not None:
         try:
-            runtime = docker()
-            found = runtime.list_ours(ours)
+            _stop_containers(runtime, found, timeout_s, notes=notes)
+            stopped += runtime.cleanup_ours(ours)
         except BlessError as exc:
             if leases:
                 raise
             notes.append(f"no Docker serve checked: {exc.message}")
-            found = []
-        for info in found:
-            owner_root = labels.other_store_root(info.labels, store.root)
-            if owner_root is not None:
-                # Stopping it from here would leave its lease (pinning a blessed version) and serve dir behind.
-                raise ContainerConflictError(
-                    f"container {info.name!r} is the serve of another store root, {owner_root}; not stopped",
-                    hint=f"stop it from its own root: {stop_command(name, Path(owner_root))}",
-                    details={"name": info.name, "holder": "ours", "store_root": owner_root},
-                )
-        if runtime is not None:
-            try:
-                for info in found:
-                    # The graceful stop with the caller's timeout first; cleanup_ours then removes the
-                    # stopped container and its overlay volume (its own stop would allow only 10 s).
-                    spec = ContainerSpec(name=info.name, command=(), env={}, labels=dict(info.labels))
-                    result = runtime.stop(Started(id=info.id, name=info.name, spec=spec, host_port=None), timeout_s)
-                    if not result.graceful and info.status == "running":
-                        notes.append(f"container {info.name} did not stop within {timeout_s} s and was killed")
-                stopped += runtime.cleanup_ours(ours)
-            except BlessError as exc:
-                if leases:
-                    raise
-                notes.append(f"no Docker serve checked: {exc.message}")
+    return runtime
+
+
+def _refuse_other_roots(name: str, store: Store, found: list[ContainerInfo]) -> None:
+    """Refuse (12) to stop a serve of another store root.
+
+    Stopping it from here would leave its lease (pinning a blessed version) and serve dir behind.
+    """
+    for info in found:
+        owner_root = labels.other_store_root(info.labels, store.root)
+        if owner_root is not None:
+            raise ContainerConflictError(
+                f"container {info.name!r} is the serve of another store root, {owner_root}; not stopped",
+                hint=f"stop it from its own root: {stop_command(name, Path(owner_root))}",
+                details={"name": info.name, "holder": "ours", "store_root": owner_root},
+            )
+
+
+def _stop_containers(runtime: Runtime, found: list[ContainerInfo], timeout_s: int, *, notes: list[str]) -> None:
+    """Stop each container gracefully within the caller's timeout.
+
+    cleanup_ours then removes the stopped containers and their overlay volumes (its own stop would
+    allow only 10 s).
+    """
+    for info in found:
+        spec = ContainerSpec(name=info.name, command=(), env={}, labels=dict(info.labels))
+        result = runtime.stop(Started(id=info.id, name=info.name, spec=spec, host_port=None), timeout_s)
+        if not result.graceful and info.status == "running":
+            notes.append(f"container {info.name} did not stop within {timeout_s} s and was killed")
+
+
+def _remove_serve_dirs(
+    name: str,
+    store: Store,
+    leases: list[Lease],
+    runtime: Runtime | None,
+    local: Callable[[], LocalRuntime],
+    *,
+    notes: list[str],
+) -> list[str]:
+    """Remove the serve dirs the leases name (only serve dirs of ``name`` under this store); those removed.
+
+    ``runtime``: the Docker runtime reached while stopping, else a local one removes them.
+    """
     removed: list[str] = []
     for lease in leases:
         if lease.serve_dir is None:
@@ -143,11 +212,4 @@ def stop_serving(
             notes.append(problem)
         else:
             removed.append(str(serve_dir))
-    released = store.leases.release_named(container)
-    return StopOutcome(
-        name=name,
-        stopped=tuple(stopped),
-        serve_dirs_removed=tuple(removed),
-        leases_released=len(released),
-        notes=tuple(notes),
-    )
+    return removed
