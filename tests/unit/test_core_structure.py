@@ -173,6 +173,7 @@ def test_store_dependencies_run_one_way() -> None:
                 module.startswith("bless.store.") and module.removeprefix("bless.store.") not in STORE_ORDER[:rank]
             ):
                 offenders.append(f"{name}: {module}")
+    assert offenders == []
 
 
 TRUST_DIR = BLESS / "trust"
