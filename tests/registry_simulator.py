@@ -33,7 +33,7 @@ matching requests with a lie of ``tests/lying_registry.py`` (a :class:`~tests.ly
 any status, headers and body, endless or with a false length, a bearer challenge; or a
 :class:`~tests.lying_registry.Delayed`). A trickle or a stall mid-body needs a real socket for the
 client's watchdog to shut down and its read timeout to expire: those lies are told only by the
-lying server in front of the real registry. ``requests`` lists every (method, path) asked.
+lying server in front of the real registry.
 
 ``ALSO_REAL`` and ``REAL_ONLY`` (at the end) mark a unit test that runs against the real registry as
 well (an end-to-end anchor of its attack class) or only there (it needs real sockets, or a ``bless``
@@ -85,6 +85,8 @@ class _Repository:
 
 @dataclass(frozen=True)
 class _Answer:
+    """What the registry (or a lie) answers, before it is made a response."""
+
     status: int
     headers: Mapping[str, str]
     body: bytes = b""
@@ -138,8 +140,6 @@ class RegistrySimulator(HTTPAdapter):
         super().__init__()
         self.host = host
         self.credentials = credentials
-        #: Every (method, path) asked, in order (refused ones included).
-        self.requests: list[tuple[str, str]] = []
         #: The most the client read of one lie's body (what ``lying`` told since it was entered).
         self.largest_reply = 0
         self._content: dict[str, bytes] = {}
@@ -175,7 +175,7 @@ class RegistrySimulator(HTTPAdapter):
 
     def manifest_bytes(self, repository: str, reference: str) -> bytes:
         """A manifest's bytes as the registry serves them, by tag or digest."""
-        answer = self._get_manifest("GET", repository, reference, {"Accept": OCI_MANIFEST})
+        answer = self._get_manifest(repository, reference, {"Accept": OCI_MANIFEST})
         assert answer.status == 200, answer
         return answer.body
 
@@ -226,7 +226,6 @@ class RegistrySimulator(HTTPAdapter):
         url = urlsplit(request.url or "")
         method = request.method or "GET"
         with self._lock:
-            self.requests.append((method, url.path))
             refused = self._down or url.netloc != self.host
             lie = lie_for(self._lies, self._used, method, url.path)
         if refused:
@@ -312,7 +311,7 @@ class RegistrySimulator(HTTPAdapter):
                 return self._get_blob(match["name"], match["digest"])
         elif match := _MANIFEST.fullmatch(path):
             if method in ("GET", "HEAD"):
-                return self._get_manifest(method, match["name"], match["reference"], headers)
+                return self._get_manifest(match["name"], match["reference"], headers)
             if method == "PUT":
                 return self._put_manifest(match["name"], match["reference"], body, headers.get("Content-Type", ""))
         else:
@@ -377,7 +376,7 @@ class RegistrySimulator(HTTPAdapter):
             data,
         )  # fmt: skip
 
-    def _get_manifest(self, method: str, name: str, reference: str, headers: Mapping[str, str]) -> _Answer:
+    def _get_manifest(self, name: str, reference: str, headers: Mapping[str, str]) -> _Answer:
         with self._lock:
             repository = self._repositories.get(name, _Repository())
             digest = reference if _DIGEST.fullmatch(reference) else repository.tags.get(reference)
