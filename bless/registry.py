@@ -57,10 +57,10 @@ from bless.errors import (
     UsageError,
 )
 from bless.manifest import Manifest
-from bless.registry_http import bounded_session, guarded, read_upto
+from bless.registry_http import Transport, bounded_session, guarded, read_upto
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
-__all__ = ["CHUNK", "Reference", "RegistryClient", "parse_reference"]
+__all__ = ["CHUNK", "Reference", "RegistryClient", "Transport", "parse_reference"]
 
 CHUNK = 1 << 20
 _MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
@@ -137,18 +137,24 @@ class RegistryClient:
         plain_http: bool | None = None,
         limits: TransferLimits = DEFAULT_LIMITS,
         deadline: float | None = None,
+        transport: Transport | None = None,
     ) -> None:
-        """``deadline`` (``time.monotonic()``) bounds every exchange on top of its own budget (a pull's)."""
+        """``deadline`` (``time.monotonic()``) bounds every exchange on top of its own budget (a pull's).
+
+        ``transport`` carries every request instead of the network (None: the network). Everything
+        above it, this client's checks included, is the same either way.
+        """
         self.reference = reference
         self.limits = limits
         self.deadline = deadline
         self.plain_http = plain_http
+        self.transport = transport
         insecure = reference.loopback if plain_http is None else plain_http
         self._prefix = "http" if insecure else "https"
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
-        bounded_session(self._oras.session, read_timeout=limits.grace_s)
+        bounded_session(self._oras.session, read_timeout=limits.grace_s, transport=transport)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
         with self._errors("reading credentials"):
             self._oras.auth.load_configs(self._container, _docker_configs())
@@ -159,7 +165,7 @@ class RegistryClient:
         with (
             self._deadline(0, "contacting the registry"),
             self._errors("contacting the registry"),
-            bounded_session(requests.Session(), read_timeout=self.limits.grace_s) as session,
+            bounded_session(requests.Session(), read_timeout=self.limits.grace_s, transport=self.transport) as session,
         ):
             response = session.get(f"{self._prefix}://{self.reference.registry}/v2/", stream=True)
             response.close()

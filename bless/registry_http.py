@@ -5,6 +5,10 @@ exchange: a server sending one byte every 20 s keeps a request alive for ever. H
 of a session made by :func:`bounded_session` streams, has a timeout, and runs under the
 :class:`Guard` of its exchange (:func:`guarded`), which shuts the exchange's sockets down when its
 time is up.
+
+Under a session, a :data:`Transport` (requests' transport adapter) carries the requests: the network
+(:class:`_WatchedAdapter`, whose sockets the guard watches) unless the registry client is handed
+another one (the unit tests' in-memory registry, ``tests/registry_simulator.py``).
 """
 
 from __future__ import annotations
@@ -19,17 +23,28 @@ from urllib.parse import urlsplit
 import requests
 import urllib3.connection
 import urllib3.connectionpool
-from requests.adapters import HTTPAdapter
+from requests.adapters import BaseAdapter, HTTPAdapter
 
 from bless.errors import RegistryUnavailableError
 
-__all__ = ["CONNECT_TIMEOUT_S", "MAX_TOKEN_BODY", "READ_TIMEOUT_S", "Guard", "bounded_session", "guarded", "read_upto"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "MAX_TOKEN_BODY",
+    "READ_TIMEOUT_S",
+    "Guard",
+    "Transport",
+    "bounded_session",
+    "guarded",
+    "read_upto",
+]
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
 #: The most of a reply to oras' own requests (bearer tokens: a few KiB) read before it is refused.
 MAX_TOKEN_BODY = 1 << 20
 _READ_CHUNK = 64 << 10
+#: What carries a session's requests: requests' transport adapter (``send`` a prepared request, get a response).
+Transport = BaseAdapter
 
 
 class Guard:
@@ -133,15 +148,18 @@ def guarded(seconds: float) -> Iterator[Guard]:
             _current.guard = previous
 
 
-def bounded_session(session: requests.Session, *, read_timeout: float = READ_TIMEOUT_S) -> requests.Session:
+def bounded_session(
+    session: requests.Session, *, read_timeout: float = READ_TIMEOUT_S, transport: Transport | None = None
+) -> requests.Session:
     """Every request of ``session`` gets a timeout (oras sets none) and a streamed, capped body.
 
     A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
     the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
     :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
+    ``transport`` carries the requests instead of the network (None: the network, guarded).
     """
     for prefix in ("http://", "https://"):
-        session.mount(prefix, _WatchedAdapter())
+        session.mount(prefix, _WatchedAdapter() if transport is None else transport)
     request = session.request
 
     def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:

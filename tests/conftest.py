@@ -25,14 +25,6 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import imported_image
-from tests.registry import Registry, running_registry
-
-
-@pytest.fixture
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    """A real OCI registry (Docker Distribution) on 127.0.0.1, with its own storage dir (tests/registry.py)."""
-    yield from running_registry(tmp_path_factory.mktemp("registry"))
-
 
 BUSYBOX_IMAGE = "bless-test-busybox:1"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))

@@ -5,6 +5,11 @@ Every request is forwarded to the real registry (:class:`tests.registry.Registry
 Content-Length it never keeps, a trickle of one byte at a time, a body cut short. Lies that send
 without end stop at :data:`SAFETY_LIMIT` bytes, so a client that does read everything fails its
 test instead of exhausting the machine; ``sent`` counts what the lies sent.
+
+A lie's answer is a :class:`Reply` or a :class:`Delayed` (data: the in-memory registry of
+``tests/registry_simulator.py`` tells the same lies without a socket), or a function writing to the
+socket itself (:func:`trickle`, :func:`slow_headers`: only a real socket makes the client's watchdog
+and read timeout matter, so those lies are told here only).
 """
 
 from __future__ import annotations
@@ -13,16 +18,44 @@ import http.client
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
-from tests.registry import Registry
+if TYPE_CHECKING:
+    from tests.registry import Registry
 
 #: The most an endless lie sends: far above every cap of the client, far below the machine's memory.
 SAFETY_LIMIT = 256 << 20
 _CHUNK = b"\0" * (64 << 10)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A whole reply of a lie's choosing: ``status``, ``headers`` and ``body``.
+
+    ``{host}`` in a header value is the answering server's ``host``. Not ``endless``: a Content-Length of
+    the body is added (after any the headers declare). ``endless``: after ``body``, zeros until
+    :data:`SAFETY_LIMIT` or the client stops reading, with no Content-Length but one ``headers`` declares.
+    """
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    endless: bool = False
+
+
+@dataclass(frozen=True)
+class Delayed:
+    """The registry's true reply, after ``seconds`` of silence (a slow but honest registry)."""
+
+    seconds: float
+
+
+#: A lie told by writing to the socket itself (this server only).
+SocketLie = Callable[["LyingRegistry", BaseHTTPRequestHandler], None]
 
 
 @dataclass(frozen=True)
@@ -31,9 +64,20 @@ class Lie:
 
     method: str
     path: str
-    answer: Callable[[LyingRegistry, BaseHTTPRequestHandler], None]
+    answer: Reply | Delayed | SocketLie
     #: Lie only this many times (None: always), then forward.
     times: int | None = None
+
+
+def lie_for(lies: list[Lie], used: dict[int, int], method: str, path: str) -> Lie | None:
+    """The first of ``lies`` for ``method`` and ``path`` (its query ignored) not used up, counted in ``used``."""
+    for index, lie in enumerate(lies):
+        if lie.method == method and re.fullmatch(lie.path, path.split("?", 1)[0]):
+            if lie.times is not None and used.get(index, 0) >= lie.times:
+                continue
+            used[index] = used.get(index, 0) + 1
+            return lie
+    return None
 
 
 class LyingRegistry:
@@ -51,6 +95,8 @@ class LyingRegistry:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        #: The registry client reaches this server over the network.
+        self.transport = None
 
     def ref(self, repository: str) -> str:
         return f"{self.host}/{repository}"
@@ -62,13 +108,7 @@ class LyingRegistry:
 
     def lie_for(self, method: str, path: str) -> Lie | None:
         with self.lock:
-            for index, lie in enumerate(self.lies):
-                if lie.method == method and re.fullmatch(lie.path, path.split("?", 1)[0]):
-                    if lie.times is not None and self.used.get(index, 0) >= lie.times:
-                        continue
-                    self.used[index] = self.used.get(index, 0) + 1
-                    return lie
-        return None
+            return lie_for(self.lies, self.used, method, path)
 
 
 def _handler(lying: LyingRegistry) -> type[BaseHTTPRequestHandler]:
@@ -80,12 +120,19 @@ def _handler(lying: LyingRegistry) -> type[BaseHTTPRequestHandler]:
 
         def handle_one(self) -> None:
             lie = lying.lie_for(self.command, self.path)
-            if lie is not None:
-                self.close_connection = True
-                with suppress(OSError):
-                    lie.answer(lying, self)
+            if lie is None:
+                self.forward()
                 return
-            self.forward()
+            with suppress(OSError):
+                if isinstance(lie.answer, Delayed):
+                    time.sleep(lie.answer.seconds)
+                    self.forward()
+                    return
+                self.close_connection = True
+                if isinstance(lie.answer, Reply):
+                    _send(lying, self, lie.answer)
+                else:
+                    lie.answer(lying, self)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = handle_one
 
@@ -118,7 +165,8 @@ def _handler(lying: LyingRegistry) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def lying_registry(upstream: Registry, *lies: Lie) -> Iterator[LyingRegistry]:
     lying = LyingRegistry(upstream, list(lies))
-    thread = threading.Thread(target=lying.server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it (the default half second was most of a lie test's time).
+    thread = threading.Thread(target=lying.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield lying
@@ -130,46 +178,47 @@ def lying_registry(upstream: Registry, *lies: Lie) -> Iterator[LyingRegistry]:
 # --------------------------------------------------------------------------------------------- lies
 
 
-def endless(
-    status: int = 200, headers: dict[str, str] | None = None
-) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+def _send(lying: LyingRegistry, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+    handler.send_response(reply.status)
+    for key, value in reply.headers.items():
+        handler.send_header(key, value.replace("{host}", lying.host))
+    if not reply.endless:
+        handler.send_header("Content-Length", str(len(reply.body)))
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.wfile.write(reply.body)
+    sent = len(reply.body)
+    while reply.endless and sent < SAFETY_LIMIT:
+        handler.wfile.write(_CHUNK)
+        sent += len(_CHUNK)
+        lying.count(len(_CHUNK), sent)
+
+
+def endless(status: int = 200, headers: dict[str, str] | None = None) -> Reply:
     """A reply whose body never ends (up to :data:`SAFETY_LIMIT`): no Content-Length, closed at the end."""
-
-    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        sent = 0
-        while sent < SAFETY_LIMIT:
-            handler.wfile.write(_CHUNK)
-            sent += len(_CHUNK)
-            lying.count(len(_CHUNK), sent)
-
-    return answer
+    return Reply(status, headers or {}, endless=True)
 
 
-def declared(size: int, status: int = 200) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+def declared(size: int, status: int = 200) -> Reply:
     """A reply that declares a Content-Length of ``size`` and then sends an endless body."""
-
-    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Length", str(size))
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        sent = 0
-        while sent < min(size, SAFETY_LIMIT):
-            handler.wfile.write(_CHUNK)
-            sent += len(_CHUNK)
-            lying.count(len(_CHUNK), sent)
-
-    return answer
+    return Reply(status, {"Content-Length": str(size)}, endless=True)
 
 
-def trickle(
-    every_s: float, status: int = 200, content_length: int | None = None, prefix: int = 0
-) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+def reply(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    """A whole reply of the lie's choosing: ``status``, ``headers`` and ``data``."""
+    return Reply(status, headers or {}, data)
+
+
+#: A 401 asking for a bearer token from ``/token`` of the answering server.
+token_challenge = Reply(401, {"WWW-Authenticate": 'Bearer realm="http://{host}/token",service="test"'})
+
+
+def delayed(seconds: float) -> Delayed:
+    """The upstream's true reply, after ``seconds`` of silence (a slow but honest registry)."""
+    return Delayed(seconds)
+
+
+def trickle(every_s: float, status: int = 200, content_length: int | None = None, prefix: int = 0) -> SocketLie:
     """A reply that sends ``prefix`` bytes at once, then one byte each ``every_s`` seconds, for ever.
 
     ``content_length`` None: the upstream's real reply is fetched for its headers and bytes, which
@@ -200,27 +249,7 @@ def trickle(
     return answer
 
 
-def token_challenge(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
-    """A 401 asking for a bearer token from ``/token`` of this very server."""
-    handler.send_response(401)
-    handler.send_header("WWW-Authenticate", f'Bearer realm="http://{lying.host}/token",service="test"')
-    handler.send_header("Content-Length", "0")
-    handler.send_header("Connection", "close")
-    handler.end_headers()
-
-
-def delayed(seconds: float) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
-    """The upstream's true reply, after ``seconds`` of silence (a slow but honest registry)."""
-
-    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
-        time.sleep(seconds)
-        handler.close_connection = False
-        handler.forward()  # type: ignore[attr-defined]
-
-    return answer
-
-
-def slow_headers(every_s: float, count: int = 10_000) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
+def slow_headers(every_s: float, count: int = 10_000) -> SocketLie:
     """A status line, then a header that never ends: one byte each ``every_s`` seconds."""
 
     def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
@@ -231,22 +260,5 @@ def slow_headers(every_s: float, count: int = 10_000) -> Callable[[LyingRegistry
             handler.wfile.write(b"a")
             handler.wfile.flush()
             lying.count(1)
-
-    return answer
-
-
-def reply(
-    data: bytes, status: int = 200, headers: dict[str, str] | None = None
-) -> Callable[[LyingRegistry, BaseHTTPRequestHandler], None]:
-    """A whole reply of the lie's choosing: ``status``, ``headers`` and ``data``."""
-
-    def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.send_header("Content-Length", str(len(data)))
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        handler.wfile.write(data)
 
     return answer

@@ -14,7 +14,7 @@ from bless.engines import get_adapter
 from bless.errors import InputInvalidError
 from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
 from bless.profile import load_profile
-from bless.registry import RegistryClient, parse_reference
+from bless.registry import RegistryClient, Transport, parse_reference
 from bless.store.fsutil import UnreadableFileError, read_bounded
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
@@ -31,11 +31,13 @@ def render_blessing(
     trust_dir: Path | None = None,
     plain_http: bool | None = None,
     limits: TransferLimits = DEFAULT_LIMITS,
+    transport: Transport | None = None,
 ) -> Rendered:
     """Render ``options.artifact`` served with the profile at ``profile_path``.
 
     ``trust_dir``: a directory holding the trusted ``root.json``, rendered as the trust ConfigMap
-    (without it the Deployment names an existing one, ``options.trust_configmap``).
+    (without it the Deployment names an existing one, ``options.trust_configmap``). ``transport``:
+    what carries the registry client's requests (None: the network).
     """
     profile = load_profile(profile_path)
     try:
@@ -46,7 +48,7 @@ def render_blessing(
         options = _with_trust_root(options, trust_dir)
     require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
-    client = RegistryClient(reference, plain_http=plain_http, limits=limits)
+    client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
     adapter = get_adapter(profile.engine)
     return render(profile, profile_text, Blessing.of(manifest), options, cache_path=adapter.cache_mount_path)

@@ -60,7 +60,7 @@ from bless.errors import (
     NoSpaceError,
 )
 from bless.manifest import Manifest
-from bless.registry import CHUNK, Reference, RegistryClient
+from bless.registry import CHUNK, Reference, RegistryClient, Transport
 from bless.store import FaultHook, Store, staging_owner
 from bless.store.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
@@ -178,7 +178,11 @@ def _download(
     def client() -> RegistryClient:
         if not hasattr(local, "client"):
             local.client = RegistryClient(
-                origin.reference, plain_http=origin.plain_http, limits=origin.limits, deadline=origin.deadline
+                origin.reference,
+                plain_http=origin.plain_http,
+                limits=origin.limits,
+                deadline=origin.deadline,
+                transport=origin.transport,
             )
         return local.client  # type: ignore[no-any-return]
 
@@ -342,12 +346,15 @@ def pull_blessing(
     limits: TransferLimits = DEFAULT_LIMITS,
     wait: bool = True,
     allow_downgrade: bool = False,
+    transport: Transport | None = None,
 ) -> PullResult:
     """Pull, verify and install a blessing (see the module docstring); a present one is a no-op.
 
     ``wait``: queue behind another writer of this config (a pull of the same blessing, a ``bless run``)
     for its lock; False refuses at once (LockHeldError, 11). ``allow_downgrade``: replace a live
-    blessing of the config created later than the pulled one (else DowngradeError, 16).
+    blessing of the config created later than the pulled one (else DowngradeError, 16). ``transport``:
+    what carries the registry client's requests (None: the network; the unit tests' in-memory registry
+    otherwise).
     """
     started = time.monotonic()
 
@@ -356,7 +363,7 @@ def pull_blessing(
             fault(f"pull:{name}")
 
     step("resolve")
-    client = RegistryClient(reference, plain_http=plain_http, limits=limits)
+    client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     artifact, manifest, manifest_bytes = client.resolve_blessing(reference)
     # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.
     budget_s = limits.budget(len(artifact.manifest_bytes) + artifact.total_size)

@@ -27,7 +27,7 @@ from bless.artifact import (
 )
 from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
 from bless.manifest import Manifest
-from bless.registry import Reference, RegistryClient
+from bless.registry import Reference, RegistryClient, Transport
 from bless.store import Store
 from bless.trust import metadata_from_dir, target_path
 
@@ -91,8 +91,13 @@ def push_blessing(
     metadata_dir: Path | None = None,
     plain_http: bool | None = None,
     progress: Callable[[int], None] | None = None,
+    transport: Transport | None = None,
 ) -> PushResult:
-    """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given)."""
+    """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given).
+
+    ``transport``: what carries the registry client's requests (None: the network; the unit tests'
+    in-memory registry otherwise).
+    """
     signing = _signing_metadata(metadata_dir, manifest) if metadata_dir is not None else None
     blessed_dir = store.blessed_dir(manifest)
     check = store.verify_blessing(manifest)
@@ -100,7 +105,7 @@ def push_blessing(
         raise VerifyFailedError.from_result(check, blessed_dir, config_hash=manifest.config_hash)
     artifact = blessing_artifact(manifest)
     check_distributable(artifact)
-    client = RegistryClient(reference, plain_http=plain_http)
+    client = RegistryClient(reference, plain_http=plain_http, transport=transport)
     uploaded = 0
     uploaded_bytes = 0
     sources: list[tuple[BlobRef, Path | bytes]] = [(artifact.config, manifest.to_json_bytes())]

@@ -1,4 +1,4 @@
-"""Fixtures for the end-to-end tests: the reference image, a CLI runner, one session-scoped real blessing.
+"""Fixtures for the end-to-end tests: the reference image, a CLI runner, one session-scoped real blessing, a registry.
 
 The Docker client and the busybox image are shared with the runtime contract suite: tests/conftest.py.
 """
@@ -14,6 +14,14 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import REPO, our_containers, run_cli, write_profile
+from tests.registry import Registry, running_registry
+
+
+@pytest.fixture
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A real OCI registry (Docker Distribution) on 127.0.0.1, with its own storage dir (tests/registry.py)."""
+    yield from running_registry(tmp_path_factory.mktemp("registry"))
+
 
 # --- bless end to end: the reference image, a CLI runner, one session-scoped real blessing ---------
 

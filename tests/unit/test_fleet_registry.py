@@ -1,4 +1,9 @@
-"""bless push / pull against a real registry (Docker Distribution on 127.0.0.1), with small real blessings.
+"""bless push / pull against a registry, with small real blessings.
+
+The registry is the in-memory one under the registry client (``tests/registry_simulator.py``); the
+tests marked ``ALSO_REAL`` run against a real Docker Distribution on 127.0.0.1 as well (one per
+attack class, end to end), those marked ``REAL_ONLY`` only there (``bless`` run by typer's runner or
+as a process, which cannot be handed a transport).
 
 The attack matrix: every attack is a distinct refusal, nothing is installed, and the blessing the
 host already had is untouched. A registry that lies (endless or trickled bodies, false lengths,
@@ -13,13 +18,8 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from bless.registry import parse_reference
 from bless.store import PUBLISH_STEPS, Store
 from bless.trust import RoleKeys, init_repository, sign_blessing
 from bless.verify import verify_tree
-from tests.registry import Registry
+from tests.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, RegistrySimulator, on_registries
 from tests.unit.store_helpers import child_env, make_factors, make_manifest, write_tree
 
 PULL_CHILD = Path(__file__).resolve().parent / "pull_child.py"
@@ -100,41 +100,45 @@ def host(tmp_path: Path) -> Store:
 # push / pull
 
 
-def test_push_pull_roundtrip_reproducible_and_noop(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+@ALSO_REAL
+def test_push_pull_roundtrip_reproducible_and_noop(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
+    transport = registry.transport
     manifest = bless_version(origin, tmp_path, "a", OLD_ID)
-    pushed = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")))
+    pushed = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")), transport=transport)
     # Reproducible: the digest is a function of the blessing alone (another host computes the same).
     assert pushed.digest == blessing_artifact(manifest).digest
     other_host = Store(tmp_path / "other-origin")
     copy = bless_version(other_host, tmp_path / "elsewhere", "a", OLD_ID)
-    assert push_blessing(other_host, copy, parse_reference(registry.ref("caches/tiny:v1b"))).digest == pushed.digest
-    again = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")))
+    other_ref = parse_reference(registry.ref("caches/tiny:v1b"))
+    assert push_blessing(other_host, copy, other_ref, transport=transport).digest == pushed.digest
+    again = push_blessing(origin, manifest, parse_reference(registry.ref("caches/tiny:v1")), transport=transport)
     assert again.blobs_uploaded == 0 and again.bytes_uploaded == 0
 
     assert _get_manifest(registry, "caches/tiny", "v1")["artifactType"] == ARTIFACT_TYPE
 
-    pulled = pull_blessing(host, parse_reference(registry.ref("caches/tiny:v1")))
+    pulled = pull_blessing(host, parse_reference(registry.ref("caches/tiny:v1")), transport=transport)
     assert pulled.installed and pulled.digest == pushed.digest
     live = host.find(manifest.config_hash)
     assert live is not None and live.to_json_bytes() == manifest.to_json_bytes()
     assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs, expect_read_only=True).ok
     assert_untouched(host, manifest)
     # Already present: a no-op, by tag or by digest.
-    noop = pull_blessing(host, parse_reference(pulled.pinned))
+    noop = pull_blessing(host, parse_reference(pulled.pinned), transport=transport)
     assert not noop.installed and noop.bytes_downloaded == 0
 
 
-def test_rebless_moves_only_changed_files(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+def test_rebless_moves_only_changed_files(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
+    transport = registry.transport
     first = bless_version(origin, tmp_path, "a", OLD_ID)
     ref = parse_reference(registry.ref("caches/tiny:prod"))
-    full = push_blessing(origin, first, ref)
-    pull_blessing(host, ref)
+    full = push_blessing(origin, first, ref, transport=transport)
+    pull_blessing(host, ref, transport=transport)
     tree = write_tree(tmp_path / "tree-rebless", "a")
     (tree / "big.bin").write_bytes(b"a" * 4096)
     (tree / "nested" / "index.json").write_text('{"variant": "changed"}\n')
     second = make_manifest(tree, dir_id=NEW_ID)
     origin.publish(tree, second)
-    delta = push_blessing(origin, second, ref)
+    delta = push_blessing(origin, second, ref, transport=transport)
     assert delta.blobs_uploaded == 2  # the new manifest and the one changed file
     assert delta.bytes_uploaded < full.bytes_uploaded
     # A local copy that no longer hashes right is downloaded after all, never trusted.
@@ -143,7 +147,7 @@ def test_rebless_moves_only_changed_files(tmp_path: Path, registry: Registry, or
     kernel = host.blessed_dir(live_first) / "nested" / "deep" / "kernel.so"
     kernel.chmod(0o644)
     kernel.write_bytes(b"x" * kernel.stat().st_size)
-    pulled = pull_blessing(host, ref)
+    pulled = pull_blessing(host, ref, transport=transport)
     changed = next(f for f in second.cache.files if f.path == "nested/index.json")
     kept_but_damaged = next(f for f in second.cache.files if f.path == "nested/deep/kernel.so")
     assert pulled.installed and pulled.blobs_downloaded == 2  # the changed file and the damaged one
@@ -153,7 +157,8 @@ def test_rebless_moves_only_changed_files(tmp_path: Path, registry: Registry, or
     assert verify_tree(host.blessed_dir(live), live.cache.files, live.cache.dirs).ok
 
 
-def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: Registry, origin: Store):
+@REAL_ONLY
+def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: AnyRegistry, origin: Store):
     manifest = bless_version(origin, tmp_path, "a", OLD_ID)
     runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
     pushed = runner.invoke(
@@ -178,121 +183,103 @@ def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: Registry,
 # Signed pulls and the attack matrix
 
 
-def signed_push(origin: Store, manifest: Manifest, keys: Path, ref: str, **sign: object) -> str:
+def signed_push(registry: AnyRegistry, origin: Store, manifest: Manifest, keys: Path, ref: str, **sign: object) -> str:
     sign_blessing(keys, manifest, manifest.to_json_bytes(), **sign)  # type: ignore[arg-type]
-    return push_blessing(origin, manifest, parse_reference(ref), metadata_dir=keys / "metadata").digest
+    reference = parse_reference(ref)
+    return push_blessing(
+        origin, manifest, reference, metadata_dir=keys / "metadata", transport=registry.transport
+    ).digest
 
 
-def test_signed_pull_and_rollback_by_moving_the_tag(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+@ALSO_REAL
+def test_signed_pull_and_rollback_by_moving_the_tag(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
+    transport = registry.transport
     keys = tmp_path / "keys"
     init_repository(keys)
     trust = provision(tmp_path, keys)
     ref = registry.ref("caches/tiny:prod")
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    old_digest = signed_push(origin, old, keys, ref)
-    assert pull_blessing(host, parse_reference(ref), trust_dir=trust).trust is not None
+    old_digest = signed_push(registry, origin, old, keys, ref)
+    assert pull_blessing(host, parse_reference(ref), trust_dir=trust, transport=transport).trust is not None
     new = bless_version(origin, tmp_path, "b", NEW_ID)
-    signed_push(origin, new, keys, ref)
-    pulled = pull_blessing(host, parse_reference(ref), trust_dir=trust)
+    signed_push(registry, origin, new, keys, ref)
+    pulled = pull_blessing(host, parse_reference(ref), trust_dir=trust, transport=transport)
     assert pulled.installed and pulled.trust is not None and pulled.trust.versions["targets"] == 3
 
     # The attacker moves the tag back to the older, validly signed artifact.
-    old_bytes = _manifest_bytes(registry, "caches/tiny", old_digest)
-    put = urllib.request.Request(
-        f"http://{registry.host}/v2/caches/tiny/manifests/prod",
-        data=old_bytes,
-        method="PUT",
-        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    urllib.request.urlopen(put).close()
+    old_bytes = registry.manifest_bytes("caches/tiny", old_digest)
+    registry.put_manifest("caches/tiny", "prod", old_bytes)
     with pytest.raises(RollbackError):
-        pull_blessing(host, parse_reference(ref), trust_dir=trust)
+        pull_blessing(host, parse_reference(ref), trust_dir=trust, transport=transport)
     assert_untouched(host, new)
     # ...and also points the old artifact's signatures at the newest metadata: delisted, unsigned.
-    newest = push_blessing(origin, new, parse_reference(ref), metadata_dir=keys / "metadata")
+    newest = push_blessing(origin, new, parse_reference(ref), metadata_dir=keys / "metadata", transport=transport)
     newest_trust = _get_manifest(registry, "caches/tiny", trust_tag(newest.digest))
     newest_trust["subject"] = {**newest_trust["subject"], "digest": old_digest, "size": len(old_bytes)}
-    body = json.dumps(newest_trust).encode()
-    urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://{registry.host}/v2/caches/tiny/manifests/{trust_tag(old_digest)}",
-            data=body,
-            method="PUT",
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-        )
-    ).close()
+    registry.put_manifest("caches/tiny", trust_tag(old_digest), json.dumps(newest_trust).encode())
     with pytest.raises(UnsignedError):
-        pull_blessing(host, parse_reference(f"{registry.ref('caches/tiny')}@{old_digest}"), trust_dir=trust)
+        pinned = parse_reference(f"{registry.ref('caches/tiny')}@{old_digest}")
+        pull_blessing(host, pinned, trust_dir=trust, transport=transport)
     assert_untouched(host, new)
 
 
-@pytest.mark.parametrize("attack", ["expired", "untrusted-key", "below-threshold", "unsigned"])
+@pytest.mark.parametrize(
+    ("attack", "registry"),
+    on_registries(
+        {attack: (attack,) for attack in ("expired", "untrusted-key", "below-threshold", "unsigned")},
+        also_real=["untrusted-key"],
+    ),
+    indirect=["registry"],
+)
 def test_signature_attacks_are_refused_before_download(
-    attack: str, tmp_path: Path, registry: Registry, origin: Store, host: Store
+    attack: str, tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store
 ):
     keys = tmp_path / "keys"
     init_repository(keys, roles={"targets": RoleKeys(3, 2)})
     trust = provision(tmp_path, keys)
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    signed_push(origin, old, keys, registry.ref("c/t:old"))
-    pull_blessing(host, parse_reference(registry.ref("c/t:old")), trust_dir=trust)
+    signed_push(registry, origin, old, keys, registry.ref("c/t:old"))
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), trust_dir=trust, transport=registry.transport)
     new = bless_version(origin, tmp_path, "b", NEW_ID)
     ref = registry.ref("c/t:new")
     expected: type[BlessError]
     if attack == "expired":
-        signed_push(origin, new, keys, ref, now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1))
+        now = datetime.now(UTC) - timedelta(days=2)
+        signed_push(registry, origin, new, keys, ref, now=now, expires=timedelta(days=1))
         expected = MetadataExpiredError
     elif attack == "untrusted-key":
         impostor = tmp_path / "impostor"
         init_repository(impostor, roles={"targets": RoleKeys(3, 2)})
-        signed_push(origin, new, impostor, ref)
+        signed_push(registry, origin, new, impostor, ref)
         expected = SignatureUntrustedError
     elif attack == "below-threshold":
         for path in sorted((keys / "keys").glob("targets-*.pem"))[1:]:
             path.unlink()
-        signed_push(origin, new, keys, ref)
+        signed_push(registry, origin, new, keys, ref)
         expected = BelowThresholdError
     else:
-        push_blessing(origin, new, parse_reference(ref))
+        push_blessing(origin, new, parse_reference(ref), transport=registry.transport)
         expected = UnsignedError
     with pytest.raises(expected) as info:
-        pull_blessing(host, parse_reference(ref), trust_dir=trust)
+        pull_blessing(host, parse_reference(ref), trust_dir=trust, transport=registry.transport)
     assert info.value.exit_code == expected.exit_code
     assert_untouched(host, old)
 
 
-def _put_manifest(registry: Registry, repository: str, tag: str, document: dict[str, object]) -> None:
-    request = urllib.request.Request(
-        f"http://{registry.host}/v2/{repository}/manifests/{tag}",
-        data=json.dumps(document).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    urllib.request.urlopen(request).close()
-
-
-def _manifest_bytes(registry: Registry, repository: str, reference: str) -> bytes:
-    request = urllib.request.Request(
-        f"http://{registry.host}/v2/{repository}/manifests/{reference}",
-        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    with urllib.request.urlopen(request) as reply:
-        data: bytes = reply.read()
-    return data
-
-
-def _get_manifest(registry: Registry, repository: str, reference: str) -> dict[str, Any]:
-    document = json.loads(_manifest_bytes(registry, repository, reference))
+def _get_manifest(registry: AnyRegistry, repository: str, reference: str) -> dict[str, Any]:
+    document = json.loads(registry.manifest_bytes(repository, reference))
     assert isinstance(document, dict)
     return document
 
 
-def test_registry_content_attacks(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+@ALSO_REAL
+def test_registry_content_attacks(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
+    transport = registry.transport
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
-    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=transport)
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=transport)
     new = bless_version(origin, tmp_path, "b", NEW_ID)
-    pushed = push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    pushed = push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=transport)
 
     # A manifest swapped for another blessing's: the config blob of another config, layers unchanged.
     other_store = Store(tmp_path / "other")
@@ -300,118 +287,69 @@ def test_registry_content_attacks(tmp_path: Path, registry: Registry, origin: St
     (other_tree / "big.bin").write_bytes(b"b" * 4096)
     other = make_manifest(other_tree, make_factors(seed=7), dir_id=NEW_ID)
     other_store.publish(other_tree, other)
-    push_blessing(other_store, other, parse_reference(registry.ref("c/t:other")))
+    push_blessing(other_store, other, parse_reference(registry.ref("c/t:other")), transport=transport)
     swapped = _get_manifest(registry, "c/t", "new")
     swapped["config"] = _get_manifest(registry, "c/t", "other")["config"]
-    _put_manifest(registry, "c/t", "swapped", swapped)
+    registry.put_manifest("c/t", "swapped", json.dumps(swapped).encode())
     with pytest.raises(ArtifactInvalidError):
-        pull_blessing(host, parse_reference(registry.ref("c/t:swapped")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:swapped")), transport=transport)
     assert_untouched(host, old)
 
     # Crafted paths: a layer that would land outside the cache.
     for evil in ("../escape", "/etc/evil", "nested/../../x"):
         crafted = _get_manifest(registry, "c/t", "new")
         crafted["layers"][0]["annotations"]["org.opencontainers.image.title"] = evil
-        _put_manifest(registry, "c/t", "crafted", crafted)
+        registry.put_manifest("c/t", "crafted", json.dumps(crafted).encode())
         with pytest.raises(ArtifactInvalidError):
-            pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))
+            pull_blessing(host, parse_reference(registry.ref("c/t:crafted")), transport=transport)
         assert_untouched(host, old)
 
     # The OCI manifest altered in the registry's storage: by digest or by tag, its bytes must hash right.
-    stored_manifest = registry.blob_path(pushed.digest)
-    original = stored_manifest.read_bytes()
-    stored_manifest.write_bytes(original + b" ")
+    original = registry.stored(pushed.digest)
+    registry.tamper(pushed.digest, original + b" ")
     for reference in (pushed.pinned, registry.ref("c/t:new")):
         with pytest.raises(DigestMismatchError):
-            pull_blessing(host, parse_reference(reference))
+            pull_blessing(host, parse_reference(reference), transport=transport)
         assert_untouched(host, old)
-    stored_manifest.write_bytes(original)
+    registry.tamper(pushed.digest, original)
 
     # A blob altered in the registry's storage (same length, other bytes): refused while streaming.
     big = next(f for f in new.cache.files if f.path == "big.bin")
-    stored = registry.blob_path(f"sha256:{big.sha256}")
-    data = bytearray(stored.read_bytes())
+    data = bytearray(registry.stored(f"sha256:{big.sha256}"))
     data[len(data) // 2] ^= 0xFF
-    stored.write_bytes(bytes(data))
+    registry.tamper(f"sha256:{big.sha256}", bytes(data))
     with pytest.raises(DigestMismatchError):
-        pull_blessing(host, parse_reference(pushed.pinned))
+        pull_blessing(host, parse_reference(pushed.pinned), transport=transport)
     assert_untouched(host, old)
 
 
-def test_registry_down_and_killed_mid_pull(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+@ALSO_REAL
+def test_registry_down_and_killed_mid_pull(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
+    transport = registry.transport
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
-    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=transport)
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=transport)
     new = bless_version(origin, tmp_path, "big", NEW_ID)
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=transport)
 
-    # Truncated download: a loopback relay kills the registry once 256 KiB of the big blob went through.
-    with _killing_relay(registry, after_bytes=256 << 10) as relay_host, pytest.raises(TransferIncompleteError):
+    # Truncated download: the registry is killed once 256 KiB of the big blob went out (by a loopback relay).
+    with registry.killed_after(256 << 10) as relay_host, pytest.raises(TransferIncompleteError):
         # One download at a time: which blob the outage hits first is then not a race.
-        pull_blessing(host, parse_reference(f"{relay_host}/c/t:new"), workers=1)
+        pull_blessing(host, parse_reference(f"{relay_host}/c/t:new"), workers=1, transport=transport)
     assert_untouched(host, old)
 
     # The registry is down: refused at once, nothing touched.
     with pytest.raises(RegistryUnavailableError):
-        pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=transport)
     assert_untouched(host, old)
-
-
-class _Relay:
-    def __init__(self, registry: Registry, after_bytes: int) -> None:
-        self.registry = registry
-        self.after_bytes = after_bytes
-        self.sent = 0
-        self.lock = threading.Lock()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.stopping = False
-
-    def serve(self) -> None:
-        while not self.stopping:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.registry.port))
-            threading.Thread(target=self.pipe, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self.pipe, args=(upstream, client, True), daemon=True).start()
-
-    def pipe(self, source: socket.socket, sink: socket.socket, counted: bool) -> None:
-        try:
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-                if counted and len(chunk) > 0:
-                    with self.lock:
-                        self.sent += len(chunk)
-                        if self.sent > self.after_bytes + (64 << 10):
-                            self.registry.kill()
-                            break
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-
-
-@contextmanager
-def _killing_relay(registry: Registry, after_bytes: int) -> Iterator[str]:
-    relay = _Relay(registry, after_bytes)
-    thread = threading.Thread(target=relay.serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{relay.server.getsockname()[1]}"
-    finally:
-        relay.stopping = True
-        relay.server.close()
 
 
 # --------------------------------------------------------------------------------------------
 # Crash: SIGKILL at each step of a pull
 
 
-def test_pull_killed_at_each_step_leaves_old_or_new(tmp_path: Path, registry: Registry, origin: Store, host: Store):
+@REAL_ONLY
+def test_pull_killed_at_each_step_leaves_old_or_new(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
     old = bless_version(origin, tmp_path, "a", OLD_ID)
     push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
     pull_blessing(host, parse_reference(registry.ref("c/t:old")))
@@ -455,6 +393,7 @@ def _tree_copy(store: Store, manifest: Manifest, target: Path) -> Path:
 def test_credentials_from_the_docker_config_are_used_and_never_written(
     tmp_path: Path, origin: Store, host: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Against a real registry with an htpasswd file."""
     from tests.registry import running_registry
 
     user, password = "fleet-user", "pw-Zq81-never-written"
@@ -488,26 +427,18 @@ def test_an_image_pull_secret_mounted_as_kubernetes_does_is_the_docker_config(
 ) -> None:
     """The init container's credentials: a kubernetes.io/dockerconfigjson secret's ``.dockerconfigjson``
     mounted as ``config.json`` (a link into the kubelet's ``..data`` dir) under ``$DOCKER_CONFIG``."""
-    from tests.registry import running_registry
-
     user, password = "pod-user", "pw-Kx42-pull-secret"
-    secured = running_registry(tmp_path / "secured", credentials=(user, password))
-    registry = next(secured)
-    try:
-        manifest = bless_version(origin, tmp_path, "a", OLD_ID)
-        ref = parse_reference(registry.ref("private/pod:v1"))
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        dockerconfigjson = json.dumps(
-            {"auths": {registry.host: {"username": user, "password": password, "auth": token}}}
-        )
-        secret = tmp_path / "registry-auth"
-        data = secret / "..2026_11_24_00_00_00.000000001"
-        data.mkdir(parents=True)
-        (data / "config.json").write_text(dockerconfigjson)
-        (secret / "..data").symlink_to(data.name)
-        (secret / "config.json").symlink_to("..data/config.json")
-        monkeypatch.setenv("DOCKER_CONFIG", str(secret))
-        push_blessing(origin, manifest, ref)
-        assert pull_blessing(host, ref).installed
-    finally:
-        registry.stop()
+    registry = RegistrySimulator(credentials=(user, password))
+    manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+    ref = parse_reference(registry.ref("private/pod:v1"))
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    dockerconfigjson = json.dumps({"auths": {registry.host: {"username": user, "password": password, "auth": token}}})
+    secret = tmp_path / "registry-auth"
+    data = secret / "..2026_11_24_00_00_00.000000001"
+    data.mkdir(parents=True)
+    (data / "config.json").write_text(dockerconfigjson)
+    (secret / "..data").symlink_to(data.name)
+    (secret / "config.json").symlink_to("..data/config.json")
+    monkeypatch.setenv("DOCKER_CONFIG", str(secret))
+    push_blessing(origin, manifest, ref, transport=registry)
+    assert pull_blessing(host, ref, transport=registry).installed

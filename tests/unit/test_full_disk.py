@@ -2,6 +2,8 @@
 
 The disks are real: small tmpfs mounts (``size=``), filled up at a fault point of the writer's own
 seam, or remounted read-only. Mounting needs root (CAP_SYS_ADMIN); elsewhere these tests are skipped.
+Pulls are from the in-memory registry (``tests/registry_simulator.py``); the disk filling up
+mid-download from a real one as well.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from bless.flows.push import push_blessing
 from bless.registry import parse_reference
 from bless.store import Store
 from bless.trust import check_blessing, init_repository, sign_blessing, trust_state_dir
-from tests.registry import Registry
+from tests.registry_simulator import ALSO_REAL, AnyRegistry
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version, provision
 
@@ -73,27 +75,28 @@ def refused(info: pytest.ExceptionInfo[NoSpaceError]) -> str:
 # --------------------------------------------------------------------------------------------- pull
 
 
-def test_pull_checks_free_space_before_downloading(tmp_path: Path, registry: Registry) -> None:
+def test_pull_checks_free_space_before_downloading(tmp_path: Path, registry: AnyRegistry) -> None:
     origin = Store(tmp_path / "origin")
     new = bless_version(origin, tmp_path, "big", NEW_ID)  # a 1 MiB file and a few small ones
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     with small_disk(tmp_path / "disk", "1536k") as disk:
         host = Store(disk / "host")
         with pytest.raises(NoSpaceError, match="needs") as info:
-            pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+            pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
         assert "nothing was downloaded" in refused(info)
         assert_untouched(host, None)
 
 
-def test_pull_refuses_a_disk_that_fills_up_mid_download(tmp_path: Path, registry: Registry) -> None:
+@ALSO_REAL
+def test_pull_refuses_a_disk_that_fills_up_mid_download(tmp_path: Path, registry: AnyRegistry) -> None:
     origin = Store(tmp_path / "origin")
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
     new = bless_version(origin, tmp_path, "big", NEW_ID)
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     with small_disk(tmp_path / "disk", "8m") as disk:
         host = Store(disk / "host")
-        pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
         filled: list[bool] = []
 
         def fill_once(_size: int) -> None:  # past the free-space check: the first bytes have arrived
@@ -102,44 +105,50 @@ def test_pull_refuses_a_disk_that_fills_up_mid_download(tmp_path: Path, registry
                 fill(disk)
 
         with pytest.raises(NoSpaceError, match="No space left") as info:
-            pull_blessing(host, parse_reference(registry.ref("c/t:new")), progress=fill_once, workers=1)
+            pull_blessing(
+                host,
+                parse_reference(registry.ref("c/t:new")),
+                transport=registry.transport,
+                progress=fill_once,
+                workers=1,
+            )
         refused(info)
         for filler in disk.glob("filler-*"):
             filler.unlink()
         assert_untouched(host, old)
 
 
-def test_pull_into_a_read_only_store_is_refused(tmp_path: Path, registry: Registry) -> None:
+def test_pull_into_a_read_only_store_is_refused(tmp_path: Path, registry: AnyRegistry) -> None:
     origin = Store(tmp_path / "origin")
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
     new = bless_version(origin, tmp_path, "b", NEW_ID)
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     with small_disk(tmp_path / "disk", "8m") as disk:
         host = Store(disk / "host")
-        pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         with pytest.raises(NoSpaceError, match="Read-only") as info:
-            pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+            pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
         assert "read-only" in refused(info)
         live = host.find(old.config_hash)
         assert live is not None and live.cache.dir_id == OLD_ID
 
 
 def test_a_rebless_pull_links_unchanged_files_and_a_failed_publish_keeps_them_read_only(
-    tmp_path: Path, registry: Registry
+    tmp_path: Path, registry: AnyRegistry
 ) -> None:
     origin = Store(tmp_path / "origin")
     host = Store(tmp_path / "host")
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
-    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=registry.transport)
     tree = write_tree(tmp_path / "tree-rebless", "a")
     (tree / "big.bin").write_bytes(b"a" * 4096)
     (tree / "nested" / "index.json").write_text('{"variant": "changed"}\n')
     new = make_manifest(tree, dir_id=NEW_ID)
     origin.publish(tree, new)
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     old_dir = host.blessed_dir(old)
 
     def fail(point: str) -> None:
@@ -147,12 +156,12 @@ def test_a_rebless_pull_links_unchanged_files_and_a_failed_publish_keeps_them_re
             raise RuntimeError("injected failure after the tree moved")
 
     with pytest.raises(RuntimeError, match="injected"):
-        pull_blessing(host, parse_reference(registry.ref("c/t:new")), fault=fail)
+        pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=registry.transport, fault=fail)
     # Giving the tree back made its files writable, but not the live version's it shares inodes with.
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in old_dir.rglob("*") if p.is_file())
     assert_untouched(host, old)
 
-    pulled = pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+    pulled = pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     assert pulled.installed and pulled.blobs_downloaded == 1  # only the changed file
     new_dir = host.blessed_dir(new)
     kernel = "nested/deep/kernel.so"

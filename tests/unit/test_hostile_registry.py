@@ -1,8 +1,10 @@
 """bless push / pull against a registry that lies: endless bodies, false lengths, trickles.
 
-A lying loopback server (``tests/lying_registry.py``) sits in front of a real registry and answers
-some requests itself. Whatever it sends, push and pull end with a documented refusal (never exit 1),
-read at most a bounded amount, and leave the host's store as it was.
+The lies (``tests/lying_registry.py``) are told by the in-memory registry under the registry client
+(``tests/registry_simulator.py``), and, for the tests marked ``ALSO_REAL``, ``REAL_ONLY`` or named
+``-real``, by a lying loopback server in front of a real registry: trickles and stalls need its
+real sockets, ``bless`` processes its address. Whatever a registry sends, push and pull end with a
+documented refusal (never exit 1), read at most a bounded amount, and leave the host's store as it was.
 """
 
 from __future__ import annotations
@@ -41,18 +43,8 @@ from bless.registry import RegistryClient, parse_reference
 from bless.store import Store
 from bless.transfer import TransferLimits
 from bless.verify import FileEntry
-from tests.lying_registry import (
-    Lie,
-    declared,
-    delayed,
-    endless,
-    lying_registry,
-    reply,
-    slow_headers,
-    token_challenge,
-    trickle,
-)
-from tests.registry import Registry
+from tests.lying_registry import Lie, declared, delayed, endless, reply, slow_headers, token_challenge, trickle
+from tests.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, on_registries
 from tests.unit.store_helpers import child_env
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version
 
@@ -75,13 +67,14 @@ def host(tmp_path: Path) -> Store:
 
 
 @pytest.fixture
-def blessed(tmp_path: Path, registry: Registry, origin: Store, host: Store) -> tuple[Manifest, Manifest]:
+def blessed(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store) -> tuple[Manifest, Manifest]:
     """The host has the old version; the registry has the new one under c/t:new."""
+    transport = registry.transport
     old = bless_version(origin, tmp_path, "a", OLD_ID)
-    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")))
-    pull_blessing(host, parse_reference(registry.ref("c/t:old")))
+    push_blessing(origin, old, parse_reference(registry.ref("c/t:old")), transport=transport)
+    pull_blessing(host, parse_reference(registry.ref("c/t:old")), transport=transport)
     new = bless_version(origin, tmp_path, "b", NEW_ID)
-    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")))
+    push_blessing(origin, new, parse_reference(registry.ref("c/t:new")), transport=transport)
     return old, new
 
 
@@ -90,74 +83,85 @@ def blessed(tmp_path: Path, registry: Registry, origin: Store, host: Store) -> t
 
 
 @pytest.mark.parametrize(
-    ("lie", "expected"),
-    [
-        (Lie("GET", MANIFEST, endless()), ArtifactInvalidError),
-        (Lie("GET", MANIFEST, declared(1 << 40)), ArtifactInvalidError),
-        (Lie("GET", MANIFEST, endless(404)), ArtifactNotFoundError),
-        (Lie("GET", MANIFEST, endless(500)), RegistryUnavailableError),
-        (Lie("GET", BLOB, endless(500)), RegistryUnavailableError),
-        (Lie("GET", MANIFEST, token_challenge, times=1), RegistryUnavailableError),
-    ],
-    ids=["manifest", "manifest-length", "error-404", "error-500", "blob-error-500", "token"],
+    ("lie", "expected", "registry"),
+    on_registries(
+        {
+            "manifest": (Lie("GET", MANIFEST, endless()), ArtifactInvalidError),
+            "manifest-length": (Lie("GET", MANIFEST, declared(1 << 40)), ArtifactInvalidError),
+            "error-404": (Lie("GET", MANIFEST, endless(404)), ArtifactNotFoundError),
+            "error-500": (Lie("GET", MANIFEST, endless(500)), RegistryUnavailableError),
+            "blob-error-500": (Lie("GET", BLOB, endless(500)), RegistryUnavailableError),
+            "token": (Lie("GET", MANIFEST, token_challenge, times=1), RegistryUnavailableError),
+        },
+        also_real=["manifest", "token"],
+    ),
+    indirect=["registry"],
 )
 def test_endless_replies_are_refused_after_a_bounded_read(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie, expected: type[BlessError]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie, expected: type[BlessError]
 ) -> None:
     old, _new = blessed
     token = Lie("GET", "/token", endless())
-    with lying_registry(registry, lie, token) as lying:
+    with registry.lying(lie, token) as lying:
         with pytest.raises(expected) as info:
-            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1)
+            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, transport=lying.transport)
         assert lying.largest_reply < READ_BOUND, f"read {lying.largest_reply} bytes of an endless reply"
     assert info.value.exit_code == expected.exit_code
     assert_untouched(host, old)
 
 
 @pytest.mark.parametrize(
-    "lies",
-    [
-        (Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b"[]"))),
-        (Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b'"a token"'))),
-        (Lie("GET", MANIFEST, reply(b"", 401, {"WWW-Authenticate": "Bearer"})),),
-    ],
-    ids=["token-list", "token-string", "challenge-without-realm"],
+    ("lies", "registry"),
+    on_registries(
+        {
+            "token-list": ((Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b"[]"))),),
+            "token-string": (
+                (Lie("GET", MANIFEST, token_challenge, times=1), Lie("GET", "/token", reply(b'"a token"'))),
+            ),
+            "challenge-without-realm": ((Lie("GET", MANIFEST, reply(b"", 401, {"WWW-Authenticate": "Bearer"})),),),
+        },
+        also_real=["token-list"],
+    ),
+    indirect=["registry"],
 )
 def test_malformed_authentication_replies_are_refused_not_a_crash(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lies: tuple[Lie, ...]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest], lies: tuple[Lie, ...]
 ) -> None:
     """oras reads the challenge and the token reply as well-formed; they came out as AttributeError (exit 1)."""
     old, _new = blessed
-    with lying_registry(registry, *lies) as lying, pytest.raises(RegistryUnavailableError, match="malformed"):
-        pull_blessing(host, parse_reference(lying.ref("c/t:new")))
+    with registry.lying(*lies) as lying, pytest.raises(RegistryUnavailableError, match="malformed"):
+        pull_blessing(host, parse_reference(lying.ref("c/t:new")), transport=lying.transport)
     assert_untouched(host, old)
 
 
 def test_an_endless_challenge_body_is_not_read(
-    registry: Registry, host: Store, origin: Store, blessed: tuple[Manifest, Manifest]
+    registry: AnyRegistry, host: Store, origin: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """The /v2/ reply's status and header are all a client needs: pull and push go on."""
     _old, new = blessed
-    with lying_registry(registry, Lie("GET", "/v2/", endless())) as lying:
-        assert pull_blessing(host, parse_reference(lying.ref("c/t:new"))).installed
-        push_blessing(origin, new, parse_reference(lying.ref("c/t:again")))
+    with registry.lying(Lie("GET", "/v2/", endless())) as lying:
+        assert pull_blessing(host, parse_reference(lying.ref("c/t:new")), transport=lying.transport).installed
+        push_blessing(origin, new, parse_reference(lying.ref("c/t:again")), transport=lying.transport)
         assert lying.largest_reply < READ_BOUND
 
 
 @pytest.mark.parametrize(
-    "lie",
-    [
-        Lie("POST", r"/v2/c/t/blobs/uploads/", endless(500)),
-        Lie("PUT", r"/v2/c/t/blobs/uploads/.*", endless(500)),
-        Lie("PUT", MANIFEST, endless(400)),
-    ],
-    ids=["upload-start", "upload", "manifest-put"],
+    ("lie", "registry"),
+    on_registries(
+        {
+            "upload-start": (Lie("POST", r"/v2/c/t/blobs/uploads/", endless(500)),),
+            "upload": (Lie("PUT", r"/v2/c/t/blobs/uploads/.*", endless(500)),),
+            "manifest-put": (Lie("PUT", MANIFEST, endless(400)),),
+        },
+        also_real=["upload"],
+    ),
+    indirect=["registry"],
 )
-def test_push_refuses_endless_error_replies(tmp_path: Path, registry: Registry, origin: Store, lie: Lie) -> None:
+def test_push_refuses_endless_error_replies(tmp_path: Path, registry: AnyRegistry, origin: Store, lie: Lie) -> None:
     manifest = bless_version(origin, tmp_path, "c", NEW_ID)
-    with lying_registry(registry, lie) as lying:
+    with registry.lying(lie) as lying:
         with pytest.raises(RegistryUnavailableError):
-            push_blessing(origin, manifest, parse_reference(lying.ref("c/t:v1")))
+            push_blessing(origin, manifest, parse_reference(lying.ref("c/t:v1")), transport=lying.transport)
         assert lying.largest_reply < READ_BOUND
 
 
@@ -170,10 +174,11 @@ LIMITED = (
 )
 
 
+@REAL_ONLY
 def test_cli_pull_of_an_endless_manifest_is_exit_73_not_a_memory_error(
-    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+    tmp_path: Path, registry: AnyRegistry, blessed: tuple[Manifest, Manifest]
 ) -> None:
-    with lying_registry(registry, Lie("GET", MANIFEST, endless())) as lying:
+    with registry.lying(Lie("GET", MANIFEST, endless())) as lying:
         proc = subprocess.run(
             [
                 sys.executable,
@@ -202,8 +207,8 @@ def test_cli_pull_of_an_endless_manifest_is_exit_73_not_a_memory_error(
 
 
 #: Tight limits for the tests: a 1.5 s grace, and a rate no trickle reaches (a manifest's budget is
-#: its 4 MiB cap at this rate: 4 s more).
-TIGHT = TransferLimits(min_rate=1 << 20, grace_s=1.5)
+#: its 4 MiB cap at this rate: half a second more).
+TIGHT = TransferLimits(min_rate=8 << 20, grace_s=1.5)
 
 
 @pytest.mark.parametrize(
@@ -215,12 +220,13 @@ TIGHT = TransferLimits(min_rate=1 << 20, grace_s=1.5)
     ],
     ids=["blob-body", "manifest-body", "manifest-headers"],
 )
+@REAL_ONLY
 def test_a_trickling_registry_is_refused_by_the_deadline(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest], lie: Lie
 ) -> None:
     """One byte every 0.25 s never trips the 60 s read timeout: the deadline ends it (74), staging cleaned."""
     old, _new = blessed
-    with lying_registry(registry, lie) as lying:
+    with registry.lying(lie) as lying:
         started = time.monotonic()
         with pytest.raises(TransferIncompleteError, match="did not finish within"):
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=TIGHT)
@@ -229,24 +235,25 @@ def test_a_trickling_registry_is_refused_by_the_deadline(
 
 
 def test_the_pull_has_one_deadline_for_all_its_blobs(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """Every blob alone is within its budget (0.6 s of 1.5 s); together they overrun the pull's."""
     old, new = blessed
     assert len(new.cache.files) >= 4
     limits = TransferLimits(min_rate=1 << 30, grace_s=1.5)
     with (
-        lying_registry(registry, Lie("GET", BLOB, delayed(0.6))) as lying,
+        registry.lying(Lie("GET", BLOB, delayed(0.6))) as lying,
         pytest.raises(TransferIncompleteError, match="did not finish within"),
     ):
-        pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits)
+        pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits, transport=lying.transport)
     assert_untouched(host, old)
 
 
+@REAL_ONLY
 def test_cli_pull_takes_the_limits_and_refuses_a_trickle_with_74(
-    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+    tmp_path: Path, registry: AnyRegistry, blessed: tuple[Manifest, Manifest]
 ) -> None:
-    with lying_registry(registry, Lie("GET", BLOB, trickle(0.25, prefix=16))) as lying:
+    with registry.lying(Lie("GET", BLOB, trickle(0.25, prefix=16))) as lying:
         args = ("pull", lying.ref("c/t:new"), "--min-rate", "1M", "--transfer-grace", "1.5")
         proc = subprocess.run(
             [sys.executable, "-m", "bless.cli.main", "--root", str(tmp_path / "cli-host"), *args],
@@ -288,7 +295,7 @@ def test_cli_pull_takes_the_limits_and_refuses_a_trickle_with_74(
 
 
 def test_pull_refuses_a_file_listed_below_another_file(
-    tmp_path: Path, registry: Registry, origin: Store, host: Store
+    tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store
 ) -> None:
     """A blessing listing ``x`` and ``x/y`` crashed the pull (FileExistsError, exit 1): it is invalid (22)."""
     base = bless_version(origin, tmp_path, "a", OLD_ID)
@@ -318,12 +325,12 @@ def test_pull_refuses_a_file_listed_below_another_file(
         ],
         "annotations": {"org.bless.config-hash": base.config_hash, "org.bless.dir-id": base.cache.dir_id},
     }
-    client = RegistryClient(parse_reference(registry.ref("c/t:crafted")))
+    client = RegistryClient(parse_reference(registry.ref("c/t:crafted")), transport=registry.transport)
     for data in (config, *blobs.values()):
         client.upload_blob(digest_of(data), len(data), data)
     client.put_manifest(json.dumps(oci).encode(), "crafted", OCI_MANIFEST_MEDIA_TYPE)
     with pytest.raises(ManifestInvalidError, match="listed as a file") as info:
-        pull_blessing(host, parse_reference(registry.ref("c/t:crafted")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:crafted")), transport=registry.transport)
     assert info.value.exit_code == ExitCode.MANIFEST_INVALID
     assert_untouched(host, None)
 
@@ -332,13 +339,14 @@ def test_pull_refuses_a_file_listed_below_another_file(
 # 7. Two pulls of one blessing at once
 
 
+@REAL_ONLY
 def test_two_concurrent_pulls_of_one_blessing_both_succeed_and_download_once(
-    tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]
+    tmp_path: Path, registry: AnyRegistry, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """Real processes; blobs arrive after 1.5 s each, so the first pull holds the lock while the second resolves."""
     _old, new = blessed
     root = tmp_path / "shared-host"
-    with lying_registry(registry, Lie("GET", BLOB, delayed(1.5))) as lying:
+    with registry.lying(Lie("GET", BLOB, delayed(1.5))) as lying:
         command = [sys.executable, "-m", "bless.cli.main", "--root", str(root), "pull", lying.ref("c/t:new"), "--json"]
         children = [
             subprocess.Popen(
@@ -363,7 +371,7 @@ def test_two_concurrent_pulls_of_one_blessing_both_succeed_and_download_once(
 
 
 def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     _old, new = blessed
     held = threading.Event()
@@ -379,7 +387,7 @@ def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
     try:
         assert held.wait(10)
         with pytest.raises(LockHeldError) as info:
-            pull_blessing(host, parse_reference(registry.ref("c/t:new")), wait=False)
+            pull_blessing(host, parse_reference(registry.ref("c/t:new")), wait=False, transport=registry.transport)
         assert "bless pull" in (info.value.hint or "") and "bless run --wait" not in (info.value.hint or "")
         assert info.value.exit_code == ExitCode.LOCK_HELD
     finally:
@@ -391,27 +399,28 @@ def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
 # 8. The right code for what happened
 
 
+@ALSO_REAL
 def test_a_blob_truncated_in_registry_storage_is_altered_content_72(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """The registry serves the shorter file whole, with its true length: no retry brings the bytes back."""
     old, new = blessed
-    big = next(f for f in new.cache.files if f.path == "big.bin")
-    stored = registry.blob_path(f"sha256:{big.sha256}")
-    stored.write_bytes(stored.read_bytes()[:1000])
+    big = f"sha256:{next(f for f in new.cache.files if f.path == 'big.bin').sha256}"
+    registry.tamper(big, registry.stored(big)[:1000])
     with pytest.raises(DigestMismatchError, match="serves it as 1000") as info:
-        pull_blessing(host, parse_reference(registry.ref("c/t:new")))
+        pull_blessing(host, parse_reference(registry.ref("c/t:new")), transport=registry.transport)
     assert "retry" not in (info.value.hint or "")
     assert_untouched(host, old)
 
 
+@REAL_ONLY
 def test_a_registry_stalling_mid_blob_is_a_broken_transfer_74_not_cannot_connect(
-    registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+    registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """It answered and sent 16 bytes, then nothing: the silence (the grace) ends it, as a transfer broken mid-way."""
     old, _new = blessed
     patient = TransferLimits(min_rate=1, grace_s=1.5)  # a deadline far away: the read timeout ends it
-    with lying_registry(registry, Lie("GET", BLOB, trickle(30, prefix=16))) as lying:
+    with registry.lying(Lie("GET", BLOB, trickle(30, prefix=16))) as lying:
         started = time.monotonic()
         with pytest.raises(TransferIncompleteError, match="stalled") as info:
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=patient)
@@ -424,8 +433,9 @@ def test_a_registry_stalling_mid_blob_is_a_broken_transfer_74_not_cannot_connect
 # 10. Smaller: downgrades, oras' chatter
 
 
+@REAL_ONLY
 def test_pulling_an_older_blessing_over_a_newer_one_needs_allow_downgrade(
-    tmp_path: Path, registry: Registry, host: Store, blessed: tuple[Manifest, Manifest]
+    tmp_path: Path, registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]
 ) -> None:
     """Without --trust nothing else notices a tag moved back: the pull says so and refuses (16)."""
     old, new = blessed
@@ -443,7 +453,8 @@ def test_pulling_an_older_blessing_over_a_newer_one_needs_allow_downgrade(
     assert_untouched(host, old)
 
 
-def test_no_docker_config_is_quiet(tmp_path: Path, registry: Registry, blessed: tuple[Manifest, Manifest]) -> None:
+@REAL_ONLY
+def test_no_docker_config_is_quiet(tmp_path: Path, registry: AnyRegistry, blessed: tuple[Manifest, Manifest]) -> None:
     """A host without credentials is normal for a loopback or public registry: nothing about it on stderr."""
     empty = tmp_path / "no-docker-config"
     empty.mkdir()
@@ -479,7 +490,8 @@ fuzz_bodies = st.one_of(
 )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# In memory an example costs milliseconds (behind the lying server, half a second): ten times as many.
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(route="token", status=200, headers={}, body=b"[]")
 @example(route="blob", status=302, headers={}, body=b'{"errors":0}')
 @given(
@@ -489,7 +501,7 @@ fuzz_bodies = st.one_of(
     body=fuzz_bodies,
 )
 def test_any_reply_ends_in_a_documented_refusal(
-    registry: Registry,
+    registry: AnyRegistry,
     host: Store,
     blessed: tuple[Manifest, Manifest],
     route: str,
@@ -502,10 +514,12 @@ def test_any_reply_ends_in_a_documented_refusal(
     if route == "token":  # only asked for after a challenge
         lies.insert(0, Lie("GET", MANIFEST, token_challenge, times=1))
     limits = TransferLimits(min_rate=1 << 20, grace_s=1.0)
-    with lying_registry(registry, *lies) as lying:
+    with registry.lying(*lies) as lying:
         started = time.monotonic()
         try:
-            pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits)
+            pull_blessing(
+                host, parse_reference(lying.ref("c/t:new")), workers=1, limits=limits, transport=lying.transport
+            )
         except BlessError as exc:
             assert exc.exit_code != ExitCode.INTERNAL, exc.diagnostics()
         assert time.monotonic() - started < 30

@@ -1,4 +1,5 @@
-"""bless k8s render: the documents (fields, digest pinning, affinity, probes) and their schemas.
+"""bless k8s render: the documents (fields, digest pinning, affinity, probes) and their schemas, and the flow
+reading the blessing from a registry (the in-memory one, ``tests/registry_simulator.py``).
 
 Every rendered document is validated against the Kubernetes OpenAPI schemas of 1.30 to 1.37,
 strict (unknown fields refused), with ``kubernetes-validate`` (the schemas ship inside it: offline).
@@ -15,8 +16,15 @@ import kubernetes_validate
 import pytest
 
 from bless import k8s
-from bless.errors import InputInvalidError
+from bless.artifact import digest_of
+from bless.engines import get_adapter
+from bless.errors import DigestMismatchError, InputInvalidError
+from bless.flows.k8s import render_blessing
+from bless.flows.push import push_blessing
 from bless.profile import Profile, load_profile
+from bless.registry import parse_reference
+from bless.store import Store
+from tests.registry_simulator import RegistrySimulator
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 KUBERNETES_VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]
@@ -298,3 +306,27 @@ def test_without_a_name_the_deployment_is_named_after_the_profile(tmp_path: Path
     result = rendered(tmp_path, name="")
     assert deployment(result)["metadata"]["name"] == "tiny-test"
     assert result.documents[0]["metadata"]["name"] == "tiny-test-profile"
+
+
+def test_the_flow_renders_the_blessing_it_reads_from_the_registry(tmp_path: Path) -> None:
+    """render_blessing reads the pushed blessing back by digest (from the in-memory registry) and renders what
+    render does with it; its manifest altered in the registry is refused while it streams (72), nothing rendered."""
+    registry = RegistrySimulator()
+    store = Store(tmp_path / "root")
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree, {**make_factors(), "hardware": dict(H100)})
+    store.publish(tree, manifest)
+    pushed = push_blessing(store, manifest, parse_reference(registry.ref("blessings/tiny:v1")), transport=registry)
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_text())
+    result = render_blessing(path, options(artifact=pushed.pinned), transport=registry)
+    profile = load(tmp_path, profile_text())
+    cache_path = get_adapter(profile.engine).cache_mount_path
+    direct = k8s.render(
+        profile, profile_text(), k8s.Blessing.of(manifest), options(artifact=pushed.pinned), cache_path=cache_path
+    )
+    assert result == direct
+    config = digest_of(manifest.to_json_bytes())
+    registry.tamper(config, registry.stored(config).replace(b"H100", b"H200"))
+    with pytest.raises(DigestMismatchError):
+        render_blessing(path, options(artifact=pushed.pinned), transport=registry)
