@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bless.errors import BlessError, TrustInvalidError, UsageError
+from bless.fsutil import atomic_write_bytes
 from bless.manifest import Manifest
-from bless.store import atomic_write_bytes
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
 

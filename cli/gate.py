@@ -23,7 +23,7 @@ from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
-from bless.store import atomic_write_bytes
+from bless.fsutil import atomic_write_bytes
 from bless.untrusted_text import shown
 
 

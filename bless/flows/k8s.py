@@ -12,10 +12,10 @@ from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
+from bless.fsutil import UnreadableFileError, read_bounded
 from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
 from bless.profile import load_profile
 from bless.registry import RegistryClient, Transport, parse_reference
-from bless.store.fsutil import UnreadableFileError, read_bounded
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 
 __all__ = ["render_blessing"]

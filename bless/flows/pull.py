@@ -59,10 +59,10 @@ from bless.errors import (
     LockHeldError,
     NoSpaceError,
 )
+from bless.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient, Transport
 from bless.store import FaultHook, Store, staging_owner
-from bless.store.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
 from bless.trust import TrustVerdict, check_blessing, trust_state_dir
 

@@ -30,9 +30,8 @@ Nothing in the store holds an absolute path except ``state/`` (which names manif
 the root): manifests have none and every path is derived from the root, so copying the whole root
 elsewhere (``cp -a``) keeps every blessing valid.
 
-Modules, each importing only those before it (``tests/unit/test_core_structure.py``): helpers
-(:mod:`.fsutil` durable file-system helpers, :mod:`.procid` process identity from /proc, :mod:`.faults`
-the crash tests' seam); the narrow parts (:mod:`.layout` paths and names, :mod:`.index` the pure lookup
+Modules, each importing only those before it (``tests/unit/test_core_structure.py``): the crash
+tests' seam (:mod:`.faults`); the narrow parts (:mod:`.layout` paths and names, :mod:`.index` the pure lookup
 rules, :mod:`.trusted_paths`, :mod:`.locks`, :mod:`.lease` serving leases, :mod:`.scan` reading a
 manifests dir, :mod:`.dirs_record` the manifests dirs published to, :mod:`.catalog` the manifests,
 :mod:`.parts` the bundle handed to the operations); the writer operations (:mod:`.gc` recover and gc,
@@ -44,11 +43,9 @@ the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no
 """
 
 from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
-from bless.store.fsutil import TMP_MARK, atomic_write_bytes
 from bless.store.gc import GcAction, GcReport, StagingOwner, staging_owner
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
-from bless.store.procid import process_alive, process_identity
 from bless.store.publish import PUBLISH_STEPS, PublishResult
 from bless.store.store import Store, builtin_root, default_root
 
@@ -57,7 +54,6 @@ __all__ = [
     "PARTIAL_PREFIX",
     "PUBLISH_STEPS",
     "REJECT_STEPS",
-    "TMP_MARK",
     "FaultHook",
     "GcAction",
     "GcReport",
@@ -66,11 +62,8 @@ __all__ = [
     "PublishResult",
     "StagingOwner",
     "Store",
-    "atomic_write_bytes",
     "builtin_root",
     "default_root",
     "manifest_summary",
-    "process_alive",
-    "process_identity",
     "staging_owner",
 ]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from bless.errors import ManifestInvalidError
 from bless.factors import parse_config_hash_prefix
+from bless.fsutil import listdir, os_errors
 from bless.manifest import Manifest
 from bless.store.dirs_record import ManifestsDirsRecord
-from bless.store.fsutil import listdir, os_errors
 from bless.store.index import ManifestIndex, manifest_summary
 from bless.store.layout import StorePaths, check_hash
 from bless.store.scan import Candidate, ClaimCache, ManifestReader, scan_manifests

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bless.errors import VerifyFailedError
-from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
+from bless.fsutil import UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
 from bless.store.locks import blocking_file_lock
 
 __all__ = ["ManifestsDirsRecord"]

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bless.errors import InputInvalidError
 from bless.factors import CONFIG_HASH, is_config_hash
-from bless.store.faults import FaultHook
-from bless.store.fsutil import (
+from bless.fsutil import (
     TMP_MARK,
     age_s,
     fsync_dir,
@@ -36,9 +35,10 @@ from bless.store.fsutil import (
     symlink_on_the_way,
     tree_bytes,
 )
+from bless.procid import process_alive
+from bless.store.faults import FaultHook
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
 from bless.store.lease import Lease
-from bless.store.procid import process_alive
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

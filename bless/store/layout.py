@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
 from bless.factors import is_config_hash
-from bless.store.fsutil import ensure_dir, os_errors
+from bless.fsutil import ensure_dir, os_errors
 
 __all__ = [
     "NEW_STAGING_PREFIX",

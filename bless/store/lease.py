@@ -24,11 +24,11 @@ from typing import Any
 
 from bless.errors import InputInvalidError
 from bless.factors import is_config_hash
+from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
 from bless.manifest import utc_now
-from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
+from bless.procid import process_alive, process_identity
 from bless.store.layout import check_dir_id, check_hash, is_dir_id
 from bless.store.locks import blocking_file_lock
-from bless.store.procid import process_alive, process_identity
 
 __all__ = ["Lease", "LeaseBook"]
 

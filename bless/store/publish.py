@@ -32,9 +32,7 @@ from bless.errors import (
     StoreUnavailableError,
     VerifyFailedError,
 )
-from bless.manifest import Manifest
-from bless.store.faults import FaultHook
-from bless.store.fsutil import (
+from bless.fsutil import (
     FILE_MODE,
     READ_ONLY_DIR_MODE,
     READ_ONLY_FILE_MODE,
@@ -49,6 +47,8 @@ from bless.store.fsutil import (
     set_tree_modes,
     write_tmp,
 )
+from bless.manifest import Manifest
+from bless.store.faults import FaultHook
 from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
 from bless.untrusted_text import shown

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bless.errors import InputInvalidError, StoreUnavailableError
+from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, full_disk_error
 from bless.store.faults import FaultHook
-from bless.store.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, full_disk_error
 from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
 from bless.store.publish import rename_staged

@@ -21,8 +21,8 @@ from typing import Any
 
 from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.factors import is_config_hash
+from bless.fsutil import atomic_write_bytes, listdir, read_json_object
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
-from bless.store.fsutil import atomic_write_bytes, listdir, read_json_object
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.untrusted_text import shown
 

@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from bless.errors import InputInvalidError
-from bless.manifest import Manifest
-from bless.store.catalog import ManifestCatalog
-from bless.store.faults import FaultHook, no_fault
-from bless.store.fsutil import (
+from bless.fsutil import (
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
     os_errors,
     remove_tree,
 )
+from bless.manifest import Manifest
+from bless.procid import process_identity
+from bless.store.catalog import ManifestCatalog
+from bless.store.faults import FaultHook, no_fault
 from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
@@ -35,7 +36,6 @@ from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check
 from bless.store.lease import LeaseBook
 from bless.store.locks import HashLocks
 from bless.store.parts import StoreParts
-from bless.store.procid import process_identity
 from bless.store.publish import PublishResult
 from bless.store.publish import publish as run_publish
 from bless.store.reject import reject as run_reject

@@ -25,8 +25,8 @@ from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
+from bless.fsutil import full_disk, full_disk_error
 from bless.manifest import Manifest
-from bless.store.fsutil import full_disk, full_disk_error
 from bless.trust.metadata import (
     ROLE_MAX_BYTES,
     check_strict_json,

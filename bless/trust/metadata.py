@@ -16,8 +16,8 @@ from typing import Any
 from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
 from bless.errors import TrustInvalidError
+from bless.fsutil import UnreadableFileError, read_bounded
 from bless.manifest import strict_json
-from bless.store.fsutil import UnreadableFileError, read_bounded
 from bless.untrusted_text import shown
 
 __all__ = [
@@ -57,7 +57,7 @@ def iso_utc(moment: datetime) -> str:
 
 
 def read_trust_file(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
-    """A trust file's bytes through the store's bounded reader (:func:`bless.store.fsutil.read_bounded`).
+    """A trust file's bytes through the store's bounded reader (:func:`bless.fsutil.read_bounded`).
 
     Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
     byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be

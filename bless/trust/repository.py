@@ -28,9 +28,8 @@ from securesystemslib.signer import CryptoSigner
 from tuf.api.metadata import Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
 
 from bless.errors import BlessError, TrustExistsError, TrustInvalidError, UsageError
+from bless.fsutil import atomic_write_bytes, full_disk, full_disk_error
 from bless.manifest import Manifest
-from bless.store import atomic_write_bytes
-from bless.store.fsutil import full_disk, full_disk_error
 from bless.trust.keys import load_signers, new_key
 from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
 from bless.trust.target import blessing_target, config_target_prefix

@@ -15,8 +15,8 @@ from pathlib import Path
 from tuf.api.metadata import TargetFile
 
 from bless.errors import TargetMismatchError
+from bless.fsutil import UnreadableFileError, read_bounded
 from bless.manifest import MAX_MANIFEST_BYTES, Manifest
-from bless.store.fsutil import UnreadableFileError, read_bounded
 
 __all__ = ["blessing_target", "config_target_prefix", "manifest_file_bytes", "target_path"]
 

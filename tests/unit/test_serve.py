@@ -43,11 +43,11 @@ from bless.factors import REDACTED, GpuInfo
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
+from bless.fsutil import remove_tree
 from bless.manifest import Manifest
 from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
-from bless.store.fsutil import remove_tree
 from tests.fakes import (
     ARTIFACT_KEY,
     IMAGE,
@@ -782,7 +782,7 @@ def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
     import signal
     import subprocess
 
-    from bless.store import process_identity
+    from bless.procid import process_identity
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)

@@ -23,8 +23,9 @@ from bless.errors import (
     VerifyFailedError,
 )
 from bless.factors import config_hash
+from bless.fsutil import TMP_MARK, atomic_write_bytes
 from bless.manifest import Manifest
-from bless.store import PARTIAL_PREFIX, TMP_MARK, GcReport, Store, atomic_write_bytes, default_root
+from bless.store import PARTIAL_PREFIX, GcReport, Store, default_root
 from bless.store import publish as publish_module
 from bless.verify import Problem, VerifyResult, verify_tree
 from tests.unit.store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree

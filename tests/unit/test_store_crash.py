@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bless.errors import AlreadyBlessedError
+from bless.fsutil import TMP_MARK
 from bless.manifest import Manifest
-from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, TMP_MARK, Store
+from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, Store
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.store.publish import COMMIT_STEP, MOVE_TREE, RENAME_MANIFEST, VALIDATE
 from bless.verify import verify_tree

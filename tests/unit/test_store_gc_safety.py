@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from bless.cli.main import app
 from bless.errors import ExitCode, StoreUnavailableError, VerifyFailedError
+from bless.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from bless.manifest import Manifest
 from bless.store import Store
-from bless.store.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.verify import verify_tree
 from tests.unit.store_helpers import held_lease, make_factors, make_manifest, write_tree

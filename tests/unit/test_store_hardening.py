@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from bless.cli.main import app
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
 from bless.manifest import Manifest
-from bless.store import Store, process_identity
+from bless.procid import process_identity
+from bless.store import Store
 from bless.store.scan import ManifestReader
 from bless.verify import verify_tree
 from tests.unit.store_helpers import make_factors, make_manifest, start_child, write_tree

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from bless.cli.main import app
 from bless.errors import ExitCode, StoreUnavailableError
 from bless.flows.serve.start_lock import StartingLock
+from bless.fsutil import os_errors
 from bless.store import Store
-from bless.store.fsutil import os_errors
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 HASH = "a" * 64

@@ -19,8 +19,9 @@ from bless.devices import GpuSlot
 from bless.engines.base import EngineAdapter
 from bless.factors import ResolvedConfig
 from bless.flows.session import EngineSession, engine_spec
+from bless.fsutil import atomic_write_bytes
+from bless.procid import process_alive, process_identity
 from bless.runtime.base import ContainerInfo, Mount, Runtime
-from bless.store import atomic_write_bytes, process_alive, process_identity
 from bless.trials import CoherenceReport
 
 

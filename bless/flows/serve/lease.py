@@ -19,10 +19,11 @@ from typing import Any
 
 from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.snapshot import cache_changed_error
+from bless.fsutil import os_errors
 from bless.manifest import utc_now
+from bless.procid import process_identity
 from bless.runtime.base import Started
-from bless.store import Store, process_identity
-from bless.store.fsutil import os_errors
+from bless.store import Store
 from bless.store.lease import Lease
 
 __all__ = ["ServingLease", "serving_lease"]

@@ -19,10 +19,10 @@ from typing import Any
 
 from bless.engine_client import EngineClient
 from bless.errors import EngineHttpError, NotServingError
+from bless.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
 from bless.manifest import utc_now
+from bless.procid import process_alive
 from bless.store import Store
-from bless.store.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
-from bless.store.procid import process_alive
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready"]
 

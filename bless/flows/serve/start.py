@@ -30,10 +30,10 @@ from bless.flows.serve.ready import mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
+from bless.fsutil import full_disk_error
+from bless.procid import process_identity
 from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
-from bless.store import process_identity
-from bless.store.fsutil import full_disk_error
 
 _MAX_PROBLEMS_IN_MESSAGE = 8
 

@@ -14,8 +14,8 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from bless.errors import ContainerConflictError
+from bless.fsutil import ensure_dir
 from bless.store import Store
-from bless.store.fsutil import ensure_dir
 from bless.store.locks import lock_refusal, open_file_lock
 
 __all__ = ["StartingLock"]

@@ -21,11 +21,11 @@ from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
+from bless.procid import process_alive
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.lease import Lease
-from bless.store.procid import process_alive
 
 __all__ = ["StopOutcome", "stop_command", "stop_serving"]
 

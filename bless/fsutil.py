@@ -1,8 +1,9 @@
-"""Durable file-system helpers of the store: atomic writes, fsync, read-only marking, tree walks.
+"""Durable file-system helpers: atomic writes, fsync, read-only marking, tree walks, bounded reads.
 
-Everything here works on paths it is given and knows nothing of the store's layout. Modes are
-always set explicitly (``fchmod``/``chmod`` after creation), never left to the umask: a store
-created under ``umask 000`` must not be writable by other users.
+Everything here works on paths it is given and knows nothing of the store's layout (the store, the
+trust state, serve-full's records and pulls all use it). Modes are always set explicitly
+(``fchmod``/``chmod`` after creation), never left to the umask: a store created under ``umask 000``
+must not be writable by other users.
 """
 
 from __future__ import annotations
