@@ -32,7 +32,6 @@ from bless.trust import (
     rotate_role,
     sign_blessing,
     trust_report,
-    trust_state_dir,
 )
 
 # The registry client (oras, requests) is imported by the commands that talk to a registry, not by
@@ -136,7 +135,7 @@ def trust_check(store: Store, manifest: Manifest, trust: Path | None) -> TrustVe
     if trust is None:
         return None
     data = stored_manifest_bytes(store, manifest)
-    return check_blessing(manifest, data, trust_dir=trust, state_dir=trust_state_dir(store.root))
+    return check_blessing(manifest, data, trust_dir=trust, state_dir=store.paths.trust)
 
 
 def stored_manifest_bytes(store: Store, manifest: Manifest) -> bytes:

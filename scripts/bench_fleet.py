@@ -50,7 +50,7 @@ from bless.flows.push import push_blessing  # noqa: E402
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now  # noqa: E402
 from bless.registry import parse_reference  # noqa: E402
 from bless.store import Store  # noqa: E402
-from bless.trust import check_blessing, init_repository, manifest_file_bytes, sign_blessing, trust_state_dir  # noqa: E402
+from bless.trust import check_blessing, init_repository, manifest_file_bytes, sign_blessing  # noqa: E402
 from bless.verify import hash_tree  # noqa: E402
 
 MIB = 1 << 20
@@ -265,7 +265,7 @@ def main() -> int:
 
     def verify() -> None:
         data = manifest_file_bytes(manifest_file, manifest)
-        check_blessing(manifest, data, trust_dir=keys / "metadata", state_dir=trust_state_dir(store.root))
+        check_blessing(manifest, data, trust_dir=keys / "metadata", state_dir=store.paths.trust)
 
     for _ in range(args.repeat):
         sign_times.append(timed(sign))

@@ -64,7 +64,7 @@ from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient, Transport
 from bless.store import FaultHook, Store, staging_owner
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
-from bless.trust import TrustVerdict, check_blessing, trust_state_dir
+from bless.trust import TrustVerdict, check_blessing
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
 
@@ -141,7 +141,7 @@ def _already_present(store: Store, manifest: Manifest) -> bool:
 
 def _remove_dead_pulls(store: Store) -> None:
     """Staging dirs of pulls whose process is gone (killed mid-pull): their debris, ours to remove."""
-    staging = store.root / "staging"
+    staging = store.paths.staging
     if not staging.is_dir():
         return
     for entry in staging.iterdir():
@@ -403,7 +403,7 @@ def _trust_verdict(
         manifest,
         manifest_bytes,
         trust_dir=trust_dir,
-        state_dir=trust_state_dir(store.root),
+        state_dir=store.paths.trust,
         candidate=_signatures(client, artifact),
     )
 

@@ -26,6 +26,7 @@ __all__ = [
     "is_dir_id",
 ]
 
+_MANIFESTS = "manifests"
 PARTIAL_PREFIX = ".partial-"
 #: ``blessed/<hash>/.publishing-<dir_id>``: a publish of that tree is under way (until it commits).
 PUBLISHING_PREFIX = ".publishing-"
@@ -71,10 +72,18 @@ class StorePaths:
     root: Path
     manifests_dir: Path
 
+    @classmethod
+    def of(cls, root: Path, manifests_dir: Path | None = None) -> StorePaths:
+        """The store under ``root``, its manifests in ``manifests_dir`` (default ``root/manifests``)."""
+        # Absolute once, so that a later chdir cannot move the store under us.
+        absolute_root = Path(root).absolute()
+        default = absolute_root / _MANIFESTS
+        return cls(absolute_root, Path(manifests_dir).absolute() if manifests_dir is not None else default)
+
     @property
     def default_manifests_dir(self) -> Path:
         """``root/manifests``: where manifests live unless a separate dir is given."""
-        return self.root / "manifests"
+        return self.root / _MANIFESTS
 
     @property
     def blessed(self) -> Path:
@@ -129,6 +138,11 @@ class StorePaths:
                 "not starting with '.' or '-'"
             )
         return self.ready / f"{name}.json"
+
+    @property
+    def trust(self) -> Path:
+        """``root/trust``: TUF's trusted metadata (the highest versions this host has trusted)."""
+        return self.root / "trust"
 
     @property
     def state(self) -> Path:

@@ -67,12 +67,7 @@ class Store:
     """
 
     def __init__(self, root: Path, manifests_dir: Path | None = None, *, reader: ManifestReader | None = None) -> None:
-        # Absolute once, so that a later chdir cannot move the store under us.
-        absolute_root = Path(root).absolute()
-        paths = StorePaths(
-            absolute_root,
-            Path(manifests_dir).absolute() if manifests_dir is not None else absolute_root / "manifests",
-        )
+        paths = StorePaths.of(root, manifests_dir)
         self._paths = paths
         self._parts = StoreParts(
             paths=paths,

@@ -16,7 +16,7 @@ running one way (the repository and the client never import each other)::
 
 from __future__ import annotations
 
-from bless.trust.client import UNSIGNED_NOTE, TrustVerdict, check_blessing, trust_report, trust_state_dir
+from bless.trust.client import UNSIGNED_NOTE, TrustVerdict, check_blessing, trust_report
 from bless.trust.metadata import metadata_from_dir
 from bless.trust.repository import (
     DEFAULT_EXPIRES,
@@ -46,5 +46,4 @@ __all__ = [
     "sign_blessing",
     "target_path",
     "trust_report",
-    "trust_state_dir",
 ]

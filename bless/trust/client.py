@@ -39,7 +39,7 @@ from bless.trust.refusals import refuse_mixed_versions, updater_refusal
 from bless.trust.root_chain import bootstrap_root, forget_hint
 from bless.trust.target import target_path
 
-__all__ = ["UNSIGNED_NOTE", "TrustVerdict", "check_blessing", "trust_report", "trust_state_dir"]
+__all__ = ["UNSIGNED_NOTE", "TrustVerdict", "check_blessing", "trust_report"]
 
 #: What a report says of a blessing whose signature was not checked.
 UNSIGNED_NOTE = "unsigned: no --trust given, signatures were not checked"
@@ -74,11 +74,6 @@ class TrustVerdict:
 def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:
     """The ``trust`` section of a report: the verdict, or a note that nothing was checked."""
     return verdict.to_dict() if verdict is not None else {"signed": False, "note": UNSIGNED_NOTE}
-
-
-def trust_state_dir(store_root: Path) -> Path:
-    """TUF's trusted-metadata directory of a store (the highest versions this host has trusted)."""
-    return Path(store_root) / "trust"
 
 
 class _MemoryFetcher(FetcherInterface):

@@ -23,7 +23,7 @@ from bless.flows.pull import pull_blessing
 from bless.flows.push import push_blessing
 from bless.registry import parse_reference
 from bless.store import Store
-from bless.trust import check_blessing, init_repository, sign_blessing, trust_state_dir
+from bless.trust import check_blessing, init_repository, sign_blessing
 from tests.registry_simulator import ALSO_REAL, AnyRegistry
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version, provision
@@ -223,7 +223,7 @@ def test_recording_trusted_metadata_refuses_a_full_disk(tmp_path: Path) -> None:
                 manifest,
                 manifest.to_json_bytes(),
                 trust_dir=keys / "metadata",
-                state_dir=trust_state_dir(store.root),
+                state_dir=store.paths.trust,
             )
         refused(info)
     assert trust.is_dir()

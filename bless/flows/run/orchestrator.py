@@ -130,7 +130,7 @@ class Orchestrator:
             except KeyboardInterrupt:
                 raise InterruptedByUserError(
                     f"run {self.run_id} interrupted; engines stopped, nothing published",
-                    hint=f"evidence is under {self.store.root / 'rejected' / config_hash}",
+                    hint=f"evidence is under {self.store.paths.rejected / config_hash}",
                 ) from None
             finally:
                 shutil.rmtree(run_dir, ignore_errors=True)

@@ -76,7 +76,7 @@ from bless.flows.serve.plan import (
     serve_container_name,
 )
 from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
-from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, SERVE_DIR, discard_serve_dir
+from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
@@ -88,7 +88,6 @@ __all__ = [
     "ENGINE_LOG",
     "NO_CANARY_BANNER",
     "PRIVATE_DIR",
-    "SERVE_DIR",
     "SERVE_PREFIX",
     "CanaryCheck",
     "CanaryResult",

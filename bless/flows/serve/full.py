@@ -28,7 +28,7 @@ from bless.flows.serve.start_lock import StartingLock
 from bless.profile import Profile
 from bless.runtime.base import Runtime
 from bless.store import Store
-from bless.trust import check_blessing, trust_report, trust_state_dir
+from bless.trust import check_blessing, trust_report
 
 __all__ = ["Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
 
@@ -120,7 +120,7 @@ def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetch
             manifest,
             the_plan.manifest_bytes,
             trust_dir=request.trust_dir,
-            state_dir=trust_state_dir(request.store.root),
+            state_dir=request.store.paths.trust,
         )
     sections: dict[str, Any] = {"trust": trust_report(verdict)}
     if fetched is not None:

@@ -339,7 +339,7 @@ def plan(
     t2 = time.perf_counter()
     verification, snapshot = _verify_blessed(store, manifest, warnings) if manifest is not None else (None, None)
     t3 = time.perf_counter()
-    serve_dir = new_serve_dir(store.root, profile.name, now)
+    serve_dir = new_serve_dir(store.paths.serve, profile.name, now)
     mount = _cache_mount(profile, adapter, runtime, store, manifest, serve_dir, warnings)
     spec = _serve_spec(
         resolved, adapter, runtime, store, name=name, image_id=image_id, mount=mount, serve_dir=serve_dir, debug=debug

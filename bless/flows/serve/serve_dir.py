@@ -20,7 +20,6 @@ from bless.errors import BlessError
 from bless.evidence import UpperEntry
 from bless.runtime.base import Runtime
 
-SERVE_DIR = "serve"
 ENGINE_LOG = "engine.log"
 #: The engine's private HOME and temp dir (home/, tmp/), fresh at the start, discarded with the serve dir.
 PRIVATE_DIR = "private"
@@ -28,11 +27,11 @@ CANARY_FILE = "canary.json"
 _MAX_UPPER_REPORTED = 200
 
 
-def new_serve_dir(root: Path, profile_name: str, now: datetime | None = None) -> Path:
-    """A fresh serve dir path under ``root`` for one start of ``profile_name`` (not created)."""
+def new_serve_dir(serve_root: Path, profile_name: str, now: datetime | None = None) -> Path:
+    """A fresh serve dir path under ``serve_root`` (the store's ``serve/``) for one start (not created)."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     # The token keeps two starts within one second apart (the second is refused by name anyway).
-    return root / SERVE_DIR / f"{profile_name}-{stamp}-{secrets.token_hex(3)}"
+    return serve_root / f"{profile_name}-{stamp}-{secrets.token_hex(3)}"
 
 
 def save_evidence(serve_dir: Path, log: str, extra: Mapping[str, Any] | None = None) -> None:

@@ -20,7 +20,7 @@ from bless import labels
 from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.plan import SERVE_PREFIX, stop_command
 from bless.flows.serve.ready import clear_ready
-from bless.flows.serve.serve_dir import SERVE_DIR, discard_serve_dir
+from bless.flows.serve.serve_dir import discard_serve_dir
 from bless.procid import process_alive
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
@@ -204,7 +204,7 @@ def _remove_serve_dirs(
         if lease.serve_dir is None:
             continue
         serve_dir = Path(lease.serve_dir)
-        if serve_dir.parent != store.root / SERVE_DIR or not serve_dir.name.startswith(f"{name}-"):
+        if serve_dir.parent != store.paths.serve or not serve_dir.name.startswith(f"{name}-"):
             notes.append(f"lease {lease.path} names {serve_dir}, not a serve dir of {name!r}: left alone")
             continue
         problem = discard_serve_dir(serve_dir, runtime=runtime or local(), image=None)
