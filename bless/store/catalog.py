@@ -18,7 +18,7 @@ from bless.factors import parse_config_hash_prefix
 from bless.fsutil import listdir, os_errors
 from bless.manifest import Manifest
 from bless.store.dirs_record import ManifestsDirsRecord
-from bless.store.index import ManifestIndex, manifest_summary
+from bless.store.index import LiveManifest, ManifestIndex, manifest_summary
 from bless.store.layout import StorePaths, check_hash
 from bless.store.scan import Candidate, ClaimCache, ManifestReader, scan_manifests
 
@@ -60,7 +60,7 @@ class ManifestCatalog:
         directory = self._paths.manifests_dir
         return scan_manifests(directory, candidate=matches, cache=self._claims(directory), reader=self._reader)
 
-    def live(self, config_hash: str) -> tuple[Path, Manifest] | None:
+    def live(self, config_hash: str) -> LiveManifest | None:
         """The live manifest's path and manifest for ``config_hash`` (its FIELD; names are a hint), or None.
 
         Raises:
@@ -73,8 +73,9 @@ class ManifestCatalog:
         record = self._lookup(lambda claim, name: claim == config_hash or name == wanted_name).find(config_hash)
         if record is None:
             return None
-        assert record.manifest is not None  # find() returns validated records only
-        return record.path, record.manifest
+        # find() returns validated records only, which carry their bytes
+        assert record.manifest is not None and record.document is not None
+        return LiveManifest(record.path, record.manifest, record.document)
 
     def find_prefix(self, prefix: str) -> Manifest:
         """The live manifest whose config hash starts with ``prefix`` (at least 8 hex digits).

@@ -44,10 +44,22 @@ class ManifestRecord:
     #: What ``bless list`` shows of a valid manifest (:func:`manifest_summary`); set instead of
     #: ``manifest`` when a listing took it from the claim cache without opening the file.
     summary: Mapping[str, Any] | None = None
+    #: The exact bytes ``manifest`` was parsed from (what a signature covers), when it was validated.
+    document: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.manifest is not None and self.claim is None:
             object.__setattr__(self, "claim", self.manifest.config_hash)
+
+
+@dataclass(frozen=True)
+class LiveManifest:
+    """The live manifest of a config hash: its file, the validated manifest, and the bytes it was parsed from."""
+
+    path: Path
+    manifest: Manifest
+    #: Exactly what was validated (what a signature covers): no second read can differ from it.
+    document: bytes
 
 
 def manifest_summary(manifest: Manifest) -> dict[str, Any]:

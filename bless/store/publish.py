@@ -50,6 +50,7 @@ from bless.fsutil import (
 from bless.manifest import Manifest
 from bless.store.faults import FaultHook
 from bless.store.gc import recover
+from bless.store.index import LiveManifest
 from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
 from bless.untrusted_text import shown
 from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
@@ -115,7 +116,7 @@ class _Publication:
     target: Path
     #: The file the new manifest replaces (the live one's, whatever its name), else ``<hash>.json``.
     manifest_target: Path
-    live: tuple[Path, Manifest] | None
+    live: LiveManifest | None
 
     @property
     def config_hash(self) -> str:
@@ -165,7 +166,7 @@ def _validate(parts: StoreParts, staged_dir: Path, manifest: Manifest) -> _Publi
     target = parts.paths.blessed_dir(config_hash, manifest.cache.dir_id)
     parts.catalog.index().require_all_valid()
     live = parts.catalog.live(config_hash)
-    manifest_target = live[0] if live else parts.paths.manifests_dir / f"{config_hash}.json"
+    manifest_target = live.path if live else parts.paths.manifests_dir / f"{config_hash}.json"
     if live is None and os.path.lexists(manifest_target):
         # Every manifest validated above, so it is a valid manifest of another hash.
         raise ManifestInvalidError(
@@ -180,7 +181,7 @@ def _clear_target(job: _Publication) -> None:
     """Refuse this very version when it is live; otherwise remove what an earlier try left at the target."""
     if not os.path.lexists(job.target):
         return
-    if job.live is not None and job.live[1].cache.dir_id == job.manifest.cache.dir_id:
+    if job.live is not None and job.live.manifest.cache.dir_id == job.manifest.cache.dir_id:
         raise AlreadyBlessedError(
             f"{job.config_hash[:16]}... is already blessed with this very version ({job.target.name})",
             hint="nothing to publish; re-bless to make a new version",
@@ -213,7 +214,7 @@ def _commit(paths: StorePaths, job: _Publication, fault: FaultHook) -> Path | No
         _seal(job)
 
         fault(ARCHIVE_OLD)
-        archived = _archive_manifest(paths, *job.live) if job.live is not None else None
+        archived = _archive_manifest(paths, job.live) if job.live is not None else None
 
         fault(WRITE_MANIFEST_TMP)
         tmp = write_tmp(paths.manifests_dir, job.config_hash, job.document, FILE_MODE)
@@ -407,12 +408,12 @@ def _created_stamp(created: str) -> str:
     return f"{y}{mo}{d}T{h}{mi}{s}Z"
 
 
-def _archive_manifest(paths: StorePaths, live_path: Path, live: Manifest) -> Path:
+def _archive_manifest(paths: StorePaths, live: LiveManifest) -> Path:
     """Copy the live manifest file, byte for byte, to ``archive/<hash>/<created>-<tree12>.json``."""
-    directory = paths.archive / live.config_hash
+    directory = paths.archive / live.manifest.config_hash
     ensure_dir(directory)
-    raw = live_path.read_bytes()
-    stem = f"{_created_stamp(live.created)}-{live.cache.tree_sha256[:12]}"
+    raw = live.path.read_bytes()
+    stem = f"{_created_stamp(live.manifest.created)}-{live.manifest.cache.tree_sha256[:12]}"
     path = directory / f"{stem}.json"
     counter = 1
     # Same second and same tree but other bytes (other trials): never overwrite history.

@@ -22,7 +22,7 @@ from typing import Any
 from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.factors import is_config_hash
 from bless.fsutil import atomic_write_bytes, listdir, read_json_object
-from bless.manifest import MAX_MANIFEST_BYTES, Manifest, load_manifest
+from bless.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.untrusted_text import shown
 
@@ -45,7 +45,7 @@ class ManifestReader:
     """
 
     def __init__(self) -> None:
-        self._validated: dict[str, tuple[list[int], Manifest]] = {}
+        self._validated: dict[str, tuple[list[int], Manifest, bytes]] = {}
 
     def claim(self, path: Path) -> str | None:
         """The ``config_hash`` a file claims, without schema validation; None when it cannot be told."""
@@ -62,20 +62,20 @@ class ManifestReader:
         claimed = document.get("config_hash") if isinstance(document, dict) else None
         return claimed if is_config_hash(claimed) else None
 
-    def load(self, path: Path) -> Manifest:
-        """The validated manifest (ManifestInvalidError naming the file otherwise)."""
+    def read(self, path: Path) -> tuple[Manifest, bytes]:
+        """The validated manifest and the exact bytes it was parsed from (ManifestInvalidError naming the file)."""
         try:
             identity = _identity(path.lstat())
         except OSError:
-            return load_manifest(path)  # it names the error
+            return read_manifest(path)  # it names the error
         remembered = self._validated.get(str(path))
         if remembered is not None and remembered[0] == identity:
-            return remembered[1]
+            return remembered[1], remembered[2]
         # Identity taken before reading: a file changed meanwhile is remembered under its old
         # identity, which no file has any longer, so it is read again next time.
-        manifest = load_manifest(path)
-        self._validated[str(path)] = (identity, manifest)
-        return manifest
+        manifest, document = read_manifest(path)
+        self._validated[str(path)] = (identity, manifest, document)
+        return manifest, document
 
 
 def _identity(st: os.stat_result) -> list[int]:
@@ -216,13 +216,13 @@ def scan_manifests(
                 records.append(ManifestRecord(path, None, None, claim))
                 continue
         try:
-            manifest = reader.load(path)
+            manifest, document = reader.read(path)
         except ManifestInvalidError as exc:
             records.append(ManifestRecord(path, None, exc, claim))
             continue
         if cache is not None:
             cache.put(entry.name, st, manifest.config_hash, manifest_summary(manifest))
-        records.append(ManifestRecord(path, manifest, None))
+        records.append(ManifestRecord(path, manifest, None, document=document))
     if cache is not None:
         cache.keep_only(seen)
         cache.save()

@@ -31,7 +31,7 @@ from bless.store.faults import FaultHook, no_fault
 from bless.store.gc import RUN_RECORD, GcReport
 from bless.store.gc import gc as run_gc
 from bless.store.gc import recover as run_recover
-from bless.store.index import ManifestIndex, ManifestRecord
+from bless.store.index import LiveManifest, ManifestIndex, ManifestRecord
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, StorePaths, check_run_id
 from bless.store.lease import LeaseBook
 from bless.store.locks import HashLocks
@@ -133,7 +133,14 @@ class Store:
         """
         tree = self.blessed_dir(manifest)
         live = self.live(manifest.config_hash)
-        checked = [self.root, self.manifests_dir, *([live[0]] if live else []), self._paths.blessed, tree.parent, tree]
+        checked = [
+            self.root,
+            self.manifests_dir,
+            *([live.path] if live else []),
+            self._paths.blessed,
+            tree.parent,
+            tree,
+        ]
         refuse_untrusted_paths(checked, config_hash=manifest.config_hash, root=self.root)
 
     def verify_blessing(
@@ -222,8 +229,8 @@ class Store:
         """
         return list(self.index().records)
 
-    def live(self, config_hash: str) -> tuple[Path, Manifest] | None:
-        """The live manifest's path and manifest for ``config_hash``, or None (raises as :meth:`find`)."""
+    def live(self, config_hash: str) -> LiveManifest | None:
+        """The live manifest's path, manifest and bytes for ``config_hash``, or None (raises as :meth:`find`)."""
         return self._parts.catalog.live(config_hash)
 
     def find(self, config_hash: str) -> Manifest | None:
@@ -238,12 +245,12 @@ class Store:
             InputInvalidError: ``config_hash`` is not 64 lowercase hex digits.
         """
         live = self.live(config_hash)
-        return live[1] if live else None
+        return live.manifest if live else None
 
     def manifest_path(self, config_hash: str) -> Path | None:
         """Where the live manifest for ``config_hash`` is (any file name), or None. Raises as :meth:`find`."""
         live = self.live(config_hash)
-        return live[0] if live else None
+        return live.path if live else None
 
     def find_prefix(self, prefix: str) -> Manifest:
         """The live manifest whose config hash starts with ``prefix`` (at least 8 hex digits).

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from bless import manifest as manifest_module
 from bless.errors import NoManifestError
 from bless.flows import serve
 from bless.store import Store
-from bless.trust import UNSIGNED_NOTE
+from bless.trust import UNSIGNED_NOTE, init_repository, sign_blessing
 from tests.fakes import FakeEngineServer, openai_engine
 from tests.unit.test_serve import GOLDEN, _blessed_plan
 
@@ -93,3 +94,27 @@ def test_the_pull_runs_first_and_its_report_is_in_the_plan(store: Store, tmp_pat
         request = serve.ServeRequest(profile=the_plan.profile, store=store, dry_run=True, fetch=fetch)
         outcome = serve.serve_full(request, runtime=runtime, adapter=the_plan.adapter)
     assert calls == [store] and outcome.plan["from"] == {"installed": False}
+
+
+def test_a_signed_serve_parses_the_live_manifest_once_and_checks_the_signature_on_those_bytes(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _engine() as server:
+        the_plan, runtime = _blessed_plan(store, tmp_path, server.port)
+        assert the_plan.manifest is not None and the_plan.manifest_path is not None
+        keys = tmp_path / "keys"
+        init_repository(keys)
+        sign_blessing(keys, the_plan.manifest, the_plan.manifest_path.read_bytes())
+        parsed: list[str] = []
+        real = manifest_module.manifest_from_dict
+
+        def counting(document: Any, *, where: str = "manifest") -> manifest_module.Manifest:
+            parsed.append(where)
+            return real(document, where=where)
+
+        monkeypatch.setattr(manifest_module, "manifest_from_dict", counting)
+        fresh = Store(store.root)  # nothing validated yet in this process's reader
+        request = serve.ServeRequest(profile=the_plan.profile, store=fresh, dry_run=True, trust_dir=keys / "metadata")
+        outcome = serve.serve_full(request, runtime=runtime, adapter=the_plan.adapter)
+    assert outcome.plan["trust"]["signed"] is True
+    assert len(parsed) == 1, parsed

@@ -165,9 +165,9 @@ class CountingReader(ManifestReader):
         self.claimed.append(path.name)
         return super().claim(path)
 
-    def load(self, path: Path) -> Manifest:
+    def read(self, path: Path) -> tuple[Manifest, bytes]:
         self.loaded.append(path.name)
-        return super().load(path)
+        return super().read(path)
 
 
 def test_a_lookup_does_not_validate_an_unrelated_large_manifest(tmp_path: Path) -> None:

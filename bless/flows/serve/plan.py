@@ -22,7 +22,7 @@ from bless.flows.safety import check_unsafe
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.flows.session import EngineSession, engine_spec
-from bless.manifest import Manifest, read_manifest
+from bless.manifest import Manifest
 from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
@@ -438,15 +438,10 @@ def _serve_spec(
 
 def _live_manifest(store: Store, resolved: ResolvedConfig) -> tuple[Path, Manifest, bytes]:
     """The live manifest of the config hash, and the bytes it was parsed from (NoManifestError: none)."""
-    manifest_path = store.manifest_path(resolved.config_hash)
-    if manifest_path is None:
+    live = store.live(resolved.config_hash)
+    if live is None:
         raise no_manifest_error(store, resolved)
-    manifest, manifest_bytes = read_manifest(manifest_path)
-    if manifest.config_hash != resolved.config_hash:
-        # Replaced between the lookup and the read (a concurrent rebless of another hash into
-        # this file name): look again rather than guess.
-        raise no_manifest_error(store, resolved)
-    return manifest_path, manifest, manifest_bytes
+    return live.path, live.manifest, live.document
 
 
 def _verify_blessed(store: Store, manifest: Manifest, warnings: list[str]) -> tuple[VerifyResult, Snapshot]:
