@@ -105,15 +105,18 @@ def no_manifest_error(store: Store, resolved: ResolvedConfig) -> NoManifestError
     return drift_error(resolved, manifests, store.manifests_dir)
 
 
-def drift_error(resolved: ResolvedConfig, manifests: Sequence[Manifest], manifests_dir: Path) -> NoManifestError:
+def drift_error(
+    resolved: ResolvedConfig, manifests: Sequence[Manifest], manifests_dir: Path, *, subject: str | None = None
+) -> NoManifestError:
     """The one drift message (serve-full, bless gate, ...): no blessing for this hash, and what differs.
 
     ``details["nearest"]`` holds the nearest blessing of the same engine and model and its factor
-    changes (None when there is none to compare with).
+    changes (None when there is none to compare with). ``subject`` names the profile in the message
+    (default: its file); a caller whose output names the profile already passes a shorter one.
     """
     nearest = nearest_blessing(manifests, dict(resolved.factors))
     message = (
-        f"no blessing for {resolved.profile.label}: it hashes to {resolved.config_hash}, "
+        f"no blessing for {subject or resolved.profile.label}: it hashes to {resolved.config_hash}, "
         f"and no manifest in {manifests_dir} has it"
     )
     if nearest is not None:

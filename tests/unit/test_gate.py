@@ -109,6 +109,21 @@ def test_missing_blessing_and_drift(store: Store, profiles: Path, tmp_path: Path
     )
 
 
+def test_a_drifted_profile_is_named_once_in_the_gate_failure(
+    runner: CliRunner, store: Store, profiles: Path, tmp_path: Path
+) -> None:
+    """The row names the profile: the drift reason and the summary must not repeat the path."""
+    bless(store, write(profiles, "a.toml"), tmp_path)
+    drifted = write(profiles, "b.toml", layers=3)
+    (row,) = run_gate([drifted], store=store, runtime_factory=no_docker).rows
+    assert row.status == "failed" and str(drifted) not in row.reason and "no blessing for this profile" in row.reason
+    args = ["gate", str(drifted), "--manifests-dir", str(store.manifests_dir), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == ExitCode.GATE_FAILED
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message.count(str(drifted)) == 1, message
+
+
 def test_no_blessing_at_all(store: Store, profiles: Path) -> None:
     report = run_gate([write(profiles, "a.toml")], store=store, runtime_factory=no_docker)
     (row,) = report.rows

@@ -260,7 +260,8 @@ def _blessed_record(store: Store, index: ManifestIndex, resolved: ResolvedConfig
             f"{len(claimants)} manifests claim {config_hash[:16]} (store corruption): {', '.join(claimants)}", exc
         ) from None
     if record is None:
-        drifted = drift_error(resolved, index.manifests(), store.manifests_dir)
+        # The row names the profile already: the reason must not repeat its path.
+        drifted = drift_error(resolved, index.manifests(), store.manifests_dir, subject="this profile")
         nearest = drifted.details["nearest"]
         raise _NotBlessed(drifted.message, drifted, drift=tuple(nearest["changes"]) if nearest else ())
     return record
