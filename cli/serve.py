@@ -224,6 +224,7 @@ def _serve(
     keep_upper: bool,
     source: FleetSource,
     allow_unknown_engine_version: bool = False,
+    name_per_root: bool = False,
     listen_host: str | None = None,
     listen_port: int | None = None,
 ) -> Report:
@@ -255,6 +256,7 @@ def _serve(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
+        name_per_root=name_per_root,
         trust_dir=source.trust,
         fetch=source.fetcher(console),
     )
@@ -313,6 +315,15 @@ DebugOption = Annotated[
     ),
 ]
 NoCanaryOption = Annotated[bool, typer.Option("--no-canary", help="Skip the golden-output canary (reported loudly).")]
+NamePerRootOption = Annotated[
+    bool,
+    typer.Option(
+        "--name-per-root",
+        help="Name the container bless-serve-NAME-<tag of the store root>, not bless-serve-NAME: container "
+        "names and ports are host-wide, so serves of one profile from two store roots need this (and each "
+        "its own --port). serve-full stop NAME --root DIR finds either name.",
+    ),
+]
 KeepUpperOption = Annotated[
     bool, typer.Option("--keep-upper", help="Keep the overlay's upper layer (what the engine wrote) and list it.")
 ]
@@ -349,6 +360,7 @@ def serve_full(
     no_canary: NoCanaryOption = False,
     keep_upper: KeepUpperOption = False,
     allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
+    name_per_root: NamePerRootOption = False,
     listen_host: ListenHostOption = None,
     listen_port: ListenPortOption = None,
     from_ref: FromOption = None,
@@ -384,6 +396,7 @@ def serve_full(
         no_canary=no_canary,
         keep_upper=keep_upper,
         allow_unknown_engine_version=allow_unknown_engine_version,
+        name_per_root=name_per_root,
         listen_host=listen_host,
         listen_port=listen_port,
         source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),

@@ -988,6 +988,39 @@ def test_stop_refuses_a_container_another_root_owns(store: Store, tmp_path: Path
     assert "stop" not in runtime.calls and "cleanup_ours" not in runtime.calls
 
 
+def test_a_per_root_name_tells_store_roots_apart_and_one_root_by_any_spelling(store: Store, tmp_path: Path) -> None:
+    store.root.mkdir(parents=True)
+    (tmp_path / "alias").symlink_to(store.root)
+    plain = serve.serve_container_name("unit")
+    mine = serve.serve_container_name("unit", per_root=store.root)
+    assert plain == "bless-serve-unit" and mine.startswith("bless-serve-unit-") and len(mine) == len(plain) + 9
+    assert serve.serve_container_name("unit", per_root=tmp_path / "alias") == mine
+    assert serve.serve_container_name("unit", per_root=tmp_path / "other") not in (plain, mine)
+
+
+def test_with_a_per_root_name_another_roots_serve_of_the_profile_does_not_block(store: Store, tmp_path: Path) -> None:
+    runtime = serving_runtime()
+    _other_roots_serve(runtime, tmp_path / "other root")
+    plan = do_plan(make_profile(), store, runtime, debug=True, name_per_root=True)
+    assert plan.spec.name == serve.serve_container_name("unit", per_root=store.root)
+
+
+def test_stop_with_two_roots_serving_a_profile_stops_only_its_own(store: Store, tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    _other_roots_serve(runtime, tmp_path / "other")
+    mine = serve.serve_container_name("unit", per_root=store.root)
+    own_labels = labels.labels_for(
+        run_id="serve-mine", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile="unit", store_root=store.root
+    )
+    runtime.plant(mine, own_labels)
+    outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=5)
+    assert outcome.stopped == (mine,)
+    assert runtime.container(mine).removed and not runtime.container("bless-serve-unit").stopped
+    assert runtime.cleanups == [
+        {labels.PROFILE: "unit", labels.PHASE: labels.PHASE_SERVE, labels.STORE_ROOT: str(store.root)}
+    ]
+
+
 def test_stop_takes_its_own_roots_container_named_by_another_path(store: Store, tmp_path: Path) -> None:
     store.root.mkdir(parents=True)
     (tmp_path / "alias").symlink_to(store.root)

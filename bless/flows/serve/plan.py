@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,9 +55,20 @@ def stop_command(name: str, root: Path | None = None) -> str:
     return shlex.join(words)
 
 
-def serve_container_name(profile: Profile) -> str:
-    """The serving container's stable name: one serving container per profile name."""
-    return f"{SERVE_PREFIX}{profile.name}"
+def serve_container_name(profile_name: str, *, per_root: Path | None = None) -> str:
+    """The serving container's name: ``bless-serve-NAME``, one per profile name on a host.
+
+    Container names (like ports) are host-wide, so two store roots serving one profile name collide.
+    With ``per_root`` (``serve-full --name-per-root``) the name ends in a tag of that store root,
+    ``bless-serve-NAME-<8 hex digits>``, so serves of one profile from different roots can run side
+    by side (each on its own port).
+    """
+    name = f"{SERVE_PREFIX}{profile_name}"
+    if per_root is None:
+        return name
+    # The real path: two spellings of one root (a symlink, a relative --root) are one store.
+    tag = hashlib.sha256(str(Path(per_root).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{name}-{tag}"
 
 
 def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
@@ -148,8 +160,8 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path
         # Its lease and serve dir live under the owner's root: only a stop run there cleans them up.
         raise ContainerConflictError(
             f"container {name!r} ({status}) is the serve of another store root, {owner_root}",
-            hint=f"serve this profile under another name (the profile's name field), or stop that serve "
-            f"from its own root ({stop_command(profile.name, Path(owner_root))})",
+            hint=f"serve this profile under a name of this root (serve-full --name-per-root), or stop that "
+            f"serve from its own root ({stop_command(profile.name, Path(owner_root))})",
             details={"name": name, "holder": "ours", "status": status, "store_root": owner_root},
         )
     if status == "running":
@@ -312,13 +324,15 @@ def plan(
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
     allow_test_knobs: bool = False,
+    name_per_root: bool = False,
 ) -> LaunchPlan:
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
     The order of the refusals is written down once, in docs/concepts/serve-full.md ("Refusals, in
     order"); unsafe debug settings are allowed with ``debug``. With ``debug`` no manifest is
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
-    through (bless's own tests; the serve-full command never sets it).
+    through (bless's own tests; the serve-full command never sets it). ``name_per_root``: the container
+    name carries a tag of the store root (:func:`serve_container_name`).
     """
     t0 = time.perf_counter()
     image_id, gpus = _preflight(profile, runtime, gpu_probe)
@@ -328,7 +342,7 @@ def plan(
     allowed = _allowed_unsafe(resolved, adapter, debug=debug, allow_test_knobs=allow_test_knobs)
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
-    name = serve_container_name(profile)
+    name = serve_container_name(profile.name, per_root=store.root if name_per_root else None)
     check_name_free(runtime, profile, name, root=store.root)
     # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
     # versions are refused here, before anything starts, unless allowed.

@@ -18,7 +18,7 @@ from typing import Any
 
 from bless import labels
 from bless.errors import BlessError, ContainerConflictError
-from bless.flows.serve.plan import SERVE_PREFIX, stop_command
+from bless.flows.serve.plan import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
 from bless.procid import process_alive
@@ -77,9 +77,10 @@ def stop_serving(
     ``docker`` is called only when a Docker container may be involved, so stopping a local engine
     needs no Docker Engine. A serve that is already gone still has its serve dir and lease removed.
     """
-    container = f"{SERVE_PREFIX}{name}"
+    # The serve's container name: plain, or tagged with this root (serve-full --name-per-root).
+    containers = {serve_container_name(name), serve_container_name(name, per_root=store.root)}
     clear_ready(store, name)  # first: no readiness probe may pass while it stops
-    leases = [lease for lease in store.leases.leases() if lease.name == container]
+    leases = [lease for lease in store.leases.leases() if lease.name in containers]
     stopped: list[str] = []
     notes: list[str] = []
     runtime: Runtime | None = None
@@ -89,7 +90,7 @@ def stop_serving(
         # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
         runtime = _stop_docker_serves(name, store, docker, leases, timeout_s, stopped=stopped, notes=notes)
     removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
-    released = store.leases.release_named(container)
+    released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
     return StopOutcome(
         name=name,
         stopped=tuple(stopped),
@@ -146,11 +147,21 @@ def _stop_docker_serves(
             raise
         notes.append(f"no Docker serve checked: {exc.message}")
         found = []
-    _refuse_other_roots(name, store, found)
+    own = _own_serves(name, store, found)
     if runtime is not None:
         try:
-            _stop_containers(runtime, found, timeout_s, notes=notes)
-            stopped += runtime.cleanup_ours(ours)
+            _stop_containers(runtime, own, timeout_s, notes=notes)
+            if len(own) == len(found):
+                stopped += runtime.cleanup_ours(ours)
+            else:
+                # Another root serves this profile too (under its own --name-per-root name): its
+                # container and overlay volume are not ours to remove, so clean up by name.
+                for info in own:
+                    scope = _store_root_label(info)
+                    if not scope:  # made before containers recorded their root: cannot be told apart
+                        notes.append(f"container {info.name} records no store root: stopped, not removed")
+                        continue
+                    stopped += runtime.cleanup_ours({**ours, **scope})
         except BlessError as exc:
             if leases:
                 raise
@@ -158,11 +169,22 @@ def _stop_docker_serves(
     return runtime
 
 
-def _refuse_other_roots(name: str, store: Store, found: list[ContainerInfo]) -> None:
-    """Refuse (12) to stop a serve of another store root.
+def _store_root_label(info: ContainerInfo) -> dict[str, str]:
+    """The store-root label ``info`` records, as a filter (empty when it records none)."""
+    recorded = info.labels.get(labels.STORE_ROOT)
+    return {labels.STORE_ROOT: recorded} if recorded else {}
 
-    Stopping it from here would leave its lease (pinning a blessed version) and serve dir behind.
+
+def _own_serves(name: str, store: Store, found: list[ContainerInfo]) -> list[ContainerInfo]:
+    """The serves of ``name`` this store root started; refuse (12) when only another root's are found.
+
+    Stopping another root's serve from here would leave its lease (pinning a blessed version) and
+    serve dir behind. When this root serves the profile too (names tagged per root), only this
+    root's are stopped and the others are left running.
     """
+    own = [info for info in found if labels.other_store_root(info.labels, store.root) is None]
+    if own:
+        return own
     for info in found:
         owner_root = labels.other_store_root(info.labels, store.root)
         if owner_root is not None:
@@ -171,6 +193,7 @@ def _refuse_other_roots(name: str, store: Store, found: list[ContainerInfo]) -> 
                 hint=f"stop it from its own root: {stop_command(name, Path(owner_root))}",
                 details={"name": info.name, "holder": "ours", "store_root": owner_root},
             )
+    return []
 
 
 def _stop_containers(runtime: Runtime, found: list[ContainerInfo], timeout_s: int, *, notes: list[str]) -> None:
