@@ -67,7 +67,7 @@ def visible_gpus(gpus: Sequence[GpuInfo], cuda_visible_devices: str | None) -> l
     return chosen
 
 
-def plan_slots(
+def trial_slots(
     spec: HardwareSpec, gpus: Sequence[GpuInfo], *, requested: int | None, trials: int
 ) -> tuple[GpuSlot, ...]:
     """The slots for a run of ``trials`` trials: ``requested`` of them, or as many as the GPUs fit.

@@ -41,7 +41,7 @@ class HardwareSpec:
 
 
 @dataclass(frozen=True)
-class TrialPlan:
+class TrialSettings:
     count: int = 3
     repeats: int = 3
     max_tokens: int = 16
@@ -68,7 +68,7 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     hardware: HardwareSpec = HardwareSpec(accelerator="cpu")
     cache_mount: Literal["overlay", "ro-bind"] = "overlay"
-    trials: TrialPlan = TrialPlan()
+    trials: TrialSettings = TrialSettings()
     serving_host: str = "127.0.0.1"
     serving_port: int = 8000
     description: str = ""
@@ -153,7 +153,7 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
         env=dict(document.get("env", {})),
         hardware=HardwareSpec(**hardware),
         cache_mount=document.get("cache", {}).get("mount", "overlay"),
-        trials=_trial_plan(trials),
+        trials=_trial_settings(trials),
         serving_host=serving.get("host", "127.0.0.1"),
         serving_port=serving.get("port", 8000),
         path=source,
@@ -184,11 +184,11 @@ def _check_values(where: str, document: Mapping[str, Any]) -> None:
             pending += [(f"{name}.{index}", item) for index, item in enumerate(value)]
 
 
-def _trial_plan(trials: Mapping[str, Any]) -> TrialPlan:
+def _trial_settings(trials: Mapping[str, Any]) -> TrialSettings:
     fields: dict[str, Any] = dict(trials)
     if "prompts" in fields:
         fields["prompts"] = tuple(fields["prompts"])
-    return TrialPlan(**fields)
+    return TrialSettings(**fields)
 
 
 def _check_runtime(where: str, runtime: Mapping[str, Any]) -> None:

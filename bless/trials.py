@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bless.engine_client import Completion, EngineClient
-from bless.profile import TrialPlan
+from bless.profile import TrialSettings
 
 # --- the protocol -----------------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ def analyze(
 
 def run_protocol(
     client: EngineClient,
-    plan: TrialPlan,
+    plan: TrialSettings,
     *,
     golden: Mapping[str, Sequence[int]] | None = None,
     golden_text: Mapping[str, str] | None = None,
@@ -144,7 +144,7 @@ def run_protocol(
     )
 
 
-def warm_up(client: EngineClient, plan: TrialPlan) -> CoherenceReport:
+def warm_up(client: EngineClient, plan: TrialSettings) -> CoherenceReport:
     """Phase 1's requests: each prompt once. They force the compile and give the golden outputs.
 
     Coherence is judged in the trials, not here: a bootstrap only records what it saw.

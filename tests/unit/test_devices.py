@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, plan_slots, visible_gpus
+from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
 from bless.errors import InsufficientGpuError, ResolutionError
 from bless.factors import GpuInfo
 from bless.probes import parse_gpu_query
@@ -51,7 +51,7 @@ def test_nvidia_smi_query_gives_index_and_uuid() -> None:
 )
 def test_slots_on_8_gpus(per_trial: int, requested: int | None, trials: int, expected: list[list[int]]) -> None:
     spec = HardwareSpec(accelerator="cuda", gpu_count=per_trial)
-    slots = plan_slots(spec, gpus(8), requested=requested, trials=trials)
+    slots = trial_slots(spec, gpus(8), requested=requested, trials=trials)
     assert [[gpu.index for gpu in slot.gpus] for slot in slots] == expected
     assert [slot.index for slot in slots] == list(range(len(expected)))
     every = [gpu.index for slot in slots for gpu in slot.gpus]
@@ -60,29 +60,29 @@ def test_slots_on_8_gpus(per_trial: int, requested: int | None, trials: int, exp
 
 def test_too_many_slots_is_refused_with_what_fits() -> None:
     with pytest.raises(InsufficientGpuError) as caught:
-        plan_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(8), requested=5, trials=8)
+        trial_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(8), requested=5, trials=8)
     assert caught.value.exit_code == 52
     assert "--parallel 5 needs 10 GPUs (2 per trial)" in caught.value.message
     assert "--parallel 4" in (caught.value.hint or "")
     with pytest.raises(InsufficientGpuError, match="a trial needs 4 GPU"):
-        plan_slots(HardwareSpec(accelerator="cuda", gpu_count=4), gpus(2), requested=None, trials=1)
+        trial_slots(HardwareSpec(accelerator="cuda", gpu_count=4), gpus(2), requested=None, trials=1)
 
 
 def test_only_gpus_of_the_first_gpus_model_make_slots() -> None:
     mixed = [*gpus(2), *[GpuInfo("NVIDIA A100", "8.0", 80 * GIB, 70 * GIB, 2 + i, f"GPU-a{i}") for i in range(2)]]
-    slots = plan_slots(CUDA, mixed, requested=None, trials=8)
+    slots = trial_slots(CUDA, mixed, requested=None, trials=8)
     assert [slot.short for slot in slots] == ["0", "1"]
 
 
 def test_cpu_profiles_get_slots_without_gpus() -> None:
     cpu = HardwareSpec(accelerator="cpu")
-    assert plan_slots(cpu, [], requested=None, trials=5) == (GpuSlot(0),)
-    assert plan_slots(cpu, [], requested=3, trials=5) == (GpuSlot(0), GpuSlot(1), GpuSlot(2))
+    assert trial_slots(cpu, [], requested=None, trials=5) == (GpuSlot(0),)
+    assert trial_slots(cpu, [], requested=3, trials=5) == (GpuSlot(0), GpuSlot(1), GpuSlot(2))
     assert GpuSlot(0).label == "cpu" and GpuSlot(0).device_ids == ()
 
 
 def test_slot_names_its_gpus_by_uuid_for_the_runtime() -> None:
-    slot = plan_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(4), requested=None, trials=4)[1]
+    slot = trial_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(4), requested=None, trials=4)[1]
     assert slot.device_ids == ("GPU-2abc", "GPU-3abc")
     assert slot.label == "GPUs 2,3" and slot.short == "2,3"
     assert slot.records() == [
@@ -103,7 +103,7 @@ def test_the_operators_cuda_visible_devices_limits_the_gpus() -> None:
 
 def test_memory_is_checked_per_slot_and_names_the_gpu() -> None:
     spec = HardwareSpec(accelerator="cuda", gpu_count=2, min_gpu_memory_gib=40)
-    planned = plan_slots(spec, gpus(8), requested=None, trials=8)
+    planned = trial_slots(spec, gpus(8), requested=None, trials=8)
     now = gpus(8)
     now[5] = GpuInfo("NVIDIA H200", "9.0", 140 * GIB, 3 * GIB, 5, "GPU-5abc")
     with pytest.raises(InsufficientGpuError) as caught:

@@ -21,7 +21,7 @@ from bless.profile import (
     HardwareSpec,
     ModelSpec,
     Profile,
-    TrialPlan,
+    TrialSettings,
     load_profile,
     profile_from_dict,
 )
@@ -110,7 +110,7 @@ def test_reference_cpu_profile_values():
     assert profile.model == ModelSpec(source="builtin", id="reference-tiny")
     assert profile.hardware == HardwareSpec(accelerator="cpu")
     assert profile.cache_mount == "overlay"
-    assert profile.trials == TrialPlan(
+    assert profile.trials == TrialSettings(
         count=3,
         repeats=3,
         max_tokens=12,

@@ -14,7 +14,7 @@ import pytest
 from bless.engine_client import Completion, EngineClient, wait_ready
 from bless.errors import BlessError, EngineHttpError, NotReadyError
 from bless.evidence import LogSignals, UpperVerdict
-from bless.profile import TrialPlan
+from bless.profile import TrialSettings
 from bless.reuse import classify_reuse
 from bless.trials import (
     CoherenceReport,
@@ -406,7 +406,7 @@ def test_wait_ready_against_a_real_server(server):
 
 def test_run_protocol_against_a_real_server(server):
     server.routes["/v1/completions"] = Reply(200, completion({"text": "x", "token_ids": [1, 2]}))
-    plan = TrialPlan(repeats=3, max_tokens=2, prompts=("a", "b"), concurrent=True)
+    plan = TrialSettings(repeats=3, max_tokens=2, prompts=("a", "b"), concurrent=True)
     report = run_protocol(client_for(server), plan, golden={"a": (1, 2), "b": (1, 2)})
     assert isinstance(report, CoherenceReport)
     assert report.passed

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bless import __version__
-from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, plan_slots, visible_gpus
+from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
 from bless.engines.base import EngineAdapter
 from bless.errors import AlreadyBlessedError, BootstrapFailedError, InterruptedByUserError
 from bless.factors import GpuInfo, ResolvedConfig
@@ -80,13 +80,13 @@ class Orchestrator:
 
     # --- top level -------------------------------------------------------------------------------
 
-    def _plan_slots(self, options: RunOptions) -> tuple[GpuSlot, ...]:
+    def _trial_slots(self, options: RunOptions) -> tuple[GpuSlot, ...]:
         """Trial slots on this host's GPUs, each with enough free memory now (else 52, naming the GPU)."""
         hardware = self.profile.hardware
         if hardware.accelerator != "cuda":
-            return plan_slots(hardware, [], requested=options.parallel, trials=options.trials)
+            return trial_slots(hardware, [], requested=options.parallel, trials=options.trials)
         gpus = visible_gpus(self.gpu_probe(), self.cuda_visible_devices)
-        slots = plan_slots(hardware, gpus, requested=options.parallel, trials=options.trials)
+        slots = trial_slots(hardware, gpus, requested=options.parallel, trials=options.trials)
         check_slot_memory(hardware, slots, gpus)
         return slots
 
@@ -96,7 +96,7 @@ class Orchestrator:
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
         allowed_unsafe = check_unsafe(self.resolved, self.adapter, allow_test_knobs=options.allow_test_knobs)
         self.runtime.ping()
-        self.slots = self._plan_slots(options)
+        self.slots = self._trial_slots(options)
         config_hash = self.resolved.config_hash
         with self.store.lock(config_hash, wait=options.wait_lock):
             self.store.recover()

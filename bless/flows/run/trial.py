@@ -25,7 +25,7 @@ from bless.flows.run.containers import RunContainers, keep_private, write_log
 from bless.flows.run.results import TrialResult
 from bless.flows.run.schedule import TrialSchedule
 from bless.flows.session import EngineSession
-from bless.profile import TrialPlan
+from bless.profile import TrialSettings
 from bless.reuse import ReuseReport, classify_reuse
 from bless.runtime.base import Mount
 from bless.trials import CoherenceReport, golden_text_map, golden_token_map, run_protocol
@@ -117,7 +117,7 @@ def _replay(
     proof: TrialInputs,
     index: int,
     session: EngineSession,
-    plan: TrialPlan,
+    plan: TrialSettings,
     *,
     schedule: TrialSchedule,
     phase: Callable[[str], None],
