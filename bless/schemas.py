@@ -71,6 +71,8 @@ def describe(error: jsonschema.ValidationError) -> str:
 
 
 _FILE_KEYS = frozenset({"path", "size", "sha256"})
+#: Keywords that document a schema and never change what it accepts.
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,8 @@ def _listing_rules() -> _ListingRules | None:
     try:
         cache_props = schema["properties"]["cache"]["properties"]
         files, dirs = cache_props["files"], cache_props["dirs"]
-        item = files["items"]
-        relpath, hex64 = schema["$defs"]["relpath"], schema["$defs"]["hex64"]
+        item = _rules_only(files["items"])
+        relpath, hex64 = _rules_only(schema["$defs"]["relpath"]), _rules_only(schema["$defs"]["hex64"])
         expected_item = {
             "type": "object",
             "additionalProperties": False,
@@ -108,7 +110,7 @@ def _listing_rules() -> _ListingRules | None:
         }
         if (
             item != expected_item
-            or dirs["items"] != {"$ref": "#/$defs/relpath"}
+            or _rules_only(dirs["items"]) != {"$ref": "#/$defs/relpath"}
             or set(relpath) != {"type", "minLength", "maxLength", "not"}
             or set(relpath["not"]) != {"pattern"}
             or set(hex64) != {"type", "pattern"}
@@ -124,6 +126,26 @@ def _listing_rules() -> _ListingRules | None:
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _rules_only(schema: Any) -> Any:
+    """``schema`` without its annotations (descriptions and the like), in it and in the schemas it holds.
+
+    What the listing loop compares is what the schema accepts: documenting a field must not send every
+    manifest back to the slow path.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    rules: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ANNOTATIONS:
+            continue
+        if key == "properties" and isinstance(value, dict):
+            value = {name: _rules_only(sub) for name, sub in value.items()}
+        elif key in ("items", "not"):
+            value = _rules_only(value)
+        rules[key] = value
+    return rules
 
 
 def listing_conforms(files: Any, dirs: Any) -> bool | None:

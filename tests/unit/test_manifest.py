@@ -622,6 +622,14 @@ def big_document(document: dict[str, Any], entries: int) -> dict[str, Any]:
     return with_listing(document, files, sorted({f"d{i % 100}" for i in range(entries)}))
 
 
+def test_the_listing_rules_are_read_from_the_documented_schema() -> None:
+    """The schema's descriptions (the reference page's text) are annotations: the fast path still reads its rules."""
+    described = validator("manifest.v1").schema
+    assert "description" in described["properties"]["cache"]["properties"]["files"]["items"]["properties"]["path"]
+    assert "description" in described["$defs"]["relpath"]
+    assert listing_conforms([{"path": "d/f.bin", "size": 1, "sha256": "ab" * 32}], ["d"]) is True
+
+
 def test_a_large_legal_manifest_validates_in_seconds(document: dict[str, Any]) -> None:
     """150,000 entries took jsonschema about 10 s (a million, a minute); the listing loop takes a fraction."""
     big = big_document(document, 150_000)

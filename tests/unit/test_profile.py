@@ -25,6 +25,7 @@ from bless.profile import (
     load_profile,
     profile_from_dict,
 )
+from bless.schemas import validator
 from tests.resolving import resolved_offline
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -125,21 +126,53 @@ def test_reference_cpu_profile_values():
     assert dict(profile.env) == {}
 
 
+def schema_defaults(schema: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every (field path, default) the profile schema states, tables' own included."""
+    found = []
+    for name, field in schema.get("properties", {}).items():
+        if "default" in field:
+            found.append(((*prefix, name), field["default"]))
+        found += schema_defaults(field, (*prefix, name))
+    return found
+
+
+PROFILE_SCHEMA = validator("profile.v1").schema
+STATED_DEFAULTS = schema_defaults(PROFILE_SCHEMA)
+MINIMAL: dict[str, Any] = {
+    "profile_version": 1,
+    "name": "minimal",
+    "engine": {"name": "reference"},
+    "runtime": {"kind": "local"},
+    "model": {"source": "builtin", "id": "reference-tiny"},
+}
+
+
 def test_minimal_profile_gets_defaults():
-    document = {
-        "profile_version": 1,
-        "name": "minimal",
-        "engine": {"name": "reference"},
-        "runtime": {"kind": "local"},
-        "model": {"source": "builtin", "id": "reference-tiny"},
-    }
-    profile = profile_from_dict(document)
+    profile = profile_from_dict(MINIMAL)
     assert profile == Profile(
         name="minimal", engine="reference", runtime_kind="local", model=ModelSpec("builtin", "reference-tiny")
     )
     assert profile.trials.prompts == DEFAULT_PROMPTS
     assert profile.label == "minimal"
     assert profile.hardware.accelerator == "cpu"
+
+
+@pytest.mark.parametrize(("path", "default"), STATED_DEFAULTS, ids=[".".join(path) for path, _ in STATED_DEFAULTS])
+def test_each_default_the_schema_states_is_the_one_the_loader_applies(path, default):
+    """One fact in two forms (the reference page shows the schema's): writing the default changes nothing."""
+    document = copy.deepcopy(MINIMAL)
+    table = document
+    for name in path[:-1]:
+        table = table.setdefault(name, {})
+    table[path[-1]] = default
+    assert profile_from_dict(document) == profile_from_dict(MINIMAL)
+
+
+def test_the_schema_states_every_trial_plan_default():
+    fields = PROFILE_SCHEMA["properties"]["trials"]["properties"]
+    stated = {name: field.get("default") for name, field in fields.items()}
+    plan = {name: list(value) if isinstance(value, tuple) else value for name, value in vars(TrialPlan()).items()}
+    assert stated == plan
 
 
 # --- malformed files ---------------------------------------------------------------------------------
