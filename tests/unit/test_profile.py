@@ -168,11 +168,13 @@ def test_each_default_the_schema_states_is_the_one_the_loader_applies(path, defa
     assert profile_from_dict(document) == profile_from_dict(MINIMAL)
 
 
-def test_the_schema_states_every_trial_plan_default():
+def test_the_schema_states_every_trial_settings_default() -> None:
     fields = PROFILE_SCHEMA["properties"]["trials"]["properties"]
     stated = {name: field.get("default") for name, field in fields.items()}
-    plan = {name: list(value) if isinstance(value, tuple) else value for name, value in vars(TrialPlan()).items()}
-    assert stated == plan
+    settings = {
+        name: list(value) if isinstance(value, tuple) else value for name, value in vars(TrialSettings()).items()
+    }
+    assert stated == settings
 
 
 # --- malformed files ---------------------------------------------------------------------------------
