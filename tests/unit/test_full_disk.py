@@ -224,6 +224,7 @@ def test_recording_trusted_metadata_refuses_a_full_disk(tmp_path: Path) -> None:
                 manifest.to_json_bytes(),
                 trust_dir=keys / "metadata",
                 state_dir=store.paths.trust,
+                lock_path=store.paths.trust_lock,
             )
         refused(info)
     assert trust.is_dir()
