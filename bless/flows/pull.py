@@ -371,6 +371,7 @@ def pull_blessing(
     client.deadline = started + budget_s
 
     step("trust")
+    # Without --trust the signatures are not even fetched.
     verdict = (
         None
         if trust_dir is None
