@@ -148,7 +148,7 @@ class NoSpaceError(BlessError):
     exit_code = ExitCode.NO_SPACE
     title = "no space to write"
     meaning = (
-        "the disk is full, the quota used up or the file system read-only (pull, publish, sign, trust state); "
+        "the disk is full, the quota used up or the file system read-only (run, pull, publish, sign, trust state); "
         "nothing was committed"
     )
 
@@ -381,11 +381,14 @@ class TargetMismatchError(BlessError):
 
 
 class TrustInvalidError(BlessError):
-    """Trust metadata or keys are missing, malformed or inconsistent."""
+    """Trust metadata or keys are missing, malformed or inconsistent, or the signing repository cannot be written."""
 
     exit_code = ExitCode.TRUST_INVALID
     title = "invalid trust metadata"
-    meaning = "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign)"
+    meaning = (
+        "trust metadata or keys are missing, malformed, inconsistent or over their size limit (--trust, sign), "
+        "or the signing repository cannot be created or written here"
+    )
 
 
 class RegistryUnavailableError(BlessError):

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bless.errors import NoSpaceError, StoreUnavailableError
+from bless.errors import BlessError, NoSpaceError, StoreUnavailableError
 
 __all__ = [
     "DIR_MODE",
@@ -190,20 +190,29 @@ def full_disk(what: str) -> Iterator[None]:
         raise refusal from exc
 
 
+_STORE_DIRS_HINT = "check that the store root and its dirs are directories (not files) that this user can write"
+
+
 @contextmanager
-def os_errors(what: str) -> Iterator[None]:
+def os_errors(
+    what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
+) -> Iterator[None]:
     """Turn an OSError into a refusal: a full or read-only disk is NoSpaceError, anything else
-    (permissions, a file where a store dir belongs) is StoreUnavailableError: the environment, not a bug."""
+    (permissions, a file where a dir belongs) is ``refusal`` with ``hint``: the environment, not a bug.
+
+    The default is the store's (StoreUnavailableError); a directory of another owner names its own
+    (the signing repository's is TrustInvalidError).
+    """
     try:
         yield
     except OSError as exc:
-        refusal = full_disk_error(exc, f"{what} failed")
-        if refusal is not None:
-            raise refusal from exc
+        no_space = full_disk_error(exc, f"{what} failed")
+        if no_space is not None:
+            raise no_space from exc
         where = f" ({exc.filename})" if exc.filename else ""
-        raise StoreUnavailableError(
+        raise refusal(
             f"{what} failed: {exc.strerror or exc}{where}",
-            hint="check that the store root and its dirs are directories (not files) that this user can write",
+            hint=hint,
             details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
         ) from exc
 

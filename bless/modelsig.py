@@ -21,8 +21,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from bless.errors import BlessError, TrustInvalidError, UsageError
-from bless.fsutil import atomic_write_bytes
+from bless.errors import TrustInvalidError, UsageError
+from bless.fsutil import atomic_write_bytes, os_errors
 from bless.manifest import Manifest
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
@@ -59,7 +59,13 @@ def _key(keys_dir: Path) -> tuple[Path, Path]:
 
 
 def write_bundle(keys_dir: Path, blessed_dir: Path, manifest: Manifest) -> ModelSigningBundle:
-    """Sign ``blessed_dir`` (the tree of ``manifest``) with Model Signing; return where the bundle is."""
+    """Sign ``blessed_dir`` (the tree of ``manifest``) with Model Signing; return where the bundle is.
+
+    Raises:
+        UsageError: the model-signing package is not installed.
+        TrustInvalidError: no ``keys/`` directory, a key unfit for use, or the key or bundle cannot be
+            written (permissions, a file where a directory belongs); NoSpaceError: a full or read-only disk.
+    """
     try:
         from model_signing import signing
     except ImportError:
@@ -68,18 +74,23 @@ def write_bundle(keys_dir: Path, blessed_dir: Path, manifest: Manifest) -> Model
         ) from None
     if not (keys_dir / "keys").is_dir():
         raise TrustInvalidError(f"{keys_dir} has no keys/ directory", hint="bless trust init --keys DIR first")
-    private_path, public_path = _key(keys_dir)
     out_dir = keys_dir / "model-signing"
-    out_dir.mkdir(exist_ok=True)
     bundle = out_dir / f"{manifest.config_hash}-{manifest.cache.dir_id}.sig"
     scratch = out_dir / f".{bundle.name}.tmp"
-    try:
-        config = signing.Config()  # type: ignore[no-untyped-call]
-        config.use_elliptic_key_signer(private_key=private_path).sign(blessed_dir, scratch)
-        atomic_write_bytes(bundle, scratch.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise BlessError(f"Model Signing of {blessed_dir} failed: {exc}") from exc
-    finally:
-        scratch.unlink(missing_ok=True)
+    with os_errors(
+        f"Model Signing of {blessed_dir}",
+        refusal=TrustInvalidError,
+        hint=f"check that {keys_dir / 'keys'} and {out_dir} are directories this user can write",
+    ):
+        private_path, public_path = _key(keys_dir)
+        out_dir.mkdir(exist_ok=True)
+        try:
+            config = signing.Config()  # type: ignore[no-untyped-call]
+            config.use_elliptic_key_signer(private_key=private_path).sign(blessed_dir, scratch)
+            atomic_write_bytes(bundle, scratch.read_bytes())
+        except ValueError as exc:  # the key is not one model-signing can use (curve, size, not a PEM key)
+            raise TrustInvalidError(f"Model Signing of {blessed_dir} failed: {exc}") from exc
+        finally:
+            scratch.unlink(missing_ok=True)
     command = f"model_signing verify key {blessed_dir} --signature {bundle} --public_key {public_path}"
     return ModelSigningBundle(bundle, public_path, command)

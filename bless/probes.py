@@ -166,13 +166,20 @@ def hash_model_dir(path: Path, *, where: str) -> str:
     if not path.is_dir():
         raise ResolutionError(f"{where}: model.path {str(path)!r} is not a directory")
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        relative = file.relative_to(path).as_posix()
-        file_digest = hashlib.sha256()
-        with file.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                file_digest.update(chunk)
-        digest.update(f"{relative}\0{file.stat().st_size}\0{file_digest.hexdigest()}\n".encode())
+    try:
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            relative = file.relative_to(path).as_posix()
+            file_digest = hashlib.sha256()
+            with file.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    file_digest.update(chunk)
+            digest.update(f"{relative}\0{file.stat().st_size}\0{file_digest.hexdigest()}\n".encode())
+    except OSError as exc:  # a file this user cannot read, or one gone while hashing: the host's, not a bug
+        where_file = f" ({exc.filename})" if exc.filename else ""
+        raise ResolutionError(
+            f"{where}: cannot read the model directory {str(path)!r}: {exc.strerror or exc}{where_file}",
+            hint="make every file of model.path readable by this user, and leave it unchanged while bless runs",
+        ) from None
     return digest.hexdigest()
 
 

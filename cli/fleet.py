@@ -14,8 +14,7 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, app_state, lookup_manifest, reading_store
-from bless.errors import NoManifestError
-from bless.manifest import Manifest
+from bless.flows.trust_policy import stored_manifest_bytes
 from bless.modelsig import write_bundle
 from bless.store import Store
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
@@ -24,10 +23,7 @@ from bless.trust import (
     DEFAULT_ROOT_EXPIRES,
     RoleKeys,
     SignResult,
-    TrustVerdict,
-    check_blessing,
     init_repository,
-    manifest_file_bytes,
     parse_duration,
     rotate_role,
     sign_blessing,
@@ -128,22 +124,6 @@ trust_app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-
-def trust_check(store: Store, manifest: Manifest, trust: Path | None) -> TrustVerdict | None:
-    """Under ``--trust``: the verdict, or a refusal with its exit code. Without it: None (unsigned)."""
-    if trust is None:
-        return None
-    data = stored_manifest_bytes(store, manifest)
-    return check_blessing(manifest, data, trust_dir=trust, state_dir=store.paths.trust)
-
-
-def stored_manifest_bytes(store: Store, manifest: Manifest) -> bytes:
-    """The live manifest file's bytes (what is signed), still holding ``manifest``."""
-    path = store.manifest_path(manifest.config_hash)
-    if path is None:
-        raise NoManifestError(f"the manifest of {manifest.config_hash[:16]}... is gone from {store.manifests_dir}")
-    return manifest_file_bytes(path, manifest)
 
 
 def render_trust(console: Console, trust: Mapping[str, Any]) -> None:
@@ -450,6 +430,5 @@ __all__ = [
     "sign_command",
     "transfer_limits",
     "trust_app",
-    "trust_check",
     "trust_report",
 ]

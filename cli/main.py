@@ -41,7 +41,6 @@ from bless.cli.fleet import (
     render_trust,
     sign_command,
     trust_app,
-    trust_check,
     trust_report,
 )
 from bless.cli.gate import gate_command
@@ -56,6 +55,7 @@ from bless.errors import (
     VerifyFailedError,
 )
 from bless.factors import ResolvedConfig, change_to_dict, diff_factors
+from bless.flows.trust_policy import trust_verdict
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.store import manifest_summary
@@ -279,7 +279,7 @@ def verify_command(
     """
     store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
-    verdict = trust_check(store, manifest, trust)
+    verdict = trust_verdict(store, manifest, trust)
     blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
     with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:

@@ -265,7 +265,9 @@ def main() -> int:
 
     def verify() -> None:
         data = manifest_file_bytes(manifest_file, manifest)
-        check_blessing(manifest, data, trust_dir=keys / "metadata", state_dir=store.paths.trust)
+        check_blessing(
+            manifest, data, trust_dir=keys / "metadata", state_dir=store.paths.trust, lock_path=store.paths.trust_lock
+        )
 
     for _ in range(args.repeat):
         sign_times.append(timed(sign))

@@ -3,5 +3,6 @@
 ``run`` (bless run), ``serve`` (serve-full), ``gate`` (bless gate), ``push`` and ``pull`` are
 flows; they never import one another. What several flows share lives beside them: ``events``
 (progress and run ids), ``safety`` (the unsafe-settings check), ``resolve`` (profile ->
-config hash -> blessing) and ``session`` (one engine process from start to stop).
+config hash -> blessing), ``session`` (one engine process from start to stop) and ``trust_policy``
+(``--trust`` for a blessing in a store: verify, pull, serve-full).
 """

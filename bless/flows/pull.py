@@ -59,12 +59,13 @@ from bless.errors import (
     LockHeldError,
     NoSpaceError,
 )
+from bless.flows.trust_policy import trust_verdict
 from bless.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.manifest import Manifest
 from bless.registry import CHUNK, Reference, RegistryClient, Transport
 from bless.store import FaultHook, Store, staging_owner
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
-from bless.trust import TrustVerdict, check_blessing
+from bless.trust import TrustVerdict
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]
 
@@ -370,8 +371,11 @@ def pull_blessing(
     client.deadline = started + budget_s
 
     step("trust")
+    # Without --trust the signatures are not even fetched.
     verdict = (
-        None if trust_dir is None else _trust_verdict(store, client, artifact, manifest, manifest_bytes, trust_dir)
+        None
+        if trust_dir is None
+        else trust_verdict(store, manifest, trust_dir, data=manifest_bytes, candidate=_signatures(client, artifact))
     )
     result = partial(_pull_result, store, reference, artifact, manifest, verdict)
 
@@ -388,24 +392,6 @@ def pull_blessing(
         client.deadline = time.monotonic() + budget_s
         installed, blobs, size = _install(store, client, artifact, manifest, step, fault, progress, workers)
         return result(installed=installed, blobs=blobs, size=size)
-
-
-def _trust_verdict(
-    store: Store,
-    client: RegistryClient,
-    artifact: BlessingArtifact,
-    manifest: Manifest,
-    manifest_bytes: bytes,
-    trust_dir: Path,
-) -> TrustVerdict:
-    """The blessing's signatures checked through TUF against the trusted root in ``trust_dir``."""
-    return check_blessing(
-        manifest,
-        manifest_bytes,
-        trust_dir=trust_dir,
-        state_dir=store.paths.trust,
-        candidate=_signatures(client, artifact),
-    )
 
 
 def _install(

@@ -22,6 +22,7 @@ from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
 from bless.factors import ResolvedConfig
+from bless.fsutil import os_errors
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 
 DEFAULT_ENGINE_PORT = 8000
@@ -59,12 +60,13 @@ def make_private_dirs(spec: ContainerSpec) -> None:
         if mount.kind != "private":
             continue
         path = mount.source
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            path.unlink()
-        path.mkdir(parents=True)
-        path.chmod(0o777)
+        with os_errors(f"preparing the engine's private dir {path}"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                path.unlink()
+            path.mkdir(parents=True)
+            path.chmod(0o777)
 
 
 def _kind(mode: int) -> OutsideKind:

@@ -110,6 +110,10 @@ class StorePaths:
         """``root/locks``: per-hash writer locks and their holder records."""
         return self.root / "locks"
 
+    def serve_start_lock(self, name: str) -> Path:
+        """``locks/serve-<name>.lock``: one serve-full start of profile ``name`` at a time (bless.flows.serve)."""
+        return self.locks / f"serve-{name}.lock"
+
     @property
     def runs(self) -> Path:
         """``root/runs``: engine logs of accepted runs."""
@@ -143,6 +147,11 @@ class StorePaths:
     def trust(self) -> Path:
         """``root/trust``: TUF's trusted metadata (the highest versions this host has trusted)."""
         return self.root / "trust"
+
+    @property
+    def trust_lock(self) -> Path:
+        """``root/trust.lock``: held while TUF's trusted metadata in ``root/trust`` is read and recorded."""
+        return self.root / "trust.lock"
 
     @property
     def state(self) -> Path:

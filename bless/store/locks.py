@@ -31,15 +31,20 @@ _HELD: dict[tuple[str, int], int] = {}
 _HELD_GUARD = threading.Lock()
 
 
-def lock_refusal(path: Path, exc: OSError, *, what: str = "lock") -> BlessError:
+def lock_refusal(
+    path: Path, exc: OSError, *, what: str = "lock", refusal: type[BlessError] = StoreUnavailableError
+) -> BlessError:
     """The refusal when a lock file cannot be opened: not a file of ours, or no write access (store_lock).
 
     A full disk or a read-only file system is that refusal instead (:class:`NoSpaceError`): what the
-    user must do is make room or remount, not fix permissions.
+    user must do is make room or remount, not fix permissions. ``refusal`` is the class of the others:
+    the store's own (17) for the store's locks, the owner's for a lock elsewhere (the signing repository's).
     """
     no_space = full_disk_error(exc, f"cannot create the {what} {path}")
     if no_space is not None:
         return no_space
+    # The store is unusable here, not a blessed tree that fails verification: its own code (17).
+    store_lock = refusal is StoreUnavailableError
     try:
         mode = os.lstat(path).st_mode
     except OSError:
@@ -50,22 +55,27 @@ def lock_refusal(path: Path, exc: OSError, *, what: str = "lock") -> BlessError:
         hint = f"remove {path} (bless recreates it), and find out who put it there"
     else:
         message = f"cannot take the {what} {path}: {exc.strerror or exc}"
-        hint = (
-            f"run as a user who can write {path.parent} (every writer, and gc even with --dry-run, takes the "
-            "store's locks so that what it reads does not change under it)"
-        )
-    # The store is unusable here, not a blessed tree that fails verification: its own code (17).
-    return StoreUnavailableError(message, hint=hint, details={"reason": "store_lock", "lock": str(path)})
+        hint = f"run as a user who can write {path.parent}"
+        if store_lock:
+            hint += (
+                " (every writer, and gc even with --dry-run, takes the store's locks so that what it reads does "
+                "not change under it)"
+            )
+    details = {"reason": "store_lock", "lock": str(path)} if store_lock else {"lock": str(path)}
+    return refusal(message, hint=hint, details=details)
 
 
-def open_file_lock(path: Path, *, timeout: float = -1.0, what: str = "lock") -> FileLock:
+def open_file_lock(
+    path: Path, *, timeout: float = -1.0, what: str = "lock", refusal: type[BlessError] = StoreUnavailableError
+) -> FileLock:
     """Take the flock at ``path`` (waiting at most ``timeout`` seconds, negative: forever) and return it.
 
     The caller releases it. A lock held past ``timeout`` is filelock's :class:`Timeout`, left to the
     caller, who knows what a held lock means there.
 
     Raises:
-        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`, naming it ``what``).
+        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`, naming it ``what``;
+            ``refusal`` instead for a lock outside the store), or NoSpaceError.
     """
     flock = FileLock(str(path), mode=FILE_MODE)
     try:
@@ -73,20 +83,23 @@ def open_file_lock(path: Path, *, timeout: float = -1.0, what: str = "lock") -> 
     except Timeout:  # a TimeoutError, hence an OSError: handled first
         raise
     except OSError as exc:
-        raise lock_refusal(path, exc, what=what) from exc
+        raise lock_refusal(path, exc, what=what, refusal=refusal) from exc
     return flock
 
 
 @contextmanager
-def blocking_file_lock(path: Path) -> Iterator[None]:
+def blocking_file_lock(
+    path: Path, *, what: str = "lock", refusal: type[BlessError] = StoreUnavailableError
+) -> Iterator[None]:
     """Hold the flock at ``path`` for the ``with`` body, waiting for it; an unusable lock file is a refusal.
 
-    For the store's short-held locks (lease guard, manifests-dirs record).
+    For short-held locks: the store's (lease guard, manifests-dirs record, trusted metadata) and the
+    signing repository's.
 
     Raises:
-        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`).
+        StoreUnavailableError: the lock file cannot be opened (:func:`lock_refusal`), or ``refusal``.
     """
-    flock = open_file_lock(path)  # waits forever: never a Timeout
+    flock = open_file_lock(path, what=what, refusal=refusal)  # waits forever: never a Timeout
     try:
         yield
     finally:

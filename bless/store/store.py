@@ -21,6 +21,7 @@ from bless.fsutil import (
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
+    full_disk_error,
     os_errors,
     remove_tree,
 )
@@ -171,6 +172,7 @@ class Store:
 
         Raises:
             InputInvalidError: bad run id, or a staging dir of that name exists.
+            NoSpaceError: a full or read-only disk.
         """
         check_run_id(run_id)
         self._paths.ensure_layout()
@@ -188,7 +190,9 @@ class Store:
             tmp.rename(final)
         except OSError as exc:
             remove_tree(tmp)
-            raise InputInvalidError(f"cannot create staging dir {final}: {exc.strerror or exc}") from None
+            what = f"cannot create staging dir {final}"
+            # A full disk is that refusal (15); otherwise another run took the id first.
+            raise full_disk_error(exc, what) or InputInvalidError(f"{what}: {exc.strerror or exc}") from None
         with os_errors(f"syncing {staging}"):
             fsync_dir(staging)
         return final

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib import parse
 
-from filelock import FileLock
 from tuf.api import exceptions as tuf_errors
 from tuf.api.metadata import Metadata, Root, Snapshot, TargetFile, Targets, Timestamp
 from tuf.ngclient import Updater, UpdaterConfig
@@ -27,6 +26,7 @@ from tuf.ngclient.fetcher import FetcherInterface
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
 from bless.fsutil import full_disk, full_disk_error
 from bless.manifest import Manifest
+from bless.store.locks import blocking_file_lock
 from bless.trust.metadata import (
     ROLE_MAX_BYTES,
     check_strict_json,
@@ -96,24 +96,30 @@ def check_blessing(
     *,
     trust_dir: Path,
     state_dir: Path,
+    lock_path: Path,
     candidate: Mapping[str, bytes] | None = None,
 ) -> TrustVerdict:
     """Verify ``manifest`` (file bytes ``data``) is a signed, fresh, current TUF target; record what was trusted.
 
     ``trust_dir`` holds the trusted ``root.json`` (the anchor). New metadata comes from ``candidate``
     (e.g. a pulled artifact), else from ``trust_dir`` when it holds ``timestamp.json``, else from
-    what ``state_dir`` trusted before. ``state_dir`` is TUF's trusted-metadata directory.
+    what ``state_dir`` trusted before. ``state_dir`` is TUF's trusted-metadata directory, read and
+    recorded under the flock ``lock_path`` (a store's ``StorePaths.trust`` and ``StorePaths.trust_lock``).
 
     Raises:
         UnsignedError, SignatureUntrustedError, BelowThresholdError, MetadataExpiredError,
         RollbackError, TargetMismatchError, TrustInvalidError: each refusal its own exit code.
+        StoreUnavailableError: the lock file cannot be opened; NoSpaceError: a full or read-only disk.
     """
     trust_files, anchor = _read_anchor(Path(trust_dir))
     _create_state_dir(state_dir)
     if candidate is None:
         candidate = trust_files if "timestamp.json" in trust_files else metadata_from_dir(state_dir)
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
-    with full_disk(f"recording the trusted metadata in {state_dir}"), FileLock(str(state_dir.parent / "trust.lock")):
+    with (
+        full_disk(f"recording the trusted metadata in {state_dir}"),
+        blocking_file_lock(lock_path, what="lock of the trusted metadata"),
+    ):
         # python-tuf's Updater reads the state files itself, whole and through links: vet them first.
         trusted_before = "timestamp.json" in metadata_from_dir(state_dir)
         served, presented_version = _metadata_to_serve(candidate, trust_files, anchor)

@@ -23,13 +23,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from securesystemslib.signer import CryptoSigner
 from tuf.api.metadata import Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
 
-from bless.errors import BlessError, TrustExistsError, TrustInvalidError, UsageError
-from bless.fsutil import atomic_write_bytes, full_disk, full_disk_error
+from bless.errors import TrustExistsError, TrustInvalidError, UsageError
+from bless.fsutil import atomic_write_bytes, os_errors
 from bless.manifest import Manifest
+from bless.store.locks import blocking_file_lock
 from bless.trust.keys import load_signers, new_key
 from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
 from bless.trust.target import blessing_target, config_target_prefix
@@ -211,8 +211,16 @@ def _repository(keys_dir: Path) -> Iterator[_Repository]:
             f"{keys_dir} is not a signing repository (no metadata/ directory)",
             hint="create one with bless trust init --keys DIR",
         )
-    # A full or read-only disk under the keys directory is its own refusal (15), wherever a write meets it.
-    with full_disk(f"writing the signing repository {keys_dir}"), FileLock(str(lock_path)):
+    # A full or read-only disk is its own refusal (15), wherever a write meets it; any other OSError
+    # (permissions, a directory where a file belongs) makes the repository unusable here (66).
+    with (
+        os_errors(
+            f"writing the signing repository {keys_dir}",
+            refusal=TrustInvalidError,
+            hint=f"run as a user who can write {keys_dir}, and check that keys/ and metadata/ hold only files",
+        ),
+        blocking_file_lock(lock_path, what="lock of the signing repository", refusal=TrustInvalidError),
+    ):
         yield _Repository(Path(keys_dir))
 
 
@@ -238,13 +246,18 @@ def init_repository(
     Raises:
         TrustExistsError: ``keys_dir/keys`` or ``keys_dir/metadata`` exists and is not empty.
         UsageError: a threshold larger than its key count, or below 1.
+        TrustInvalidError, NoSpaceError: ``keys_dir`` cannot be created or written here.
     """
     chosen = _chosen_roles(roles)
     keys_dir = Path(keys_dir)
     keys_path, metadata_path = keys_dir / "keys", keys_dir / "metadata"
-    _refuse_existing(keys_path, metadata_path)
     now = now or datetime.now(UTC)
-    try:
+    with os_errors(
+        f"creating the trust repository in {keys_dir}",
+        refusal=TrustInvalidError,
+        hint="choose a --keys directory this user can create and write (not below a file)",
+    ):
+        _refuse_existing(keys_path, metadata_path)
         keys_path.mkdir(parents=True, exist_ok=True, mode=0o700)
         metadata_path.mkdir(parents=True, exist_ok=True)
         root, key_files = _new_root(keys_path, chosen, _expiry(now, root_expires))
@@ -252,9 +265,6 @@ def init_repository(
         atomic_write_bytes(metadata_path / "1.root.json", documents[Root.type].to_bytes())
         for role in TOP_LEVEL_ROLES:
             atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
-    except OSError as exc:
-        what = f"cannot create the trust repository in {keys_dir}"
-        raise full_disk_error(exc, what) or BlessError(f"{what}: {exc.strerror or exc}") from exc
     return InitResult(keys_dir, metadata_path, key_files, chosen)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -249,3 +250,61 @@ def test_odd_trust_files_are_refused_without_blocking_or_reading_them_whole(
     assert proc.returncode == ExitCode.TRUST_INVALID, proc.stderr[-2000:]
     expected = {"fifo": "is not a regular file", "zero": "is not a regular file", "huge": "bytes it may be"}[kind]
     assert expected in proc.stderr
+
+
+# --- a signing repository that cannot be used here is the environment's fault: never "internal error" (1) ----
+
+
+def test_trust_init_below_a_file_is_trust_invalid(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x\n")
+    code, _, stderr = invoke(tmp_path / "root", "trust", "init", "--keys", str(tmp_path / "file" / "keys"))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert "Not a directory" in stderr and "internal error" not in stderr
+
+
+def test_trust_init_with_keys_a_file_is_trust_invalid(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "keys").write_text("x\n")
+    code, _, stderr = invoke(tmp_path / "root", "trust", "init", "--keys", str(keys))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert str(keys / "keys") in stderr and "internal error" not in stderr
+
+
+def test_signing_with_the_repository_lock_a_directory_is_trust_invalid(tmp_path: Path) -> None:
+    root, _, manifest = blessed_store(tmp_path)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    (keys / ".lock").mkdir()
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert "lock of the signing repository" in stderr and "a directory" in stderr
+    assert "internal error" not in stderr
+
+
+def test_signing_into_metadata_this_user_cannot_write_is_trust_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A metadata write refused for permissions (the tests run as root, who is never refused: faked here)."""
+    root, _, manifest = blessed_store(tmp_path)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+
+    def refused(path: Path, data: bytes) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr("bless.trust.repository.atomic_write_bytes", refused)
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys))
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert "targets.json" in stderr and "Permission denied" in stderr and "internal error" not in stderr
+
+
+def test_model_signing_with_its_bundle_dir_a_file_is_trust_invalid(tmp_path: Path) -> None:
+    pytest.importorskip("model_signing")
+    root, _, manifest = blessed_store(tmp_path)
+    keys = tmp_path / "keys"
+    assert invoke(root, "trust", "init", "--keys", str(keys))[0] == 0
+    (keys / "model-signing").write_text("x\n")
+    code, _, stderr = invoke(root, "sign", manifest.config_hash, "--keys", str(keys), "--model-signing")
+    assert code == ExitCode.TRUST_INVALID, stderr
+    assert str(keys / "model-signing") in stderr and "internal error" not in stderr

@@ -548,6 +548,27 @@ def test_resolve_model_local_dir_missing(tmp_path):
         resolve_model(spec, where="p", offline=True)
 
 
+def test_resolve_model_unreadable_local_dir_is_a_resolution_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model file this user cannot read (faked: the tests run as root) is the host's problem, not exit 1."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"w")
+    real_open = Path.open
+
+    def refusing_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "weights.bin":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refusing_open)
+    spec = ModelSpec("local", "m", path=str(model))
+    with pytest.raises(ResolutionError, match="Permission denied") as info:
+        resolve_model(spec, where="p", offline=True)
+    assert "weights.bin" in info.value.message
+
+
 # --- hardware ----------------------------------------------------------------------------------------
 
 V2 = {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}

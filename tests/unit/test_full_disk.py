@@ -24,7 +24,9 @@ from bless.flows.push import push_blessing
 from bless.registry import parse_reference
 from bless.store import Store
 from bless.trust import check_blessing, init_repository, sign_blessing
+from tests.fakes import Behavior, FakeRuntime, tokens_for
 from tests.registry_simulator import ALSO_REAL, AnyRegistry
+from tests.unit.run_harness import Harness, make_profile, make_resolved
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version, provision
 
@@ -224,6 +226,44 @@ def test_recording_trusted_metadata_refuses_a_full_disk(tmp_path: Path) -> None:
                 manifest.to_json_bytes(),
                 trust_dir=keys / "metadata",
                 state_dir=store.paths.trust,
+                lock_path=store.paths.trust_lock,
             )
         refused(info)
     assert trust.is_dir()
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+
+def test_a_disk_filling_up_during_a_run_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """The engine log a run keeps as evidence meets a full disk: 15 (it was "internal error", exit 1)."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        filled: list[bool] = []
+
+        def fills_the_disk(prompt: str, max_tokens: int, nth: int) -> list[int]:
+            if not filled:
+                filled.append(True)
+                fill(disk)
+            return tokens_for(prompt, max_tokens)
+
+        runtime = FakeRuntime(lambda phase, candidate, trial: Behavior(answer=fills_the_disk))
+        try:
+            harness = Harness(Store(disk / "root"), runtime, make_resolved(make_profile(), runtime), [])
+            with pytest.raises(NoSpaceError, match="engine log") as info:
+                harness.run(trials=1)
+        finally:
+            runtime.close()
+        refused(info)
+        assert filled
+
+
+def test_a_run_on_a_full_disk_is_refused_at_its_staging_dir(tmp_path: Path) -> None:
+    """The staging dir's owner record meets the full disk: 15 (it was "invalid input", exit 3)."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        store = Store(disk / "root")
+        store.paths.ensure_layout()
+        fill(disk)
+        with pytest.raises(NoSpaceError, match="staging dir") as info:
+            store.new_staging_dir("run1")
+        refused(info)
+        assert list(store.paths.staging.iterdir()) == []

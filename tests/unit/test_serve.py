@@ -879,6 +879,7 @@ def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path
             assert result.exit_code == ExitCode.CONTAINER_CONFLICT, result.output
             assert "another serve-full is starting 'reference-cpu'" in result.output
     with serve.StartingLock(store, "reference-cpu") as again:  # released: the next start may go ahead
+        assert again.path == store.paths.serve_start_lock("reference-cpu")
         again.release()
         again.release()  # idempotent
 

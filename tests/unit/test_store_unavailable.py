@@ -14,6 +14,7 @@ from bless.errors import ExitCode, StoreUnavailableError
 from bless.flows.serve.start_lock import StartingLock
 from bless.fsutil import os_errors
 from bless.store import Store
+from bless.trust import init_repository
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 HASH = "a" * 64
@@ -103,3 +104,17 @@ def test_keeping_rejected_evidence_that_cannot_be_written_is_store_unavailable(t
             evidence={},
             fault=directory_in_the_way,
         )
+
+
+def test_verify_trust_with_the_trust_lock_a_directory_is_store_unavailable(tmp_path: Path) -> None:
+    """``<root>/trust.lock`` (StorePaths.trust_lock) opened like every store lock: a directory there is 17."""
+    store = Store(tmp_path / "root")
+    staged = write_tree(store.new_staging_dir("run1") / "cache", "a")
+    manifest = make_manifest(staged, make_factors("tiny"), dir_id="20240101T000000Z-000000000001")
+    store.publish(staged, manifest)
+    keys = tmp_path / "keys"
+    init_repository(keys)
+    store.paths.trust_lock.mkdir()
+    code, output = cli(store.root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"))
+    assert code == ExitCode.STORE_UNAVAILABLE, output
+    assert "trust.lock" in output and "a directory" in output and "internal error" not in output

@@ -44,7 +44,12 @@ from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 def check(manifest: Manifest, trust: Path, state: Path, candidate: Any = None) -> TrustVerdict:
     """check_blessing of a manifest's own bytes."""
     verdict: TrustVerdict = check_blessing(
-        manifest, manifest.to_json_bytes(), trust_dir=trust, state_dir=state, candidate=candidate
+        manifest,
+        manifest.to_json_bytes(),
+        trust_dir=trust,
+        state_dir=state,
+        lock_path=state.parent / "trust.lock",
+        candidate=candidate,
     )
     return verdict
 

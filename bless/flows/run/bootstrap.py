@@ -17,6 +17,7 @@ from bless.devices import GpuSlot
 from bless.errors import BootstrapFailedError, EngineHttpError, NotReadyError
 from bless.flows.run.containers import RunContainers, write_log
 from bless.flows.session import compile_locations, log_tail
+from bless.fsutil import os_errors
 from bless.runtime.base import Mount
 from bless.trials import CoherenceReport, warm_up
 from bless.verify import TreeListing, hash_tree
@@ -36,8 +37,9 @@ def run_bootstrap(
     name = containers.name("bootstrap", candidate)
     # Every declared compile location exists in the staged tree before the start (and so in the blessing):
     # a later start finds its dir on the read-only lower layer instead of creating it in the upper one.
-    for subdir in compile_locations(containers.resolved).values():
-        (tree / subdir).mkdir(parents=True, exist_ok=True)
+    with os_errors(f"creating the compile locations in {tree}"):
+        for subdir in compile_locations(containers.resolved).values():
+            (tree / subdir).mkdir(parents=True, exist_ok=True)
     private = evidence / "bootstrap-private"
     session = containers.session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot, private)
     report: CoherenceReport | None = None

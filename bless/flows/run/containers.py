@@ -19,7 +19,7 @@ from bless.devices import GpuSlot
 from bless.engines.base import EngineAdapter
 from bless.factors import ResolvedConfig
 from bless.flows.session import EngineSession, engine_spec
-from bless.fsutil import atomic_write_bytes
+from bless.fsutil import atomic_write_bytes, os_errors
 from bless.procid import process_alive, process_identity
 from bless.runtime.base import ContainerInfo, Mount, Runtime
 from bless.trials import CoherenceReport
@@ -132,14 +132,20 @@ class RunContainers:
 
 def keep_private(private_dir: Path, evidence: Path) -> None:
     """Move a start's private HOME and temp dir into the evidence (a failed trial keeps what it compiled)."""
-    if evidence.exists():
-        shutil.rmtree(evidence)
-    shutil.move(str(private_dir), str(evidence))
+    with os_errors(f"keeping the engine's private dirs in {evidence}"):
+        if evidence.exists():
+            shutil.rmtree(evidence)
+        shutil.move(str(private_dir), str(evidence))
 
 
 def write_log(path: Path, log: str) -> None:
-    """Keep an engine's log as evidence (atomically: a half-written log would mislead)."""
-    atomic_write_bytes(path, log.encode("utf-8", "replace"))
+    """Keep an engine's log as evidence (atomically: a half-written log would mislead).
+
+    Raises:
+        NoSpaceError, StoreUnavailableError: the staging dir cannot take it (a full disk, permissions).
+    """
+    with os_errors(f"keeping the engine log {path}"):
+        atomic_write_bytes(path, log.encode("utf-8", "replace"))
 
 
 def _owner_running(container_labels: Mapping[str, str]) -> bool:

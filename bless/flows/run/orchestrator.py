@@ -31,6 +31,7 @@ from bless.flows.run.schedule import TrialSchedule
 from bless.flows.run.summary import render_summary
 from bless.flows.run.trial import TrialInputs, run_trial
 from bless.flows.safety import check_unsafe
+from bless.fsutil import os_errors
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
 from bless.probes import probe_gpus
 from bless.runtime.base import Runtime
@@ -165,9 +166,10 @@ class Orchestrator:
     ) -> CandidateResult:
         tree = work / "cache"
         evidence = work / "evidence"
-        tree.mkdir(parents=True)
-        evidence.mkdir(parents=True)
-        self.adapter.prepare_cache_dir(tree)
+        with os_errors(f"preparing candidate {index} in {work}"):
+            tree.mkdir(parents=True)
+            evidence.mkdir(parents=True)
+            self.adapter.prepare_cache_dir(tree)
         trials: list[TrialResult] = []
         bootstrap: dict[str, Any] = {}
         schedule = TrialSchedule(self.slots, self.events)
@@ -308,12 +310,13 @@ class Orchestrator:
             summary_md=summary,
             evidence=record,
         )
-        for log in sorted(evidence.glob("*.log")):
-            shutil.copy2(log, rejected / log.name)
-        for outside in sorted(evidence.glob("*-outside")):
-            # What a trial wrote outside the blessing (its private HOME and temp dir): regular files and
-            # links, the evidence of what was compiled; sockets and pipes carry nothing to keep.
-            shutil.copytree(outside, rejected / outside.name, symlinks=True, ignore=_special_files)
+        with os_errors(f"keeping the evidence of candidate {candidate} in {rejected}"):
+            for log in sorted(evidence.glob("*.log")):
+                shutil.copy2(log, rejected / log.name)
+            for outside in sorted(evidence.glob("*-outside")):
+                # What a trial wrote outside the blessing (its private HOME and temp dir): regular files and
+                # links, the evidence of what was compiled; sockets and pipes carry nothing to keep.
+                shutil.copytree(outside, rejected / outside.name, symlinks=True, ignore=_special_files)
         return rejected
 
 

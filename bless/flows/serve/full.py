@@ -25,10 +25,11 @@ from bless.flows.serve.plan import LaunchPlan, plan
 from bless.flows.serve.serve_dir import ENGINE_LOG
 from bless.flows.serve.start import LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
+from bless.flows.trust_policy import trust_verdict
 from bless.profile import Profile
 from bless.runtime.base import Runtime
 from bless.store import Store
-from bless.trust import check_blessing, trust_report
+from bless.trust import trust_report
 
 __all__ = ["Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
 
@@ -115,15 +116,9 @@ def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetch
             "which factors differ",
             details={"pulled": fetched.config_hash, "profile": manifest.config_hash},
         )
-    verdict = None
-    if request.trust_dir is not None:
-        assert the_plan.manifest_bytes is not None  # a blessed plan parsed them
-        verdict = check_blessing(
-            manifest,
-            the_plan.manifest_bytes,
-            trust_dir=request.trust_dir,
-            state_dir=request.store.paths.trust,
-        )
+    assert the_plan.manifest_bytes is not None  # a blessed plan parsed them
+    # Checked on the very bytes the plan parsed, not a second read of the file.
+    verdict = trust_verdict(request.store, manifest, request.trust_dir, data=the_plan.manifest_bytes)
     sections: dict[str, Any] = {"trust": trust_report(verdict)}
     if fetched is not None:
         sections["from"] = dict(fetched.report)

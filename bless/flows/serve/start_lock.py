@@ -26,7 +26,7 @@ class StartingLock:
 
     def __init__(self, store: Store, name: str) -> None:
         self.name = name
-        self.path = store.paths.locks / f"serve-{name}.lock"
+        self.path = store.paths.serve_start_lock(name)
         self._lock: FileLock | None = None
 
     def __enter__(self) -> StartingLock:
