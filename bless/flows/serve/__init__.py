@@ -66,21 +66,14 @@ from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
 from bless.flows.serve.full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full
 from bless.flows.serve.lease import ServingLease, serving_lease
-from bless.flows.serve.plan import (
-    DEBUG_BANNER,
-    SERVE_PREFIX,
-    LaunchPlan,
-    check_gpu_memory,
-    check_name_free,
-    plan,
-    serve_container_name,
-)
+from bless.flows.serve.names import SERVE_PREFIX, serve_container_name, stop_command
+from bless.flows.serve.plan import DEBUG_BANNER, LaunchPlan, check_gpu_memory, check_name_free, plan
 from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, discard_serve_dir
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
-from bless.flows.serve.stop import StopOutcome, stop_command, stop_serving
+from bless.flows.serve.stop import StopOutcome, stop_serving
 
 __all__ = [
     "CANARY_FILE",

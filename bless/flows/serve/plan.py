@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ from bless.factors import GpuInfo, ResolvedConfig
 from bless.flows.events import new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
+from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.flows.session import EngineSession, engine_spec
@@ -27,10 +26,9 @@ from bless.manifest import Manifest
 from bless.probes import hardware_factor, probe_gpus
 from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
-from bless.store import Store, builtin_root
+from bless.store import Store
 from bless.verify import VerifyResult, verify_tree
 
-SERVE_PREFIX = "bless-serve-"
 # Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
 _OVERLAY_UNSAFE = frozenset(",:\n")
 _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
@@ -39,36 +37,6 @@ DEBUG_BANNER = (
     "DEBUG START, NOT BLESSED: no manifest was checked, no compiled cache is mounted, the engine runs "
     "eager (compile off). Outputs and performance are not what a blessed start serves."
 )
-
-
-def stop_command(name: str, root: Path | None = None) -> str:
-    """The shell command line that stops the detached serve of profile ``name`` and cleans up after it.
-
-    ``root`` is the store root the serve used. It is named (``--root``) unless it is the built-in
-    default ``~/.cache/bless``: the lease and serve dir live under it, and a stop run against another
-    root (a shell without the same ``--root`` or ``$BLESS_ROOT``) would stop the engine but leave them
-    behind, the lease pinning the blessed version forever. Words are quoted for a shell.
-    """
-    words = ["serve-full", "stop", name]
-    if root is not None and root != builtin_root():
-        words += ["--root", str(root)]
-    return shlex.join(words)
-
-
-def serve_container_name(profile_name: str, *, per_root: Path | None = None) -> str:
-    """The serving container's name: ``bless-serve-NAME``, one per profile name on a host.
-
-    Container names (like ports) are host-wide, so two store roots serving one profile name collide.
-    With ``per_root`` (``serve-full --name-per-root``) the name ends in a tag of that store root,
-    ``bless-serve-NAME-<8 hex digits>``, so serves of one profile from different roots can run side
-    by side (each on its own port).
-    """
-    name = f"{SERVE_PREFIX}{profile_name}"
-    if per_root is None:
-        return name
-    # The real path: two spellings of one root (a symlink, a relative --root) are one store.
-    tag = hashlib.sha256(str(Path(per_root).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return f"{name}-{tag}"
 
 
 def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:

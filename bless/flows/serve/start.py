@@ -25,7 +25,8 @@ from bless.errors import (
 )
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
-from bless.flows.serve.plan import LaunchPlan, stop_command
+from bless.flows.serve.names import stop_command
+from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.ready import mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error

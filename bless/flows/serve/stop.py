@@ -18,7 +18,7 @@ from typing import Any
 
 from bless import labels
 from bless.errors import BlessError, ContainerConflictError
-from bless.flows.serve.plan import serve_container_name, stop_command
+from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
 from bless.procid import process_alive
