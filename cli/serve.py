@@ -49,13 +49,21 @@ from bless.cli.common import (
     open_store,
 )
 from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
+from bless.cli.serve_views import (
+    render_banners,
+    render_detached,
+    render_dry_run,
+    render_finished,
+    render_plan,
+    render_ready,
+    render_stopped,
+)
 from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.profile import Profile, load_profile
 from bless.runtime import get_runtime
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
-from bless.untrusted_text import shown
 
 app = typer.Typer(
     name="serve-full",
@@ -97,98 +105,6 @@ class SignalGate:
 
 # --------------------------------------------------------------------------------------------
 # Rendering (stderr)
-
-
-def render_banners(console: Console, plan: Mapping[str, Any], *, no_canary: bool) -> None:
-    """The loud part: a red panel for --debug, a yellow one for --no-canary, then warnings."""
-    if plan["debug"]:
-        console.print(render.banner(serve.DEBUG_BANNER, title="NOT BLESSED", style="bold red"))
-    elif no_canary:
-        console.print(render.banner(serve.NO_CANARY_BANNER, title="NO CANARY", style="bold yellow"))
-    for warning in plan.get("warnings", []):
-        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
-
-
-def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
-    """The plan as a table: what will run, from which blessing, mounted how, published where."""
-    container = plan["container"]
-    mount = plan["mount"]
-    verification = plan["verification"]
-    timings = plan["timings"]
-    rows: list[tuple[str, str]] = [
-        ("profile", f"{plan['profile']} ({plan['profile_name']})"),
-        ("config hash", plan["config_hash"]),
-        ("blessed", "yes" if plan["blessed"] else "NO (debug start)"),
-    ]
-    if plan["blessed"]:
-        rows += [
-            ("manifest", str(plan["manifest_path"])),
-            ("blessed dir", str(plan["blessed_dir"])),
-            (
-                "verified",
-                f"{verification['files_checked']} files, {render.human_bytes(verification['bytes_hashed'])} "
-                f"hashed in {verification['elapsed_s']:.3f} s",
-            ),
-            ("canary", f"{plan['golden_prompts']} golden prompt(s)"),
-        ]
-    if mount is not None:
-        rows.append(("mount", f"{mount['kind']}: {mount['source']} -> {mount['target']}"))
-        rows.append(("presented as", mount["presented_as"]))
-        if mount.get("upper_dir"):
-            rows.append(("upper layer", str(mount["upper_dir"])))
-    else:
-        rows.append(("mount", "none (no cache)"))
-    rows += [
-        ("container", str(container["name"])),
-        ("image", str(container["image"])),
-        ("command", " ".join(container["command"])),
-        ("env", " ".join(f"{key}={value}" for key, value in container["env"].items()) or "-"),
-        ("publish", f"{container['host_ip']}:{container['host_port']} -> {container['port']}"),
-        ("preflight", " ".join(f"{key} {value:.3f}" for key, value in timings.items())),
-    ]
-    console.print(Text("serve-full plan", style="bold"))
-    console.print(render.kv_table(rows))
-
-
-def render_dry_run(console: Console, data: Mapping[str, Any]) -> None:
-    """``--dry-run``: the plan and banners; nothing was started."""
-    plan = data["plan"]
-    render_plan(console, plan)
-    render_banners(console, plan, no_canary=bool(data.get("no_canary")))
-    console.print(Text("dry run: nothing was started", style="bold green"))
-
-
-def render_detached(console: Console, data: Mapping[str, Any]) -> None:
-    """``--detach``: where it serves and how to stop it."""
-    result = data["result"]
-    name = result["container"]["name"]
-    console.print(Text.assemble(("serving (detached) ", "bold green"), shown(f"{result['url']}  container {name}")))
-    console.print(
-        render.cell(f"stop it (and remove its container, overlay and serve dir) with: {result['stop_command']}")
-    )
-
-
-def render_finished(console: Console, data: Mapping[str, Any]) -> None:
-    """Foreground end: how the engine stopped and what became of the upper layer."""
-    finish = data["finish"]
-    graceful = finish["stopped_gracefully"]
-    how = "stopped gracefully" if graceful else "was killed after the stop timeout"
-    console.print(
-        Text.assemble(
-            ("serving ended ", "bold"),
-            f"({data['ended_by']}): engine {how}, exit code {finish['exit_code']}, container removed",
-        )
-    )
-    if finish["upper_kept"]:
-        console.print(
-            render.cell(f"upper layer kept: {finish['upper_dir']} ({finish['upper_written']} path(s) written)")
-        )
-        for entry in finish["upper_entries"][:20]:
-            console.print(Text(f"  {entry['kind']:<9} {shown(entry['path'])} ({entry['size']} B)", style="dim"))
-    else:
-        console.print(Text("upper layer discarded", style="dim"))
-    for note in finish["notes"]:
-        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(note)))
 
 
 class Progress:
@@ -423,18 +339,6 @@ def _subcommand_app(name: str, help_text: str) -> typer.Typer:
 stop_app = _subcommand_app("stop", "Stop a detached serve and remove what it created.")
 
 
-def render_stopped(console: Console, data: Mapping[str, Any]) -> None:
-    """What ``serve-full stop`` stopped and removed."""
-    if not data["found"]:
-        console.print(Text(f"nothing to stop: no detached serve of {shown(data['name'])!r} found", style="bold"))
-    for what in data["stopped"]:
-        console.print(Text.assemble(("stopped ", "bold green"), shown(what)))
-    for path in data["serve_dirs_removed"]:
-        console.print(Text(f"removed {shown(path)}", style="dim"))
-    for note in data["notes"]:
-        console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(note)))
-
-
 def _stop(name: str, root: Path | None, timeout_s: int) -> Report:
     store = open_store(root)
     outcome = serve.stop_serving(name, store=store, docker=partial(get_runtime, "docker"), timeout_s=timeout_s)
@@ -443,7 +347,13 @@ def _stop(name: str, root: Path | None, timeout_s: int) -> Report:
 
 @stop_app.command()
 def stop(
-    name: Annotated[str, typer.Argument(help="The profile's name (the serve runs as bless-serve-NAME).")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The profile's name (the serve runs as bless-serve-NAME, or bless-serve-NAME-<root tag> with "
+            "--name-per-root)."
+        ),
+    ],
     root: RootOption = None,
     timeout_s: Annotated[
         int, typer.Option("--timeout", min=1, help="Seconds to wait for a graceful stop before SIGKILL.")
@@ -462,16 +372,6 @@ def stop(
 # serve-full ready NAME
 
 ready_app = _subcommand_app("ready", "Succeed only while a canary-checked engine serves NAME (a readiness probe).")
-
-
-def render_ready(console: Console, data: Mapping[str, Any]) -> None:
-    """One line: what serves, where, since when."""
-    console.print(
-        Text.assemble(
-            ("ready ", "bold green"),
-            shown(f"{data['name']}: {data['host']}:{data['port']}, canary {data['canary']}, since {data['since']}"),
-        )
-    )
 
 
 def _ready(name: str, root: Path | None, accept_skipped_canary: bool) -> Report:

@@ -127,7 +127,7 @@ def test_help_shows_no_type_on_flags_and_keeps_bracketed_words() -> None:
 
 def test_banners_stay_narrow_in_logs(capsys: pytest.CaptureFixture[str]) -> None:
     """stderr that is not a terminal is drawn 1000 columns wide; a --debug banner must still read as a box."""
-    from bless.cli.serve import render_banners
+    from bless.cli.serve_views import render_banners
 
     render_banners(render.err_console(), {"debug": True, "warnings": []}, no_canary=False)
     render_banners(render.err_console(), {"debug": False, "warnings": []}, no_canary=True)

@@ -72,9 +72,11 @@ LONG_MODULES = {"verify.py", "runtime/docker.py", "runtime/local.py"}
 
 
 def test_long_modules_are_the_documented_ones() -> None:
+    # bless/cli is a symlink to cli/, which rglob does not enter: walk cli/ itself.
+    sources = [*BLESS.rglob("*.py"), *(REPO / "cli").rglob("*.py")]
     long = {
-        path.relative_to(BLESS).as_posix()
-        for path in BLESS.rglob("*.py")
+        (path.relative_to(BLESS) if path.is_relative_to(BLESS) else path.relative_to(REPO)).as_posix()
+        for path in sources
         if len(path.read_text(encoding="utf-8").splitlines()) > 520
     }
     assert long <= LONG_MODULES, f"split by concern, or document in docs/dev/architecture.md: {long - LONG_MODULES}"
@@ -144,8 +146,8 @@ def test_flows_never_import_one_another(name: str) -> None:
 #: So no operation calls back into :class:`Store`, and no part knows the operations.
 STORE_ORDER = (
     "faults",
-    "index",
     "layout",
+    "index",
     "trusted_paths",
     "locks",
     "lease",

@@ -32,7 +32,7 @@ from typer.testing import CliRunner, Result
 from bless.cli.gate import render_gate
 from bless.cli.main import app
 from bless.cli.run import render_run
-from bless.cli.serve import render_finished
+from bless.cli.serve_views import render_finished
 from bless.errors import ExitCode
 from bless.factors import config_hash
 from bless.manifest import Manifest, manifest_from_dict

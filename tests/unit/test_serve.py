@@ -833,7 +833,7 @@ def test_detached_serve_names_its_stop_command_not_docker(
 ) -> None:
     from rich.console import Console
 
-    from bless.cli.serve import render_detached
+    from bless.cli.serve_views import render_detached
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)
