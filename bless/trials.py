@@ -2,7 +2,7 @@
 
 The protocol, per trial: every prompt once alone; each prompt ``repeats`` times in a
 row; all prompts interleaved round-robin; all prompts at once from threads (when the
-plan allows concurrency). Coherent means: each prompt has exactly one distinct output
+settings allow concurrency). Coherent means: each prompt has exactly one distinct output
 across all of these, equal to the golden output when one is given.
 """
 
@@ -105,27 +105,27 @@ def analyze(
 
 def run_protocol(
     client: EngineClient,
-    plan: TrialSettings,
+    settings: TrialSettings,
     *,
     golden: Mapping[str, Sequence[int]] | None = None,
     golden_text: Mapping[str, str] | None = None,
 ) -> CoherenceReport:
     """Run the replay-coherence protocol against a ready engine and analyze it."""
-    prompts = list(plan.prompts)
+    prompts = list(settings.prompts)
     observations: list[Observation] = []
     started = time.monotonic()
 
     def ask(mode: str, prompt: str) -> Observation:
-        completion = client.complete(prompt, plan.max_tokens)
+        completion = client.complete(prompt, settings.max_tokens)
         return Observation(mode, prompt, completion.text, completion.token_ids, completion.latency_s)
 
     for prompt in prompts:
         observations.append(ask("alone", prompt))
     for prompt in prompts:
-        observations.extend(ask("repeat", prompt) for _ in range(plan.repeats - 1))
+        observations.extend(ask("repeat", prompt) for _ in range(settings.repeats - 1))
     for _ in range(2):
         observations.extend(ask("interleaved", prompt) for prompt in prompts)
-    if plan.concurrent and len(prompts) > 0:
+    if settings.concurrent and len(prompts) > 0:
         with ThreadPoolExecutor(max_workers=min(16, len(prompts) * 2)) as pool:
             observations.extend(pool.map(lambda p: ask("concurrent", p), prompts * 2))
     elapsed = time.monotonic() - started
@@ -144,13 +144,13 @@ def run_protocol(
     )
 
 
-def warm_up(client: EngineClient, plan: TrialSettings) -> CoherenceReport:
+def warm_up(client: EngineClient, settings: TrialSettings) -> CoherenceReport:
     """Phase 1's requests: each prompt once. They force the compile and give the golden outputs.
 
     Coherence is judged in the trials, not here: a bootstrap only records what it saw.
     """
     started = time.monotonic()
-    outputs = {prompt: client.complete(prompt, plan.max_tokens) for prompt in plan.prompts}
+    outputs = {prompt: client.complete(prompt, settings.max_tokens) for prompt in settings.prompts}
     return CoherenceReport(
         passed=True,
         reasons=(),

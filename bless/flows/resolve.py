@@ -91,14 +91,6 @@ def nearest_blessing(manifests: Sequence[Manifest], factors: dict[str, Any] | An
     return best
 
 
-def find_blessing(store: Store, resolved: ResolvedConfig) -> Manifest:
-    """The live manifest for ``resolved``; NoManifestError with the nearest blessing's diff otherwise."""
-    manifest = store.find(resolved.config_hash)
-    if manifest is not None:
-        return manifest
-    raise no_manifest_error(store, resolved)
-
-
 def no_manifest_error(store: Store, resolved: ResolvedConfig) -> NoManifestError:
     """The refusal for a hash with no blessing in ``store``, naming what drifted against the nearest blessing."""
     manifests = [record.manifest for record in store.records() if record.manifest is not None]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from bless.errors import NoManifestError
+from bless.errors import NoManifestError, TargetMismatchError
 from bless.manifest import Manifest
 from bless.store import Store
-from bless.trust import TrustVerdict, check_blessing, manifest_file_bytes
+from bless.trust import TrustVerdict, check_blessing
 
 __all__ = ["stored_manifest_bytes", "trust_verdict"]
 
@@ -26,10 +26,15 @@ def stored_manifest_bytes(store: Store, manifest: Manifest) -> bytes:
         NoManifestError: the manifest is gone from the store's manifests dir.
         TargetMismatchError: the file no longer holds ``manifest``.
     """
-    path = store.manifest_path(manifest.config_hash)
-    if path is None:
+    live = store.live(manifest.config_hash)
+    if live is None:
         raise NoManifestError(f"the manifest of {manifest.config_hash[:16]}... is gone from {store.manifests_dir}")
-    return manifest_file_bytes(path, manifest)
+    if live.manifest != manifest:
+        raise TargetMismatchError(
+            f"{live.path} changed while it was being checked",
+            hint="run the command again; find out what writes manifests",
+        )
+    return live.document
 
 
 def trust_verdict(

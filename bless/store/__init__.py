@@ -42,7 +42,7 @@ Concurrency: writers of one config hash serialize on its lock; :meth:`Store.publ
 the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no lock.
 """
 
-from bless.store.faults import GC_STEPS, REJECT_STEPS, FaultHook
+from bless.store.faults import FaultHook
 from bless.store.gc import GcAction, GcReport, StagingOwner, staging_owner
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
@@ -50,10 +50,8 @@ from bless.store.publish import PUBLISH_STEPS, PublishResult
 from bless.store.store import Store, builtin_root, default_root
 
 __all__ = [
-    "GC_STEPS",
     "PARTIAL_PREFIX",
     "PUBLISH_STEPS",
-    "REJECT_STEPS",
     "FaultHook",
     "GcAction",
     "GcReport",

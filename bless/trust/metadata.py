@@ -57,7 +57,7 @@ def iso_utc(moment: datetime) -> str:
 
 
 def read_trust_file(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
-    """A trust file's bytes through the store's bounded reader (:func:`bless.fsutil.read_bounded`).
+    """A trust file's bytes through the bounded reader (:func:`bless.fsutil.read_bounded`).
 
     Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
     byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be

@@ -31,7 +31,7 @@ def run_bootstrap(
     The engine log is written to ``evidence`` whatever happens, interruptions included.
     """
     adapter = containers.adapter
-    plan = containers.profile.trials
+    settings = containers.profile.trials
     mount = Mount("rw", tree, adapter.cache_mount_path)
     log_path = evidence / "bootstrap.log"
     name = containers.name("bootstrap", candidate)
@@ -48,7 +48,7 @@ def run_bootstrap(
         with session:
             try:
                 session.wait_ready()
-                report = warm_up(session.client, plan)
+                report = warm_up(session.client, settings)
             except NotReadyError as exc:
                 failure = session.not_ready_message(exc)
             except EngineHttpError as exc:
@@ -63,7 +63,8 @@ def run_bootstrap(
     assert report is not None and session.stop_result is not None
     if not session.stop_result.graceful:
         raise BootstrapFailedError(
-            f"the engine did not stop within {plan.stop_timeout_s} s and was killed: its artifacts may be incomplete",
+            f"the engine did not stop within {settings.stop_timeout_s} s and was killed: "
+            "its artifacts may be incomplete",
             hint="raise trials.stop_timeout_s or fix the engine's shutdown",
         )
     containers.runtime.normalize_ownership(tree, image=containers.image)

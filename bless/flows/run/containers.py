@@ -53,7 +53,7 @@ class RunContainers:
 
         ``private_dir`` receives the start's fresh HOME and temp dir (what the engine leaves there is judged).
         """
-        plan = self.profile.trials
+        settings = self.profile.trials
         spec = engine_spec(
             self.resolved,
             self.adapter,
@@ -85,9 +85,9 @@ class RunContainers:
         return EngineSession(
             self.runtime,
             spec,
-            ready_timeout_s=plan.ready_timeout_s,
-            request_timeout_s=plan.request_timeout_s,
-            stop_timeout_s=plan.stop_timeout_s,
+            ready_timeout_s=settings.ready_timeout_s,
+            request_timeout_s=settings.request_timeout_s,
+            stop_timeout_s=settings.stop_timeout_s,
             completion_fields=self.adapter.completion_fields,
         )
 

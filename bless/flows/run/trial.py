@@ -117,7 +117,7 @@ def _replay(
     proof: TrialInputs,
     index: int,
     session: EngineSession,
-    plan: TrialSettings,
+    settings: TrialSettings,
     *,
     schedule: TrialSchedule,
     phase: Callable[[str], None],
@@ -142,7 +142,7 @@ def _replay(
                     phase("replaying")
                     coherence = run_protocol(
                         session.client,
-                        plan,
+                        settings,
                         golden=golden_token_map(proof.golden),
                         golden_text=golden_text_map(proof.golden),
                     )

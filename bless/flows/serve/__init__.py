@@ -49,11 +49,13 @@ What is *not* guaranteed:
 * ``--debug`` starts are not blessed at all: no manifest is looked up, no cache is
   mounted, the engine runs eager, and the result says ``"blessed": false``.
 
-One module per step: :mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan),
-:mod:`.start` (start, re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`,
-:mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease` (the serving
-lease that keeps ``bless gc`` off the served tree), and :mod:`.ready` (the readiness record a
-probe checks: ``serve-full ready NAME``).
+One module per step: :mod:`.full` (every step in one call: :func:`serve_full`), :mod:`.start_lock`
+(one start per profile name at a time), :mod:`.names` (the container name and the stop command),
+:mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan), :mod:`.start` (start,
+re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
+stop NAME``), :mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease`
+(the serving lease that keeps ``bless gc`` off the served tree), and :mod:`.ready` (the readiness
+record a probe checks: ``serve-full ready NAME``).
 
 This package is library code: it never prints or exits; progress goes to an event sink and
 every refusal is a :class:`~bless.errors.BlessError` with its own exit code.
@@ -66,7 +68,7 @@ from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
 from bless.flows.serve.full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full
 from bless.flows.serve.lease import ServingLease, serving_lease
-from bless.flows.serve.names import SERVE_PREFIX, serve_container_name, stop_command
+from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.plan import DEBUG_BANNER, LaunchPlan, check_gpu_memory, check_name_free, plan
 from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, discard_serve_dir
@@ -81,7 +83,6 @@ __all__ = [
     "ENGINE_LOG",
     "NO_CANARY_BANNER",
     "PRIVATE_DIR",
-    "SERVE_PREFIX",
     "CanaryCheck",
     "CanaryResult",
     "Fetched",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from bless.store import builtin_root
 
-__all__ = ["SERVE_PREFIX", "serve_container_name", "stop_command"]
+__all__ = ["serve_container_name", "stop_command"]
 
-SERVE_PREFIX = "bless-serve-"
+_SERVE_PREFIX = "bless-serve-"
 
 
 def stop_command(name: str, root: Path | None = None) -> str:
@@ -35,7 +35,7 @@ def serve_container_name(profile_name: str, *, per_root: Path | None = None) -> 
     ``bless-serve-NAME-<8 hex digits>``, so serves of one profile from different roots can run side
     by side (each on its own port).
     """
-    name = f"{SERVE_PREFIX}{profile_name}"
+    name = f"{_SERVE_PREFIX}{profile_name}"
     if per_root is None:
         return name
     # The real path: two spellings of one root (a symlink, a relative --root) are one store.

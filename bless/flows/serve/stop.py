@@ -27,7 +27,7 @@ from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.lease import Lease
 
-__all__ = ["StopOutcome", "stop_command", "stop_serving"]
+__all__ = ["StopOutcome", "stop_serving"]
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def _stop_docker_serves(
                 stopped += runtime.cleanup_ours(ours)
             else:
                 # Another root serves this profile too (under its own --name-per-root name): its
-                # container and overlay volume are not ours to remove, so clean up by name.
+                # container and overlay volume are not ours to remove, so clean up by this root's label.
                 for info in own:
                     scope = _store_root_label(info)
                     if not scope:  # made before containers recorded their root: cannot be told apart
