@@ -29,6 +29,7 @@ from bless.errors import RegistryUnavailableError
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "MAX_REDIRECT_BODY",
     "MAX_TOKEN_BODY",
     "READ_TIMEOUT_S",
     "Guard",
@@ -42,6 +43,8 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
 #: The most of a reply to oras' own requests (bearer tokens: a few KiB) read before it is refused.
 MAX_TOKEN_BODY = 1 << 20
+#: The most of a redirect's body read before it is refused: nobody needs it (the Location says where).
+MAX_REDIRECT_BODY = 64 << 10
 _READ_CHUNK = 64 << 10
 #: What carries a session's requests: requests' transport adapter (``send`` a prepared request, get a response).
 Transport = BaseAdapter
@@ -155,11 +158,14 @@ def bounded_session(
 
     A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
     the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
-    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
+    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory. So
+    would it a redirect's body before following it (stream or not): that is read at most
+    :data:`MAX_REDIRECT_BODY`.
     ``transport`` carries the requests instead of the network (None: the network, guarded).
     """
     for prefix in ("http://", "https://"):
         session.mount(prefix, _WatchedAdapter() if transport is None else transport)
+    session.hooks["response"].append(_cap_redirect_body)
     request = session.request
 
     def bounded(method: str, url: str, **kwargs: Any) -> requests.Response:
@@ -180,6 +186,21 @@ def bounded_session(
 
     session.request = bounded  # type: ignore[method-assign,assignment]
     return session
+
+
+def _cap_redirect_body(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+    """A response hook: read a redirect's body capped, before requests reads it whole to follow it."""
+    if response.is_redirect:
+        body, whole = read_upto(response, MAX_REDIRECT_BODY)
+        if not whole:
+            response.close()
+            url = urlsplit(response.url)
+            raise RegistryUnavailableError(
+                f"{url.netloc}: the redirect answering {url.path} has a body larger than {MAX_REDIRECT_BODY} bytes",
+                hint="a registry's redirect carries a Location, not a body of that size; check what serves it",
+            )
+        response._content = body
+    return response
 
 
 def read_upto(response: requests.Response, limit: int) -> tuple[bytes, bool]:

@@ -92,8 +92,13 @@ def blessed(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store) -
             "error-500": (Lie("GET", MANIFEST, endless(500)), RegistryUnavailableError),
             "blob-error-500": (Lie("GET", BLOB, endless(500)), RegistryUnavailableError),
             "token": (Lie("GET", MANIFEST, token_challenge, times=1), RegistryUnavailableError),
+            "redirect": (
+                Lie("GET", MANIFEST, endless(302, {"Location": "/v2/c/t/manifests/new"})),
+                RegistryUnavailableError,
+            ),
+            "blob-redirect": (Lie("GET", BLOB, endless(307, {"Location": "/elsewhere"})), RegistryUnavailableError),
         },
-        also_real=["manifest", "token"],
+        also_real=["manifest", "token", "redirect"],
     ),
     indirect=["registry"],
 )
@@ -108,6 +113,14 @@ def test_endless_replies_are_refused_after_a_bounded_read(
         assert lying.largest_reply < READ_BOUND, f"read {lying.largest_reply} bytes of an endless reply"
     assert info.value.exit_code == expected.exit_code
     assert_untouched(host, old)
+
+
+def test_a_redirect_is_followed(registry: AnyRegistry, host: Store, blessed: tuple[Manifest, Manifest]) -> None:
+    """Registries send clients elsewhere (blob storage, a mirror): a redirect with a small body is followed."""
+    moved = reply(b"<a>moved</a>", 307, {"Location": "/v2/c/t/manifests/new"})
+    with registry.lying(Lie("GET", "/v2/c/t/manifests/moved", moved)) as lying:  # only the redirect knows it
+        pulled = pull_blessing(host, parse_reference(lying.ref("c/t:moved")), transport=lying.transport)
+    assert pulled.installed
 
 
 @pytest.mark.parametrize(

@@ -764,6 +764,45 @@ def test_a_detached_serves_lease_stays_with_its_container_until_stop_releases_it
     assert store.blessed_dir(served) in {action.path for action in store.gc(keep=0).actions}
 
 
+def test_a_detached_start_whose_lease_cannot_be_handed_over_stops_the_engine(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at the hand-over: the engine must not keep serving under a lease that names serve-full."""
+    plan, runtime = _blessed_plan(store, tmp_path, engine[0])
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(store.paths.leases))
+
+    monkeypatch.setattr(store.leases, "hand_over", full)
+    with pytest.raises(BlessError) as info:
+        serve.start(plan, runtime=runtime, detach=True)
+    assert code_of(info) == ExitCode.NO_SPACE and "handing the serving lease" in info.value.message
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert not store.paths.ready_file(plan.profile.name).exists(), "no probe may pass for a stopped engine"
+    assert store.leases.leases() == []
+
+
+def test_a_lease_that_cannot_be_released_never_hides_why_serving_failed(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile = make_profile()
+    bless(store, profile, tmp_path)
+    plan = do_plan(profile, store, serving_runtime())
+
+    def stuck(*args: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied", str(store.paths.leases))
+
+    monkeypatch.setattr(store.leases, "release", stuck)
+    with pytest.raises(CanaryFailedError), serve.serving_lease(store, plan):
+        raise CanaryFailedError("the canary differs")  # what serving failed with, not the lease
+    with (
+        pytest.raises(StoreUnavailableError, match="releasing the serving lease") as info,
+        serve.serving_lease(store, plan),
+    ):
+        pass  # served, and ended well
+    assert code_of(info) == ExitCode.STORE_UNAVAILABLE
+
+
 # --------------------------------------------------------------------------------------------- serve-full stop
 
 
@@ -826,6 +865,23 @@ def test_stop_never_removes_a_dir_a_lease_names_outside_the_serve_dirs(store: St
     )
     outcome = serve.stop_serving("unit", store=store, docker=FakeRuntime, timeout_s=5)
     assert victim.is_dir() and "left alone" in outcome.notes[0] and outcome.leases_released == 1
+
+
+def test_stop_says_when_a_lease_cannot_be_released(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bless(store, make_profile(), tmp_path)
+    manifest = store.records()[0].manifest
+    assert manifest is not None
+    store.leases.acquire(manifest.config_hash, manifest.cache.dir_id, name="bless-serve-unit", holder={})
+
+    def stuck(*args: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied", str(store.paths.leases))
+
+    monkeypatch.setattr(store.leases, "release", stuck)
+    with pytest.raises(StoreUnavailableError, match="releasing the serving leases") as info:
+        serve.stop_serving("unit", store=store, docker=FakeRuntime, timeout_s=5)
+    assert code_of(info) == ExitCode.STORE_UNAVAILABLE
 
 
 def test_detached_serve_names_its_stop_command_not_docker(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,8 @@ class ServingLease:
             holder = process_identity(int(started.id))
         else:
             holder = {"container": started.id, "name": started.name, "host": socket.gethostname(), "started": utc_now()}
-        self.lease = self.store.leases.hand_over(self.lease, holder)
+        with os_errors(f"handing the serving lease {self.lease.path} to the detached engine"):
+            self.lease = self.store.leases.hand_over(self.lease, holder)
         self.handed_over = True
 
 
@@ -71,6 +72,13 @@ def serving_lease(store: Store, plan_: LaunchPlan) -> Iterator[ServingLease]:
         if changes:
             raise cache_changed_error(changes, when="before the serving lease was taken", blessed_dir=snapshot.root)
         yield held
-    finally:
-        if not held.handed_over and held.lease is not None:
-            store.leases.release(held.lease)
+    except BaseException:
+        if not held.handed_over:
+            # Say why serving failed, not why the lease stayed: a lease left behind names this
+            # process, so it is stale (and ignored by gc) once this process ends.
+            with suppress(OSError):
+                store.leases.release(lease)
+        raise
+    if not held.handed_over:
+        with os_errors(f"releasing the serving lease {lease.path}"):
+            store.leases.release(lease)

@@ -27,7 +27,7 @@ from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
 from bless.flows.serve.names import stop_command
 from bless.flows.serve.plan import LaunchPlan
-from bless.flows.serve.ready import mark_ready
+from bless.flows.serve.ready import clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
@@ -139,17 +139,21 @@ def start(
         raise
     try:
         _mark_ready(plan_, result, runtime, detached=detach)
+        if detach:
+            held.hand_over(result.started, runtime.kind)  # the running engine keeps it
     except BaseException:
-        # Serving without a readiness record would never take traffic: stop what was started, say why.
+        # Serving without a readiness record would never take traffic, and a detached engine whose
+        # lease still names serve-full would lose it to gc once serve-full exits: stop what was
+        # started, say why.
         session = plan_.session(runtime, started=result.started)
         try:
             session.stop()
         finally:
+            clear_ready(plan_.store, plan_.profile.name)
             runtime.remove(result.started)
             lease.close()
         raise
     if detach:
-        held.hand_over(result.started, runtime.kind)  # the running engine keeps it
         lease.close()
         return dataclasses.replace(result, detached=True)
     return dataclasses.replace(result, lease=lease)

@@ -21,6 +21,7 @@ from bless.errors import BlessError, ContainerConflictError
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
+from bless.fsutil import os_errors
 from bless.procid import process_alive
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
@@ -90,7 +91,8 @@ def stop_serving(
         # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
         runtime = _stop_docker_serves(name, store, docker, leases, timeout_s, stopped=stopped, notes=notes)
     removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
-    released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
+    with os_errors(f"releasing the serving leases under {store.paths.leases}"):
+        released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
     return StopOutcome(
         name=name,
         stopped=tuple(stopped),
