@@ -33,9 +33,15 @@ PUBLIC_KEY = "model-signing-p256.pub.pem"
 
 @dataclass(frozen=True)
 class ModelSigningBundle:
+    """Where a tree's OpenSSF Model Signing bundle and its public key were written, and how outside tools check it."""
+
     bundle: Path
     public_key: Path
     verify_command: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form (``bless sign --model-signing --json``)."""
+        return {"bundle": str(self.bundle), "public_key": str(self.public_key), "verify_command": self.verify_command}
 
 
 def _key(keys_dir: Path) -> tuple[Path, Path]:

@@ -14,19 +14,16 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, app_state, lookup_manifest, reading_store
-from bless.flows.trust_policy import stored_manifest_bytes
-from bless.modelsig import write_bundle
+from bless.flows.sign import sign_stored_blessing
 from bless.store import Store
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.trust import (
     DEFAULT_EXPIRES,
     DEFAULT_ROOT_EXPIRES,
     RoleKeys,
-    SignResult,
     init_repository,
     parse_duration,
     rotate_role,
-    sign_blessing,
     trust_report,
 )
 
@@ -183,19 +180,6 @@ def trust_init_command(
     return Report(data, _render_init)
 
 
-def _sign_data(result: SignResult) -> dict[str, Any]:
-    return {
-        "target": result.target,
-        "length": result.length,
-        "sha256": result.sha256,
-        "versions": dict(result.versions),
-        "expires": result.expires,
-        "removed_targets": list(result.removed_targets),
-        "signatures": {role: {"signed": s, "threshold": t} for role, (s, t) in result.signatures.items()},
-        "warnings": list(result.warnings),
-    }
-
-
 def _render_sign(console: Console, data: Mapping[str, Any]) -> None:
     versions = ", ".join(f"{role} v{version}" for role, version in data["versions"].items())
     what = data["target"] or "rotated keys"
@@ -225,7 +209,7 @@ def trust_rotate_command(
     --root-expires (whatever the role rotated: every rotation writes a new root).
     """
     result = rotate_role(keys, role, expires=parse_duration(expires), root_expires=parse_duration(root_expires))
-    return Report(_sign_data(result), _render_sign)
+    return Report(result.to_dict(), _render_sign)
 
 
 @command
@@ -253,18 +237,15 @@ def sign_command(
     re-blessed config's older versions are delisted unless --keep-previous.
     """
     store = reading_store(ctx)
-    manifest = lookup_manifest(store, config_hash)
-    signed_bytes = stored_manifest_bytes(store, manifest)
-    result = sign_blessing(keys, manifest, signed_bytes, expires=parse_duration(expires), keep_previous=keep_previous)
-    data = {"config_hash": manifest.config_hash, **_sign_data(result)}
-    if model_signing:
-        bundle = write_bundle(keys, store.blessed_dir(manifest), manifest)
-        data["model_signing"] = {
-            "bundle": str(bundle.bundle),
-            "public_key": str(bundle.public_key),
-            "verify_command": bundle.verify_command,
-        }
-    return Report(data, _render_sign)
+    outcome = sign_stored_blessing(
+        store,
+        lookup_manifest(store, config_hash),
+        keys,
+        expires=parse_duration(expires),
+        keep_previous=keep_previous,
+        model_signing=model_signing,
+    )
+    return Report(outcome.to_dict(), _render_sign)
 
 
 def _render_push(console: Console, data: Mapping[str, Any]) -> None:

@@ -83,6 +83,19 @@ class SignResult:
     signatures: Mapping[str, tuple[int, int]]
     warnings: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``bless sign --json``, ``bless trust rotate --json``)."""
+        return {
+            "target": self.target,
+            "length": self.length,
+            "sha256": self.sha256,
+            "versions": dict(self.versions),
+            "expires": self.expires,
+            "removed_targets": list(self.removed_targets),
+            "signatures": {role: {"signed": s, "threshold": t} for role, (s, t) in self.signatures.items()},
+            "warnings": list(self.warnings),
+        }
+
 
 def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``2w``, ``3600s`` -> timedelta; anything else is a usage error."""

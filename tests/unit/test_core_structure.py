@@ -102,7 +102,7 @@ def test_the_config_hash_format_is_written_down_once() -> None:
 
 FLOWS_DIR = BLESS / "flows"
 #: The flows, one per command (a module or a package), and what several flows share beside them.
-FLOWS = ("gate", "k8s", "pull", "push", "run", "serve")
+FLOWS = ("gate", "k8s", "pull", "push", "run", "serve", "sign")
 SHARED_FLOW_MODULES = ("events", "resolve", "safety", "session", "trust_policy")
 
 
