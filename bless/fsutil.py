@@ -45,6 +45,7 @@ __all__ = [
     "load_json_object",
     "make_owner_writable",
     "os_errors",
+    "os_refusal",
     "read_bounded",
     "read_json_object",
     "remove_tree",
@@ -193,28 +194,35 @@ def full_disk(what: str) -> Iterator[None]:
 _STORE_DIRS_HINT = "check that the store root and its dirs are directories (not files) that this user can write"
 
 
-@contextmanager
-def os_errors(
-    what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
-) -> Iterator[None]:
-    """Turn an OSError into a refusal: a full or read-only disk is NoSpaceError, anything else
-    (permissions, a file where a dir belongs) is ``refusal`` with ``hint``: the environment, not a bug.
+def os_refusal(
+    exc: OSError, what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
+) -> BlessError:
+    """The refusal for ``exc``, met while ``what``: a full or read-only disk is NoSpaceError, anything
+    else (permissions, a file where a dir belongs) is ``refusal`` with ``hint``: the environment, not a bug.
 
     The default is the store's (StoreUnavailableError); a directory of another owner names its own
     (the signing repository's is TrustInvalidError).
     """
+    no_space = full_disk_error(exc, f"{what} failed")
+    if no_space is not None:
+        return no_space
+    where = f" ({exc.filename})" if exc.filename else ""
+    return refusal(
+        f"{what} failed: {exc.strerror or exc}{where}",
+        hint=hint,
+        details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
+    )
+
+
+@contextmanager
+def os_errors(
+    what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
+) -> Iterator[None]:
+    """Turn an OSError in the ``with`` body into :func:`os_refusal`'s refusal."""
     try:
         yield
     except OSError as exc:
-        no_space = full_disk_error(exc, f"{what} failed")
-        if no_space is not None:
-            raise no_space from exc
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise refusal(
-            f"{what} failed: {exc.strerror or exc}{where}",
-            hint=hint,
-            details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
-        ) from exc
+        raise os_refusal(exc, what, refusal=refusal, hint=hint) from exc
 
 
 def walk(root: Path) -> Iterator[tuple[Path, os.stat_result]]:

@@ -40,9 +40,9 @@ from bless.fsutil import (
     ensure_dir,
     fsync_dir,
     fsync_tree,
-    full_disk_error,
     holds,
     os_errors,
+    os_refusal,
     remove_tree,
     set_tree_modes,
     write_tmp,
@@ -263,13 +263,10 @@ def _undo_uncommitted(job: _Publication, renamed: bool | None, tmp: Path | None,
 
 def _publish_refusal(exc: BaseException, config_hash: str) -> BlessError | None:
     """The refusal a failed publish raises for ``exc`` (a full disk, another OS error), or None to re-raise it."""
-    refusal = full_disk_error(exc, f"publishing {config_hash[:16]}...")
-    if refusal is not None:
-        return refusal
     if isinstance(exc, OSError):
-        return StoreUnavailableError(
-            f"publishing {config_hash[:16]}... failed: {exc.strerror or exc}"
-            + (f" ({exc.filename})" if exc.filename else ""),
+        return os_refusal(
+            exc,
+            f"publishing {config_hash[:16]}...",
             hint="nothing was published; the previous blessing (if any) is unchanged",
         )
     return None

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bless.errors import InputInvalidError, StoreUnavailableError
-from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, full_disk_error
+from bless.errors import InputInvalidError
+from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, os_refusal
 from bless.store.faults import FaultHook
 from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
@@ -80,9 +80,9 @@ def reject(
             fault("reject-done")
         except OSError as exc:
             # The partial dir may hold the moved tree: it is evidence, recover() completes it.
-            refusal = full_disk_error(exc, f"keeping rejected evidence in {final} failed")
-            raise refusal or StoreUnavailableError(
-                f"keeping rejected evidence in {final} failed: {exc.strerror or exc}",
+            raise os_refusal(
+                exc,
+                f"keeping rejected evidence in {final}",
                 hint="nothing was published; run bless gc --dry-run to see what is left",
             ) from exc
     return final

@@ -24,7 +24,7 @@ from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
-from bless.fsutil import full_disk, full_disk_error
+from bless.fsutil import full_disk, os_errors
 from bless.manifest import Manifest
 from bless.store.locks import blocking_file_lock
 from bless.trust.metadata import (
@@ -148,12 +148,12 @@ def _read_anchor(trust_dir: Path) -> tuple[dict[str, bytes], bytes]:
 
 
 def _create_state_dir(state_dir: Path) -> None:
-    try:
+    with os_errors(
+        f"creating {state_dir}",
+        refusal=TrustInvalidError,
+        hint="the store's trusted metadata lives there: check that the store root is a directory this user can write",
+    ):
         state_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise full_disk_error(exc, f"cannot create {state_dir}") or TrustInvalidError(
-            f"cannot create {state_dir}: {exc.strerror or exc}"
-        ) from None
 
 
 def _metadata_to_serve(

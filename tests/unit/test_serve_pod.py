@@ -274,7 +274,7 @@ def test_a_readiness_record_that_cannot_be_written_stops_the_engine_and_says_why
     with FakeEngineServer(openai_engine(lambda prompt, n: replies.get(prompt, [0])[:n])) as server:
         plan, runtime = _blessed_plan(store, tmp_path, server.port)
         store.paths.ready.write_text("a file where the directory goes")
-        with pytest.raises(StoreUnavailableError, match="cannot write the readiness record"):
+        with pytest.raises(StoreUnavailableError, match="writing the readiness record"):
             serve.start(plan, runtime=runtime)
     assert runtime.calls[-2:] == ["stop", "remove"], "never left serving without a record"
     assert store.leases.leases() == [], "the serving lease was released"

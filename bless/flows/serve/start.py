@@ -21,7 +21,6 @@ from bless.errors import (
     EngineFailedError,
     EngineHttpError,
     NotReadyError,
-    StoreUnavailableError,
 )
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
@@ -31,7 +30,7 @@ from bless.flows.serve.ready import clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.flows.session import EngineSession, log_tail
-from bless.fsutil import full_disk_error
+from bless.fsutil import os_errors, os_refusal
 from bless.procid import process_identity
 from bless.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
@@ -180,10 +179,10 @@ def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, de
             holder=holder,
         )
     except OSError as exc:
-        what = f"cannot write the readiness record under {plan_.store.root}"
-        raise full_disk_error(exc, what) or StoreUnavailableError(
-            f"{what}: {exc.strerror or exc}; the engine was stopped",
-            hint="check that the store root is a directory this user can write",
+        raise os_refusal(
+            exc,
+            f"writing the readiness record under {plan_.store.root}",
+            hint="the engine was stopped; check that the store root is a directory this user can write",
         ) from None
 
 
@@ -227,15 +226,12 @@ def _start(
 
 
 def _make_serve_dir(plan_: LaunchPlan) -> None:
-    try:
+    # The name is unique per start, so an existing dir or a file in the way is the store's state.
+    with os_errors(
+        f"creating the serve dir {plan_.serve_dir}",
+        hint="check that the store root and its serve/ are directories this user can write",
+    ):
         plan_.serve_dir.mkdir(parents=True, exist_ok=False)
-    except OSError as exc:
-        # The name is unique per start, so an existing dir or a file in the way is the store's state.
-        refusal = full_disk_error(exc, f"cannot create the serve dir {plan_.serve_dir}")
-        raise refusal or StoreUnavailableError(
-            f"cannot create the serve dir {plan_.serve_dir}: {exc.strerror or exc}",
-            hint="check that the store root and its serve/ are directories this user can write",
-        ) from None
 
 
 def _up_and_ready(
