@@ -158,9 +158,9 @@ def bounded_session(
 
     A request made with ``stream=True`` (all of ours) leaves the body to its caller, who reads it with
     the cap of its kind. One made without (oras' own: bearer tokens) has its body read here, at most
-    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory. So
-    would it a redirect's body before following it (stream or not): that is read at most
-    :data:`MAX_REDIRECT_BODY`.
+    :data:`MAX_TOKEN_BODY`: requests would otherwise read whatever the server sends into memory.
+    requests also reads a redirect's body whole before following it, stream or not: a response hook
+    reads it here first, at most :data:`MAX_REDIRECT_BODY`.
     ``transport`` carries the requests instead of the network (None: the network, guarded).
     """
     for prefix in ("http://", "https://"):
