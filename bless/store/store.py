@@ -7,6 +7,7 @@ leases and the manifest catalog) and hands them to the writer operations (:mod:`
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -21,8 +22,8 @@ from bless.fsutil import (
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
-    full_disk_error,
     os_errors,
+    os_refusal,
     remove_tree,
 )
 from bless.manifest import Manifest
@@ -190,9 +191,9 @@ class Store:
             tmp.rename(final)
         except OSError as exc:
             remove_tree(tmp)
-            what = f"cannot create staging dir {final}"
-            # A full disk is that refusal (15); otherwise another run took the id first.
-            raise full_disk_error(exc, what) or InputInvalidError(f"{what}: {exc.strerror or exc}") from None
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):  # another run took the id since the check above
+                raise InputInvalidError(f"staging dir {final} already exists", hint="use a new run id") from None
+            raise os_refusal(exc, f"creating staging dir {final}") from None
         with os_errors(f"syncing {staging}"):
             fsync_dir(staging)
         return final

@@ -485,6 +485,18 @@ def test_new_staging_dir_records_its_owner_and_refuses_reuse(store: Store) -> No
             store.new_staging_dir(bad)
 
 
+def test_a_staging_dir_taken_by_a_racing_run_is_refused_as_taken_and_leaves_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another run creates the same id between the existence check and the rename: its dir is kept."""
+    racer = store.new_staging_dir("run-1")
+    monkeypatch.setattr(os.path, "lexists", lambda path: False)  # the check ran before the racer
+    with pytest.raises(InputInvalidError, match="already exists"):
+        store.new_staging_dir("run-1")
+    assert sorted(p.name for p in store.paths.staging.iterdir()) == ["run-1"]
+    assert json.loads((racer / ".owner").read_text())["pid"] == os.getpid()
+
+
 # ------------------------------------------------------------------------- recover / gc
 
 
