@@ -61,6 +61,7 @@ _HINT_DAEMON = (
     "(root or the docker group)"
 )
 _HINT_IMAGE = "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
+
 # 128 + SIGKILL: what Docker reports for a container killed by `docker stop` after its timeout.
 _KILLED_EXIT_CODE = 137
 # Where Docker puts the init process of a container started with ``init`` (its diff lists the file as added).
@@ -108,6 +109,12 @@ def _daemon(what: str) -> Iterator[None]:
         raise
     except (docker.errors.DockerException, OSError) as exc:
         _unavailable(what, exc)
+
+
+def _image_missing(reference: str) -> ImageMissingError:
+    return ImageMissingError(
+        f"image {reference!r} is not present in the Docker Engine", hint=_HINT_IMAGE.format(ref=reference)
+    )
 
 
 def _status_code(exc: BaseException) -> int | None:
@@ -308,10 +315,7 @@ class DockerRuntime:
             try:
                 image = client.images.get(reference)
             except docker.errors.ImageNotFound as exc:
-                raise ImageMissingError(
-                    f"image {reference!r} is not present in the Docker Engine",
-                    hint=_HINT_IMAGE.format(ref=reference),
-                ) from exc
+                raise _image_missing(reference) from exc
             except docker.errors.APIError as exc:
                 if _status_code(exc) == 400:
                     raise InputInvalidError(
@@ -489,10 +493,7 @@ class DockerRuntime:
             try:
                 return self._client.containers.create(image, **kwargs)
             except docker.errors.ImageNotFound as exc:
-                raise ImageMissingError(
-                    f"image {image!r} is not present in the Docker Engine",
-                    hint=_HINT_IMAGE.format(ref=image),
-                ) from exc
+                raise _image_missing(image) from exc
             except docker.errors.APIError as exc:
                 if _status_code(exc) == 409:
                     # Someone took the name between our check and the create.
