@@ -25,7 +25,7 @@ from bless.probes import hardware_factor
 from bless.profile import Profile, load_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
-from bless.store import Store, default_root
+from bless.store import LiveManifest, Store, default_root
 
 # The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
 # and most commands have none of those on success.
@@ -203,16 +203,25 @@ def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) 
 def lookup_manifest(store: Store, text: str) -> Manifest:
     """The live manifest named by a full config hash or a unique prefix of at least 8 hex digits.
 
+    Raises: as :func:`lookup_live`.
+    """
+    return lookup_live(store, text).manifest
+
+
+def lookup_live(store: Store, text: str) -> LiveManifest:
+    """:func:`lookup_manifest`, with the file's path and the exact bytes the manifest was parsed from
+    (what is signed and checked under ``--trust``).
+
     Raises:
         NoManifestError: nothing in the manifests dir has that hash (or prefix).
         InputInvalidError: a malformed or ambiguous prefix.
         ManifestInvalidError, ManifestDuplicateError: the store's fail-closed lookup errors.
     """
     if len(text.strip()) != 64:  # a prefix; both forms are checked against the one config-hash format
-        return store.find_prefix(text)
+        return store.live_prefix(text)
     config_hash = parse_config_hash(text)
-    manifest = store.find(config_hash)
-    if manifest is None:
+    live = store.live(config_hash)
+    if live is None:
         raise NoManifestError(
             f"no manifest in {store.manifests_dir} has config hash {config_hash}",
             hint=(
@@ -222,4 +231,4 @@ def lookup_manifest(store: Store, text: str) -> Manifest:
             ),
             details={"config_hash": config_hash, "manifests_dir": str(store.manifests_dir)},
         )
-    return manifest
+    return live

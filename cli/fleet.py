@@ -13,7 +13,7 @@ from rich.text import Text
 
 from bless.cli import render
 from bless.cli.boundary import Report, command
-from bless.cli.common import JsonOption, app_state, lookup_manifest, reading_store
+from bless.cli.common import JsonOption, app_state, lookup_live, lookup_manifest, reading_store
 from bless.flows.sign import sign_stored_blessing
 from bless.store import Store
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
@@ -239,7 +239,7 @@ def sign_command(
     store = reading_store(ctx)
     outcome = sign_stored_blessing(
         store,
-        lookup_manifest(store, config_hash),
+        lookup_live(store, config_hash),
         keys,
         expires=parse_duration(expires),
         keep_previous=keep_previous,

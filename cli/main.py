@@ -29,6 +29,7 @@ from bless.cli.common import (
     VerboseOption,
     VersionOption,
     app_state,
+    lookup_live,
     lookup_manifest,
     reading_store,
     resolve_profile_file,
@@ -278,8 +279,9 @@ def verify_command(
     also be a validly signed, unexpired, current TUF target (exit 60-66 otherwise).
     """
     store = reading_store(ctx)
-    manifest = lookup_manifest(store, config_hash)
-    verdict = trust_verdict(store, manifest, trust)
+    live = lookup_live(store, config_hash)
+    manifest = live.manifest
+    verdict = trust_verdict(store, manifest, trust, data=live.document)
     blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
     with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:

@@ -50,7 +50,7 @@ from bless.flows.push import push_blessing  # noqa: E402
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now  # noqa: E402
 from bless.registry import parse_reference  # noqa: E402
 from bless.store import Store  # noqa: E402
-from bless.trust import check_blessing, init_repository, manifest_file_bytes, sign_blessing  # noqa: E402
+from bless.trust import check_blessing, init_repository, sign_blessing  # noqa: E402
 from bless.verify import hash_tree  # noqa: E402
 
 MIB = 1 << 20
@@ -257,16 +257,23 @@ def main() -> int:
     shutil.copy(keys / "metadata" / "root.json", trust / "root.json")
     sign_times: list[float] = []
     verify_times: list[float] = []
-    manifest_file = store.manifest_path(manifest.config_hash)
-    assert manifest_file is not None
+
+    def stored_bytes() -> bytes:
+        """The manifest's bytes as bless sign and bless verify --trust get them: the store's lookup."""
+        live = store.live(manifest.config_hash)
+        assert live is not None
+        return live.document
 
     def sign() -> None:
-        sign_blessing(keys, manifest, manifest_file_bytes(manifest_file, manifest))
+        sign_blessing(keys, manifest, stored_bytes())
 
     def verify() -> None:
-        data = manifest_file_bytes(manifest_file, manifest)
         check_blessing(
-            manifest, data, trust_dir=keys / "metadata", state_dir=store.paths.trust, lock_path=store.paths.trust_lock
+            manifest,
+            stored_bytes(),
+            trust_dir=keys / "metadata",
+            state_dir=store.paths.trust,
+            lock_path=store.paths.trust_lock,
         )
 
     for _ in range(args.repeat):

@@ -1,7 +1,7 @@
 """``bless sign``: a blessing in the store becomes a signed TUF target, and if asked an OpenSSF Model
 Signing bundle of its tree.
 
-What is signed is the live manifest file's exact bytes (the store's one validated read), so the
+What is signed is the live manifest file's exact bytes, those the store's lookup validated, so the
 signature covers the manifest and, through the size and sha256 it names for every file, the tree.
 """
 
@@ -12,10 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bless.flows.trust_policy import stored_manifest_bytes
-from bless.manifest import Manifest
 from bless.modelsig import ModelSigningBundle, write_bundle
-from bless.store import Store
+from bless.store import LiveManifest, Store
 from bless.trust import SignResult, sign_blessing
 
 __all__ = ["SignOutcome", "sign_stored_blessing"]
@@ -39,24 +37,22 @@ class SignOutcome:
 
 def sign_stored_blessing(
     store: Store,
-    manifest: Manifest,
+    live: LiveManifest,
     keys: Path,
     *,
     expires: timedelta,
     keep_previous: bool = False,
     model_signing: bool = False,
 ) -> SignOutcome:
-    """Sign ``manifest`` (a blessing in ``store``) with the signing repository ``keys``.
+    """Sign ``live`` (a blessing in ``store``, as its lookup read it) with the signing repository ``keys``.
 
     A re-blessed config's older signed versions are delisted unless ``keep_previous``.
 
     Raises:
-        NoManifestError, TargetMismatchError: the manifest is gone or changed since it was looked up.
         TrustInvalidError, NoSpaceError: the signing repository (or the bundle) cannot be used or written.
         UsageError: ``model_signing`` without the model-signing package.
     """
-    signing = sign_blessing(
-        keys, manifest, stored_manifest_bytes(store, manifest), expires=expires, keep_previous=keep_previous
-    )
+    manifest = live.manifest
+    signing = sign_blessing(keys, manifest, live.document, expires=expires, keep_previous=keep_previous)
     bundle = write_bundle(keys, store.blessed_dir(manifest), manifest) if model_signing else None
     return SignOutcome(config_hash=manifest.config_hash, signing=signing, model_signing=bundle)

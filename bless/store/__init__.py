@@ -44,7 +44,7 @@ the whole run is fine). Readers (:meth:`Store.find`, verify, serve-full) take no
 
 from bless.store.faults import FaultHook
 from bless.store.gc import GcAction, GcReport, StagingOwner, staging_owner
-from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
+from bless.store.index import LiveManifest, ManifestIndex, ManifestRecord, manifest_summary
 from bless.store.layout import PARTIAL_PREFIX
 from bless.store.publish import PUBLISH_STEPS, PublishResult
 from bless.store.store import Store, builtin_root, default_root
@@ -55,6 +55,7 @@ __all__ = [
     "FaultHook",
     "GcAction",
     "GcReport",
+    "LiveManifest",
     "ManifestIndex",
     "ManifestRecord",
     "PublishResult",

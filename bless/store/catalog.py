@@ -77,8 +77,8 @@ class ManifestCatalog:
         assert record.manifest is not None and record.document is not None
         return LiveManifest(record.path, record.manifest, record.document)
 
-    def find_prefix(self, prefix: str) -> Manifest:
-        """The live manifest whose config hash starts with ``prefix`` (at least 8 hex digits).
+    def live_prefix(self, prefix: str) -> LiveManifest:
+        """The live manifest (path, manifest, bytes) whose config hash starts with ``prefix`` (at least 8 hex digits).
 
         Raises:
             InputInvalidError: a malformed prefix, or one that matches several hashes (listed).
@@ -89,8 +89,9 @@ class ManifestCatalog:
         record = self._lookup(lambda claim, name: claim.startswith(wanted) or name.startswith(wanted)).find_prefix(
             wanted
         )
-        assert record.manifest is not None
-        return record.manifest
+        # find_prefix() returns validated records only, which carry their bytes
+        assert record.manifest is not None and record.document is not None
+        return LiveManifest(record.path, record.manifest, record.document)
 
     def note_published(self, manifest_path: Path, manifest: Manifest) -> None:
         """Tell the claim cache what a just-published (validated) manifest file claims and shows.

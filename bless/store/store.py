@@ -257,15 +257,15 @@ class Store:
         live = self.live(config_hash)
         return live.path if live else None
 
-    def find_prefix(self, prefix: str) -> Manifest:
-        """The live manifest whose config hash starts with ``prefix`` (at least 8 hex digits).
+    def live_prefix(self, prefix: str) -> LiveManifest:
+        """The live manifest (path, manifest, bytes) whose config hash starts with ``prefix`` (at least 8 hex digits).
 
         Raises:
             InputInvalidError: a malformed prefix, or one that matches several hashes (listed).
             NoManifestError: no live manifest matches.
             ManifestDuplicateError, ManifestInvalidError: as :meth:`find`.
         """
-        return self._parts.catalog.find_prefix(prefix)
+        return self._parts.catalog.live_prefix(prefix)
 
     def forget_manifests_dir(self, directory: Path) -> bool:
         """Drop ``directory`` from the record of manifests dirs published to; True when it was recorded.

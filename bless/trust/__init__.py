@@ -28,7 +28,7 @@ from bless.trust.repository import (
     rotate_role,
     sign_blessing,
 )
-from bless.trust.target import manifest_file_bytes, target_path
+from bless.trust.target import target_path
 
 __all__ = [
     "DEFAULT_EXPIRES",
@@ -39,7 +39,6 @@ __all__ = [
     "TrustVerdict",
     "check_blessing",
     "init_repository",
-    "manifest_file_bytes",
     "metadata_from_dir",
     "parse_duration",
     "rotate_role",

@@ -1,4 +1,4 @@
-"""A blessing as a TUF target: its name, the bytes that are signed and checked, its custom fields.
+"""A blessing as a TUF target: its name, its length and sha256 of the signed bytes, its custom fields.
 
 A blessing's **manifest** is the target: its canonical bytes (:meth:`Manifest.to_json_bytes`, exactly
 what the store writes) are listed with their length and sha256 in the ``targets`` role, under
@@ -8,17 +8,11 @@ The manifest names every file's size and sha256, so the signature covers the who
 
 from __future__ import annotations
 
-import errno
-import json
-from pathlib import Path
-
 from tuf.api.metadata import TargetFile
 
-from bless.errors import TargetMismatchError
-from bless.fsutil import UnreadableFileError, read_bounded
-from bless.manifest import MAX_MANIFEST_BYTES, Manifest
+from bless.manifest import Manifest
 
-__all__ = ["blessing_target", "config_target_prefix", "manifest_file_bytes", "target_path"]
+__all__ = ["blessing_target", "config_target_prefix", "target_path"]
 
 _TARGET_PREFIX = "blessings"
 
@@ -44,26 +38,3 @@ def blessing_target(manifest: Manifest, data: bytes) -> TargetFile:
         "created": manifest.created,
     }
     return info
-
-
-def manifest_file_bytes(path: Path, manifest: Manifest) -> bytes:
-    """The bytes that are signed and checked: the manifest file as the store wrote it.
-
-    They must still be ``manifest`` (the file could have changed since it was read). Hashing the file
-    costs far less than serializing a 2,000-file manifest again (indented JSON is encoded in Python).
-
-    Raises:
-        TargetMismatchError: the file no longer holds this manifest.
-    """
-    try:
-        data = read_bounded(path, MAX_MANIFEST_BYTES)  # never blocks on a FIFO, never reads past the cap
-        if data is None:
-            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
-        same = json.loads(data) == manifest.to_dict()
-    except (OSError, ValueError, UnreadableFileError) as exc:
-        raise TargetMismatchError(f"cannot read the manifest {path} again: {exc}") from None
-    if not same:
-        raise TargetMismatchError(
-            f"{path} changed while it was being checked", hint="run the command again; find out what writes manifests"
-        )
-    return data

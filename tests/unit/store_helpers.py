@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "store_child.py"
 
 # Two serve seeds whose config hashes share their first 8 hex digits (found by a birthday search
-# over make_factors(seed=i)); used to test an ambiguous find_prefix. The test asserts they still do.
+# over make_factors(seed=i)); used to test an ambiguous live_prefix. The test asserts they still do.
 PREFIX_TWINS = (24726, 25337)
 
 

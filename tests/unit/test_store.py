@@ -317,7 +317,7 @@ def test_find_rejects_a_malformed_hash(store: Store) -> None:
     assert store.find("0" * 64) is None
 
 
-def test_find_prefix_unique_ambiguous_and_none(store: Store) -> None:
+def test_live_prefix_unique_ambiguous_and_none(store: Store) -> None:
     first, second = (make_factors(seed=seed) for seed in PREFIX_TWINS)
     h1, h2 = config_hash(first), config_hash(second)
     assert h1[:8] == h2[:8] and h1 != h2, "PREFIX_TWINS no longer collide: redo the birthday search"
@@ -329,23 +329,25 @@ def test_find_prefix_unique_ambiguous_and_none(store: Store) -> None:
         published[manifest.config_hash] = manifest
 
     shared = next(i for i in range(64) if h1[i] != h2[i])  # length of the common prefix
-    assert store.find_prefix(h1[: shared + 1]).config_hash == h1
-    assert store.find_prefix(h2.upper()).config_hash == h2
+    assert store.live_prefix(h1[: shared + 1]).manifest.config_hash == h1
+    assert store.live_prefix(h2.upper()).manifest.config_hash == h2
     other = next(h for h in published if h not in (h1, h2))
-    assert store.find_prefix(other[:8]).config_hash == other
+    assert store.live_prefix(other[:8]).manifest.config_hash == other
+    found = store.live_prefix(other[:8])
+    assert found.document == found.path.read_bytes(), "the bytes its manifest was parsed from (signed, checked)"
 
     with pytest.raises(InputInvalidError) as info:
-        store.find_prefix(h1[:8])
+        store.live_prefix(h1[:8])
     assert info.value.details["candidates"] == sorted([h1, h2])
     assert h1 in info.value.message and h2 in info.value.message
 
     missing = next(f"{i:08x}" for i in range(1000) if not any(h.startswith(f"{i:08x}") for h in published))
     with pytest.raises(NoManifestError):
-        store.find_prefix(missing)
+        store.live_prefix(missing)
     with pytest.raises(InputInvalidError):
-        store.find_prefix("abc")
+        store.live_prefix("abc")
     with pytest.raises(InputInvalidError):
-        store.find_prefix("zzzzzzzz")
+        store.live_prefix("zzzzzzzz")
 
 
 # ------------------------------------------------------------------------------- locks
