@@ -52,6 +52,8 @@ class ExitCode(IntEnum):
     ENGINE_FAILED = 44
     CACHE_NOT_USED = 45
     NOT_SERVING = 46
+    COVERAGE_INCOMPLETE = 47
+    UNPROVEN_COMPILE = 48
     RUNTIME_UNAVAILABLE = 50
     IMAGE_MISSING = 51
     INSUFFICIENT_GPU = 52
@@ -306,6 +308,22 @@ class NotServingError(BlessError):
         "serve-full ready: no canary-checked engine serves this profile here (not started yet, stopping, "
         "or its engine does not answer); the readiness probe's failure"
     )
+
+
+class CoverageIncompleteError(BlessError):
+    """The profile requires full coverage and the engine's coverage model cannot reach a family or class."""
+
+    exit_code = ExitCode.COVERAGE_INCOMPLETE
+    title = "coverage incomplete"
+    meaning = "bless run: the profile requires full coverage and a kernel family or class cannot be reached"
+
+
+class UnprovenCompileError(BlessError):
+    """The served engine compiled something the blessing does not hold (policy ``stop``)."""
+
+    exit_code = ExitCode.UNPROVEN_COMPILE
+    title = "unproven compile while serving"
+    meaning = "serve-full: the engine compiled a kernel the blessing does not hold and was stopped (policy stop)"
 
 
 class RuntimeUnavailableError(BlessError):

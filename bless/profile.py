@@ -52,6 +52,12 @@ class TrialSettings:
     stop_timeout_s: int = 30
 
 
+#: How a bootstrap drives the kernels an engine compiles lazily after startup (see bless.coverage).
+CoverageMode = Literal["auto", "off", "require"]
+#: What serve-full does when the engine compiles something the blessing does not hold.
+UnprovenCompilePolicy = Literal["refuse", "record", "stop"]
+
+
 @dataclass(frozen=True)
 class Profile:
     """A validated profile. ``path`` is where it was read from (None for in-memory profiles)."""
@@ -71,6 +77,8 @@ class Profile:
     trials: TrialSettings = TrialSettings()
     serving_host: str = "127.0.0.1"
     serving_port: int = 8000
+    coverage: CoverageMode = "auto"
+    unproven_compile: UnprovenCompilePolicy = "refuse"
     description: str = ""
     path: Path | None = None
 
@@ -156,6 +164,8 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
         trials=_trial_settings(trials),
         serving_host=serving.get("host", "127.0.0.1"),
         serving_port=serving.get("port", 8000),
+        coverage=document.get("coverage", {}).get("mode", "auto"),
+        unproven_compile=serving.get("unproven_compile", "refuse"),
         path=source,
     )
 
