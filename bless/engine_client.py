@@ -12,7 +12,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +91,13 @@ class EngineClient:
         except (KeyError, TypeError) as exc:
             raise EngineHttpError(f"/v1/models: unexpected reply shape ({exc!r})") from None
 
-    def complete(self, prompt: str, max_tokens: int) -> Completion:
-        """One greedy completion; text and token ids are both required in the reply."""
-        body: dict[str, Any] = {**self.fields, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    def complete(self, prompt: str | Sequence[int], max_tokens: int) -> Completion:
+        """One greedy completion; text and token ids are both required in the reply.
+
+        ``prompt`` is text or a list of token ids (the engine then schedules exactly that many tokens).
+        """
+        sent: str | list[int] = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
+        body: dict[str, Any] = {**self.fields, "prompt": sent, "max_tokens": max_tokens, "temperature": 0}
         if self.model:
             body["model"] = self.model
         started = time.monotonic()
@@ -113,7 +117,8 @@ class EngineClient:
                 raise TypeError("token_ids is not a list of integers")
         except (KeyError, IndexError, TypeError) as exc:
             raise EngineHttpError(f"/v1/completions: unexpected reply shape ({exc})") from None
-        return Completion(prompt, text, tuple(token_ids), latency)
+        shown = prompt if isinstance(prompt, str) else f"[{len(sent)} token ids]"
+        return Completion(shown, text, tuple(token_ids), latency)
 
 
 def wait_ready(

@@ -51,6 +51,8 @@ class Manifest:
     trials: Mapping[str, Any]
     golden: Sequence[Mapping[str, Any]]
     provenance: Mapping[str, Any]
+    #: What the blessing covers beyond its start (:mod:`bless.coverage`); None in blessings made before it.
+    coverage: Mapping[str, Any] | None = None
 
     @property
     def engine(self) -> str:
@@ -90,7 +92,7 @@ class Manifest:
             "trials": dict(self.trials),
             "golden": [dict(item) for item in self.golden],
             "provenance": dict(self.provenance),
-        }
+        } | ({"coverage": dict(self.coverage)} if self.coverage is not None else {})
 
     def to_json_bytes(self) -> bytes:
         """Serialized, validated manifest (pretty, stable key order, trailing newline)."""
@@ -264,6 +266,7 @@ def manifest_from_dict(document: Any, *, where: str = "manifest") -> Manifest:
         trials=document["trials"],
         golden=document["golden"],
         provenance=document["provenance"],
+        coverage=document.get("coverage"),
     )
 
 

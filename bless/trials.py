@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bless.coverage import CoveragePlan, CoverageRun
 from bless.engine_client import Completion, EngineClient
 from bless.profile import TrialSettings
 
@@ -159,6 +160,20 @@ def warm_up(client: EngineClient, settings: TrialSettings) -> CoherenceReport:
         requests=len(outputs),
         request_seconds=time.monotonic() - started,
     )
+
+
+def drive_coverage(client: EngineClient, plan: CoveragePlan, mode: str) -> CoverageRun:
+    """Send one prompt per coverage class (its representative token count, ``max_tokens`` 1), one at a time.
+
+    Alone, each request's prefill is exactly one engine step of that many tokens, so each class's
+    kernels compile (bootstrap) or must load (trials). A failed request raises EngineHttpError.
+    """
+    started = time.monotonic()
+    sent: list[int] = []
+    for length in plan.requests:
+        client.complete(plan.prompt(length), 1)
+        sent.append(length)
+    return CoverageRun(mode, tuple(sent), time.monotonic() - started)
 
 
 def golden_text_map(golden: Sequence[Mapping[str, Any]]) -> dict[str, str]:

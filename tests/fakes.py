@@ -259,6 +259,8 @@ class FakeContainer:
     removed: bool = False
     requests: int = 0
     per_prompt: dict[str, int] = field(default_factory=dict)
+    #: The lengths of the prompts sent as token ids (coverage requests), in order.
+    token_prompts: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -269,8 +271,15 @@ class FakeContainer:
     def running(self) -> bool:
         return self.exit_code is None
 
-    def complete(self, prompt: str, max_tokens: int) -> list[int]:
-        """One completion request to this container's engine (runs in the HTTP server's request thread)."""
+    def complete(self, prompt: str | list[int], max_tokens: int) -> list[int]:
+        """One completion request to this container's engine (runs in the HTTP server's request thread).
+
+        A prompt of token ids (a coverage request) is recorded by its length and answered as a text prompt.
+        """
+        if isinstance(prompt, list):
+            with self.lock:
+                self.token_prompts.append(len(prompt))
+            prompt = f"<{len(prompt)} token ids>"
         with self.lock:
             self.requests += 1
             count = self.requests

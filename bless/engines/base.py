@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from bless.coverage import CoveragePlan
 from bless.errors import InputInvalidError
 from bless.evidence import (
     ArtifactSummary,
@@ -320,4 +321,12 @@ class EngineAdapter(Protocol):
 
     def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
         """Name each write outside the blessed tree (private HOME, temp dir, container filesystem)."""
+        ...
+
+    def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:
+        """The kernel families this configuration compiles lazily after startup and one request per class.
+
+        Pure over the resolved factors (and the local model's hashed ``config.json``): what the
+        bootstrap sends, the manifest records and every trial replays (:mod:`bless.coverage`).
+        """
         ...

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 import bless
+from bless.coverage import CoverageFamily, CoveragePlan, group_token_counts
 from bless.engines.base import (
     ENGINE_HOME,
     CompileLocation,
@@ -41,6 +42,15 @@ SERVE_ARGS: dict[str, tuple[type, Any, Any]] = {
     "compile": (bool, True, None),
     "served_model_name": (str, "reference-tiny", None),
 }
+
+TRITON_LOCATION = CompileLocation(
+    "TRITON_CACHE_DIR", "jit/triton", "Triton's JIT cache: shape-bucket kernels, and Triton's launchers on CUDA"
+)
+CUDA_LOCATION = CompileLocation("CUDA_CACHE_PATH", "jit/cuda", "the CUDA driver's PTX JIT cache")
+#: Token ids of the byte-level vocabulary (0..255) that coverage prompts use.
+REFERENCE_PROMPT_TOKENS = (0, 256)
+MAX_BUCKETS = 64
+NO_BUCKETS = "no shape buckets configured (serve.shape_buckets)"
 
 # Test knobs of the reference engine: each makes a start unfit to bless or serve.
 KNOBS = {
@@ -107,19 +117,28 @@ class ReferenceAdapter:
         serve: Mapping[str, Any] | None = None,
         model: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """No engine switch beyond the serve arguments and env (already factors)."""
-        return {}
+        """Where the engine compiles besides its artifact: a Triton-style JIT cache on CUDA or with shape buckets.
+
+        Declared only then, so a CPU profile without buckets hashes as it always did.
+        """
+        serve = serve or {}
+        locations = {}
+        if serve.get("device") == "cuda" or serve.get("shape_buckets"):
+            locations[TRITON_LOCATION.env] = TRITON_LOCATION.subdir
+        if serve.get("device") == "cuda":
+            locations[CUDA_LOCATION.env] = CUDA_LOCATION.subdir
+        return {"compile_locations": locations} if locations else {}
 
     def replay_env(self) -> dict[str, str]:
         """No force-load switch: the reference engine's markers and the upper layer say whether it loaded."""
         return {}
 
     def normalize_serve(self, serve: Mapping[str, Any], *, where: str) -> dict[str, Any]:
-        unknown = sorted(set(serve) - set(SERVE_ARGS))
+        unknown = sorted(set(serve) - set(SERVE_ARGS) - {"shape_buckets"})
         if unknown:
             raise InputInvalidError(
                 f"{where}: serve.{unknown[0]}: not an argument of the reference engine",
-                hint=f"known arguments: {', '.join(sorted(SERVE_ARGS))}",
+                hint=f"known arguments: {', '.join(sorted([*SERVE_ARGS, 'shape_buckets']))}",
             )
         normalized: dict[str, Any] = {}
         for key, (kind, default, bounds) in SERVE_ARGS.items():
@@ -135,6 +154,9 @@ class ReferenceAdapter:
             normalized[key] = value
         if normalized["d_model"] % normalized["heads"]:
             raise InputInvalidError(f"{where}: serve.d_model must be a multiple of serve.heads")
+        buckets = _shape_buckets(serve.get("shape_buckets", []), normalized["max_seq_len"], where=where)
+        if buckets:  # absent when empty: the same configuration hashes alike written or not
+            normalized["shape_buckets"] = buckets
         return normalized
 
     def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
@@ -182,6 +204,8 @@ class ReferenceAdapter:
         ]  # fmt: skip
         if debug or not serve["compile"]:
             command.append("--no-compile")
+        if serve.get("shape_buckets"):
+            command += ["--shape-buckets", ",".join(str(b) for b in serve["shape_buckets"])]
         env.update({"PYTHONUNBUFFERED": "1", **resolved.engine_env()})
         return EngineLaunch(command=tuple(command), env=env, port=port)
 
@@ -220,7 +244,9 @@ class ReferenceAdapter:
         for line in log.splitlines():
             if line.startswith(markers.LOADED):
                 load.append(line)
-            elif line.startswith((markers.COMPILING, markers.SAVED, markers.UNABLE_TO_SAVE)):
+            elif line.startswith(
+                (markers.COMPILING, markers.SAVED, markers.UNABLE_TO_SAVE, markers.LAZY_COMPILING, markers.LAZY_UNSAVED)
+            ):
                 compile_.append(line)
             elif line.startswith(markers.FATAL):
                 fatal.append(line)
@@ -234,21 +260,68 @@ class ReferenceAdapter:
         return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
 
     def compile_locations(self) -> tuple[CompileLocation, ...]:
-        """None: the engine's only compiled state is its Mega-Cache artifact in the cache dir.
+        """Triton's JIT cache (shape-bucket kernels, Triton's launchers on CUDA) and CUDA's PTX cache.
 
-        Inductor's own cache is per-start scratch in the temp dir by design (:data:`OUTSIDE_RULES`).
+        Which of them a configuration uses is its ``engine.compile_locations`` factor
+        (:meth:`engine_factors`). Inductor's own cache is per-start scratch in the temp dir by design
+        (:data:`OUTSIDE_RULES`): the Mega-Cache artifact is what is blessed.
         """
-        return ()
+        return (TRITON_LOCATION, CUDA_LOCATION)
 
     def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
         """Inductor's per-start scratch and bytecode are noise; a kernel under HOME (or anything unnamed) is not."""
         return classify_outside(OUTSIDE_RULES, entries)
 
+    def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:
+        """One class per shape bucket (:func:`reference_coverage`)."""
+        model = resolved.factors.get("model")
+        model_id = str(model.get("id", "")) if isinstance(model, Mapping) else ""
+        return reference_coverage(_serve_factor(resolved), model_id)
+
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """The reference engine never writes while loading: any write is suspect, an artifact a recompile."""
-        new_artifacts = tuple(e.path for e in entries if ARTIFACT.fullmatch(e.path) or e.path.endswith(".bin"))
+        new_artifacts = tuple(
+            e.path
+            for e in entries
+            if ARTIFACT.fullmatch(e.path) or e.path.endswith(".bin") or e.path.startswith(f"{TRITON_LOCATION.subdir}/")
+        )
         unexpected = tuple(e.path for e in entries if e.path not in new_artifacts)
         return UpperVerdict(expected_rewrites=(), new_artifacts=new_artifacts, unexpected=unexpected)
+
+
+def _shape_buckets(raw: Any, max_seq_len: int, *, where: str) -> list[int]:
+    """``serve.shape_buckets``: positive, strictly ascending prompt lengths below ``max_seq_len`` (at most 64)."""
+    if not isinstance(raw, list) or not all(type(b) is int for b in raw):
+        raise InputInvalidError(f"{where}: serve.shape_buckets: expected a list of integers, got {raw!r}")
+    if len(raw) > MAX_BUCKETS or raw != sorted(set(raw)) or any(not 1 <= b < max_seq_len for b in raw):
+        raise InputInvalidError(
+            f"{where}: serve.shape_buckets: {raw!r} must be strictly ascending, each 1..{max_seq_len - 1} "
+            f"(below serve.max_seq_len), at most {MAX_BUCKETS}"
+        )
+    return list(raw)
+
+
+def reference_coverage(serve: Mapping[str, Any], model_id: str) -> CoveragePlan:
+    """The reference engine's one lazy family: a kernel per shape bucket of the prompt length.
+
+    A prompt of length L runs the kernel of the smallest bucket >= L (else the largest), compiled on
+    its first use in a process; the smallest length of each bucket reaches it. Prompts must leave one
+    position to generate, so lengths run 1..max_seq_len-1.
+    """
+    buckets = sorted(int(b) for b in serve.get("shape_buckets") or ())
+    source = "bless/engines/reference_engine (shape buckets: --shape-buckets)"
+    if not buckets:
+        family = CoverageFamily("shape_buckets", False, True, NO_BUCKETS, source)
+        return CoveragePlan("reference", model_id, (family,), (1, 1), REFERENCE_PROMPT_TOKENS)
+    longest = int(serve.get("max_seq_len", SERVE_ARGS["max_seq_len"][1])) - 1
+
+    def bucket(length: int) -> int:
+        return next((b for b in buckets if b >= length), buckets[-1])
+
+    classes = group_token_counts(range(1, longest + 1), bucket, lambda b: f"bucket {b}")
+    reason = f"buckets {', '.join(map(str, buckets))}; prompts of 1..{longest} tokens"
+    family = CoverageFamily("shape_buckets", True, True, reason, source, classes)
+    return CoveragePlan("reference", model_id, (family,), (1, longest), REFERENCE_PROMPT_TOKENS)
 
 
 def _serve_factor(resolved: ResolvedConfig) -> dict[str, Any]:

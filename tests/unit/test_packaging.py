@@ -96,6 +96,8 @@ def test_the_wheel_installs_only_bless(wheel: Path) -> None:
     # the command line and the schemas, under bless, with their contents (not the symlinks themselves)
     assert {"bless/cli/__init__.py", "bless/cli/main.py", "bless/cli/serve.py"} <= set(names)
     assert {"bless/schema/profile.v1.json", "bless/schema/manifest.v1.json"} <= set(names)
+    # the vLLM adapter's per-release data: its rules and the tuned fused-MoE tables of its coverage model
+    assert {"bless/engines/vllm/versions.json", "bless/engines/vllm/moe_configs.json"} <= set(names)
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
 
 

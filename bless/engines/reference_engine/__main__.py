@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import ENGINE_VERSION, markers
 from .knobs import CRASH_AT_BOOT, JIT_OUTSIDE, KnobError, Knobs, active_knobs, parse_knobs
+from .lazy import ShapeKernels, manager_class, parse_buckets
 
 if TYPE_CHECKING:  # imported for real only once the Inductor dir is settled (see the module docstring)
     from .artifact import BootResult
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument(
+        "--shape-buckets",
+        default="",
+        help="comma-separated prompt-length buckets whose kernels compile lazily, on first use (e.g. 8,16,32)",
+    )
     return parser
 
 
@@ -138,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CRASH_KNOB
     if not 1 <= args.port <= 65535 and args.port != 0:
         return _fatal(f"--port must be 0..65535, got {args.port}", EXIT_USAGE)
+    if args.shape_buckets:
+        try:
+            parse_buckets(args.shape_buckets)
+            manager_class(os.environ)
+        except (ValueError, ImportError, AttributeError) as exc:
+            return _fatal(f"shape buckets: {exc}", EXIT_USAGE)
     if knobs.jit_outside:
         try:
             kernel = write_jit_outside(Path.home())
@@ -232,8 +244,11 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
 
     hook = random_noise_hook() if nondeterministic else None
     max_seq_len = model_args.max_seq_len
+    shapes = _shape_kernels(args, model_args, device, torch.__version__)
 
     def decode(prompt: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
+        if shapes is not None:
+            shapes.ensure(len(prompt))
         return generate(forward, prompt, max_tokens, max_seq_len, device, hook)
 
     if stop.event.is_set():
@@ -241,6 +256,15 @@ def _run(args: argparse.Namespace, knobs: Knobs, cache_dir: Path | None, stop: _
         return EXIT_OK
     app = App(served_model_name=args.served_model_name, max_seq_len=max_seq_len, worker=worker, decode=decode)
     return _serve(args, app, stop)
+
+
+def _shape_kernels(args: argparse.Namespace, model_args: Any, device: str, torch_version: str) -> ShapeKernels | None:
+    """The lazily compiled shape-bucket kernels of ``--shape-buckets`` (None without buckets or a cache)."""
+    if not args.shape_buckets or args.no_compile:
+        return None
+    from .artifact import artifact_key, device_kind
+
+    return ShapeKernels(parse_buckets(args.shape_buckets), artifact_key(model_args, device_kind(device), torch_version))
 
 
 def _never_ready(stop: _Stop) -> int:

@@ -22,6 +22,10 @@ READY = MARKER_PREFIX + "ready on port "
 FATAL = MARKER_PREFIX + "FATAL "
 SHUTTING_DOWN = MARKER_PREFIX + "shutting down"
 EAGER = MARKER_PREFIX + "compile disabled (eager mode); cache not used"
+# Shape-bucket kernels (--shape-buckets): compiled lazily, per prompt length, on first use in a process.
+LAZY_COMPILING = MARKER_PREFIX + "compiling shape-bucket kernel for bucket "
+LAZY_UNSAVED = MARKER_PREFIX + "unable to save shape-bucket kernel for bucket "
+LAZY_LOADED = MARKER_PREFIX + "loaded shape-bucket kernel for bucket "
 # Informational (the adapter may read the key as an engine-native key): key, torch version, device.
 ARTIFACT_KEY = MARKER_PREFIX + "artifact key "
 INDUCTOR_DIR = MARKER_PREFIX + "inductor scratch dir "

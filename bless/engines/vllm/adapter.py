@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bless.coverage import CoveragePlan
 from bless.engines.base import (
     ENGINE_HOME,
     CompileLocation,
@@ -20,7 +21,7 @@ from bless.engines.base import (
     argv_value,
     classify_outside,
 )
-from bless.engines.vllm import evidence, serve_args, versions
+from bless.engines.vllm import coverage, evidence, serve_args, versions
 from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
 from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
 from bless.engines.vllm.versions import ModelAot, VllmVersionRules
@@ -354,6 +355,25 @@ class VllmAdapter:
     def classify_upper(self, entries: Sequence[UpperEntry]) -> UpperVerdict:
         """Split overlay upper-layer writes by this release's rewrite rules (unknown: the nearest older's)."""
         return evidence.classify_upper(self.rules, entries)
+
+    def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:
+        """The release's lazily compiled families (fused MoE first) for this model, serve arguments, GPU and env."""
+        factors = resolved.factors
+        model = factors.get("model") if isinstance(factors.get("model"), Mapping) else {}
+        hardware = factors.get("hardware") if isinstance(factors.get("hardware"), Mapping) else {}
+        assert isinstance(model, Mapping) and isinstance(hardware, Mapping)
+        config = coverage.read_model_config(model)
+        vocab = config.get("vocab_size") if config else None
+        gpu_name = hardware.get("gpu_name")
+        return coverage.coverage_plan(
+            self.vllm_version if self.rules_known else None,
+            config,
+            _serve_factor(resolved),
+            resolved.engine_env(),
+            gpu_name if isinstance(gpu_name, str) else None,
+            str(model.get("id", "")),
+            vocab if isinstance(vocab, int) else None,
+        )
 
 
 def model_architectures(model: Mapping[str, Any]) -> tuple[str, ...] | None:

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from bless import labels
+from bless.coverage import CoverageRun
 from bless.devices import GpuSlot
 from bless.errors import BootstrapFailedError, EngineHttpError, NotReadyError
 from bless.flows.run.containers import RunContainers, write_log
 from bless.flows.session import compile_locations, log_tail
 from bless.fsutil import os_errors
 from bless.runtime.base import Mount
-from bless.trials import CoherenceReport, warm_up
+from bless.trials import CoherenceReport, drive_coverage, warm_up
 from bless.verify import TreeListing, hash_tree
 
 
@@ -43,12 +44,15 @@ def run_bootstrap(
     private = evidence / "bootstrap-private"
     session = containers.session(labels.PHASE_BOOTSTRAP, name, mount, candidate, log_path, slot, private)
     report: CoherenceReport | None = None
+    covered: CoverageRun | None = None
     failure: str | None = None
     try:
         with session:
             try:
                 session.wait_ready()
                 report = warm_up(session.client, settings)
+                if containers.coverage is not None:
+                    covered = drive_coverage(session.client, containers.coverage, containers.profile.coverage)
             except NotReadyError as exc:
                 failure = session.not_ready_message(exc)
             except EngineHttpError as exc:
@@ -85,5 +89,6 @@ def run_bootstrap(
             "total_size": listing.total_size,
             "outside": outside.to_dict(),
         }
+        | ({"coverage": covered.to_dict()} if covered is not None else {})
     )
     return info, report, listing, artifacts

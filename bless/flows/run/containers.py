@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bless import labels
+from bless.coverage import CoveragePlan
 from bless.devices import GpuSlot
 from bless.engines.base import EngineAdapter
 from bless.factors import ResolvedConfig
@@ -38,6 +39,8 @@ class RunContainers:
         self.runtime = runtime
         self.run_id = run_id
         self.image = image
+        #: The coverage requests every start of this run sends after its protocol (None: coverage off).
+        self.coverage: CoveragePlan | None = None
         #: Start-to-ready, request and stop seconds of every engine, summed (parallel trials overlap).
         self.engine_seconds = 0.0
         self._engine_seconds_lock = threading.Lock()  # parallel trials finish on their own threads

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from bless import __version__
+from bless.coverage import CoveragePlan, describe_plan
 from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
 from bless.engines.base import EngineAdapter
-from bless.errors import AlreadyBlessedError, BootstrapFailedError, InterruptedByUserError
+from bless.errors import AlreadyBlessedError, BootstrapFailedError, CoverageIncompleteError, InterruptedByUserError
 from bless.factors import GpuInfo, ResolvedConfig
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
 from bless.flows.run.bootstrap import run_bootstrap
@@ -72,6 +73,7 @@ class Orchestrator:
             resolved, adapter=self.adapter, runtime=runtime, run_id=self.run_id, image=self.image
         )
         self._published: PublishResult | None = None
+        self.coverage = CoveragePlan(self.adapter.name, "")
         self._warnings: list[str] = []
 
     def events(self, event: Event) -> None:
@@ -96,6 +98,7 @@ class Orchestrator:
         started = time.monotonic()
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
         allowed_unsafe = check_unsafe(self.resolved, self.adapter, allow_test_knobs=options.allow_test_knobs)
+        self._plan_coverage()
         self.runtime.ping()
         self.slots = self._trial_slots(options)
         config_hash = self.resolved.config_hash
@@ -158,6 +161,32 @@ class Orchestrator:
             warnings=tuple(self._warnings),
             slots=self.slots,
         )
+
+    def _plan_coverage(self) -> None:
+        """The coverage model's answer for this configuration; a gap refuses a ``require`` profile (47).
+
+        With mode ``off`` the plan is still recorded (what serving may reach unproven), not driven.
+        """
+        mode = self.profile.coverage
+        self.coverage = self.adapter.coverage_plan(self.resolved)
+        gaps = [f"{family.name}: {family.reason}" for family in self.coverage.gaps]
+        if gaps and mode == "require":
+            raise CoverageIncompleteError(
+                f"the profile requires full coverage, but the {self.adapter.name} coverage model cannot reach "
+                + "; ".join(gaps),
+                hint="change what the reason names (serve arguments, env, model), or lower [coverage] mode to auto",
+            )
+        for gap in gaps:
+            warning = f"coverage gap, serving may compile kernels no request proved: {gap}"
+            self._warnings.append(warning)
+            self.events(Event("warning", warning))
+        if mode == "off" and self.coverage.requests:
+            warning = f"coverage off: {len(self.coverage.requests)} class(es) of lazily compiled kernels are not driven"
+            self._warnings.append(warning)
+            self.events(Event("warning", warning))
+        for line in describe_plan(self.coverage):
+            self.events(Event("note", f"coverage: {line}"))
+        self.containers.coverage = self.coverage if mode != "off" and self.coverage.requests else None
 
     # --- one candidate ---------------------------------------------------------------------------
 
@@ -254,6 +283,12 @@ class Orchestrator:
                 "devices": list({g["uuid"] or str(g["index"]): g for t in trials for g in t.slot.records()}.values()),
             },
             golden=golden,
+            coverage={
+                "mode": self.profile.coverage,
+                "plan": self.coverage.to_dict(),
+                "gaps": [f"{family.name}: {family.reason}" for family in self.coverage.gaps],
+            }
+            | ({"bootstrap": bootstrap["coverage"]} if "coverage" in bootstrap else {}),
             provenance=default_provenance(
                 self.runtime.kind,
                 run_id=self.run_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bless.coverage import CoverageRun
 from bless.devices import GpuSlot, Output
 from bless.reuse import ReuseReport
 from bless.trials import CoherenceReport
@@ -48,6 +49,8 @@ class TrialResult:
     timings: dict[str, float]
     upper: dict[str, Any]
     slot: GpuSlot = field(default_factory=lambda: GpuSlot(0))
+    #: The coverage requests the trial replayed (None: coverage off, or the replay never got there).
+    coverage: CoverageRun | None = None
 
     def outputs_seen(self) -> dict[str, set[Output]]:
         """Every distinct output per prompt this trial saw (all protocol modes)."""
@@ -69,6 +72,7 @@ class TrialResult:
             "coherence": self.coherence.to_dict() if self.coherence else None,
             "reuse": self.reuse.to_dict() if self.reuse else None,
             "upper": self.upper,
+            "coverage": self.coverage.to_dict() if self.coverage else None,
         }
 
 

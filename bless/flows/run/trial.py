@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bless import labels
+from bless.coverage import CoveragePlan, CoverageRun
 from bless.devices import GpuSlot
 from bless.engines.base import EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
@@ -28,7 +29,7 @@ from bless.flows.session import EngineSession
 from bless.profile import TrialSettings
 from bless.reuse import ReuseReport, classify_reuse
 from bless.runtime.base import Mount
-from bless.trials import CoherenceReport, golden_text_map, golden_token_map, run_protocol
+from bless.trials import CoherenceReport, drive_coverage, golden_text_map, golden_token_map, run_protocol
 from bless.verify import TreeListing, verify_tree
 
 
@@ -73,8 +74,16 @@ def run_trial(
         data = {"candidate": proof.candidate, "trial": index, "phase": what, "gpus": slot.short}
         events(Event("trial-phase", f"trial {index}: {what}", data))
 
-    coherence, reasons = _replay(
-        proof, index, session, profile.trials, schedule=schedule, phase=phase, log_path=log_path
+    coherence, covered, reasons = _replay(
+        proof,
+        index,
+        session,
+        profile.trials,
+        schedule=schedule,
+        phase=phase,
+        log_path=log_path,
+        coverage=containers.coverage,
+        mode=profile.coverage,
     )
     phase("checking")
     containers.count_engine_time(session, coherence)
@@ -102,6 +111,7 @@ def run_trial(
             "written": len(session.upper),
             "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
         },
+        coverage=covered,
     )
 
 
@@ -122,12 +132,16 @@ def _replay(
     schedule: TrialSchedule,
     phase: Callable[[str], None],
     log_path: Path,
-) -> tuple[CoherenceReport | None, list[str]]:
-    """The engine started, ready and replaying the protocol; stopped, and its log written, whatever happens.
+    coverage: CoveragePlan | None,
+    mode: str,
+) -> tuple[CoherenceReport | None, CoverageRun | None, list[str]]:
+    """The engine started, ready, replaying the protocol and the coverage load; stopped, its log written.
 
-    Returns the coherence report (None: the replay never ran) and why the trial failed so far.
+    Returns the coherence report (None: the replay never ran), the coverage requests sent (None: none)
+    and why the trial failed so far.
     """
     coherence: CoherenceReport | None = None
+    covered: CoverageRun | None = None
     reasons: list[str] = []
     try:
         phase("starting")
@@ -146,6 +160,10 @@ def _replay(
                         golden=golden_token_map(proof.golden),
                         golden_text=golden_text_map(proof.golden),
                     )
+                    if coverage is not None:
+                        # The bootstrap's coverage load again: its kernels must load, none may compile.
+                        phase("covering")
+                        covered = drive_coverage(session.client, coverage, mode)
             except NotReadyError as exc:
                 reasons.append(session.not_ready_message(exc))
             except EngineHttpError as exc:
@@ -155,7 +173,7 @@ def _replay(
     finally:
         schedule.unregister(index)
         write_log(log_path, session.log)  # kept as evidence when interrupted too
-    return coherence, reasons
+    return coherence, covered, reasons
 
 
 def _judge_reuse(

@@ -1,0 +1,231 @@
+"""Coverage: which kernels an engine compiles lazily after startup, and how a bootstrap reaches each one.
+
+A blessing proves what its starts and requests exercised. Some kernel families compile lazily, per
+shape, while serving (vLLM's fused-MoE Triton kernel picks a tile configuration per batch token count
+M, and Triton specializes each compile on its integer arguments). An engine's per-release coverage
+model (the adapter's ``coverage_plan``) splits the token counts serving can schedule into *classes*:
+every M of a class compiles the same kernel binaries. One request whose scheduled token count is a
+class's representative compiles all of them. The bootstrap sends those requests
+(:data:`CoveragePlan.requests`), the manifest records the plan and what was reached, every trial
+replays the requests and must compile nothing new.
+
+This module is pure: the data model, the grouping of token counts into classes, and the prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Prompt token ids start here: low ids are special tokens in most vocabularies (BOS, EOS, padding).
+FIRST_PROMPT_TOKEN = 1000
+
+
+@dataclass(frozen=True)
+class CoverageClass:
+    """Token counts that compile the same kernels; ``token_count`` is the one the bootstrap sends.
+
+    ``key`` describes the compile key in words (the tile configuration, the specializations);
+    ``members`` counts the token counts of the class (``first``..``last`` is its span, with gaps).
+    """
+
+    key: str
+    token_count: int
+    members: int
+    first: int
+    last: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "token_count": self.token_count,
+            "members": self.members,
+            "first": self.first,
+            "last": self.last,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CoverageClass:
+        return cls(
+            key=str(data["key"]),
+            token_count=int(data["token_count"]),
+            members=int(data["members"]),
+            first=int(data["first"]),
+            last=int(data["last"]),
+        )
+
+
+@dataclass(frozen=True)
+class CoverageFamily:
+    """One kernel family of the engine: whether this configuration can reach it, and its classes.
+
+    ``reachable`` False: serving never compiles it here (``reason`` says why). ``modeled`` False: it
+    may be reached but the model cannot enumerate its classes (``reason`` says what is missing): a
+    gap, refused when the profile requires full coverage. ``source`` names the engine code the rule
+    comes from.
+    """
+
+    name: str
+    reachable: bool
+    modeled: bool
+    reason: str
+    source: str
+    classes: tuple[CoverageClass, ...] = ()
+
+    @property
+    def gap(self) -> bool:
+        """Reachable but not enumerated: serving may compile kernels no request of the bootstrap reached."""
+        return self.reachable and not self.modeled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "reachable": self.reachable,
+            "modeled": self.modeled,
+            "reason": self.reason,
+            "source": self.source,
+            "classes": [c.to_dict() for c in self.classes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CoverageFamily:
+        return cls(
+            name=str(data["name"]),
+            reachable=bool(data["reachable"]),
+            modeled=bool(data["modeled"]),
+            reason=str(data["reason"]),
+            source=str(data["source"]),
+            classes=tuple(CoverageClass.from_dict(c) for c in data.get("classes", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CoveragePlan:
+    """What a configuration can compile lazily and the requests that reach every class.
+
+    ``token_range`` is the span of token counts one engine step can schedule (1..max batched tokens);
+    ``prompt_tokens`` the span of token ids prompts are drawn from (the vocabulary, less special ids).
+    """
+
+    engine: str
+    model: str
+    families: tuple[CoverageFamily, ...] = ()
+    token_range: tuple[int, int] = (1, 1)
+    prompt_tokens: tuple[int, int] = (FIRST_PROMPT_TOKEN, FIRST_PROMPT_TOKEN + 1)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def requests(self) -> tuple[int, ...]:
+        """The prompt lengths to send, once each, ascending: one representative of every modeled class."""
+        return tuple(sorted({c.token_count for f in self.families if f.reachable and f.modeled for c in f.classes}))
+
+    @property
+    def gaps(self) -> tuple[CoverageFamily, ...]:
+        """Families serving may reach that the model cannot enumerate."""
+        return tuple(f for f in self.families if f.gap)
+
+    def prompt(self, token_count: int) -> list[int]:
+        """The prompt of ``token_count`` token ids sent for one class (see :func:`coverage_prompt`)."""
+        return coverage_prompt(token_count, self.prompt_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "model": self.model,
+            "token_range": list(self.token_range),
+            "prompt_tokens": list(self.prompt_tokens),
+            "families": [f.to_dict() for f in self.families],
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CoveragePlan:
+        low, high = data["token_range"]
+        first, last = data["prompt_tokens"]
+        return cls(
+            engine=str(data["engine"]),
+            model=str(data["model"]),
+            families=tuple(CoverageFamily.from_dict(f) for f in data.get("families", ())),
+            token_range=(int(low), int(high)),
+            prompt_tokens=(int(first), int(last)),
+            notes=tuple(str(n) for n in data.get("notes", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CoverageRun:
+    """What the coverage requests of one start did: the lengths sent, their seconds, failures."""
+
+    mode: str
+    sent: tuple[int, ...] = ()
+    seconds: float = 0.0
+    failures: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "requests": len(self.sent),
+            "token_counts": list(self.sent),
+            "seconds": round(self.seconds, 3),
+            "failures": list(self.failures),
+        }
+
+
+def group_token_counts(
+    token_counts: Iterable[int],
+    key_of: Callable[[int], Hashable],
+    describe: Callable[[Hashable], str],
+    *,
+    prefer_above: int = 0,
+) -> tuple[CoverageClass, ...]:
+    """Group token counts by their compile key; one class per key, in order of first appearance.
+
+    The representative is the smallest member above ``prefer_above`` (token counts up to it may be
+    padded up to a captured CUDA-graph size by the engine, so a request of that length would run at
+    another M), else the smallest member.
+    """
+    members: dict[Hashable, list[int]] = {}
+    for count in token_counts:
+        members.setdefault(key_of(count), []).append(count)
+    classes: list[CoverageClass] = []
+    for key, counts in members.items():
+        above = [c for c in counts if c > prefer_above]
+        chosen = above[0] if above else counts[0]
+        classes.append(CoverageClass(describe(key), chosen, len(counts), counts[0], counts[-1]))
+    return tuple(classes)
+
+
+def coverage_prompt(token_count: int, prompt_tokens: tuple[int, int]) -> list[int]:
+    """``token_count`` token ids in ``prompt_tokens`` [first, last): deterministic, distinct per length.
+
+    The first id depends on the length, so two coverage prompts never share a prefix block and a
+    prefix cache never shortens the scheduled token count below the prompt's length.
+    """
+    first, last = prompt_tokens
+    span = max(last - first, 1)
+    start = (token_count * 7919) % span
+    return [first + (start + index * 31) % span for index in range(token_count)]
+
+
+def describe_plan(plan: CoveragePlan) -> list[str]:
+    """The plan in words, one line per family (``bless show``, the run's output)."""
+    lines: list[str] = []
+    for family in plan.families:
+        if not family.reachable:
+            lines.append(f"{family.name}: not reachable here ({family.reason})")
+        elif not family.modeled:
+            lines.append(f"{family.name}: GAP, reachable but not modeled ({family.reason})")
+        else:
+            counts = ", ".join(str(c.token_count) for c in family.classes)
+            lines.append(
+                f"{family.name}: {len(family.classes)} class(es) over token counts "
+                f"{plan.token_range[0]}..{plan.token_range[1]}, reached by prompts of {counts} token(s)"
+                f" ({family.reason})"
+            )
+    return lines
+
+
+def classes_total(families: Sequence[CoverageFamily]) -> int:
+    """How many classes the modeled, reachable families hold."""
+    return sum(len(f.classes) for f in families if f.reachable and f.modeled)

@@ -1,0 +1,86 @@
+"""bless run's coverage: the plan refused or warned before any engine starts, the requests of the bootstrap and of
+every trial, and what the manifest records (fakes of our own Runtime; the real ReferenceAdapter and Store)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bless.coverage import CoverageFamily, CoveragePlan
+from bless.engines.reference import ReferenceAdapter
+from bless.errors import CoverageIncompleteError, ExitCode
+from bless.factors import ResolvedConfig
+from bless.profile import Profile
+from tests.unit.run_harness import Harness, make_profile
+
+
+def bucket_profile(mode: str = "auto", buckets: list[int] | None = None) -> Profile:
+    profile = make_profile()
+    serve: dict[str, Any] = {**profile.serve, "shape_buckets": [8, 16, 32] if buckets is None else buckets}
+    return dataclasses.replace(profile, serve=serve, coverage=mode)  # type: ignore[arg-type]
+
+
+def test_bootstrap_and_every_trial_send_one_request_per_class_and_the_manifest_records_it(
+    make: Callable[..., Harness],
+) -> None:
+    harness = make(profile=bucket_profile())
+    result = harness.run(trials=2)
+    assert result.published
+    boot, *trials = harness.runtime.containers
+    assert boot.token_prompts == [1, 9, 17]  # the shortest prompt of each bucket, after the golden prompts
+    assert [t.token_prompts for t in trials] == [[1, 9, 17], [1, 9, 17]]  # each trial replays the load
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None and manifest.coverage is not None
+    assert manifest.coverage["mode"] == "auto" and manifest.coverage["gaps"] == []
+    (family,) = manifest.coverage["plan"]["families"]
+    assert family["name"] == "shape_buckets" and [c["token_count"] for c in family["classes"]] == [1, 9, 17]
+    assert manifest.coverage["bootstrap"]["token_counts"] == [1, 9, 17]
+    assert [r["coverage"]["token_counts"] for r in manifest.trials["results"]] == [[1, 9, 17], [1, 9, 17]]
+    assert any(e.kind == "note" and "coverage: shape_buckets: 3 class(es)" in e.message for e in harness.events)
+
+
+def test_coverage_off_drives_nothing_records_the_plan_and_warns(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(mode="off"))
+    result = harness.run(trials=1)
+    assert result.published
+    assert all(c.token_prompts == [] for c in harness.runtime.containers)
+    assert any("coverage off: 3 class(es)" in w for w in result.warnings)
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None and manifest.coverage is not None
+    assert manifest.coverage["mode"] == "off" and "bootstrap" not in manifest.coverage
+
+
+def test_without_lazy_families_nothing_is_sent(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(buckets=[]))
+    assert harness.run(trials=1).published
+    assert all(c.token_prompts == [] for c in harness.runtime.containers)
+
+
+class GapAdapter(ReferenceAdapter):
+    """The reference adapter whose coverage model cannot enumerate a family it says serving reaches (a gap)."""
+
+    def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:
+        gap = CoverageFamily("mystery_jit", True, False, "the engine compiles it per shape, rules unknown", "x")
+        return CoveragePlan("reference", "m", (gap,))
+
+
+def test_require_refuses_a_gap_with_47_before_any_engine_starts(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(mode="require"))
+    with pytest.raises(CoverageIncompleteError) as caught:
+        harness.run(trials=1, adapter=GapAdapter())
+    assert caught.value.exit_code == ExitCode.COVERAGE_INCOMPLETE and int(ExitCode.COVERAGE_INCOMPLETE) == 47
+    assert "mystery_jit: the engine compiles it per shape, rules unknown" in caught.value.message
+    assert harness.runtime.containers == [] and harness.store.find(harness.config_hash) is None
+
+
+def test_auto_publishes_with_the_gap_recorded_and_warned(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile())
+    result = harness.run(trials=1, adapter=GapAdapter())
+    assert result.published
+    assert any("coverage gap" in w and "mystery_jit" in w for w in result.warnings)
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None and manifest.coverage is not None
+    assert manifest.coverage["gaps"] == ["mystery_jit: the engine compiles it per shape, rules unknown"]
