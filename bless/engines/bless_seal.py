@@ -181,7 +181,8 @@ class SealedCacheManager(CacheManager):
     def get_group(self, filename: str) -> dict[str, str] | None:
         reader = self._reader()
         group = reader.get_group(filename) if reader is not None else None
-        if not self._passthrough and (group is None or filename not in group):
+        # Triton asks for the group of its metadata file and compiles unless that file is in it.
+        if not self._passthrough and (group is None or filename.removeprefix(_GROUP_PREFIX) not in group):
             report_miss(self.key, filename)
         return None if group is None else dict(group)
 

@@ -250,3 +250,22 @@ def test_the_module_imports_nothing_but_the_standard_library() -> None:
         if line.startswith(("import ", "from ")) and not line.startswith("from __future__")
     }
     assert imported <= set(sys.stdlib_module_names), imported
+
+
+def test_the_reference_engine_s_shape_buckets_hit_what_its_bootstrap_wrote_and_report_a_new_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The reference engine's lazy kernels (Triton's calling convention): written by its own manager, as a
+    bootstrap does, then looked up through bless's as a sealed serve does."""
+    from bless.engines.reference_engine.lazy import FileCacheManager, ShapeKernels
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "jit" / "triton"))
+    bootstrap = ShapeKernels((8, 16, 32), "artifact", manager=FileCacheManager)
+    assert [bootstrap.ensure(n) for n in (3, 12)] == ["compiled", "compiled"]
+    capfd.readouterr()
+    serving = ShapeKernels((8, 16, 32), "artifact", manager=bless_seal.SealedCacheManager)
+    assert [serving.ensure(n) for n in (5, 16)] == ["loaded", "loaded"]
+    assert parse_seal_lines(capfd.readouterr().err) == []
+    assert serving.ensure(30) == "compiled"  # bucket 32: never compiled by the bootstrap
+    events = parse_seal_lines(capfd.readouterr().err)
+    assert [(e.kernel, e.key) for e in events] == [("reference_bucket_32", serving.kernel_key(32))]
