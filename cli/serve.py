@@ -22,6 +22,7 @@ Every step is :func:`bless.flows.serve.serve_full`; this module parses, renders 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import signal
 import sys
 import threading
@@ -61,7 +62,7 @@ from bless.cli.serve_views import (
 from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
-from bless.profile import Profile, load_profile
+from bless.profile import Profile, UnprovenCompilePolicy, load_profile
 from bless.runtime import get_runtime
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 
@@ -143,8 +144,11 @@ def _serve(
     name_per_root: bool = False,
     listen_host: str | None = None,
     listen_port: int | None = None,
+    unproven_compile: UnprovenCompilePolicy | None = None,
 ) -> Report:
     loaded = _listening_on(load_profile(profile), listen_host, listen_port)
+    if unproven_compile is not None:
+        loaded = dataclasses.replace(loaded, unproven_compile=unproven_compile)  # not hashed, as --host
     console = render.err_console()
     gate = SignalGate()
 
@@ -256,6 +260,26 @@ ListenPortOption = Annotated[
         "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
     ),
 ]
+
+
+class UnprovenCompileChoice(enum.StrEnum):
+    """``--unproven-compile``'s values: the profile's ``[serving] unproven_compile`` policies."""
+
+    refuse = "refuse"
+    record = "record"
+    stop = "stop"
+
+
+UnprovenCompileOption = Annotated[
+    UnprovenCompileChoice | None,
+    typer.Option(
+        "--unproven-compile",
+        help="What to do when the engine compiles something the blessing does not hold while serving, "
+        "instead of the profile's serving.unproven_compile (default refuse): refuse (readiness fails, "
+        "serve-full ready exits 46; the engine keeps answering), record (log and count only), stop "
+        "(graceful stop, exit 48). Every such compile is logged at once and kept in the serve dir.",
+    ),
+]
 FromOption = Annotated[
     str | None,
     typer.Option(
@@ -279,6 +303,7 @@ def serve_full(
     name_per_root: NamePerRootOption = False,
     listen_host: ListenHostOption = None,
     listen_port: ListenPortOption = None,
+    unproven_compile: UnprovenCompileOption = None,
     from_ref: FromOption = None,
     trust: TrustOption = None,
     plain_http: PlainHttpOption = None,
@@ -315,6 +340,7 @@ def serve_full(
         name_per_root=name_per_root,
         listen_host=listen_host,
         listen_port=listen_port,
+        unproven_compile=unproven_compile.value if unproven_compile else None,
         source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),
     )
     code = boundary.execute(body, json_output=json_output, verbose=verbose)

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from bless.engine_client import EngineClient, wait_ready
+from bless.engines import bless_seal
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
@@ -29,6 +30,11 @@ DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40
 #: The private dirs of one start, under the dir its caller gives (:func:`engine_spec`'s ``private_dir``).
 PRIVATE_DIRS: tuple[tuple[OutsideWhere, str, str], ...] = (("HOME", "home", ENGINE_HOME), ("TMPDIR", "tmp", ENGINE_TMP))
+#: Sealed starts (trials, serving): bless's Triton cache manager (:mod:`bless.engines.bless_seal`), written by
+#: bless into the private temp dir (``tmp/<SEAL_DIR>/``) and put first on the engine's PYTHONPATH.
+SEAL_DIR = "bless-seal"
+SEAL_MODULE_FILE = "bless_seal.py"
+SEAL_MANAGER = "bless_seal:SealedCacheManager"
 
 
 def compile_locations(resolved: ResolvedConfig) -> dict[str, str]:
@@ -49,12 +55,23 @@ def compile_env(resolved: ResolvedConfig, cache_root: str) -> dict[str, str]:
     return {name: f"{cache_root}/{subdir}" for name, subdir in compile_locations(resolved).items()}
 
 
+def seal_hook_source() -> bytes:
+    """The bytes of the cache-manager module a sealed start is given (what :func:`list_private` recognises)."""
+    return Path(bless_seal.__file__).read_bytes()
+
+
+def is_sealed(spec: ContainerSpec) -> bool:
+    """Whether ``spec`` starts its engine with bless's Triton cache manager (:func:`engine_spec`'s ``seal``)."""
+    return spec.env.get("TRITON_CACHE_MANAGER") == SEAL_MANAGER
+
+
 def make_private_dirs(spec: ContainerSpec) -> None:
     """Fresh, empty sources for a spec's private mounts (its HOME and temp dir): what a previous start left is gone.
 
     Made at the start, not when the spec is built, so that planning (``--dry-run``) creates nothing.
     Mode 0777: an image may run its engine as another user than the one that made the dirs; the
-    parent is the caller's own scratch dir.
+    parent is the caller's own scratch dir. A sealed start's temp dir then gets the cache-manager
+    module (``tmp/bless-seal/bless_seal.py``), the one file in it that bless placed.
     """
     for mount in spec.mounts:
         if mount.kind != "private":
@@ -67,6 +84,26 @@ def make_private_dirs(spec: ContainerSpec) -> None:
                 path.unlink()
             path.mkdir(parents=True)
             path.chmod(0o777)
+            if mount.target == ENGINE_TMP and is_sealed(spec):
+                hook_dir = path / SEAL_DIR
+                hook_dir.mkdir()
+                hook_dir.chmod(0o777)  # the engine's Python may write its bytecode next to the module
+                (hook_dir / SEAL_MODULE_FILE).write_bytes(seal_hook_source())
+                (hook_dir / SEAL_MODULE_FILE).chmod(0o444)
+
+
+def _placed_by_bless(where: OutsideWhere, relative: str, path: Path, source: bytes) -> bool:
+    """The seal module bless wrote into the temp dir, unchanged, or the bytecode Python cached of it."""
+    if where != "TMPDIR" or not relative.startswith(f"{SEAL_DIR}/"):
+        return False
+    name = relative[len(SEAL_DIR) + 1 :]
+    if name == SEAL_MODULE_FILE:
+        try:
+            return path.read_bytes() == source
+        except OSError:
+            return False
+    stem = SEAL_MODULE_FILE.removesuffix(".py")
+    return name.startswith(f"__pycache__/{stem}.") and name.endswith(".pyc") and name.count("/") == 1
 
 
 def _kind(mode: int) -> OutsideKind:
@@ -78,8 +115,13 @@ def _kind(mode: int) -> OutsideKind:
 
 
 def list_private(private_dir: Path) -> list[OutsideEntry]:
-    """Every file and link a start left in its private HOME and temp dir (directories alone say nothing)."""
+    """Every file and link a start left in its private HOME and temp dir (directories alone say nothing).
+
+    Not listed: what bless placed there itself, the seal module of a sealed start (unchanged) and the
+    bytecode Python caches of it; anything else under ``tmp/bless-seal/`` is the engine's write.
+    """
     found: list[OutsideEntry] = []
+    source = seal_hook_source()
     for where, name, _target in PRIVATE_DIRS:
         root = private_dir / name
         for directory, dirs, files in os.walk(root):
@@ -87,6 +129,8 @@ def list_private(private_dir: Path) -> list[OutsideEntry]:
             for entry in sorted(files) + [d for d in dirs if (Path(directory) / d).is_symlink()]:
                 path = Path(directory) / entry
                 relative = path.relative_to(root).as_posix()
+                if _placed_by_bless(where, relative, path, source):
+                    continue
                 try:
                     info = path.lstat()
                 except OSError:
@@ -112,6 +156,7 @@ def engine_spec(
     log_path: Path | None = None,
     gpu_ids: tuple[str, ...] | None = None,
     private_dir: Path | None = None,
+    seal: bool = False,
 ) -> ContainerSpec:
     """The container spec for one engine start of ``resolved`` (argv and env from its factors).
 
@@ -122,6 +167,11 @@ def engine_spec(
     at :data:`ENGINE_HOME` and :data:`ENGINE_TMP`; every declared compile location points into the
     cache mount (into the private temp dir when there is none: a debug start). Without it the engine
     would see a HOME nobody watches: only tests of the runtimes themselves leave it out.
+
+    ``seal`` (trials and serving, never the bootstrap, which must write its kernels as the engine
+    always does): Triton's cache manager is bless's (:mod:`bless.engines.bless_seal`, placed in the
+    private temp dir at the start and put first on the engine's PYTHONPATH), so that a kernel the
+    blessed tree does not hold is reported in the engine's log the moment Triton looks it up.
     """
     if runtime.kind == "local" and host_port is not None:
         port, host_port = host_port, None
@@ -140,6 +190,10 @@ def engine_spec(
         private = tuple(Mount("private", private_dir / name, target) for _, name, target in PRIVATE_DIRS)
         # Python's tempfile (and so torch, Triton, vLLM) reads TMPDIR first; TMP/TEMP for the rest.
         env.update({"TMPDIR": ENGINE_TMP, "TMP": ENGINE_TMP, "TEMP": ENGINE_TMP})
+    python_path: tuple[str, ...] = ()
+    if seal and private_dir is not None and cache_mount is not None:
+        env["TRITON_CACHE_MANAGER"] = SEAL_MANAGER
+        python_path = (f"{ENGINE_TMP}/{SEAL_DIR}",)
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
     return ContainerSpec(
@@ -159,6 +213,7 @@ def engine_spec(
         workdir=launch.workdir,
         home=adapter.home,
         log_path=log_path,
+        python_path=python_path,
     )
 
 

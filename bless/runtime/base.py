@@ -64,6 +64,9 @@ class ContainerSpec:
     workdir: str | None = None
     home: str | None = None
     log_path: Path | None = None
+    #: Dirs put first on the engine's PYTHONPATH, before what it would have had: the spec's env, else the
+    #: image's (Docker) or the one the local runtime passes through (bless's seal module, a sealed start).
+    python_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

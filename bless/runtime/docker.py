@@ -461,6 +461,9 @@ class DockerRuntime:
     def _create_kwargs(self, spec: ContainerSpec, sdk_mounts: list[Any]) -> dict[str, Any]:
         """The SDK's ``containers.create`` arguments for ``spec`` (all but the image)."""
         env = dict(spec.env)
+        if spec.python_path:
+            before = env.get("PYTHONPATH") or self._image_env(spec.image).get("PYTHONPATH")
+            env["PYTHONPATH"] = ":".join([*spec.python_path, *filter(None, [before])])
         if spec.home is not None:
             # Same HOME in bootstrap, trials and serving (vLLM hashes HOME-derived paths).
             env["HOME"] = spec.home
@@ -486,6 +489,20 @@ class DockerRuntime:
         if spec.workdir is not None:
             kwargs["working_dir"] = spec.workdir
         return kwargs
+
+    def _image_env(self, image: str | None) -> dict[str, str]:
+        """The image's own ENV (``Config.Env``): what a container gets unless its env says otherwise."""
+        if image is None:
+            return {}
+        docker = _docker_module()
+        with _daemon(f"inspecting image {image}"):
+            try:
+                attrs = self._client.images.get(image).attrs
+            except docker.errors.ImageNotFound as exc:
+                raise _image_missing(image) from exc
+        config = attrs.get("Config") if isinstance(attrs, dict) else None
+        entries = config.get("Env") if isinstance(config, dict) else None
+        return dict(str(entry).split("=", 1) for entry in entries or () if "=" in str(entry))
 
     def _create(self, docker: ModuleType, image: str, spec: ContainerSpec, kwargs: dict[str, Any]) -> Container:
         """The container created, not started: refused when the image is missing or the name was taken meanwhile."""

@@ -146,7 +146,9 @@ def _collect_writes(spec: ContainerSpec) -> None:
         target = Path(mount.target)
         if mount.kind not in ("private", "rw") or target.resolve() == mount.source.resolve() or not target.is_dir():
             continue
-        if mount.kind == "rw":
+        # Private sources may hold what bless placed for the engine (a sealed start's module): the target
+        # holds it too, as the engine left it, so the source is emptied first, as a rw one is.
+        if mount.kind in ("rw", "private"):
             for child in sorted(mount.source.iterdir()):
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
@@ -261,6 +263,8 @@ class LocalRuntime:
         # Without a pinned HOME the engine gets ours, which is at least the same every run.
         home = spec.home if spec.home is not None else os.environ.get("HOME")
         env.update(spec.env)
+        if spec.python_path:
+            env["PYTHONPATH"] = ":".join([*spec.python_path, *filter(None, [env.get("PYTHONPATH")])])
         if home is not None:
             env["HOME"] = home
         if spec.gpu_ids:

@@ -19,6 +19,7 @@ __all__ = [
     "OWNER_FILE",
     "PARTIAL_PREFIX",
     "PUBLISHING_PREFIX",
+    "SERVE_UNPROVEN_COMPILES",
     "StorePaths",
     "check_dir_id",
     "check_hash",
@@ -32,6 +33,9 @@ PARTIAL_PREFIX = ".partial-"
 PUBLISHING_PREFIX = ".publishing-"
 NEW_STAGING_PREFIX = ".new-"
 OWNER_FILE = ".owner"
+#: ``serve/<serve dir>/unproven-compiles.jsonl``: every compile a sealed serve saw that the blessing does not
+#: hold, one JSON object a line (bless.flows.serve.seal), evidence for a rebless.
+SERVE_UNPROVEN_COMPILES = "unproven-compiles.jsonl"
 
 _DIR_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -123,6 +127,11 @@ class StorePaths:
     def serve(self) -> Path:
         """``root/serve``: scratch and evidence dirs of serve-full starts."""
         return self.root / "serve"
+
+    @staticmethod
+    def unproven_compiles(serve_dir: Path) -> Path:
+        """``serve/<serve dir>/unproven-compiles.jsonl``: a sealed serve's unproven compiles (evidence)."""
+        return serve_dir / SERVE_UNPROVEN_COMPILES
 
     @property
     def leases(self) -> Path:

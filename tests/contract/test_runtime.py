@@ -149,6 +149,16 @@ def test_env_is_what_the_spec_says(host: Host, monkeypatch: pytest.MonkeyPatch) 
     finish(host.runtime, started)
 
 
+def test_python_path_goes_first_on_the_engine_s_pythonpath(host: Host) -> None:
+    """A sealed start's module dir, before the spec's PYTHONPATH (a local reference engine's checkout)."""
+    started = host.runtime.start(
+        host.spec('echo "pp=$PYTHONPATH"', env={"PYTHONPATH": "/spec/dir"}, python_path=("/seal/dir",))
+    )
+    assert wait_exit(host.runtime, started) == 0
+    assert "pp=/seal/dir:/spec/dir" in host.runtime.logs(started)
+    finish(host.runtime, started)
+
+
 # -- names, ownership, leftovers ------------------------------------------------------------------
 
 

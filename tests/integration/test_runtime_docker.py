@@ -284,3 +284,22 @@ def test_normalize_ownership_with_helper_container(
     assert stat.S_IMODE(st_dir.st_mode) == 0o755
     helpers_after = {c.id for c in docker_client.containers.list(all=True, filters={"label": "org.bless.phase=helper"})}
     assert helpers_after <= helpers_before  # the helper removed itself
+
+
+def test_python_path_goes_before_the_image_s_own_pythonpath(ctx: Ctx, docker_client: Any) -> None:
+    """A sealed start's module dir first, then what the image set (the reference image's /opt/bless): the
+    engine must still find its own packages."""
+    import io
+
+    tag = f"bless-it-pythonpath:{uuid.uuid4().hex[:8]}"
+    dockerfile = f"FROM {ctx.image}\nENV PYTHONPATH=/image/dir\n".encode()
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    try:
+        started = ctx.rt.start(ctx.spec("sh", "-c", 'echo "pp=$PYTHONPATH"', image=tag, python_path=("/seal/dir",)))
+        deadline = time.monotonic() + 30
+        while ctx.rt.is_running(started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "pp=/seal/dir:/image/dir" in ctx.rt.logs(started)
+        finish(ctx.rt, started)
+    finally:
+        docker_client.images.remove(tag, force=True)

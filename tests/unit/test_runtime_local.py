@@ -146,6 +146,27 @@ def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monke
     finish(rt, started)
 
 
+@pytest.mark.parametrize("inherited", [None, "/from/the/caller"])
+def test_python_path_goes_first_on_what_the_engine_would_have_had(
+    copy_rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inherited: str | None
+) -> None:
+    if inherited is None:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONPATH", inherited)
+    code = "import os; print('PP=' + os.environ['PYTHONPATH'], flush=True)"
+    started = copy_rt.start(make_spec(tmp_path, code, python_path=("/seal",)))
+    assert wait_exit(copy_rt, started) == 0
+    expected = "/seal" if inherited is None else f"/seal:{inherited}"
+    assert f"PP={expected}\n" in copy_rt.logs(started)
+    finish(copy_rt, started)
+    # The spec's own PYTHONPATH (a local reference engine's) is kept after it too.
+    started = copy_rt.start(make_spec(tmp_path, code, env={"PYTHONPATH": "/repo"}, python_path=("/seal",)))
+    assert wait_exit(copy_rt, started) == 0
+    assert "PP=/seal:/repo\n" in copy_rt.logs(started)
+    finish(copy_rt, started)
+
+
 def test_home_defaults_to_callers_home(rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     started = rt.start(make_spec(tmp_path, "import os; print('HOME=' + os.environ['HOME'])"))
@@ -568,3 +589,39 @@ def test_a_private_dir_is_writable_at_its_target_and_its_writes_end_up_in_its_so
     assert (source / ".triton" / "cache" / "k.cubin").read_text() == "kernel"
     finish(runtime, started)
     assert not target.exists(), "the fixed path is gone with the engine"
+
+
+PLACED_READER = (
+    "import pathlib, sys\n"
+    "t = pathlib.Path(sys.argv[1])\n"
+    "print('placed=' + (t / 'bless-seal' / 'bless_seal.py').read_text(), flush=True)\n"
+    "(t / 'bless-seal' / '__pycache__').mkdir()\n"
+    "(t / 'bless-seal' / '__pycache__' / 'bless_seal.cpython-311.pyc').write_text('bytecode')\n"
+    "(t / 'k.cubin').write_text('kernel')\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["namespace", "copy"])
+def test_what_bless_placed_in_a_private_dir_reaches_the_engine_and_comes_back_once(
+    rt: LocalRuntime, copy_rt: LocalRuntime, tmp_path: Path, mode: str
+) -> None:
+    """A sealed start's module, written into the private temp dir before the start: the source ends as the
+    engine left the target (not a copy nested inside the placed dir)."""
+    runtime = rt if mode == "namespace" else copy_rt
+    if mode == "namespace" and not runtime.uses_mount_namespace:
+        pytest.skip("a mount namespace needs root")
+    source = tmp_path / "private" / "tmp"
+    (source / "bless-seal").mkdir(parents=True)
+    (source / "bless-seal" / "bless_seal.py").write_text("HOOK")
+    target = tmp_path / "fixed" / "tmp"
+    spec = argv_spec(tmp_path, PLACED_READER, str(target), mounts=(Mount("private", source, str(target)),))
+    started = runtime.start(spec)
+    assert wait_exit(runtime, started) == 0, runtime.logs(started)
+    runtime.stop(started, 5)
+    assert "placed=HOOK" in runtime.logs(started)
+    assert sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()) == [
+        "bless-seal/__pycache__/bless_seal.cpython-311.pyc",
+        "bless-seal/bless_seal.py",
+        "k.cubin",
+    ]
+    finish(runtime, started)

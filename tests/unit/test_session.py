@@ -123,3 +123,17 @@ def test_outside_rules_name_noise_and_call_everything_else_compiled() -> None:
         "HOME/.config/unknown/state.json: written outside the blessed tree and named by no rule of the adapter",
     )
     assert verdict.counts() == {"written": 5, "noise": 2, "compiled": 3}
+
+
+def test_list_private_skips_the_seal_module_bless_placed_but_not_what_the_engine_wrote(tmp_path: Path) -> None:
+    from bless.flows.session import SEAL_DIR, SEAL_MODULE_FILE, list_private, seal_hook_source
+
+    hook_dir = tmp_path / "tmp" / SEAL_DIR
+    (hook_dir / "__pycache__").mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    (hook_dir / SEAL_MODULE_FILE).write_bytes(seal_hook_source())
+    (hook_dir / "__pycache__" / "bless_seal.cpython-312.pyc").write_bytes(b"bytecode")
+    (hook_dir / "kernel.cubin").write_bytes(b"\x7fELF")  # the engine's write, beside bless's file
+    assert [entry.shown for entry in list_private(tmp_path)] == [f"TMPDIR/{SEAL_DIR}/kernel.cubin"]
+    (hook_dir / SEAL_MODULE_FILE).write_bytes(b"# changed by the engine\n")
+    assert f"TMPDIR/{SEAL_DIR}/{SEAL_MODULE_FILE}" in [entry.shown for entry in list_private(tmp_path)]

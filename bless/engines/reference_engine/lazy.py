@@ -56,7 +56,8 @@ class FileCacheManager:
         return str(path) if path.exists() else None
 
     def get_group(self, filename: str) -> dict[str, str] | None:
-        path = self.get_file(filename)
+        # As Triton's: the caller names the group by its metadata file, the manager adds the __grp__ prefix.
+        path = self.get_file(f"__grp__{filename}")
         if path is None:
             return None
         children = json.loads(Path(path).read_text(encoding="utf-8")).get("child_paths")
@@ -81,7 +82,7 @@ class FileCacheManager:
         return str(path)
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
-        return self.put(json.dumps({"child_paths": group}), filename, binary=False)
+        return self.put(json.dumps({"child_paths": group}), f"__grp__{filename}", binary=False)
 
 
 def manager_class(env: dict[str, str] | os._Environ[str]) -> Callable[[str], CacheManager]:
@@ -131,7 +132,10 @@ class ShapeKernels:
         key = self.kernel_key(bucket)
         name = f"reference_bucket_{bucket}"
         manager = self.manager(key)
-        if manager.get_group(f"__grp__{name}.json") is not None:
+        # Triton's calling convention (compiler.compile: get_group(f"{name}.json")), so that any Triton cache
+        # manager (bless's sealed one included) finds the group file __grp__<name>.json the bootstrap wrote.
+        group_found = manager.get_group(f"{name}.json")
+        if group_found is not None and f"{name}.json" in group_found:
             markers.emit(f"{markers.LAZY_LOADED}{bucket} (key {key})")
             self.ready[bucket] = "loaded"
             return "loaded"
@@ -143,7 +147,7 @@ class ShapeKernels:
                 f"{name}.bin": manager.put(kernel, f"{name}.bin"),
                 f"{name}.json": manager.put(json.dumps(meta, sort_keys=True), f"{name}.json", binary=False),
             }
-            manager.put_group(f"__grp__{name}.json", group)
+            manager.put_group(f"{name}.json", group)
         except OSError as exc:
             markers.emit(f"{markers.LAZY_UNSAVED}{bucket}: {exc.strerror or exc}")
             self.ready[bucket] = "compiled, not saved"

@@ -84,6 +84,9 @@ class RunContainers:
             log_path=log_path,
             gpu_ids=slot.device_ids or None,
             private_dir=private_dir,
+            # Trials run as serving will (bless's Triton cache manager), so what serves is what was proven;
+            # the bootstrap writes its kernels through the engine's own manager.
+            seal=phase != labels.PHASE_BOOTSTRAP,
         )
         return EngineSession(
             self.runtime,

@@ -54,8 +54,9 @@ One module per step: :mod:`.full` (every step in one call: :func:`serve_full`), 
 :mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan), :mod:`.start` (start,
 re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
 stop NAME``), :mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease`
-(the serving lease that keeps ``bless gc`` off the served tree), and :mod:`.ready` (the readiness
-record a probe checks: ``serve-full ready NAME``).
+(the serving lease that keeps ``bless gc`` off the served tree), :mod:`.ready` (the readiness
+record a probe checks: ``serve-full ready NAME``), and :mod:`.seal` (sealed serving: every compile the
+blessing does not hold, seen while serving and handled by the ``unproven_compile`` policy).
 
 This package is library code: it never prints or exits; progress goes to an event sink and
 every refusal is a :class:`~bless.errors.BlessError` with its own exit code.

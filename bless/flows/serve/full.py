@@ -5,13 +5,16 @@ gives, so this flow imports no registry code and no other flow); the plan, every
 starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``, checked
 on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
 then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
-(:mod:`.follow`, :mod:`.finish`). ``--detach`` returns once the canary passed; ``--dry-run`` after the plan.
+(:mod:`.follow`, :mod:`.finish`), with sealed serving watching for unproven compiles all along (:mod:`.seal`).
+``--detach`` returns once the canary passed; ``--dry-run`` after the plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, EngineFailedError, InterruptedByUserError, NoManifestError
 from bless.flows.events import Event, EventSink, ignore_events
+from bless.flows.serve import seal as sealing
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
 from bless.flows.serve.plan import LaunchPlan, plan
@@ -31,7 +35,13 @@ from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.trust import trust_report
 
-__all__ = ["Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
+__all__ = ["DETACHED_NOT_WATCHED", "Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
+
+#: What a detached serve lacks (sealed serving watches from the serve-full process, which --detach ends).
+DETACHED_NOT_WATCHED = (
+    "detached: no watcher follows this serve, so an unproven compile is written to the engine's log by "
+    "bless's Triton cache manager but neither refused nor recorded; serve in the foreground for sealed serving"
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,8 @@ class ServeHooks:
     on_serving: Callable[[LaunchResult], None] = lambda result: None
     #: The engine's log while serving in the foreground.
     write_log: Callable[[str], None] = lambda text: None
-    #: Set (by the caller's signal handler) to end serving gracefully.
+    #: Set (by the caller's signal handler, or by sealed serving under ``unproven_compile = stop``) to end
+    #: serving gracefully.
     stop: threading.Event = field(default_factory=threading.Event)
     #: The signal that set ``stop`` or interrupted the start, for messages (``SIGTERM``).
     signal_name: Callable[[], str | None] = lambda: None
@@ -90,8 +101,11 @@ class ServeOutcome:
     result: LaunchResult | None = None
     finish: FinishResult | None = None
     ended_by: str | None = None
-    #: A failure after serving began (the engine exited by itself, or had to be killed): reported with the data.
+    #: A failure after serving began (the engine exited by itself, had to be killed, or compiled what the
+    #: blessing does not hold under ``unproven_compile = stop``): reported with the data.
     failure: BlessError | None = None
+    #: The unproven compiles sealed serving saw (foreground serves).
+    unproven: tuple[sealing.UnprovenCompile, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"dry_run": self.dry_run, "plan": dict(self.plan)}
@@ -100,6 +114,11 @@ class ServeOutcome:
         if self.finish is not None:
             data["ended_by"] = self.ended_by
             data["finish"] = self.finish.to_dict()
+            data["unproven_compile"] = {
+                "policy": self.result.plan.profile.unproven_compile if self.result is not None else None,
+                "count": len(self.unproven),
+                "events": [event.to_dict() for event in self.unproven],
+            }
         return data
 
 
@@ -173,6 +192,9 @@ def serve_full(
             ) from None
         starting.release()  # the running container holds the name now
     if request.detach:
+        if the_plan.blessed:
+            hooks.events(Event("warning", DETACHED_NOT_WATCHED))
+            result = dataclasses.replace(result, warnings=(*result.warnings, DETACHED_NOT_WATCHED))
         return ServeOutcome(plan=plan_dict, result=result)
     return _serve_foreground(request, the_plan, result, plan_dict, runtime=runtime, hooks=hooks)
 
@@ -188,16 +210,28 @@ def _serve_foreground(
 ) -> ServeOutcome:
     """Follow the engine's log until it exits or ``hooks.stop`` is set, then end gracefully."""
     hooks.on_serving(result)
+    seal = _seal(the_plan, runtime, hooks)
     try:
-        exit_code = follow(runtime, result.started, hooks.write_log, stop=hooks.stop)
+        with _watched(the_plan, result, runtime, seal):
+            exit_code = follow(runtime, result.started, hooks.write_log, stop=hooks.stop)
         engine_exited = exit_code is not None
-        if not engine_exited:
+        sealed_stop = seal is not None and seal.stop_requested and not engine_exited
+        if sealed_stop:
+            hooks.events(Event("phase", "unproven compile (unproven_compile = stop): stopping the engine gracefully"))
+        elif not engine_exited:
             hooks.events(Event("phase", f"{hooks.signal_name() or 'signal'}: stopping the engine gracefully"))
-        finished = finish(the_plan, result, runtime=runtime, keep_upper=request.keep_upper, failed=engine_exited)
+        # The serve dir holds the unproven-compiles evidence: it is kept whenever there is some.
+        unproven = seal is not None and bool(seal.seen)
+        finished = finish(
+            the_plan, result, runtime=runtime, keep_upper=request.keep_upper, failed=engine_exited or unproven
+        )
     finally:
         result.release_lease()  # finish released it; this covers a failure before it
     failure: BlessError | None = None
-    if engine_exited:
+    if sealed_stop:
+        assert seal is not None
+        failure = sealing.unproven_compile_error(seal)
+    elif engine_exited:
         failure = EngineFailedError(
             f"the engine exited by itself with code {exit_code} while serving; the serve dir is kept: "
             f"{the_plan.serve_dir}",
@@ -210,4 +244,39 @@ def _serve_foreground(
             hint="raise trials.stop_timeout_s, or fix the engine's SIGTERM handling",
         )
     ended_by = "engine-exit" if engine_exited else (hooks.signal_name() or "signal")
-    return ServeOutcome(plan=plan_dict, result=result, finish=finished, ended_by=ended_by, failure=failure)
+    if sealed_stop:
+        ended_by = "unproven-compile"
+    return ServeOutcome(
+        plan=plan_dict,
+        result=result,
+        finish=finished,
+        ended_by=ended_by,
+        failure=failure,
+        unproven=tuple(seal.seen) if seal is not None else (),
+    )
+
+
+def _seal(the_plan: LaunchPlan, runtime: Runtime, hooks: ServeHooks) -> sealing.Seal | None:
+    """Sealed serving's policy for a blessed start (None for ``--debug``: nothing blessed to hold it to)."""
+    if not the_plan.blessed:
+        return None
+    return sealing.Seal(
+        store=the_plan.store,
+        name=the_plan.profile.name,
+        serve_dir=the_plan.serve_dir,
+        policy=the_plan.profile.unproven_compile,
+        events=hooks.events,
+        stop=hooks.stop,
+    )
+
+
+@contextmanager
+def _watched(the_plan: LaunchPlan, result: LaunchResult, runtime: Runtime, seal: sealing.Seal | None) -> Iterator[None]:
+    """The watcher running for the ``with`` body (nothing for ``--debug``)."""
+    if seal is None:
+        yield
+        return
+    session = the_plan.session(runtime, started=result.started)
+    watcher = sealing.SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
+    with sealing.watching(watcher, seal):
+        yield

@@ -415,6 +415,8 @@ def _serve_spec(
         host_port=resolved.profile.serving_port,
         log_path=serve_dir / ENGINE_LOG,
         private_dir=serve_dir / PRIVATE_DIR,
+        # A compile the blessing does not hold is reported by the engine the moment Triton looks it up.
+        seal=not debug,
     )
 
 

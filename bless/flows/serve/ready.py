@@ -7,14 +7,19 @@ skipped with ``--no-canary``, said in the record) and removes it when serving en
 ready NAME`` (the exec probe) succeeds only while that record exists, the process that keeps serving
 is alive, and the engine still answers. A record left behind by a serve-full that was killed is
 detected by its process identity (pid and start time), never trusted.
+
+Sealed serving (:mod:`.seal`) lists every unproven compile in the record as it is seen; under the
+policy ``refuse`` one is enough for the probe to fail (the engine keeps answering what it was sent).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bless.engine_client import EngineClient
@@ -24,7 +29,7 @@ from bless.manifest import utc_now
 from bless.procid import process_alive
 from bless.store import Store
 
-__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready"]
+__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven"]
 
 #: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
 PROBE_TIMEOUT_S = 3.0
@@ -41,6 +46,10 @@ class ReadyRecord:
     canary: str  # "passed" or "skipped"
     holder: Mapping[str, Any]  # process identity of serve-full (foreground) or of a detached local engine
     since: str
+    #: What serve-full does about a compile the blessing does not hold: refuse, record or stop.
+    unproven_policy: str = "refuse"
+    #: The unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
+    unproven: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +60,11 @@ class ReadyRecord:
             "canary": self.canary,
             "holder": dict(self.holder),
             "since": self.since,
+            "unproven_compile": {
+                "policy": self.unproven_policy,
+                "count": len(self.unproven),
+                "events": [dict(event) for event in self.unproven],
+            },
         }
 
     @classmethod
@@ -65,16 +79,37 @@ class ReadyRecord:
                 canary=str(data["canary"]),
                 holder=dict(data["holder"]),
                 since=str(data["since"]),
+                **_unproven_from(data.get("unproven_compile")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed readiness record: {exc!r}") from None
         if record.canary not in ("passed", "skipped") or not 0 < record.port < 65536:
             raise ValueError("malformed readiness record: canary or port out of range")
+        if record.unproven_policy not in ("refuse", "record", "stop"):
+            raise ValueError(f"malformed readiness record: unproven_compile policy {record.unproven_policy!r}")
         return record
 
 
+def _unproven_from(section: Any) -> dict[str, Any]:
+    """The ``unproven_compile`` section read back (a record without one: policy refuse, none seen)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping) or not isinstance(section.get("events"), list):
+        raise ValueError("unproven_compile is not an object with an events list")
+    events = tuple(dict(event) for event in section["events"])
+    return {"unproven_policy": str(section.get("policy")), "unproven": events}
+
+
 def mark_ready(
-    store: Store, *, name: str, config_hash: str, host: str, port: int, canary: str, holder: Mapping[str, Any]
+    store: Store,
+    *,
+    name: str,
+    config_hash: str,
+    host: str,
+    port: int,
+    canary: str,
+    holder: Mapping[str, Any],
+    unproven_policy: str = "refuse",
 ) -> ReadyRecord:
     """Write the record (atomically) once the canary passed.
 
@@ -83,11 +118,37 @@ def mark_ready(
     is judged by the engine's answer alone.
     """
     record = ReadyRecord(
-        name=name, config_hash=config_hash, host=host, port=port, canary=canary, holder=holder, since=utc_now()
+        name=name,
+        config_hash=config_hash,
+        host=host,
+        port=port,
+        canary=canary,
+        holder=holder,
+        since=utc_now(),
+        unproven_policy=unproven_policy,
     )
     path = store.paths.ready_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write(path, record)
+    return record
+
+
+def _write(path: Path, record: ReadyRecord) -> None:
     atomic_write_bytes(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
+
+
+def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]) -> ReadyRecord | None:
+    """Rewrite the record (atomically) listing ``events``; None when there is no record to update.
+
+    Never makes a record: one that is gone was cleared because serving ends. Raises OSError (and
+    ValueError for a record that is not one) for the caller to report.
+    """
+    path = store.paths.ready_file(name)
+    data = load_json_object(path)
+    if data is None:
+        return None
+    record = dataclasses.replace(ReadyRecord.from_dict(data), unproven=tuple(dict(event) for event in events))
+    _write(path, record)
     return record
 
 
@@ -138,6 +199,21 @@ def check_ready(
             "canary_skipped",
             "serving, but the canary was skipped (--no-canary): not a proven engine",
             "serve without --no-canary, or accept it explicitly with serve-full ready --no-canary",
+        )
+    if record.unproven and record.unproven_policy == "refuse":
+        first = record.unproven[0]
+        what = first.get("kernel") or first.get("path") or first.get("file") or "?"
+        raise NotServingError(
+            f"{name}: the engine compiled {len(record.unproven)} kernel(s) or file(s) the blessing does not hold "
+            f"while serving (first: {what}, seen by {first.get('source')}); it keeps answering what it was sent, "
+            "but takes no new traffic (unproven_compile = refuse)",
+            hint="bless what it met: the serve dir's unproven-compiles.jsonl lists the events; bless run --rebless "
+            "with coverage of those shapes, then restart serve-full (or serve with --unproven-compile record)",
+            details={
+                "name": name,
+                "reason": "unproven_compile",
+                "unproven_compile": record.to_dict()["unproven_compile"],
+            },
         )
     if process_alive(record.holder) is False:
         raise refusal(

@@ -177,6 +177,7 @@ def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, de
             port=result.host_port,
             canary=result.canary.status,
             holder=holder,
+            unproven_policy=plan_.profile.unproven_compile,
         )
     except OSError as exc:
         raise os_refusal(

@@ -1,0 +1,307 @@
+"""Sealed serving: every compile the blessing does not hold is seen while serving, at once, and handled by policy.
+
+Two sources feed it:
+
+* **bless's Triton cache manager** (:mod:`bless.engines.bless_seal`, shipped into every blessed start by
+  :func:`~bless.flows.session.engine_spec`): a lookup the blessed tree cannot answer writes one line,
+  ``bless-seal: {...}``, to the engine's log before Triton compiles. :func:`parse_seal_lines` reads them.
+* **the watcher** (:class:`SealWatcher`): about every second it lists every place the running engine can
+  write (the overlay's upper layer or the verified copy's new files, its private HOME and temp dir, a
+  container's own filesystem) and has the adapter judge what is new (``classify_upper``,
+  ``classify_outside``): a new compiled artifact is an unproven compile. It covers what the hook cannot
+  see (Inductor's bundler writing Triton files itself, FlashInfer, DeepGEMM, CUDA's PTX JIT, HOME, temp).
+
+:class:`Seal` applies the policy (``[serving] unproven_compile``, ``serve-full --unproven-compile``) to each
+event: every event is reported to the event sink at once, listed in the readiness record (``serve-full
+ready NAME --json``) and appended to ``unproven-compiles.jsonl`` in the serve dir; ``refuse`` makes the
+readiness probe fail (46) while the engine keeps answering, ``record`` only records, ``stop`` ends serving
+gracefully (serve-full then exits 48, :class:`~bless.errors.UnprovenCompileError`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bless.engines.base import EngineAdapter
+from bless.errors import BlessError, UnprovenCompileError
+from bless.evidence import OutsideEntry
+from bless.flows.events import Event, EventSink
+from bless.flows.serve.ready import clear_ready, record_unproven
+from bless.flows.session import EngineSession
+from bless.fsutil import atomic_write_bytes
+from bless.profile import UnprovenCompilePolicy
+from bless.runtime.base import Runtime, Started
+from bless.store import Store
+from bless.store.layout import StorePaths
+
+__all__ = [
+    "LINE_PREFIX",
+    "POLL_S",
+    "Seal",
+    "SealWatcher",
+    "UnprovenCompile",
+    "parse_seal_lines",
+    "unproven_compile_error",
+    "watching",
+]
+
+#: What bless's cache manager writes before each event (bless/engines/bless_seal.py; a unit test holds them equal).
+LINE_PREFIX = "bless-seal: "
+#: How often the watcher looks (seconds): an unproven compile is reported within about this long.
+POLL_S = 1.0
+_MAX_IN_MESSAGE = 5
+
+
+@dataclass(frozen=True)
+class UnprovenCompile:
+    """One compile the blessing does not hold, seen while serving.
+
+    ``source``: ``triton-cache-manager`` (a lookup the blessed tree missed: ``kernel``, ``key``, ``file``)
+    or ``watcher`` (a new compiled file: ``path`` as the adapter shows it, ``reason`` its judgement).
+    """
+
+    source: str
+    time: float
+    kernel: str | None = None
+    key: str | None = None
+    file: str | None = None
+    path: str | None = None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """One line for people: the kernel (and its cache key) or the path, and who saw it."""
+        if self.kernel is not None:
+            key = f", key {self.key}" if self.key else ""
+            return f"kernel {self.kernel} ({self.file or '?'}{key}; seen by the {self.source})"
+        return f"{self.path or '?'} ({self.reason or 'new compiled file'}; seen by the {self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"event": "unproven_compile", "source": self.source, "time": self.time}
+        for name in ("kernel", "key", "file", "path", "reason"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        return data
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse_seal_lines(text: str, *, now: Callable[[], float] = time.time) -> list[UnprovenCompile]:
+    """Every ``bless-seal:`` line of an engine log, in order (the prefix may follow a process tag).
+
+    A line that carries the prefix but no readable event still counts (fail closed): something
+    reported a miss, and serve-full cannot say which kernel.
+    """
+    found: list[UnprovenCompile] = []
+    for line in text.splitlines():
+        at = line.find(LINE_PREFIX)
+        if at < 0:
+            continue
+        payload = line[at + len(LINE_PREFIX) :].strip()
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or data.get("event") != "unproven_compile":
+            found.append(
+                UnprovenCompile(
+                    source="triton-cache-manager", time=now(), reason=f"unreadable seal line: {payload[:200]!r}"
+                )
+            )
+            continue
+        stamp = data.get("time")
+        found.append(
+            UnprovenCompile(
+                source=_text(data.get("source")) or "triton-cache-manager",
+                time=float(stamp) if isinstance(stamp, int | float) else now(),
+                kernel=_text(data.get("kernel")) or "?",
+                key=_text(data.get("key")),
+                file=_text(data.get("file")),
+            )
+        )
+    return found
+
+
+@dataclass
+class SealWatcher:
+    """Finds the unproven compiles of one running engine, each once (:meth:`poll`)."""
+
+    runtime: Runtime
+    session: EngineSession
+    adapter: EngineAdapter
+    now: Callable[[], float] = time.time
+    _log_offset: int = 0
+    _seen_upper: set[str] = field(default_factory=set)
+    _seen_outside: set[str] = field(default_factory=set)
+
+    @property
+    def started(self) -> Started:
+        assert self.session.started is not None
+        return self.session.started
+
+    def poll(self) -> list[UnprovenCompile]:
+        """What is new since the last poll: seal lines in the log, new compiled files where the engine writes."""
+        return self._from_log() + self._from_upper() + self._from_outside()
+
+    def _from_log(self) -> list[UnprovenCompile]:
+        text = self.runtime.logs(self.started)
+        if len(text) < self._log_offset:
+            self._log_offset = 0  # a shorter log (rotated): read it again rather than miss a line
+        end = text.rfind("\n") + 1  # complete lines only: a line being written is read next time
+        if end <= self._log_offset:
+            return []
+        chunk = text[self._log_offset : end]
+        self._log_offset = end
+        return parse_seal_lines(chunk, now=self.now)
+
+    def _from_upper(self) -> list[UnprovenCompile]:
+        entries = [e for e in self.runtime.upper_entries(self.started) if e.path not in self._seen_upper]
+        if not entries:
+            return []
+        self._seen_upper.update(e.path for e in entries)
+        verdict = self.adapter.classify_upper(entries)
+        return [
+            UnprovenCompile(
+                source="watcher",
+                time=self.now(),
+                path=path,
+                reason="a new compiled artifact in the cache's writable layer",
+            )
+            for path in verdict.new_artifacts
+        ]
+
+    def _from_outside(self) -> list[UnprovenCompile]:
+        fresh: list[OutsideEntry] = [e for e in self.session.outside_so_far() if e.shown not in self._seen_outside]
+        found: list[UnprovenCompile] = []
+        for entry in fresh:
+            self._seen_outside.add(entry.shown)
+            verdict = self.adapter.classify_outside([entry])
+            if verdict.compiled:
+                reason = verdict.compiled[0].split(": ", 1)[-1]
+                found.append(UnprovenCompile(source="watcher", time=self.now(), path=entry.shown, reason=reason))
+        return found
+
+
+@dataclass
+class Seal:
+    """The policy of one serve applied to each unproven compile (the module docstring says how)."""
+
+    store: Store
+    name: str
+    serve_dir: Path
+    policy: UnprovenCompilePolicy
+    events: EventSink
+    #: Set under ``stop``: the serve's own stop event, so the foreground loop ends gracefully.
+    stop: threading.Event
+    seen: list[UnprovenCompile] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.policy == "stop" and bool(self.seen)
+
+    @property
+    def evidence_file(self) -> Path:
+        return StorePaths.unproven_compiles(self.serve_dir)
+
+    def __call__(self, found: Sequence[UnprovenCompile]) -> None:
+        """Record, report and act on newly found events (thread-safe)."""
+        if not found:
+            return
+        with self._lock:
+            self.seen.extend(found)
+            listed = [event.to_dict() for event in self.seen]
+        for event in found:
+            self.events(
+                Event(
+                    "warning",
+                    f"UNPROVEN COMPILE ({self.policy}): {event.describe()}; {_consequence(self.policy)}",
+                    {"unproven_compile": event.to_dict(), "policy": self.policy},
+                )
+            )
+        self._write_evidence(listed)
+        self._update_readiness(listed)
+        if self.policy == "stop":
+            self.stop.set()
+
+    def _write_evidence(self, listed: Sequence[Mapping[str, Any]]) -> None:
+        data = "".join(json.dumps(event, sort_keys=True, separators=(",", ":")) + "\n" for event in listed)
+        try:
+            atomic_write_bytes(self.evidence_file, data.encode())
+        except OSError as exc:
+            self.events(Event("warning", f"could not write {self.evidence_file}: {exc}"))
+
+    def _update_readiness(self, listed: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            record_unproven(self.store, self.name, listed)
+        except (OSError, ValueError, BlessError) as exc:
+            if self.policy == "refuse":
+                # Fail closed: a record that cannot say "refused" must not say "ready".
+                clear_ready(self.store, self.name)
+                self.events(Event("warning", f"could not update the readiness record ({exc}): removed it"))
+            else:
+                self.events(Event("warning", f"could not list the unproven compile in the readiness record: {exc}"))
+
+
+def _consequence(policy: UnprovenCompilePolicy) -> str:
+    return {
+        "refuse": "readiness now fails (serve-full ready exits 46); the engine keeps answering",
+        "record": "recorded only (unproven_compile = record)",
+        "stop": "stopping the engine gracefully (unproven_compile = stop)",
+    }[policy]
+
+
+def unproven_compile_error(seal: Seal) -> UnprovenCompileError:
+    """Why a ``stop`` serve ended (48), naming what was compiled and where the evidence is."""
+    shown = "; ".join(event.describe() for event in seal.seen[:_MAX_IN_MESSAGE])
+    more = f" (and {len(seal.seen) - _MAX_IN_MESSAGE} more)" if len(seal.seen) > _MAX_IN_MESSAGE else ""
+    return UnprovenCompileError(
+        f"the engine compiled what the blessing does not hold while serving, and was stopped "
+        f"(unproven_compile = stop): {shown}{more}",
+        hint=f"the events are in {seal.evidence_file}; bless the shapes the traffic reaches (bless run "
+        "--rebless with coverage), then serve again",
+        details={"unproven_compile": [event.to_dict() for event in seal.seen], "serve_dir": str(seal.serve_dir)},
+    )
+
+
+@contextmanager
+def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Iterator[None]:
+    """Poll ``watcher`` in a thread for the ``with`` body, handing what it finds to ``seal``; a last poll at the end.
+
+    A poll that fails (the runtime lost the engine, a file vanished mid-walk) is reported once and retried:
+    the body (following the log) notices an engine that is gone.
+    """
+    done = threading.Event()
+    failures: list[str] = []
+
+    def poll_once() -> None:
+        try:
+            seal(watcher.poll())
+        except (OSError, BlessError) as exc:
+            if not failures:
+                seal.events(Event("warning", f"sealed serving: the watcher could not look ({exc}); retrying"))
+            failures.append(str(exc))
+
+    def loop() -> None:
+        while not done.is_set():
+            poll_once()
+            if done.wait(poll_s):
+                break
+
+    thread = threading.Thread(target=loop, name="bless-seal-watcher", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        poll_once()

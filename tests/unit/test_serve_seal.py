@@ -1,0 +1,268 @@
+"""Sealed serving (bless.flows.serve.seal): unproven compiles seen while serving, and the three policies.
+
+A foreground serve-full with our fake runtime and a fake engine server; the "engine" compiles what the
+blessing does not hold by writing what a real one would: a ``bless-seal:`` line in its log (bless's Triton
+cache manager), a new compiled artifact in the overlay's upper layer, a kernel in its private temp dir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bless.engine_client import EngineClient
+from bless.engines.bless_seal import LINE_PREFIX as ENGINE_PREFIX
+from bless.errors import NotServingError, UnprovenCompileError
+from bless.evidence import UpperEntry
+from bless.flows import serve
+from bless.flows.events import Event
+from bless.flows.serve.seal import LINE_PREFIX, SealWatcher, parse_seal_lines
+from bless.flows.session import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE
+from bless.profile import UnprovenCompilePolicy
+from bless.store import Store
+from bless.store.layout import SERVE_UNPROVEN_COMPILES
+from tests.fakes import FakeEngineServer, FakeRuntime, openai_engine
+from tests.unit.test_serve import GOLDEN, bless, do_plan, make_profile, serving_runtime
+
+SEAL_LINE = ENGINE_PREFIX + json.dumps(
+    {
+        "event": "unproven_compile",
+        "source": "triton-cache-manager",
+        "kernel": "fused_moe_kernel",
+        "key": "K" * 52,
+        "file": "fused_moe_kernel.json",
+        "time": 1700000000.5,
+    },
+    separators=(",", ":"),
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    found = Store(tmp_path / "root")
+    found.paths.ensure_layout()
+    return found
+
+
+def _engine() -> FakeEngineServer:
+    replies = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
+    return FakeEngineServer(openai_engine(lambda prompt, n: replies.get(prompt, [0])[:n]))
+
+
+def _plan(
+    store: Store, tmp_path: Path, port: int, policy: UnprovenCompilePolicy
+) -> tuple[serve.LaunchPlan, FakeRuntime]:
+    profile = make_profile()
+    bless(store, profile, tmp_path, golden=GOLDEN)
+    runtime = serving_runtime(host_port=port)
+    # The policy is not hashed: the blessing of the profile serves under any of them.
+    return do_plan(dataclasses.replace(profile, unproven_compile=policy), store, runtime), runtime
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 8.0) -> float:
+    """Seconds until ``condition`` held (fails the test after ``timeout_s``)."""
+    t0 = time.monotonic()
+    while not condition():
+        assert time.monotonic() - t0 < timeout_s, "not within the time allowed"
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def _serve_while(
+    store: Store,
+    tmp_path: Path,
+    policy: UnprovenCompilePolicy,
+    during: Callable[[serve.LaunchPlan, FakeRuntime, serve.LaunchResult, serve.ServeHooks], None],
+) -> tuple[serve.ServeOutcome, serve.LaunchPlan, list[Event]]:
+    """A foreground serve under ``policy``; ``during`` runs in a thread once it serves (it may set ``stop``)."""
+    events: list[Event] = []
+    errors: list[BaseException] = []
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, policy)
+        hooks = serve.ServeHooks(events=events.append, signal_name=lambda: "SIGTERM")
+
+        def body(result: serve.LaunchResult) -> None:
+            try:
+                during(result.plan, runtime, result, hooks)  # the plan serve_full made (its own serve dir)
+            except BaseException as exc:
+                errors.append(exc)
+                hooks.stop.set()
+
+        def on_serving(result: serve.LaunchResult) -> None:
+            threading.Thread(target=body, args=(result,), daemon=True).start()
+
+        hooks.on_serving = on_serving
+        request = serve.ServeRequest(profile=the_plan.profile, store=store)
+        outcome = serve.serve_full(request, runtime=runtime, adapter=the_plan.adapter, hooks=hooks)
+    if errors:
+        raise errors[0]
+    assert outcome.result is not None
+    return outcome, outcome.result.plan, events
+
+
+def _compile_a_kernel(runtime: FakeRuntime, result: serve.LaunchResult) -> None:
+    """What the engine's Python writes when Triton misses the blessed tree (its stderr is the log)."""
+    container = runtime.container(result.started.name)
+    container.log += f"(EngineCore pid=7) {SEAL_LINE}\n"
+
+
+def _refused(store: Store, name: str) -> NotServingError | None:
+    try:
+        serve.check_ready(store, name)
+    except NotServingError as exc:
+        return exc
+    return None
+
+
+def test_refuse_flips_readiness_to_46_within_seconds_and_the_engine_keeps_answering(
+    store: Store, tmp_path: Path
+) -> None:
+    seen: dict[str, object] = {}
+
+    def during(
+        plan_: serve.LaunchPlan, runtime: FakeRuntime, result: serve.LaunchResult, hooks: serve.ServeHooks
+    ) -> None:
+        name = plan_.profile.name
+        assert serve.check_ready(store, name).unproven == ()
+        _compile_a_kernel(runtime, result)
+        seen["seconds"] = _wait_for(lambda: _refused(store, name) is not None)
+        refusal = _refused(store, name)
+        assert refusal is not None
+        seen["refusal"] = refusal
+        assert runtime.container(result.started.name).running, "refuse keeps the engine up"
+        assert result.started.host_port is not None
+        seen["answers"] = bool(EngineClient("127.0.0.1", result.started.host_port, timeout_s=3).models())
+        hooks.stop.set()  # the operator ends serving
+
+    outcome, the_plan, events = _serve_while(store, tmp_path, "refuse", during)
+    refusal = seen["refusal"]
+    assert isinstance(refusal, NotServingError) and refusal.exit_code == 46
+    assert "fused_moe_kernel" in refusal.message and refusal.hint and "rebless" in refusal.hint
+    assert refusal.details["reason"] == "unproven_compile"
+    assert refusal.details["unproven_compile"]["events"][0]["kernel"] == "fused_moe_kernel"
+    assert float(str(seen["seconds"])) < 5.0
+    assert seen["answers"] is True
+    assert outcome.failure is None and outcome.ended_by == "SIGTERM"
+    assert [e.kernel for e in outcome.unproven] == ["fused_moe_kernel"]
+    warnings = [e for e in events if "UNPROVEN COMPILE" in e.message]
+    assert len(warnings) == 1 and "fused_moe_kernel" in warnings[0].message and "46" in warnings[0].message
+    evidence = the_plan.serve_dir / SERVE_UNPROVEN_COMPILES
+    assert [json.loads(line)["kernel"] for line in evidence.read_text().splitlines()] == ["fused_moe_kernel"]
+    assert outcome.to_dict()["unproven_compile"]["count"] == 1
+
+
+def test_record_only_logs_and_lists_the_event_while_readiness_holds(store: Store, tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    def during(
+        plan_: serve.LaunchPlan, runtime: FakeRuntime, result: serve.LaunchResult, hooks: serve.ServeHooks
+    ) -> None:
+        name = plan_.profile.name
+        _compile_a_kernel(runtime, result)
+        _wait_for(lambda: bool(serve.check_ready(store, name).unproven))
+        record = serve.check_ready(store, name)  # still ready: record only records
+        seen["ready"] = record.to_dict()
+        hooks.stop.set()
+
+    outcome, the_plan, events = _serve_while(store, tmp_path, "record", during)
+    listed = seen["ready"]
+    assert isinstance(listed, dict)
+    assert listed["unproven_compile"]["policy"] == "record"
+    assert [e["kernel"] for e in listed["unproven_compile"]["events"]] == ["fused_moe_kernel"]
+    assert outcome.failure is None and outcome.ended_by == "SIGTERM"
+    assert any("UNPROVEN COMPILE (record)" in e.message for e in events)
+    assert (the_plan.serve_dir / SERVE_UNPROVEN_COMPILES).is_file(), "the evidence keeps the serve dir"
+
+
+def test_stop_ends_serving_gracefully_with_48_and_a_message(store: Store, tmp_path: Path) -> None:
+    def during(
+        plan_: serve.LaunchPlan, runtime: FakeRuntime, result: serve.LaunchResult, hooks: serve.ServeHooks
+    ) -> None:
+        _compile_a_kernel(runtime, result)  # nothing else: the policy must end serving by itself
+
+    t0 = time.monotonic()
+    outcome, the_plan, _events = _serve_while(store, tmp_path, "stop", during)
+    assert time.monotonic() - t0 < 10
+    failure = outcome.failure
+    assert isinstance(failure, UnprovenCompileError) and failure.exit_code == 48
+    assert "fused_moe_kernel" in failure.message and "unproven_compile = stop" in failure.message
+    assert failure.hint is not None and SERVE_UNPROVEN_COMPILES in failure.hint
+    assert outcome.ended_by == "unproven-compile"
+    assert outcome.finish is not None and outcome.finish.stop is not None and outcome.finish.stop.graceful
+    assert outcome.finish.upper_kept, "the serve dir is kept as evidence"
+    assert not (store.paths.ready_file(the_plan.profile.name)).exists(), "no readiness once serving ended"
+
+
+def test_the_watcher_sees_new_compiled_files_where_the_engine_writes(store: Store, tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    def during(
+        plan_: serve.LaunchPlan, runtime: FakeRuntime, result: serve.LaunchResult, hooks: serve.ServeHooks
+    ) -> None:
+        name = plan_.profile.name
+        container = runtime.container(result.started.name)
+        private_tmp = plan_.serve_dir / serve.PRIVATE_DIR / "tmp"
+        # Noise the adapter names, and bless's own seal module: neither is an event.
+        noise = private_tmp / "bless-inductor-1" / "x.py"
+        noise.parent.mkdir(parents=True)
+        noise.write_text("scratch")
+        assert (private_tmp / SEAL_DIR / SEAL_MODULE_FILE).is_file()
+        # A new compiled artifact in the upper layer, and a kernel under HOME.
+        container.upper = [UpperEntry("reference/0123456789abcdef/megacache.bin", "new", 10)]
+        kernel = plan_.serve_dir / serve.PRIVATE_DIR / "home" / ".triton" / "cache" / "k" / "k.cubin"
+        kernel.parent.mkdir(parents=True)
+        kernel.write_bytes(b"\x7fELF")
+        _wait_for(lambda: len(serve.check_ready(store, name).unproven) >= 2)
+        time.sleep(1.5)  # another poll or two: each file is one event, once
+        seen["events"] = serve.check_ready(store, name).unproven
+        hooks.stop.set()
+
+    outcome, _plan, _events = _serve_while(store, tmp_path, "record", during)
+    listed = seen["events"]
+    assert isinstance(listed, tuple)
+    assert sorted((e["source"], e["path"]) for e in listed) == [
+        ("watcher", "HOME/.triton/cache/k/k.cubin"),
+        ("watcher", "reference/0123456789abcdef/megacache.bin"),
+    ]
+    assert all(e.get("reason") for e in listed)
+    assert len(outcome.unproven) == 2
+
+
+def test_a_blessed_serve_ships_the_cache_manager_and_a_debug_start_does_not(store: Store, tmp_path: Path) -> None:
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, "refuse")
+        debug = do_plan(make_profile(), store, runtime, debug=True)
+    assert the_plan.spec.env["TRITON_CACHE_MANAGER"] == SEAL_MANAGER
+    assert the_plan.spec.python_path == (f"/var/lib/bless-engine/tmp/{SEAL_DIR}",)
+    assert "TRITON_CACHE_MANAGER" not in debug.spec.env and debug.spec.python_path == ()
+
+
+def test_seal_lines_are_read_after_a_process_tag_and_an_unreadable_one_still_counts() -> None:
+    text = "\n".join(["INFO starting", f"(EngineCore pid=1) {SEAL_LINE}", f"{LINE_PREFIX}{{not json", "done"])
+    events = parse_seal_lines(text, now=lambda: 5.0)
+    assert [(e.kernel, e.time) for e in events] == [("fused_moe_kernel", 1700000000.5), (None, 5.0)]
+    assert events[1].reason is not None and "unreadable" in events[1].reason
+
+
+def test_the_watcher_reads_only_complete_log_lines(store: Store, tmp_path: Path) -> None:
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
+        result = serve.start(the_plan, runtime=runtime)
+        try:
+            session = the_plan.session(runtime, started=result.started)
+            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
+            container = runtime.container(result.started.name)
+            assert watcher.poll() == []
+            container.log += SEAL_LINE[:40]  # the engine is still writing this line
+            assert watcher.poll() == []
+            container.log += SEAL_LINE[40:] + "\n"
+            assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
+            assert watcher.poll() == [], "each line once"
+        finally:
+            serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)
