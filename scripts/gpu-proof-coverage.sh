@@ -40,7 +40,7 @@ if [ "$STEP" = run ]; then
   exit 0
 fi
 
-# STEP=serve: foreground serve-full in the background of this script, its upper layer and private dirs watched.
+# STEP=serve: foreground serve-full (sealed: a compile the blessing does not hold is an event at once) in the background of this script, its upper layer and private dirs watched.
 python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" ${SERVE_ARGS:-} > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
 pid=$!
 for _ in $(seq 1 900); do
@@ -64,6 +64,17 @@ listing > "$OUT/files-at-ready.txt"
   done
 ) &
 watcher=$!
+# serve-full's readiness probe every half second: when it first refuses (46), with the reason.
+name=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$PROFILE")
+(
+  while kill -0 "$pid" 2>/dev/null; do
+    if ! python3 -m bless.cli.serve ready "$name" --root "$ROOT" --json > "$OUT/ready-probe.json" 2> "$OUT/ready-probe.stderr"; then
+      echo "readiness refused at $(date +%s.%N)" > "$OUT/ready-refused.txt"; cat "$OUT/ready-probe.stderr" >> "$OUT/ready-refused.txt"; break
+    fi
+    sleep 0.5
+  done
+) &
+prober=$!
 port=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("serving", {}).get("port", 8000))' "$PROFILE")
 vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model_dir/config.json")
 rc=0
@@ -75,7 +86,10 @@ sleep 2
 listing > "$OUT/files-after-traffic.txt"
 comm -13 "$OUT/files-at-ready.txt" "$OUT/files-after-traffic.txt" > "$OUT/new-files.txt" || true
 grep -E '\.(so|cubin|ptx|hsaco|llir|ttir|ttgir|json)$' "$OUT/new-files.txt" | grep -v '__grp__' > "$OUT/new-compiled.txt" || true
-kill "$watcher" 2>/dev/null || true
+kill "$watcher" "$prober" 2>/dev/null || true
+rc=0; python3 -m bless.cli.serve ready "$name" --root "$ROOT" --json > "$OUT/ready-after.json" 2> "$OUT/ready-after.stderr" || rc=$?
+echo "serve-full ready exit $rc after the traffic" | tee "$OUT/ready.rc"
+cp "$serve_dir"/unproven-compiles.jsonl "$OUT/" 2>/dev/null || echo "no unproven-compiles.jsonl" > "$OUT/unproven-compiles.none"
 kill -TERM "$pid" 2>/dev/null || true
 rc=0; wait "$pid" || rc=$?
 echo "serve-full exit $rc after SIGTERM" | tee "$OUT/serve.rc"
@@ -84,4 +98,7 @@ echo "serve-full exit $rc after SIGTERM" | tee "$OUT/serve.rc"
   echo "new compiled files (.so .cubin .ptx .json .llir .ttir .ttgir): $(wc -l < "$OUT/new-compiled.txt")"
   echo "new fused_moe_kernel cubins: $(grep -c 'fused_moe_kernel.cubin' "$OUT/new-files.txt" || true)"
   cat "$OUT/first-new-file.txt" 2>/dev/null || echo "no new file after ready"
+  cat "$OUT/ready.rc"; cat "$OUT/ready-refused.txt" 2>/dev/null || echo "readiness never refused"
+  echo "unproven-compile events: $(cat "$OUT/unproven-compiles.jsonl" 2>/dev/null | wc -l)"
+  head -c 600 "$OUT/unproven-compiles.jsonl" 2>/dev/null || true
   cat "$OUT/traffic.json"; } | tee "$OUT/summary.txt"
