@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from bless.coverage import CoveragePlan, describe_plan
 from bless.errors import EXIT_CODES
 from bless.manifest import factor_field
 from bless.untrusted_text import shown
@@ -248,6 +249,7 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
                 style="dim",
             )
         )
+    _render_coverage(console, data.get("coverage"))
     golden = _table("golden outputs", "prompt", "max tokens", "text", "token ids")
     for item in data["golden"]:
         golden.add_row(
@@ -260,6 +262,27 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
     console.print(kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+
+
+def _render_coverage(console: Console, coverage: Any) -> None:
+    """What the blessing covers beyond its start, in words: each lazily compiled family and how it was reached."""
+    if not isinstance(coverage, Mapping):
+        console.print(Text("coverage: not recorded (a blessing made before coverage was recorded)", style="yellow"))
+        return
+    plan = CoveragePlan.from_dict(coverage["plan"])
+    mode = str(coverage.get("mode"))
+    bootstrap = coverage.get("bootstrap")
+    sent = (
+        f"{bootstrap.get('requests')} request(s) in {bootstrap.get('seconds')} s, replayed by every trial"
+        if isinstance(bootstrap, Mapping)
+        else "none sent"
+    )
+    console.print(Text(f"coverage (mode {mode}): {sent}", style="bold"))
+    for line in describe_plan(plan):
+        style = "bold red" if ": GAP," in line else ("dim" if ": not reachable here" in line else "")
+        console.print(Text(f"  {line}", style=style))
+    if mode == "off" and plan.requests:
+        console.print(Text(f"  coverage was off: {len(plan.requests)} class(es) were not driven", style="bold red"))
 
 
 #: Token ids shown per golden output (all of them are in ``--json``).
