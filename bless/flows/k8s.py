@@ -12,11 +12,11 @@ from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
-from bless.fsutil import UnreadableFileError, read_bounded
 from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
-from bless.profile import load_profile
+from bless.profile import parse_profile, read_profile
 from bless.registry import RegistryClient, Transport, parse_reference
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.user_files import read_input
 
 __all__ = ["render_blessing"]
 
@@ -39,11 +39,9 @@ def render_blessing(
     (without it the Deployment names an existing one, ``options.trust_configmap``). ``transport``:
     what carries the registry client's requests (None: the network).
     """
-    profile = load_profile(profile_path)
-    try:
-        profile_text = profile_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:  # load_profile read it a moment ago
-        raise InputInvalidError(f"cannot read {profile_path}: {exc}") from None
+    raw = read_profile(profile_path)  # read once: the ConfigMap holds the bytes that were validated
+    profile = parse_profile(raw, profile_path)
+    profile_text = raw.decode("utf-8")  # parse_profile refused anything else
     if trust_dir is not None:
         options = _with_trust_root(options, trust_dir)
     require_digest(options.artifact)  # before any request: a tag is never even looked up
@@ -56,14 +54,12 @@ def render_blessing(
 
 def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
     path = trust_dir / "root.json"
-    try:
-        data = read_bounded(path, _ROOT_JSON_MAX, follow=True)
-    except UnreadableFileError as exc:
-        raise InputInvalidError(f"{path} {exc}", hint="--trust names a directory holding root.json") from None
-    if data is None:
-        raise InputInvalidError(
-            f"{path} does not exist", hint="--trust names a directory holding the trusted root.json (bless trust init)"
-        )
+    data = read_input(
+        path,
+        what="trusted root",
+        limit=_ROOT_JSON_MAX,
+        hint="--trust names a directory holding the trusted root.json (bless trust init)",
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -299,7 +299,7 @@ def test_the_command_refuses_a_trust_dir_without_root_json(tmp_path: Path) -> No
     empty.mkdir()
     result = _render_cli("--profile", str(path), "--from", f"127.0.0.1:9/b@{DIGEST}", "--trust", str(empty), "--json")
     assert result.exit_code == 3, result.stdout
-    assert "root.json does not exist" in result.stdout
+    assert "root.json: no such trusted root file" in result.stdout
 
 
 def test_without_a_name_the_deployment_is_named_after_the_profile(tmp_path: Path) -> None:
