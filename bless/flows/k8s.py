@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
-from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
+from bless.k8s import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
 from bless.profile import parse_profile, read_profile
 from bless.registry import RegistryClient, Transport, parse_reference
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
@@ -44,12 +44,21 @@ def render_blessing(
     profile_text = raw.decode("utf-8")  # parse_profile refused anything else
     if trust_dir is not None:
         options = _with_trust_root(options, trust_dir)
+    adapter = get_adapter(profile.engine)
+    secret_env = sorted(name for name in profile.env if adapter.env_policy.is_secret(name))
+    check_secret_env(profile, options, secret_env)  # before any request: a secret is refused offline too
     require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
     client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
-    adapter = get_adapter(profile.engine)
-    return render(profile, profile_text, Blessing.of(manifest), options, cache_path=adapter.cache_mount_path)
+    return render(
+        profile,
+        profile_text,
+        Blessing.of(manifest),
+        options,
+        cache_path=adapter.cache_mount_path,
+        secret_env=secret_env,
+    )
 
 
 def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
