@@ -68,6 +68,10 @@ ARCH_LABEL = "kubernetes.io/arch"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: An image reference as Kubernetes takes it: not empty, no whitespace or control characters.
+_IMAGE = re.compile(r"[^\s\x00-\x1f\x7f]{1,1024}")
+#: Replicas is an int32.
+_MAX_REPLICAS = 2**31 - 1
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: Seconds on top of the engine's own ready timeout for the start: verify, copy, canary.
 _START_SLACK_S = 300
@@ -199,8 +203,24 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
             f"{options.name!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)",
             hint="pass --name with a DNS-1123 label",
         )
-    if _DNS_LABEL.fullmatch(options.trust_configmap) is None:
-        raise InputInvalidError(f"--trust-configmap {options.trust_configmap!r} is not a Kubernetes name")
+    subdomain = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253"
+    for option, value, rule, what in (
+        ("--trust-configmap", options.trust_configmap, _DNS_SUBDOMAIN, subdomain),
+        ("--pull-secret", options.pull_secret, _DNS_SUBDOMAIN, subdomain),
+        ("--namespace", options.namespace, _DNS_LABEL, "a DNS-1123 label: lowercase letters, digits, '-', at most 63"),
+    ):
+        if value is not None and rule.fullmatch(value) is None:
+            raise InputInvalidError(
+                f"{option} {shown(value[:300])} is not a name Kubernetes accepts", hint=f"pass {what}"
+            )
+    for option, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):
+        if _IMAGE.fullmatch(image) is None:
+            raise InputInvalidError(
+                f"{option} {shown(image[:300])} is not an image reference (empty, blank or with spaces)",
+                hint="pass REGISTRY/REPOSITORY@sha256:DIGEST",
+            )
+    if not 0 <= options.replicas <= _MAX_REPLICAS:
+        raise InputInvalidError(f"--replicas {options.replicas} is out of range (0 to {_MAX_REPLICAS})")
     require_digest(options.artifact)
     if profile.runtime_kind != "local":
         raise InputInvalidError(
@@ -213,8 +233,6 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
             f"the blessing at {options.artifact} was made from profile {blessing.profile_name!r}, not {profile.name!r}",
             hint="render with the profile that blessing was made from",
         )
-    if options.replicas < 0:
-        raise InputInvalidError("--replicas must be 0 or more")
     check_secret_env(profile, options, secret_env)
 
 

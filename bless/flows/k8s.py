@@ -8,14 +8,20 @@ and the profile must be the one it was made from. Nothing is written anywhere.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from bless.engines import get_adapter
-from bless.errors import InputInvalidError
+from bless.engines.base import EngineAdapter
+from bless.errors import BlessError, InputInvalidError
+from bless.factors import LocalModelDir, diff_factors, resolve
 from bless.k8s import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
-from bless.profile import parse_profile, read_profile
+from bless.manifest import Manifest
+from bless.profile import Profile, parse_profile, read_profile
 from bless.registry import RegistryClient, Transport, parse_reference
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.trust.metadata import parse_root
+from bless.untrusted_text import shown
 from bless.user_files import read_input
 
 __all__ = ["render_blessing"]
@@ -51,6 +57,8 @@ def render_blessing(
     reference = parse_reference(options.artifact)
     client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
+    if manifest.profile_name == profile.name:  # another name: render's own refusal says so
+        check_config_hash(profile, adapter, manifest, artifact=options.artifact)
     return render(
         profile,
         profile_text,
@@ -69,8 +77,54 @@ def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
         limit=_ROOT_JSON_MAX,
         hint="--trust names a directory holding the trusted root.json (bless trust init)",
     )
+    parse_root(data, f"--trust {shown(str(path))}")  # TUF root metadata, or 66 (not rendered into a ConfigMap)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputInvalidError(f"{path} is not UTF-8 text") from None
     return dataclasses.replace(options, trust_root_json=text)
+
+
+def check_config_hash(profile: Profile, adapter: EngineAdapter, manifest: Manifest, *, artifact: str) -> None:
+    """Refuse ``profile`` unless it resolves to the blessing's config hash.
+
+    What only the pod can see (the engine image's Python environment, the GPUs, a local model's
+    content, a revision name's commit) is taken from the blessing; everything the profile says (serve
+    arguments, hashed env, model id and revision, engine switches) must hash to the blessing's. A
+    profile with another seed, say, would be served under this blessing's name and refused in the pod.
+    """
+    blessed = manifest.factors
+    runtime = blessed.get("runtime")
+    model = blessed.get("model")
+    runtime = runtime if isinstance(runtime, Mapping) else {}
+    model = model if isinstance(model, Mapping) else {}
+    hardware = blessed.get("hardware")
+
+    def revision(model_id: str, revision: str, *, where: str) -> str:
+        return str(model.get("revision", "")) if model.get("id") == model_id else ""
+
+    def model_dir(path: str, *, where: str) -> LocalModelDir:
+        return LocalModelDir(str(model.get("path", path)), str(model.get("content_sha256", "")))
+
+    try:
+        resolved = resolve(
+            profile,
+            adapter,
+            image_resolver=None,
+            hardware_probe=lambda _spec: dict(hardware) if isinstance(hardware, Mapping) else {},
+            environment_probe=lambda _python, _packages: {k: v for k, v in runtime.items() if k != "kind"},
+            revision_lookup=revision,
+            model_dir_probe=model_dir,
+        )
+    except BlessError as exc:
+        raise InputInvalidError(
+            f"{profile.label} cannot be checked against the blessing at {artifact}: {exc.message}",
+            hint="render with the profile that blessing was made from",
+        ) from None
+    if resolved.config_hash != manifest.config_hash:
+        changes = "; ".join(change.describe() for change in diff_factors(blessed, resolved.factors)[:5])
+        raise InputInvalidError(
+            f"{profile.label} resolves to config hash {resolved.config_hash[:16]}..., not the blessing's "
+            f"{manifest.config_hash[:16]}... ({changes})",
+            hint="render with the profile that blessing was made from (the pod's serve-full would refuse this one)",
+        )

@@ -25,8 +25,8 @@ from bless.profile import load_profile
 from bless.registry import parse_reference
 from bless.store import Store
 from tests.registry_simulator import RegistrySimulator
-from tests.unit.store_helpers import make_factors, make_manifest, write_tree
-from tests.unit.test_k8s_render import H100, KUBERNETES_VERSIONS, options, profile_text
+from tests.unit.store_helpers import make_manifest, write_tree
+from tests.unit.test_k8s_render import KUBERNETES_VERSIONS, options, profile_text, resolved_factors
 
 SECRET_VALUE = "hf_live_do_not_print_me"
 IMAGES = ("--image", "e@sha256:" + "ab" * 32, "--bless-image", "b@sha256:" + "ab" * 32)
@@ -36,7 +36,9 @@ def pushed_blessing(tmp_path: Path) -> tuple[RegistrySimulator, str]:
     registry = RegistrySimulator()
     store = Store(tmp_path / "root")
     tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree, {**make_factors(), "hardware": dict(H100)})
+    manifest = make_manifest(
+        tree, resolved_factors(profile_text() + '\n[env]\nHF_TOKEN = ""\nLOG_LEVEL = "info"\n', tmp_path)
+    )
     store.publish(tree, manifest)
     pushed = push_blessing(store, manifest, parse_reference(registry.ref("blessings/tiny:v1")), transport=registry)
     return registry, pushed.pinned
