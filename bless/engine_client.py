@@ -8,15 +8,15 @@ the generated token ids in every completion (the protocol compares them, not onl
 from __future__ import annotations
 
 import errno
+import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bless.errors import EngineHttpError, NotReadyError
+from bless.registry_http import Guard
 
 __all__ = ["MAX_OTHER_ERRORS", "MAX_REPLY_BYTES", "Completion", "EngineClient", "wait_ready"]
 
@@ -45,7 +45,8 @@ class EngineClient:
         fields: Mapping[str, Any] | None = None,
         require_token_ids: bool = False,
     ):
-        self.base_url = f"http://{host}:{port}"
+        self.host = host
+        self.port = port
         self.timeout_s = timeout_s
         self.model = model
         #: Extra fields of every completion request (the adapter's ``completion_fields``).
@@ -54,34 +55,52 @@ class EngineClient:
         self.require_token_ids = require_token_ids
 
     def _request(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """One exchange, whole within ``timeout_s`` (a reply trickled a byte at a time included), its JSON parsed.
+
+        Every failure is an :class:`EngineHttpError`: a refused or dropped connection (``refused``), an
+        error status, a reply over :data:`MAX_REPLY_BYTES`, too slow, not JSON, nested deeper than
+        Python parses or holding an integer longer than it converts, a host that is no host.
+        """
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(  # noqa: S310 - the URL is always our loopback http URL
-            self.base_url + path,
-            data=data,
-            method="GET" if body is None else "POST",
-            headers={"Content-Type": "application/json"},
-        )
+        guard = Guard(self.timeout_s)  # shuts the socket down when the exchange's time is up
+        connection: http.client.HTTPConnection | None = None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:  # noqa: S310
+            with guard:
+                connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+                connection.connect()
+                if connection.sock is not None:
+                    guard.watch(connection.sock)
+                connection.request(
+                    "GET" if body is None else "POST", path, body=data, headers={"Content-Type": "application/json"}
+                )
+                reply = connection.getresponse()
                 raw = reply.read(MAX_REPLY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(2000).decode("utf-8", "replace")
-            raise EngineHttpError(f"{path}: HTTP {exc.code}: {detail}") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            refused = isinstance(reason, ConnectionRefusedError) or (
-                isinstance(reason, OSError) and reason.errno in (errno.ECONNREFUSED, errno.ECONNRESET)
-            )
-            raise EngineHttpError(f"{path}: {reason}", refused=refused) from None
+            if guard.expired:
+                raise EngineHttpError(f"{path}: no whole reply within {self.timeout_s:g} s")
         except (ConnectionError, TimeoutError, OSError) as exc:
-            refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError)
+            if guard.expired:
+                raise EngineHttpError(f"{path}: no whole reply within {self.timeout_s:g} s") from None
+            refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError) or exc.errno in (
+                errno.ECONNREFUSED,
+                errno.ECONNRESET,
+            )
             raise EngineHttpError(f"{path}: {type(exc).__name__}: {exc}", refused=refused) from None
+        except (http.client.HTTPException, ValueError) as exc:  # a malformed reply; InvalidURL: not a host
+            if guard.expired:
+                raise EngineHttpError(f"{path}: no whole reply within {self.timeout_s:g} s") from None
+            raise EngineHttpError(f"{path}: {type(exc).__name__}: {_short(exc)}") from None
+        finally:
+            if connection is not None:
+                connection.close()
+        if reply.status >= 400:
+            detail = raw[:2000].decode("utf-8", "replace")
+            raise EngineHttpError(f"{path}: HTTP {reply.status}: {detail}")
         if len(raw) > MAX_REPLY_BYTES:
             raise EngineHttpError(f"{path}: reply larger than {MAX_REPLY_BYTES} bytes")
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise EngineHttpError(f"{path}: reply is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UTF-8, an int over 4300 digits
+            raise EngineHttpError(f"{path}: reply is not JSON bless reads: {_short(exc)}") from None
 
     def models(self) -> list[str]:
         """Model ids served; a reply of the wrong shape is an EngineHttpError."""
@@ -119,6 +138,11 @@ class EngineClient:
             raise EngineHttpError(f"/v1/completions: unexpected reply shape ({exc})") from None
         shown = prompt if isinstance(prompt, str) else f"[{len(sent)} token ids]"
         return Completion(shown, text, tuple(token_ids), latency)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) < 200 else text[:200] + "..."
 
 
 def wait_ready(

@@ -36,6 +36,7 @@ __all__ = [
     "age_s",
     "atomic_write_bytes",
     "ensure_dir",
+    "file_kind",
     "fsync_dir",
     "fsync_tree",
     "full_disk",
@@ -435,7 +436,7 @@ def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes | Non
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnreadableFileError("is not a regular file")
+            raise UnreadableFileError(f"is {file_kind(st.st_mode)}, not a regular file")
         if st.st_size > limit:
             raise UnreadableFileError(f"is {st.st_size} bytes, over the {limit} bytes it may be")
         chunks: list[bytes] = []
@@ -450,6 +451,20 @@ def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes | Non
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words: ``a FIFO``, ``a character device``..."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISREG, "a regular file"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def load_json_object(path: Path) -> dict[str, Any] | None:

@@ -27,13 +27,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bless.errors import InputInvalidError
 from bless.manifest import Manifest
 from bless.profile import Profile
+from bless.untrusted_text import shown
 
 __all__ = [
     "BLESS_ROOT",
@@ -66,6 +67,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ARCH_LABEL = "kubernetes.io/arch"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: An image reference as Kubernetes takes it: not empty, no whitespace or control characters.
+_IMAGE = re.compile(r"[^\s\x00-\x1f\x7f]{1,1024}")
+#: Replicas is an int32.
+_MAX_REPLICAS = 2**31 - 1
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: Seconds on top of the engine's own ready timeout for the start: verify, copy, canary.
 _START_SLACK_S = 300
@@ -92,6 +98,8 @@ class K8sOptions:
     trust_root_json: str | None = None
     #: An image-pull secret (kubernetes.io/dockerconfigjson): pulls both images and the blessing.
     pull_secret: str | None = None
+    #: The Secret that holds the profile's secret env values, one key per name (never rendered inline).
+    env_secret: str | None = None
     port: int = SERVING_PORT
 
 
@@ -189,14 +197,30 @@ def require_digest(artifact: str) -> None:
         )
 
 
-def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions) -> None:
+def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, secret_env: Sequence[str]) -> None:
     if _DNS_LABEL.fullmatch(options.name) is None:
         raise InputInvalidError(
             f"{options.name!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)",
             hint="pass --name with a DNS-1123 label",
         )
-    if _DNS_LABEL.fullmatch(options.trust_configmap) is None:
-        raise InputInvalidError(f"--trust-configmap {options.trust_configmap!r} is not a Kubernetes name")
+    subdomain = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253"
+    for option, value, rule, what in (
+        ("--trust-configmap", options.trust_configmap, _DNS_SUBDOMAIN, subdomain),
+        ("--pull-secret", options.pull_secret, _DNS_SUBDOMAIN, subdomain),
+        ("--namespace", options.namespace, _DNS_LABEL, "a DNS-1123 label: lowercase letters, digits, '-', at most 63"),
+    ):
+        if value is not None and rule.fullmatch(value) is None:
+            raise InputInvalidError(
+                f"{option} {shown(value[:300])} is not a name Kubernetes accepts", hint=f"pass {what}"
+            )
+    for option, image in (("--image", options.engine_image), ("--bless-image", options.bless_image)):
+        if _IMAGE.fullmatch(image) is None:
+            raise InputInvalidError(
+                f"{option} {shown(image[:300])} is not an image reference (empty, blank or with spaces)",
+                hint="pass REGISTRY/REPOSITORY@sha256:DIGEST",
+            )
+    if not 0 <= options.replicas <= _MAX_REPLICAS:
+        raise InputInvalidError(f"--replicas {options.replicas} is out of range (0 to {_MAX_REPLICAS})")
     require_digest(options.artifact)
     if profile.runtime_kind != "local":
         raise InputInvalidError(
@@ -209,8 +233,29 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions) -> 
             f"the blessing at {options.artifact} was made from profile {blessing.profile_name!r}, not {profile.name!r}",
             hint="render with the profile that blessing was made from",
         )
-    if options.replicas < 0:
-        raise InputInvalidError("--replicas must be 0 or more")
+    check_secret_env(profile, options, secret_env)
+
+
+def check_secret_env(profile: Profile, options: K8sOptions, secret_env: Sequence[str]) -> None:
+    """Secrets are never written: the profile leaves them empty, and ``--env-secret`` names the Secret with them."""
+    inline = [name for name in secret_env if profile.env[name] != ""]
+    if inline:
+        raise InputInvalidError(
+            f"{profile.label}: [env] holds the value of secret {', '.join(inline)}: rendering would write it into the "
+            "profile ConfigMap and on stdout",
+            hint=f'leave it empty in the profile ({inline[0]} = ""), put the value in a Kubernetes Secret '
+            f"(kubectl create secret generic NAME --from-literal={inline[0]}=...) and pass --env-secret NAME",
+        )
+    if secret_env and not options.env_secret:
+        raise InputInvalidError(
+            f"{profile.label}: [env] names secret {', '.join(secret_env)} (empty): the pod needs its value",
+            hint="pass --env-secret NAME, a Kubernetes Secret with one key per secret env name",
+        )
+    if options.env_secret and _DNS_SUBDOMAIN.fullmatch(options.env_secret) is None:
+        raise InputInvalidError(
+            f"--env-secret {shown(options.env_secret)} is not a Kubernetes Secret name",
+            hint="a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253",
+        )
 
 
 def _labels(options: K8sOptions) -> dict[str, str]:
@@ -244,11 +289,15 @@ def render(
     options: K8sOptions,
     *,
     cache_path: str,
+    secret_env: Sequence[str] = (),
 ) -> Rendered:
     """The ConfigMaps and the Deployment that serve ``blessing`` (pulled from ``options.artifact``).
 
     ``profile_text``: the profile file as written (it becomes the profile ConfigMap, byte for byte).
     ``cache_path``: the engine's pinned cache path (the adapter's ``cache_mount_path``).
+    ``secret_env``: the names of the profile's env that the engine's policy keeps secret: never
+    rendered; the profile leaves them empty and the engine container takes them from
+    ``options.env_secret`` (``valueFrom.secretKeyRef``), which serve-full passes on to the engine.
 
     Raises:
         InputInvalidError: a name Kubernetes refuses, an artifact not pinned by digest, a profile that
@@ -256,11 +305,15 @@ def render(
     """
     if not options.name:
         options = dataclasses.replace(options, name=default_name(profile.name))
-    _check_inputs(profile, blessing, options)
+    secret_env = sorted(secret_env)
+    _check_inputs(profile, blessing, options, secret_env)
     warnings = _image_warnings(options)
     profile_cm = f"{options.name}-profile"
     documents = _config_maps(profile_text, options, profile_cm=profile_cm)
     pod_spec = _pod_spec(profile, blessing, options, profile_cm=profile_cm, cache_path=cache_path)
+    engine_env = pod_spec["containers"][0]["env"]
+    for name in secret_env:
+        engine_env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": options.env_secret, "key": name}}})
     documents.append(_deployment(blessing, options, pod_spec))
     return Rendered(documents=tuple(documents), warnings=warnings)
 

@@ -15,7 +15,10 @@ from typing import Any
 
 from bless.manifest import utc_now
 
-__all__ = ["process_alive", "process_identity"]
+__all__ = ["PID_MAX", "process_alive", "process_identity"]
+
+#: The largest pid Linux hands out (``PID_MAX_LIMIT`` on 64-bit kernels: ``/proc/sys/kernel/pid_max`` is at most this).
+PID_MAX = 1 << 22
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -56,6 +59,8 @@ def process_alive(info: Mapping[str, Any]) -> bool | None:
     pid = info.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
+    if pid > PID_MAX:
+        return False  # no process has such a pid (os.kill would raise OverflowError past 2^31)
     if info.get("host") != socket.gethostname():
         return None  # another machine sharing the root: we cannot see its processes
     try:

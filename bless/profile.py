@@ -12,6 +12,7 @@ from typing import Any, Literal
 from bless.errors import InputInvalidError
 from bless.schemas import SCHEMA_DIR, schema_errors
 from bless.untrusted_text import shown
+from bless.user_files import read_input
 
 MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_PROMPTS = (
@@ -90,22 +91,22 @@ class Profile:
 
 def load_profile(path: Path) -> Profile:
     """Read, parse and validate a profile file. Errors name the file and the field."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise InputInvalidError(f"{path}: profile is {size} bytes, more than the {MAX_PROFILE_BYTES} allowed")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputInvalidError(
-            f"{path}: no such profile file", hint="pass an existing file with --profile (see profiles/)"
-        ) from None
-    except IsADirectoryError:
-        raise InputInvalidError(
-            f"{path}: is a directory, not a profile file",
-            hint="pass a profile TOML file with --profile (see profiles/)",
-        ) from None
-    except OSError as exc:
-        raise InputInvalidError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
+    return parse_profile(read_profile(path), path)
+
+
+def read_profile(path: Path) -> bytes:
+    """A profile file's bytes, through the one bounded reader of user files (:func:`bless.user_files.read_input`).
+
+    A FIFO, a device such as /dev/zero, a directory or a file over :data:`MAX_PROFILE_BYTES` is
+    refused (3) before a byte is read.
+    """
+    return read_input(
+        path, what="profile", limit=MAX_PROFILE_BYTES, hint="pass a profile TOML file with --profile (see profiles/)"
+    )
+
+
+def parse_profile(raw: bytes, path: Path) -> Profile:
+    """The profile in ``raw`` (read from ``path``, which messages name), parsed and validated."""
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

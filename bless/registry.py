@@ -52,6 +52,7 @@ from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
     DigestMismatchError,
+    InputInvalidError,
     RegistryUnavailableError,
     TransferIncompleteError,
     UsageError,
@@ -59,6 +60,8 @@ from bless.errors import (
 from bless.manifest import Manifest
 from bless.registry_http import Transport, bounded_session, guarded, read_upto
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.untrusted_text import shown
+from bless.user_files import read_input
 
 __all__ = ["CHUNK", "Reference", "RegistryClient", "Transport", "parse_reference"]
 
@@ -66,6 +69,8 @@ CHUNK = 1 << 20
 _MANIFEST_ACCEPT = "application/vnd.oci.image.manifest.v1+json"
 #: The most of an error reply read (its JSON names a code and a message per error); the rest is dropped.
 MAX_ERROR_BODY = 64 << 10
+#: A docker config (credentials, a pull secret) is a few KiB; a Kubernetes Secret holds at most 1 MiB.
+DOCKER_CONFIG_MAX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -151,13 +156,17 @@ class RegistryClient:
         self.transport = transport
         insecure = reference.loopback if plain_http is None else plain_http
         self._prefix = "http" if insecure else "https"
+        # oras would read the docker configs itself, whole and blocking: they are read here, bounded, and
+        # before any request (a config that cannot be read is refused whether or not the registry is up).
+        auth_config = _docker_auth_config()
         self._basic = self._challenge() == "basic"
         backend = "basic" if self._basic else "token"
         self._oras = _Oras(hostname=reference.registry, insecure=insecure, auth_backend=backend)
         bounded_session(self._oras.session, read_timeout=limits.grace_s, transport=transport)
         self._container = oras.container.Container(f"{reference.registry}/{reference.repository}")
+        self._oras.auth._auth_config = auth_config
         with self._errors("reading credentials"):
-            self._oras.auth.load_configs(self._container, _docker_configs())
+            self._oras.auth.load_configs(self._container, [])
 
     def _challenge(self) -> str:
         """How the registry asks for credentials: ``basic`` (htpasswd) or ``token`` (bearer, the default)."""
@@ -457,15 +466,39 @@ class RegistryClient:
         )
 
 
-def _docker_configs() -> list[str]:
-    """``$DOCKER_CONFIG/config.json`` when set and present, as the docker CLI reads it (oras reads ~/.docker only).
-
-    A missing one is no credentials, as for docker; handed to oras it printed ``... does not exist.``
-    on stderr of every pull and push.
-    """
+def _docker_configs() -> list[Path]:
+    """``$DOCKER_CONFIG/config.json`` when set, as the docker CLI reads it, and ``~/.docker/config.json`` (oras's)."""
     directory = os.environ.get("DOCKER_CONFIG")
-    path = Path(directory) / "config.json" if directory else None
-    return [str(path)] if path is not None and path.is_file() else []
+    found = [Path(directory) / "config.json"] if directory else []
+    return [*found, Path("~/.docker/config.json").expanduser()]
+
+
+def _docker_auth_config() -> dict[str, Any]:
+    """The credentials of the docker configs, merged as oras merges them, each read through the bounded reader.
+
+    A missing config is no credentials, as for docker. One that is a FIFO, a device, a directory, too
+    big or not a JSON object is refused (3): a pull secret mounted there is a small regular file.
+    """
+    auths: dict[str, Any] = {}
+    helpers: dict[str, Any] = {}
+    store: Any = None
+    hint = "DOCKER_CONFIG names a directory whose config.json is a docker config (docker login writes one)"
+    for path in dict.fromkeys(_docker_configs()):
+        if not os.path.lexists(path):
+            continue
+        data = read_input(path, what="docker config", hint=hint, limit=DOCKER_CONFIG_MAX)
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict):
+            raise InputInvalidError(f"{shown(str(path))}: the docker config is not a JSON object", hint=hint)
+        for key, into in (("auths", auths), ("credHelpers", helpers)):
+            value = document.get(key, {})
+            if isinstance(value, dict):
+                into.update(value)
+        store = document.get("credsStore", store)
+    return {"auths": auths, "credsStore": store, "credHelpers": helpers}
 
 
 def _short(exc: BaseException | str) -> str:

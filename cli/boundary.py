@@ -23,12 +23,12 @@ import functools
 import json
 import os
 import signal
+import stat
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn, ParamSpec
 
@@ -123,8 +123,17 @@ def write_termination_log(code: int, title: str, message: str, hint: str | None)
     data = text.encode("utf-8", errors="replace")
     if len(data) > TERMINATION_LOG_MAX:
         data = data[: TERMINATION_LOG_MAX - 4] + b"\n..."
+    # Never follow a link (its target would be overwritten), never wait (a FIFO nobody reads would hang
+    # every refusal), and write only into a regular file: the kubelet's is one.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     with contextlib.suppress(OSError):
-        Path(path).write_bytes(data)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)
+                os.write(fd, data)
+        finally:
+            os.close(fd)
 
 
 def execute(body: Callable[[], Report], *, json_output: bool, verbose: bool, termination_log: bool = True) -> int:

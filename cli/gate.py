@@ -25,6 +25,7 @@ from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
 from bless.fsutil import atomic_write_bytes
 from bless.untrusted_text import shown
+from bless.user_files import check_output_target
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
@@ -98,6 +99,8 @@ def gate_command(
     store = command_store(ctx, root=root, manifests_dir=manifests_dir)
     # Even the default: a gate always means a published set, and a typo in CI must not read as "nothing is blessed".
     check_manifests_dir(store)
+    if junit is not None:  # before the gate runs: a FIFO or device there is refused at once
+        check_output_target(junit, what="JUnit report", hint="--junit names a regular file, or one to be created")
     report = run_gate(paths, store=store, verify=verify)
     if junit is not None:
         try:

@@ -81,6 +81,13 @@ PullSecretOption = Annotated[
         help="An image-pull secret (kubernetes.io/dockerconfigjson): pulls the images and the blessing.",
     ),
 ]
+EnvSecretOption = Annotated[
+    str | None,
+    typer.Option(
+        "--env-secret",
+        help="A Secret holding the profile's secret env values, one key per name (the profile leaves them empty).",
+    ),
+]
 ContainerPortOption = Annotated[int, typer.Option("--port", min=1, max=65535, help="The engine's container port.")]
 
 
@@ -96,6 +103,7 @@ def render_command(
     trust_configmap: TrustConfigMapOption = "bless-trust",
     trust: TrustRootOption = None,
     pull_secret: PullSecretOption = None,
+    env_secret: EnvSecretOption = None,
     port: ContainerPortOption = k8s.SERVING_PORT,
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
@@ -120,6 +128,7 @@ def render_command(
         namespace=namespace,
         trust_configmap=trust_configmap,
         pull_secret=pull_secret,
+        env_secret=env_secret,
         port=port,
     )
     rendered = render_blessing(

@@ -8,15 +8,21 @@ and the profile must be the one it was made from. Nothing is written anywhere.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from bless.engines import get_adapter
-from bless.errors import InputInvalidError
-from bless.fsutil import UnreadableFileError, read_bounded
-from bless.k8s import Blessing, K8sOptions, Rendered, render, require_digest
-from bless.profile import load_profile
+from bless.engines.base import EngineAdapter
+from bless.errors import BlessError, InputInvalidError
+from bless.factors import LocalModelDir, diff_factors, resolve
+from bless.k8s import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
+from bless.manifest import Manifest
+from bless.profile import Profile, parse_profile, read_profile
 from bless.registry import RegistryClient, Transport, parse_reference
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.trust.metadata import parse_root
+from bless.untrusted_text import shown
+from bless.user_files import read_input
 
 __all__ = ["render_blessing"]
 
@@ -39,33 +45,86 @@ def render_blessing(
     (without it the Deployment names an existing one, ``options.trust_configmap``). ``transport``:
     what carries the registry client's requests (None: the network).
     """
-    profile = load_profile(profile_path)
-    try:
-        profile_text = profile_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:  # load_profile read it a moment ago
-        raise InputInvalidError(f"cannot read {profile_path}: {exc}") from None
+    raw = read_profile(profile_path)  # read once: the ConfigMap holds the bytes that were validated
+    profile = parse_profile(raw, profile_path)
+    profile_text = raw.decode("utf-8")  # parse_profile refused anything else
     if trust_dir is not None:
         options = _with_trust_root(options, trust_dir)
+    adapter = get_adapter(profile.engine)
+    secret_env = sorted(name for name in profile.env if adapter.env_policy.is_secret(name))
+    check_secret_env(profile, options, secret_env)  # before any request: a secret is refused offline too
     require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
     client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     _artifact, manifest, _bytes = client.resolve_blessing(reference)
-    adapter = get_adapter(profile.engine)
-    return render(profile, profile_text, Blessing.of(manifest), options, cache_path=adapter.cache_mount_path)
+    if manifest.profile_name == profile.name:  # another name: render's own refusal says so
+        check_config_hash(profile, adapter, manifest, artifact=options.artifact)
+    return render(
+        profile,
+        profile_text,
+        Blessing.of(manifest),
+        options,
+        cache_path=adapter.cache_mount_path,
+        secret_env=secret_env,
+    )
 
 
 def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
     path = trust_dir / "root.json"
-    try:
-        data = read_bounded(path, _ROOT_JSON_MAX, follow=True)
-    except UnreadableFileError as exc:
-        raise InputInvalidError(f"{path} {exc}", hint="--trust names a directory holding root.json") from None
-    if data is None:
-        raise InputInvalidError(
-            f"{path} does not exist", hint="--trust names a directory holding the trusted root.json (bless trust init)"
-        )
+    data = read_input(
+        path,
+        what="trusted root",
+        limit=_ROOT_JSON_MAX,
+        hint="--trust names a directory holding the trusted root.json (bless trust init)",
+    )
+    parse_root(data, f"--trust {shown(str(path))}")  # TUF root metadata, or 66 (not rendered into a ConfigMap)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputInvalidError(f"{path} is not UTF-8 text") from None
     return dataclasses.replace(options, trust_root_json=text)
+
+
+def check_config_hash(profile: Profile, adapter: EngineAdapter, manifest: Manifest, *, artifact: str) -> None:
+    """Refuse ``profile`` unless it resolves to the blessing's config hash.
+
+    What only the pod can see (the engine image's Python environment, the GPUs, a local model's
+    content, a revision name's commit) is taken from the blessing; everything the profile says (serve
+    arguments, hashed env, model id and revision, engine switches) must hash to the blessing's. A
+    profile with another seed, say, would be served under this blessing's name and refused in the pod.
+    """
+    blessed = manifest.factors
+    runtime = blessed.get("runtime")
+    model = blessed.get("model")
+    runtime = runtime if isinstance(runtime, Mapping) else {}
+    model = model if isinstance(model, Mapping) else {}
+    hardware = blessed.get("hardware")
+
+    def revision(model_id: str, revision: str, *, where: str) -> str:
+        return str(model.get("revision", "")) if model.get("id") == model_id else ""
+
+    def model_dir(path: str, *, where: str) -> LocalModelDir:
+        return LocalModelDir(str(model.get("path", path)), str(model.get("content_sha256", "")))
+
+    try:
+        resolved = resolve(
+            profile,
+            adapter,
+            image_resolver=None,
+            hardware_probe=lambda _spec: dict(hardware) if isinstance(hardware, Mapping) else {},
+            environment_probe=lambda _python, _packages: {k: v for k, v in runtime.items() if k != "kind"},
+            revision_lookup=revision,
+            model_dir_probe=model_dir,
+        )
+    except BlessError as exc:
+        raise InputInvalidError(
+            f"{profile.label} cannot be checked against the blessing at {artifact}: {exc.message}",
+            hint="render with the profile that blessing was made from",
+        ) from None
+    if resolved.config_hash != manifest.config_hash:
+        changes = "; ".join(change.describe() for change in diff_factors(blessed, resolved.factors)[:5])
+        raise InputInvalidError(
+            f"{profile.label} resolves to config hash {resolved.config_hash[:16]}..., not the blessing's "
+            f"{manifest.config_hash[:16]}... ({changes})",
+            hint="render with the profile that blessing was made from (the pod's serve-full would refuse this one)",
+        )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bless.engines import get_adapter
-from bless.engines.base import EngineAdapter
+from bless.engines.base import EngineAdapter, EnvPolicy
 from bless.errors import NoManifestError
 from bless.factors import (
     FactorChange,
@@ -49,15 +51,31 @@ def resolve_profile(
     gives the hardware factor: this machine's by default, ``declared_hardware_factor`` for the
     profile's declaration only. ``offline`` forbids network lookups (a revision must be pinned).
     """
+    adapter = adapter or get_adapter(profile.engine)
     return resolve(
-        profile,
-        adapter or get_adapter(profile.engine),
+        secrets_from_environment(profile, adapter.env_policy),
+        adapter,
         image_resolver=image_resolver,
         hardware_probe=hardware_probe,
         environment_probe=probe_python_environment,
         revision_lookup=revision_lookup(offline=offline),
         model_dir_probe=read_model_dir,
     )
+
+
+def secrets_from_environment(profile: Profile, policy: EnvPolicy) -> Profile:
+    """``profile`` with each secret env name it leaves empty taken from bless's own environment.
+
+    A profile rendered for Kubernetes never holds a secret's value (``bless k8s render --env-secret``):
+    it names the secret with an empty value, and the pod's environment carries it from a Kubernetes
+    Secret. Secrets are never hashed, so the config hash is the same either way.
+    """
+    filled = {
+        name: os.environ[name]
+        for name, value in profile.env.items()
+        if value == "" and policy.is_secret(name) and os.environ.get(name)
+    }
+    return dataclasses.replace(profile, env={**profile.env, **filled}) if filled else profile
 
 
 @dataclass(frozen=True)

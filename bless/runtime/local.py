@@ -87,6 +87,8 @@ COMMAND_NOT_FOUND = 127
 # Characters that would break the overlay mount's comma/colon separated option string.
 _OVERLAY_UNSAFE = frozenset(",:\n")
 _POLL_S = 0.05
+#: Seconds a SIGKILLed detached engine is given to disappear before stop_detached returns.
+_KILL_WAIT_S = 10.0
 
 
 def _normalized_exit(returncode: int) -> int:
@@ -586,7 +588,10 @@ class LocalRuntime:
         if killed:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            while is_alive():
+            # Bounded too: a process in uninterruptible sleep outlives SIGKILL for a while; the caller
+            # checks is_alive again and refuses rather than wait for ever.
+            killed_by = time.monotonic() + _KILL_WAIT_S
+            while is_alive() and time.monotonic() < killed_by:
                 time.sleep(_POLL_S)
         return StopResult(exit_code=None, graceful=not killed, seconds=time.monotonic() - began)
 

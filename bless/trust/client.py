@@ -24,7 +24,7 @@ from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
-from bless.fsutil import full_disk, os_errors
+from bless.fsutil import full_disk, os_errors, unsafe_to_trust
 from bless.manifest import Manifest
 from bless.store.locks import blocking_file_lock
 from bless.trust.metadata import (
@@ -148,6 +148,13 @@ def _read_anchor(trust_dir: Path) -> tuple[dict[str, bytes], bytes]:
 
 
 def _create_state_dir(state_dir: Path) -> None:
+    why = unsafe_to_trust(state_dir)  # like every other store directory: never a link, never writable by others
+    if why is not None:
+        raise TrustInvalidError(
+            f"{why}: the store's trusted metadata would be read and written through it",
+            hint="bless never makes it a link or writable by others: remove it (the next check under --trust "
+            "records it again from the trusted root.json)",
+        )
     with os_errors(
         f"creating {state_dir}",
         refusal=TrustInvalidError,
@@ -169,6 +176,9 @@ def _metadata_to_serve(
         if file_name.endswith(".root.json"):
             served.setdefault(file_name, file_data)
     check_strict_json(served, "the signed metadata")
+    for file_name, file_data in served.items():  # every root the Updater may walk: each key listed once
+        if file_name.endswith("root.json"):
+            parse_root(file_data, file_name)
     refuse_mixed_versions(candidate)
     presented_version = parse_root(anchor, "the trusted root.json").signed.version
     served[f"{presented_version}.root.json"] = anchor

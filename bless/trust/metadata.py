@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
 from bless.errors import TrustInvalidError
@@ -25,6 +28,7 @@ __all__ = [
     "METADATA_FILE",
     "ROLE_MAX_BYTES",
     "TOP_LEVEL_ROLES",
+    "check_distinct_keys",
     "check_strict_json",
     "iso_utc",
     "metadata_from_dir",
@@ -119,12 +123,52 @@ def check_strict_json(files: Mapping[str, bytes], where: str) -> None:
 
 
 def parse_metadata(data: bytes, what: str) -> Metadata[Any]:
-    """``data`` as TUF metadata of any role, held to the strict JSON rule first; malformed is 66."""
+    """``data`` as TUF metadata of any role, held to the strict JSON rule first; malformed is 66.
+
+    A root must list each key once (:func:`check_distinct_keys`).
+    """
     check_strict_json({what: data}, what)
     try:
-        return Metadata.from_bytes(data)
+        metadata: Metadata[Any] = Metadata.from_bytes(data)
     except Exception as exc:  # DeserializationError, ValueError, KeyError...: all "malformed"
         raise TrustInvalidError(f"{what} is not valid TUF metadata: {exc}") from None
+    if isinstance(metadata.signed, Root):
+        check_distinct_keys(metadata.signed, what)
+    return metadata
+
+
+def check_distinct_keys(root: Root, what: str) -> None:
+    """Refuse a root that lists the same key material under two key ids.
+
+    python-tuf counts signatures by key id (python-tuf #1429): one key listed twice would let one
+    signature count twice toward a threshold of 2. bless never writes such a root; both sides refuse it.
+    """
+    seen: dict[bytes, str] = {}
+    for keyid, key in sorted(root.keys.items()):
+        material = _key_material(key.keytype, key.keyval.get("public"))
+        if material in seen:
+            raise TrustInvalidError(
+                f"{what} lists the same public key under two key ids ({shown(seen[material][:16])}... and "
+                f"{shown(keyid[:16])}...): one signature would count twice toward a threshold",
+                hint="a root from bless trust init or rotate never does this: it was crafted; use the signing "
+                "repository's own root.json",
+            )
+        seen[material] = keyid
+
+
+def _key_material(keytype: str, public: Any) -> bytes:
+    """A public key as comparable bytes whatever its encoding: DER SubjectPublicKeyInfo when it parses."""
+    text = str(public).strip()
+    try:
+        if text.startswith("-----BEGIN"):
+            loaded = serialization.load_pem_public_key(text.encode())
+            return loaded.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        if keytype == "ed25519":
+            raw = ed25519.Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
+            return raw.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        pass
+    return text.lower().encode()
 
 
 def parse_root(data: bytes, what: str) -> Metadata[Root]:

@@ -50,7 +50,7 @@ def test_factors_does_no_io_and_imports_no_engine() -> None:
 CORE_MODULES = [
     *(f"{name}.py" for name in ("errors", "factors", "manifest", "profile", "verify", "evidence", "schemas",
                                 "untrusted_text", "labels", "artifact", "trials", "engine_client", "reuse", "canary",
-                                "k8s", "relpath", "fsutil", "procid")),
+                                "k8s", "relpath", "fsutil", "user_files", "procid")),
     *sorted(path.relative_to(BLESS).as_posix() for path in (BLESS / "store").glob("*.py")),
 ]  # fmt: skip
 

@@ -19,6 +19,7 @@ from bless import k8s
 from bless.artifact import digest_of
 from bless.engines import get_adapter
 from bless.errors import DigestMismatchError, InputInvalidError
+from bless.factors import resolve
 from bless.flows.k8s import render_blessing
 from bless.flows.push import push_blessing
 from bless.profile import Profile, load_profile
@@ -72,6 +73,19 @@ def load(tmp_path: Path, text: str) -> Profile:
 def blessing(tmp_path: Path, hardware: Mapping[str, Any]) -> k8s.Blessing:
     factors = {**make_factors(), "hardware": dict(hardware)}
     return k8s.Blessing.of(make_manifest(write_tree(tmp_path / "tree"), factors))
+
+
+def resolved_factors(text: str, tmp_path: Path, hardware: Mapping[str, Any] = H100) -> dict[str, Any]:
+    """The factors ``text`` resolves to in a pod on ``hardware`` (the engine image's environment made up)."""
+    profile = load(tmp_path, text)
+    resolved = resolve(
+        profile,
+        get_adapter(profile.engine),
+        image_resolver=None,
+        hardware_probe=lambda _spec: dict(hardware),
+        environment_probe=lambda _python, _packages: {"python": "3.11.7", "packages": {"bless": "0.1.0"}},
+    )
+    return dict(resolved.factors)
 
 
 def options(**changes: Any) -> k8s.K8sOptions:
@@ -299,7 +313,7 @@ def test_the_command_refuses_a_trust_dir_without_root_json(tmp_path: Path) -> No
     empty.mkdir()
     result = _render_cli("--profile", str(path), "--from", f"127.0.0.1:9/b@{DIGEST}", "--trust", str(empty), "--json")
     assert result.exit_code == 3, result.stdout
-    assert "root.json does not exist" in result.stdout
+    assert "root.json: no such trusted root file" in result.stdout
 
 
 def test_without_a_name_the_deployment_is_named_after_the_profile(tmp_path: Path) -> None:
@@ -314,7 +328,7 @@ def test_the_flow_renders_the_blessing_it_reads_from_the_registry(tmp_path: Path
     registry = RegistrySimulator()
     store = Store(tmp_path / "root")
     tree = write_tree(tmp_path / "tree")
-    manifest = make_manifest(tree, {**make_factors(), "hardware": dict(H100)})
+    manifest = make_manifest(tree, resolved_factors(profile_text(), tmp_path))
     store.publish(tree, manifest)
     pushed = push_blessing(store, manifest, parse_reference(registry.ref("blessings/tiny:v1")), transport=registry)
     path = tmp_path / "profile.toml"

@@ -221,7 +221,7 @@ def test_missing_file_and_directory(tmp_path):
     assert "no such profile file" in invalid(tmp_path / "nope.toml").message
     directory = tmp_path / "dir.toml"
     directory.mkdir()
-    assert "is a directory, not a profile file" in invalid(directory).message
+    assert "is a directory, not a regular file" in invalid(directory).message
 
 
 def test_huge_file_refused_before_reading(tmp_path):
@@ -230,7 +230,7 @@ def test_huge_file_refused_before_reading(tmp_path):
     big = text + padding * (MAX_PROFILE_BYTES // len(padding) + 1)
     assert len(big.encode()) > MAX_PROFILE_BYTES
     error = invalid(write(tmp_path, big))
-    assert f"more than the {MAX_PROFILE_BYTES} allowed" in error.message
+    assert f"over the {MAX_PROFILE_BYTES} bytes it may be" in error.message
     # Just under the limit is fine: the limit is on size, not on comments.
     ok = text + padding * ((MAX_PROFILE_BYTES - len(text)) // len(padding))
     assert len(ok.encode()) <= MAX_PROFILE_BYTES

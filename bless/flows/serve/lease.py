@@ -26,7 +26,17 @@ from bless.runtime.base import Started
 from bless.store import Store
 from bless.store.lease import Lease
 
-__all__ = ["ServingLease", "serving_lease"]
+__all__ = ["SERVE_FULL_ROLE", "ServingLease", "serve_full_holder", "serving_lease"]
+
+#: The ``role`` of a lease holder that is serve-full itself (starting, or serving in the foreground), as
+#: opposed to the detached engine it hands the lease to: ``serve-full stop`` signals serve-full, which
+#: stops its own engine, rather than an engine it has not handed the lease to yet.
+SERVE_FULL_ROLE = "serve-full"
+
+
+def serve_full_holder() -> dict[str, Any]:
+    """This serve-full process as a lease holder (:func:`process_identity` and its role)."""
+    return {**process_identity(), "role": SERVE_FULL_ROLE}
 
 
 @dataclass
@@ -64,7 +74,11 @@ def serving_lease(store: Store, plan_: LaunchPlan) -> Iterator[ServingLease]:
         return
     with os_errors(f"taking the serving lease in {store.paths.leases}"):
         lease = store.leases.acquire(
-            manifest.config_hash, manifest.cache.dir_id, name=plan_.container_name, serve_dir=plan_.serve_dir
+            manifest.config_hash,
+            manifest.cache.dir_id,
+            name=plan_.container_name,
+            serve_dir=plan_.serve_dir,
+            holder=serve_full_holder(),
         )
     held = ServingLease(store, lease)
     try:

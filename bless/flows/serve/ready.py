@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,17 @@ from bless.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_obje
 from bless.manifest import utc_now
 from bless.procid import process_alive
 from bless.store import Store
+from bless.untrusted_text import shown
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven"]
+
+#: What a record's host may be: an IPv4/IPv6 address or a DNS name (no space, newline or URL syntax).
+_HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
+
+
+def _short(text: str) -> str:
+    return text if len(text) < 200 else text[:200] + "..."
+
 
 #: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
 PROBE_TIMEOUT_S = 3.0
@@ -81,12 +91,15 @@ class ReadyRecord:
                 since=str(data["since"]),
                 **_unproven_from(data.get("unproven_compile")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed readiness record: {exc!r}") from None
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
         if record.canary not in ("passed", "skipped") or not 0 < record.port < 65536:
             raise ValueError("malformed readiness record: canary or port out of range")
         if record.unproven_policy not in ("refuse", "record", "stop"):
             raise ValueError(f"malformed readiness record: unproven_compile policy {record.unproven_policy!r}")
+        if not _HOST.fullmatch(record.host):
+            host = shown(record.host[:100])
+            raise ValueError(f"malformed readiness record: host {host} is not a host name or address")
         return record
 
 

@@ -6,10 +6,20 @@ start time). Stopping it is the same graceful stop as a foreground serve's end (
 SIGKILL after the timeout); then the container and its overlay volume (Docker), the serve dir
 (the overlay's upper layer and the engine log) and the lease are removed. Only what carries our
 labels or our lease is ever touched.
+
+A lease may still be held by serve-full itself (a ``--detach`` start that has not handed it over yet,
+or a foreground serve): that serve-full is sent SIGTERM (its pid only, never its group) and ends as on
+Ctrl-C, stopping its own engine; the leases are then read again. Every wait is bounded, and nothing is
+released or removed while a lease's holder still runs: no engine is ever left serving without its lease.
+The readiness record is cleared only once the engine has stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bless import labels
-from bless.errors import BlessError, ContainerConflictError
+from bless.errors import BlessError, ContainerConflictError, LockHeldError
+from bless.flows.serve.lease import SERVE_FULL_ROLE
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
@@ -27,8 +38,13 @@ from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.lease import Lease
+from bless.untrusted_text import shown
 
-__all__ = ["StopOutcome", "stop_serving"]
+__all__ = ["SERVE_FULL_SLACK_S", "StopOutcome", "stop_serving"]
+
+#: Seconds serve-full is given beyond the stop timeout to end after SIGTERM (stop its engine, clean up).
+SERVE_FULL_SLACK_S = 30
+_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,7 @@ def stop_serving(
     docker: Callable[[], Runtime],
     local: Callable[[], LocalRuntime] = LocalRuntime,
     timeout_s: int = 30,
+    serve_full_slack_s: float = SERVE_FULL_SLACK_S,
 ) -> StopOutcome:
     """Stop the detached serve of profile ``name`` and remove what it created (see the module docstring).
 
@@ -80,16 +97,21 @@ def stop_serving(
     """
     # The serve's container name: plain, or tagged with this root (serve-full --name-per-root).
     containers = {serve_container_name(name), serve_container_name(name, per_root=store.root)}
-    clear_ready(store, name)  # first: no readiness probe may pass while it stops
-    leases = [lease for lease in store.leases.leases() if lease.name in containers]
     stopped: list[str] = []
     notes: list[str] = []
+    # A serve-full still starting (or serving in the foreground) holds the lease itself: it is asked to
+    # stop (SIGTERM to its pid: it stops its own engine), then the leases are read again, since a start
+    # may have handed its lease to a detached engine meanwhile.
+    _end_serve_fulls(_leases(store, containers), timeout_s + serve_full_slack_s, stopped=stopped)
+    leases = _leases(store, containers)
     runtime: Runtime | None = None
     local_holders = [lease for lease in leases if _local_pid(lease) is not None]
     _stop_local_engines(local_holders, local, timeout_s, stopped=stopped, notes=notes)
     if len(local_holders) < len(leases) or not leases:
         # A Docker serve (its lease names a container), or one without a lease (--debug): by our labels.
         runtime = _stop_docker_serves(name, store, docker, leases, timeout_s, stopped=stopped, notes=notes)
+    _refuse_live_holders(name, store, _leases(store, containers))  # no engine may run without its lease
+    clear_ready(store, name)  # only now: the engine is stopped (a probe fails closed on a dead holder anyway)
     removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
     with os_errors(f"releasing the serving leases under {store.paths.leases}"):
         released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
@@ -100,6 +122,85 @@ def stop_serving(
         leases_released=len(released),
         notes=tuple(notes),
     )
+
+
+def _leases(store: Store, containers: set[str]) -> list[Lease]:
+    return [lease for lease in store.leases.leases() if lease.name in containers]
+
+
+def _serve_full_pid(lease: Lease) -> int | None:
+    """The pid of the serve-full that holds ``lease`` itself (starting, or in the foreground), else None.
+
+    Its lease says so (``role``); a lease from before roles were recorded is told by its pid: a detached
+    engine leads its own process group, a serve-full under a supervisor or a test harness need not.
+    """
+    pid = _local_pid(lease)
+    if pid is None or lease.holder is None:
+        return None
+    if lease.holder.get("role") == SERVE_FULL_ROLE:
+        return pid
+    try:
+        return pid if os.getpgid(pid) != pid else None
+    except OSError:  # gone: nothing to signal
+        return None
+
+
+def _end_serve_fulls(leases: list[Lease], wait_s: float, *, stopped: list[str]) -> None:
+    """SIGTERM each live serve-full that holds a lease and wait, bounded, for it to exit.
+
+    serve-full ends on SIGTERM the way it ends on Ctrl-C: a start unwinds and stops the engine it
+    started, a foreground serve stops its engine gracefully within the profile's stop timeout; both
+    release the lease. Only the very process (pid and start time) is signalled, never its group, and
+    never with SIGKILL: its engine runs in its own session and would outlive it without a lease.
+
+    Raises:
+        LockHeldError: a serve-full still runs after ``wait_s`` (the stop timeout plus :data:`SERVE_FULL_SLACK_S`).
+    """
+    holders = [
+        (pid, lease)
+        for lease in leases
+        if (pid := _serve_full_pid(lease)) is not None and lease.holder is not None and _alive(lease.holder)
+    ]
+    for pid, lease in holders:
+        assert lease.holder is not None
+        if _alive(lease.holder):  # checked again just before: a recycled pid is never signalled
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    for pid, lease in holders:
+        assert lease.holder is not None
+        while _alive(lease.holder) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        if _alive(lease.holder):
+            raise LockHeldError(
+                f"serve-full pid {pid} still serves {lease.name} {wait_s:g} s after SIGTERM; "
+                "nothing was stopped or removed",
+                hint="it may be copying or verifying a large cache: retry serve-full stop, or read its log",
+                details={"pid": pid, "lease": str(lease.path)},
+            )
+        stopped.append(f"serve-full pid {pid}")
+
+
+def _refuse_live_holders(name: str, store: Store, leases: list[Lease]) -> None:
+    """Refuse (nothing released or removed) while a lease's local holder still runs or cannot be judged here."""
+    for lease in leases:
+        if _local_pid(lease) is None or lease.holder is None:
+            continue
+        alive = process_alive(lease.holder)
+        if alive is None:
+            raise ContainerConflictError(
+                f"the engine of {name} (pid {lease.holder.get('pid')}) runs on host "
+                f"{shown(str(lease.holder.get('host')))}: its lease is kept",
+                hint="run serve-full stop on that host",
+                details={"lease": str(lease.path)},
+            )
+        if alive:
+            raise LockHeldError(
+                f"pid {lease.holder.get('pid')} still holds the serving lease of {name} after it was stopped; "
+                "its lease and serve dir are kept",
+                hint="retry serve-full stop; if it persists, the process may be stuck in the kernel (ps -o stat)",
+                details={"lease": str(lease.path)},
+            )
 
 
 def _stop_local_engines(

@@ -1,0 +1,68 @@
+"""Files a user names (a profile, a model's config.json, a docker config, a trusted root, a report to write).
+
+Each is read through the one bounded reader, :func:`bless.fsutil.read_bounded` (no blocking open, a
+regular file within a limit, never read past it), and what it refuses is invalid input (3) naming the
+file and why; a report is written only over a regular file or where none is.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from bless.errors import InputInvalidError
+from bless.fsutil import UnreadableFileError, file_kind, read_bounded
+from bless.untrusted_text import shown
+
+__all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input"]
+
+#: The most a file a user names may be unless its reader sets a smaller limit: a profile, a local
+#: model's config.json, a docker config with its pull secrets. Bigger is not one of these.
+INPUT_FILE_MAX = 4 * 1024 * 1024
+
+
+def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX) -> bytes:
+    """The bytes of a file a user named (``what``: "profile", "docker config"...): the one reader of user files.
+
+    Through :func:`read_bounded`: opened without blocking (a FIFO is refused, never waited on), a
+    regular file of at most ``limit`` bytes (``/dev/zero``, a device, a directory or a huge file are
+    refused before a byte is read), read never past the limit. A symlink is followed and what it leads
+    to is held to the same rules: a Kubernetes ConfigMap or Secret mount is all symlinks, and a user
+    who names a link could name its target.
+
+    Raises:
+        InputInvalidError: missing, unreadable, not a regular file or over ``limit`` (3), the message
+            naming the file and why, the hint what to pass instead.
+    """
+    try:
+        data = read_bounded(path, limit, follow=True)
+    except UnreadableFileError as exc:
+        raise InputInvalidError(f"{shown(str(path))}: the {what} {exc}", hint=hint) from None
+    if data is None:
+        raise InputInvalidError(f"{shown(str(path))}: no such {what} file", hint=hint)
+    return data
+
+
+def check_output_target(path: Path, *, what: str, hint: str) -> None:
+    """Refuse to write ``what`` (a report a user named, such as ``--junit``) over anything but a regular file.
+
+    The write itself is atomic (a temp file renamed over ``path``): over a FIFO or a device it would
+    replace the node (``/dev/null`` as root), over a symlink the link and not what it names. Missing
+    is fine.
+
+    Raises:
+        InputInvalidError: ``path`` is a FIFO, a device, a directory, a socket or a symlink (3).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise InputInvalidError(f"{shown(str(path))}: cannot write the {what} ({why})", hint=hint) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputInvalidError(
+            f"{shown(str(path))} is {file_kind(st.st_mode)}, not a regular file: the {what} is not written there",
+            hint=hint,
+        )
