@@ -10,6 +10,10 @@ plan builds them), each timed from process launch until ``GET /v1/models`` answe
 * ``serve-full``: ``serve-full --profile P`` of the blessing in ``--root`` (verification, the overlay,
   a fresh private HOME: a fresh fleet host); its canary time is recorded beside.
 
+With ``--traffic-seconds S``, plain warm and serve-full are each measured under the same varied traffic
+(``scripts/drive_traffic.py``: an untimed pass, then S timed seconds) before they stop: request latency
+p50/p99 with bless's Triton cache manager in the engine (serve-full) and without it (plain warm).
+
 One untimed plain cold start first (it writes the interpreter's bytecode of the site tree, which the
 first process on a fresh host pays for), then ``--rounds`` rounds, the order alternating (round 1:
 cold, warm, serve-full; round 2: serve-full, cold, warm; ...). Reported: every start, each side's
@@ -94,8 +98,38 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = 120) -> int | None:
     return proc.returncode
 
 
-def plain_start(plan: dict[str, Any], cache: Path, home: Path, log: Path) -> dict[str, Any]:
-    """One plain vLLM start of the plan's argv with ``cache`` as VLLM_CACHE_ROOT and ``home`` as HOME."""
+def under_load(port: int, traffic: argparse.Namespace | None) -> dict[str, Any]:
+    """Request latency of the ready engine on ``port`` under ``scripts/drive_traffic.py``'s varied traffic.
+
+    An untimed pass first (``--traffic-warmup-seconds``, another seed), then the timed one: both sides of the
+    comparison meet the same requests in the same order. Empty without ``--traffic-seconds``.
+    """
+    if traffic is None or not traffic.traffic_seconds:
+        return {}
+    measured: dict[str, Any] = {}
+    for phase, seconds, seed in (("warmup", traffic.traffic_warmup_seconds, 1), ("timed", traffic.traffic_seconds, 2)):
+        if not seconds:
+            continue
+        out = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "drive_traffic.py"), "--port", str(port), "--model",
+             traffic.model, "--vocab", str(traffic.vocab), "--seconds", str(seconds), "--concurrency",
+             str(traffic.traffic_concurrency), "--max-prompt", str(traffic.max_prompt), "--seed", str(seed)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        try:
+            measured[phase] = json.loads(out.stdout)["varied"]
+        except (ValueError, KeyError):
+            measured[phase] = {"error": out.stderr[-500:]}
+    return {"traffic": measured}
+
+
+def plain_start(
+    plan: dict[str, Any], cache: Path, home: Path, log: Path, traffic: argparse.Namespace | None = None
+) -> dict[str, Any]:
+    """One plain vLLM start of the plan's argv with ``cache`` as VLLM_CACHE_ROOT and ``home`` as HOME.
+
+    With ``traffic``, the ready engine is measured under load before it is stopped (:func:`under_load`).
+    """
     container = plan["container"]
     # bless's compile locations point under the cache mount: a plain start keeps each library's default.
     under_cache = plan["mount"]["target"].rstrip("/") + "/"
@@ -116,6 +150,7 @@ def plain_start(plan: dict[str, Any], cache: Path, home: Path, log: Path) -> dic
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     ready = wait_ready(port, proc, 900)
     seconds = time.monotonic() - began
+    loaded = under_load(port, traffic) if ready else {}
     code = stop(proc)
     # What a plain start leaves in HOME (Triton's kernels): compiled state outside any cache an operator keeps.
     files = [path for path in home.rglob("*") if path.is_file()]
@@ -126,11 +161,17 @@ def plain_start(plan: dict[str, Any], cache: Path, home: Path, log: Path) -> dic
         "home_files": len(files),
         "home_bytes": sum(path.stat().st_size for path in files),
         **compile_time(log),
+        **loaded,
     }
 
 
-def serve_full_start(profile: str, root: str, port: int, log: Path) -> dict[str, Any]:
-    """One ``serve-full`` of the blessing, timed to the engine answering; the canary's verdict beside."""
+def serve_full_start(
+    profile: str, root: str, port: int, log: Path, traffic: argparse.Namespace | None = None
+) -> dict[str, Any]:
+    """One ``serve-full`` of the blessing, timed to the engine answering; the canary's verdict beside.
+
+    With ``traffic``, measured under load after the canary (sealed: bless's Triton cache manager in the engine).
+    """
     began = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -146,6 +187,7 @@ def serve_full_start(profile: str, root: str, port: int, log: Path) -> dict[str,
             canary_s = round(time.monotonic() - began, 2)
             break
         time.sleep(0.25)
+    loaded = under_load(port, traffic) if canary_s is not None else {}
     code = stop(proc)
     return {
         "ready": ready,
@@ -153,6 +195,7 @@ def serve_full_start(profile: str, root: str, port: int, log: Path) -> dict[str,
         "canary_passed_at_s": canary_s,
         "exit_code": code,
         **compile_time(log),
+        **loaded,
     }
 
 
@@ -175,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--logs", type=Path, help="keep every start's log in this dir")
+    parser.add_argument("--traffic-seconds", type=float, default=0, help="measure plain warm and serve-full under load")
+    parser.add_argument("--traffic-warmup-seconds", type=float, default=20, help="untimed load before the timed one")
+    parser.add_argument("--traffic-concurrency", type=int, default=8)
+    parser.add_argument("--model", default="m", help="the served model name (traffic)")
+    parser.add_argument("--vocab", type=int, default=32000, help="the model's vocabulary size (traffic)")
+    parser.add_argument("--max-prompt", type=int, default=500, help="longest prompt plus max_tokens (traffic)")
     args = parser.parse_args(argv)
     plan = serve_plan(args.profile, args.root)
     port = int(plan["container"]["host_port"] or plan["container"]["port"])
@@ -192,12 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             for side in order:
                 if side == "plain":
                     cold = plain_start(plan, cache, home, logs / f"r{number}-plain-cold.log")
-                    warm = plain_start(plan, cache, home, logs / f"r{number}-plain-warm.log")
+                    warm = plain_start(plan, cache, home, logs / f"r{number}-plain-warm.log", args)
                     starts["plain-cold"].append({"round": number, **cold})
                     starts["plain-warm"].append({"round": number, **warm})
                     print(f"round {number}: plain cold {cold}\nround {number}: plain warm {warm}", file=sys.stderr)
                 else:
-                    served = serve_full_start(args.profile, args.root, port, logs / f"r{number}-serve-full.log")
+                    served = serve_full_start(args.profile, args.root, port, logs / f"r{number}-serve-full.log", args)
                     starts["serve-full"].append({"round": number, **served})
                     print(f"round {number}: serve-full {served}", file=sys.stderr)
     finally:
@@ -209,6 +258,16 @@ def main(argv: list[str] | None = None) -> int:
         top, bottom = table[a].get("median"), table[b].get("median")
         return round(float(top) / float(bottom), 3) if top and bottom else None
 
+    latency = {
+        side: {
+            quantile: summary(
+                [{"ready": True, **s["traffic"]["timed"]} for s in runs if "timed" in s.get("traffic", {})], quantile
+            )
+            for quantile in ("p50_s", "p99_s")
+        }
+        for side, runs in starts.items()
+        if side != "plain-cold"
+    }
     result = {
         "profile": args.profile,
         "rounds": args.rounds,
@@ -222,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "plain_warm_over_plain_cold": ratio(ready, "plain-warm", "plain-cold"),
             "torch_compile_serve_full_over_plain_cold": ratio(compiled, "serve-full", "plain-cold"),
         },
+        "latency_under_load": latency,
     }
     text = json.dumps(result, indent=2)
     print(text)

@@ -8,13 +8,13 @@ and the profile must be the one it was made from. Nothing is written anywhere.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from pathlib import Path
 
 from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, InputInvalidError
-from bless.factors import LocalModelDir, diff_factors, resolve
+from bless.factors import diff_factors
+from bless.flows.resolve import resolve_as_blessed
 from bless.k8s import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
 from bless.manifest import Manifest
 from bless.profile import Profile, parse_profile, read_profile
@@ -94,28 +94,8 @@ def check_config_hash(profile: Profile, adapter: EngineAdapter, manifest: Manife
     profile with another seed, say, would be served under this blessing's name and refused in the pod.
     """
     blessed = manifest.factors
-    runtime = blessed.get("runtime")
-    model = blessed.get("model")
-    runtime = runtime if isinstance(runtime, Mapping) else {}
-    model = model if isinstance(model, Mapping) else {}
-    hardware = blessed.get("hardware")
-
-    def revision(model_id: str, revision: str, *, where: str) -> str:
-        return str(model.get("revision", "")) if model.get("id") == model_id else ""
-
-    def model_dir(path: str, *, where: str) -> LocalModelDir:
-        return LocalModelDir(str(model.get("path", path)), str(model.get("content_sha256", "")))
-
     try:
-        resolved = resolve(
-            profile,
-            adapter,
-            image_resolver=None,
-            hardware_probe=lambda _spec: dict(hardware) if isinstance(hardware, Mapping) else {},
-            environment_probe=lambda _python, _packages: {k: v for k, v in runtime.items() if k != "kind"},
-            revision_lookup=revision,
-            model_dir_probe=model_dir,
-        )
+        resolved = resolve_as_blessed(profile, adapter, blessed)
     except BlessError as exc:
         raise InputInvalidError(
             f"{profile.label} cannot be checked against the blessing at {artifact}: {exc.message}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from bless.factors import (
     FactorChange,
     HardwareProbe,
     ImageResolver,
+    LocalModelDir,
     ResolvedConfig,
     change_to_dict,
     diff_factors,
@@ -143,4 +144,34 @@ def drift_error(
         message,
         hint=hint,
         details={"config_hash": resolved.config_hash, "nearest": nearest.to_dict() if nearest else None},
+    )
+
+
+def resolve_as_blessed(profile: Profile, adapter: EngineAdapter, blessed: Mapping[str, Any]) -> ResolvedConfig:
+    """Resolve ``profile`` with what only a serving host can see taken from a blessing's factors ``blessed``.
+
+    The engine image's Python environment, the hardware, a local model's directory and content, a revision
+    name's commit: as the blessing recorded them. Everything the profile itself says (serve arguments, hashed
+    env, model id, engine switches) is resolved as usual, so the hash differs exactly when the profile does.
+    """
+    runtime = blessed.get("runtime")
+    model = blessed.get("model")
+    hardware = blessed.get("hardware")
+    runtime = runtime if isinstance(runtime, Mapping) else {}
+    model = model if isinstance(model, Mapping) else {}
+
+    def revision(model_id: str, revision: str, *, where: str) -> str:
+        return str(model.get("revision", "")) if model.get("id") == model_id else ""
+
+    def model_dir(path: str, *, where: str) -> LocalModelDir:
+        return LocalModelDir(str(model.get("path", path)), str(model.get("content_sha256", "")))
+
+    return resolve(
+        profile,
+        adapter,
+        image_resolver=None,
+        hardware_probe=lambda _spec: dict(hardware) if isinstance(hardware, Mapping) else {},
+        environment_probe=lambda _python, _packages: {k: v for k, v in runtime.items() if k != "kind"},
+        revision_lookup=revision,
+        model_dir_probe=model_dir,
     )
