@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +25,7 @@ import urllib3.connection
 import urllib3.connectionpool
 from requests.adapters import BaseAdapter, HTTPAdapter
 
+from bless.deadline import Guard
 from bless.errors import RegistryUnavailableError
 
 __all__ = [
@@ -48,49 +49,6 @@ MAX_REDIRECT_BODY = 64 << 10
 _READ_CHUNK = 64 << 10
 #: What carries a session's requests: requests' transport adapter (``send`` a prepared request, get a response).
 Transport = BaseAdapter
-
-
-class Guard:
-    """The deadline of one exchange: when it passes, the sockets the exchange used are shut down.
-
-    Shutting a socket down wakes a thread blocked reading it (closing it would not), so a registry
-    that trickles cannot hold a request past its deadline, whatever the per-read timeout.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> Guard:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            expired = self.expired
-            if not expired:
-                self._sockets.append(sock)
-        if expired:
-            _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    with suppress(OSError):  # already closed: nothing to wake
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 #: The guard of the exchange this thread runs (download workers each run their own).
