@@ -121,6 +121,10 @@ def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
     """``bless hash``: the config hash, the hashed factors, and the recorded (not hashed) env."""
     console.print(Text.assemble("config hash ", (str(data["config_hash"]), "bold")))
     console.print(cell(f"profile     {data['profile']}", style="dim"))
+    source = data.get("hardware_source")
+    if source is not None:
+        where = "declared in the profile's [hardware]" if source == "declared" else "probed on this machine"
+        console.print(cell(f"hardware    {where}", style="dim"))
     tree = Tree(Text("factors (canonical, hashed)", style="bold"))
     _factor_tree(tree, data["factors"])
     console.print(tree)
@@ -163,7 +167,10 @@ def render_diff(console: Console, data: Mapping[str, Any]) -> None:
 
 def _describe_side(side: Mapping[str, Any]) -> str:
     if side["kind"] == "profile":
-        return f"profile {side['profile']} (hashes to {side['config_hash']})"
+        hardware = {"declared": ", hardware as declared", "probed": ", hardware probed here"}.get(
+            side.get("hardware_source") or "", ""
+        )
+        return f"profile {side['profile']} (hashes to {side['config_hash']}{hardware})"
     return f"manifest {side['config_hash']} ({side['profile_name']}, created {side['created']})"
 
 
