@@ -35,7 +35,7 @@ from typing import Any
 
 from bless.errors import InputInvalidError
 from bless.manifest import Manifest
-from bless.profile import Profile
+from bless.profile import Profile, engine_gpu_count
 from bless.untrusted_text import shown
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "K8sOptions",
     "Rendered",
     "default_name",
-    "gpu_count",
     "gpu_product_label",
     "node_affinity",
     "render",
@@ -248,7 +247,7 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
             hint="render with the profile that blessing was made from",
         )
     check_secret_env(profile, options, secret_env)
-    gpu_count(profile)  # the GPUs asked for cover the engine's parallelism
+    engine_gpu_count(profile)  # the GPUs asked for cover the engine's parallelism
 
 
 def check_secret_env(profile: Profile, options: K8sOptions, secret_env: Sequence[str]) -> None:
@@ -418,30 +417,11 @@ def _volumes(profile: Profile, options: K8sOptions, *, profile_cm: str) -> list[
     return volumes
 
 
-def gpu_count(profile: Profile) -> int:
-    """The GPUs one engine of ``profile`` uses: ``hardware.gpu_count``, which must cover the serve arguments'
-    ``tensor_parallel_size`` x ``pipeline_parallel_size`` (a pod that asks for fewer could never start)."""
-    if profile.hardware.accelerator != "cuda":
-        return 0
-    declared = profile.hardware.gpu_count or 1
-    parallel = 1
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        value = profile.serve.get(key, 1)
-        parallel *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-    if parallel > declared:
-        raise InputInvalidError(
-            f"{profile.label}: serve.tensor_parallel_size x pipeline_parallel_size is {parallel} GPUs, "
-            f"hardware.gpu_count is {declared}",
-            hint=f"set hardware.gpu_count = {parallel} (the GPUs the blessing is proven on), then bless it",
-        )
-    return declared
-
-
 def _shm_limit(profile: Profile) -> str | None:
     """``/dev/shm``'s size: the profile's runtime.shm_size, else NCCL's need for a multi-GPU engine, else none."""
     if profile.shm_size:
         return _quantity(profile.shm_size)
-    gpus = gpu_count(profile)
+    gpus = engine_gpu_count(profile)
     return f"{NCCL_SHM_GIB_PER_GPU * gpus}Gi" if gpus > 1 else None
 
 
@@ -501,7 +481,7 @@ def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str)
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if profile.hardware.accelerator == "cuda":
-        count = str(gpu_count(profile))
+        count = str(engine_gpu_count(profile))
         engine["resources"] = {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}
     return engine
 
