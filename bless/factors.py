@@ -436,6 +436,17 @@ def observed_hardware_factor(
     return factor
 
 
+def undeclared_hardware(spec: HardwareSpec) -> tuple[str, ...]:
+    """The ``[hardware]`` fields a complete declaration needs and ``spec`` leaves out.
+
+    CPU: ``cpu_isa``. CUDA: ``gpu_name``, ``compute_capability`` and ``gpu_count`` (a declaration
+    without the count would silently stand for one GPU, wrong for a tensor-parallel profile).
+    """
+    if spec.accelerator == "cpu":
+        return () if spec.cpu_isa else ("cpu_isa",)
+    return tuple(key for key in ("gpu_name", "compute_capability", "gpu_count") if getattr(spec, key) is None)
+
+
 def declared_hardware_factor(spec: HardwareSpec) -> dict[str, Any]:
     """The hardware factor from the profile's declaration alone (for offline gating in CI)."""
     if spec.accelerator == "cpu":

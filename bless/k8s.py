@@ -13,7 +13,9 @@ container's termination message, ``kubectl describe pod``):
   and the canary gates readiness: the probes run ``serve-full ready NAME``.
 
 Pods land only on nodes whose GPU the blessing was proven on: node affinity on the GPU product and
-compute capability labels of NVIDIA's GPU feature discovery (or on the CPU architecture). serve-full
+compute capability labels of NVIDIA's GPU feature discovery (or on the CPU architecture), and, for a
+tensor-parallel blessing, on at least as many GPUs per node as it uses; such a pod requests that many
+GPUs and gets a memory-backed ``/dev/shm`` for NCCL. serve-full
 would refuse anywhere else anyway (the hardware factor is hashed); the affinity keeps pods from being
 scheduled where they can only fail.
 
@@ -33,7 +35,7 @@ from typing import Any
 
 from bless.errors import InputInvalidError
 from bless.manifest import Manifest
-from bless.profile import Profile
+from bless.profile import Profile, engine_gpu_count
 from bless.untrusted_text import shown
 
 __all__ = [
@@ -64,6 +66,11 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
 GPU_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: GPU feature discovery's count of GPUs on a node: a tensor-parallel pod needs that many on one node.
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+#: /dev/shm per GPU of a multi-GPU pod when the profile sets no runtime.shm_size: NCCL's shared-memory
+#: transport and vLLM's worker processes exchange through it, and a container's default is 64 MiB.
+NCCL_SHM_GIB_PER_GPU = 2
 ARCH_LABEL = "kubernetes.io/arch"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -155,7 +162,8 @@ def gpu_product_label(gpu_name: str) -> str:
 def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
     """Required node affinity from a blessing's hardware factor: only where it was proven.
 
-    CUDA: the GPU product and the compute capability (GFD labels). CPU: the architecture; the ISA
+    CUDA: the GPU product and the compute capability (GFD labels), and for a blessing over several
+    GPUs at least that many on the node (``nvidia.com/gpu.count``, Gt count-1). CPU: the architecture; the ISA
     level has no standard node label, and serve-full refuses another one at start (it is hashed).
     """
     accelerator = hardware.get("accelerator")
@@ -172,6 +180,11 @@ def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
             {"key": GPU_MAJOR_LABEL, "operator": "In", "values": [major]},
             {"key": GPU_MINOR_LABEL, "operator": "In", "values": [minor]},
         ]
+        count = hardware.get("gpu_count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputInvalidError(f"the blessing's hardware factor has no usable gpu_count: {count!r}")
+        if count > 1:  # one engine over `count` GPUs of one node (tensor parallelism)
+            expressions.append({"key": GPU_COUNT_LABEL, "operator": "Gt", "values": [str(count - 1)]})
     elif accelerator == "cpu":
         isa = hardware.get("isa")
         if not isinstance(isa, str) or not isa.startswith("x86-64"):
@@ -234,6 +247,7 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
             hint="render with the profile that blessing was made from",
         )
     check_secret_env(profile, options, secret_env)
+    engine_gpu_count(profile)  # the GPUs asked for cover the engine's parallelism
 
 
 def check_secret_env(profile: Profile, options: K8sOptions, secret_env: Sequence[str]) -> None:
@@ -397,9 +411,18 @@ def _volumes(profile: Profile, options: K8sOptions, *, profile_cm: str) -> list[
                 },
             }
         )
-    if profile.shm_size:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.shm_size)}})
+    shm = _shm_limit(profile)
+    if shm is not None:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
     return volumes
+
+
+def _shm_limit(profile: Profile) -> str | None:
+    """``/dev/shm``'s size: the profile's runtime.shm_size, else NCCL's need for a multi-GPU engine, else none."""
+    if profile.shm_size:
+        return _quantity(profile.shm_size)
+    gpus = engine_gpu_count(profile)
+    return f"{NCCL_SHM_GIB_PER_GPU * gpus}Gi" if gpus > 1 else None
 
 
 def _init_container(options: K8sOptions) -> dict[str, Any]:
@@ -429,7 +452,7 @@ def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str)
         {"name": "engine-cache", "mountPath": cache_path},
         {"name": "engine-state", "mountPath": ENGINE_STATE_DIR},
     ]
-    if profile.shm_size:
+    if _shm_limit(profile) is not None:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     ready_command = ["serve-full", "ready", profile.name, "--root", BLESS_ROOT]
     start_budget_s = profile.trials.ready_timeout_s + _START_SLACK_S
@@ -458,7 +481,7 @@ def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str)
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if profile.hardware.accelerator == "cuda":
-        count = str(profile.hardware.gpu_count or 1)
+        count = str(engine_gpu_count(profile))
         engine["resources"] = {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}
     return engine
 

@@ -14,16 +14,20 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bless.errors import ResolutionError
 from bless.factors import (
     GpuInfo,
     LocalModelDir,
     RevisionLookup,
+    declared_hardware_factor,
     model_factor,
     observed_hardware_factor,
+    undeclared_hardware,
 )
 from bless.profile import HardwareSpec, ModelSpec
 
@@ -107,6 +111,50 @@ def hardware_factor(spec: HardwareSpec, *, gpus: list[GpuInfo] | None = None) ->
     if spec.accelerator == "cpu":
         return observed_hardware_factor(spec, isa=cpu_isa_level())
     return observed_hardware_factor(spec, gpus=probe_gpus() if gpus is None else gpus)
+
+
+HardwareSource = Literal["declared", "probed"]
+
+
+@dataclass(frozen=True)
+class JudgedHardware:
+    """The hardware factor a judging command (hash, diff, gate) uses, and where it came from.
+
+    ``undeclared``: the ``[hardware]`` fields the profile leaves out (empty when ``source`` is "declared").
+    """
+
+    factor: dict[str, Any]
+    source: HardwareSource
+    undeclared: tuple[str, ...] = ()
+
+
+def judged_hardware(spec: HardwareSpec, *, gpus: Callable[[], list[GpuInfo]] | None = None) -> JudgedHardware:
+    """The hardware factor for commands that judge a profile without starting an engine: hash, diff, gate.
+
+    A complete ``[hardware]`` declaration is the factor, on any machine (a CPU-only CI runner
+    included): the blessing's recorded hardware is then compared with what the profile declares,
+    and a live GPU that differs is refused where it matters, by ``bless run`` and ``serve-full``,
+    which always probe (:func:`hardware_factor`). An incomplete declaration is completed by
+    probing this machine; a CUDA profile on a machine without GPUs then fails, naming what to add.
+    """
+    missing = undeclared_hardware(spec)
+    if not missing:
+        return JudgedHardware(declared_hardware_factor(spec), "declared")
+    if spec.accelerator == "cpu":
+        return JudgedHardware(hardware_factor(spec), "probed", missing)
+    found = (gpus or probe_gpus)()
+    if not found:
+        raise ResolutionError(
+            f"this CUDA profile does not declare {', '.join(f'hardware.{key}' for key in missing)}, and this "
+            "machine has no GPU to probe them from",
+            hint="add them to the profile's [hardware] as on the serving host, e.g. "
+            'gpu_name = "NVIDIA H100 80GB HBM3", compute_capability = "9.0", gpu_count = 1 '
+            "(there: nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader); "
+            "bless hash, diff and gate then use the declaration on any machine, and bless run and serve-full "
+            "refuse a GPU that differs from it",
+            details={"undeclared": [f"hardware.{key}" for key in missing]},
+        )
+    return JudgedHardware(hardware_factor(spec, gpus=found), "probed", missing)
 
 
 # --- the local interpreter ----------------------------------------------------------------------------

@@ -89,6 +89,25 @@ class Profile:
         return str(self.path) if self.path else self.name
 
 
+def engine_gpu_count(profile: Profile) -> int:
+    """The GPUs one engine of ``profile`` uses: ``hardware.gpu_count``, which must cover the serve arguments'
+    ``tensor_parallel_size`` x ``pipeline_parallel_size`` (a pod that asks for fewer could never start)."""
+    if profile.hardware.accelerator != "cuda":
+        return 0
+    declared = profile.hardware.gpu_count or 1
+    parallel = 1
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = profile.serve.get(key, 1)
+        parallel *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    if parallel > declared:
+        raise InputInvalidError(
+            f"{profile.label}: serve.tensor_parallel_size x pipeline_parallel_size is {parallel} GPUs, "
+            f"hardware.gpu_count is {declared}",
+            hint=f"set hardware.gpu_count = {parallel} (the GPUs the blessing is proven on), then bless it",
+        )
+    return declared
+
+
 def load_profile(path: Path) -> Profile:
     """Read, parse and validate a profile file. Errors name the file and the field."""
     return parse_profile(read_profile(path), path)

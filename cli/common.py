@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -21,8 +21,8 @@ from bless.factors import (
 )
 from bless.flows.resolve import image_needs_runtime, resolve_profile
 from bless.manifest import Manifest
-from bless.probes import hardware_factor
-from bless.profile import Profile, load_profile
+from bless.probes import HardwareSource, judged_hardware
+from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import LiveManifest, Store, default_root
@@ -188,16 +188,39 @@ def profile_runtime(profile: Profile) -> Runtime | None:
     return None
 
 
-def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ResolvedConfig:
-    """Load, validate and resolve a profile file to its factors and config hash."""
+@dataclass(frozen=True)
+class ResolvedFile:
+    """A profile file resolved by a judging command (hash, diff), and where its hardware factor came from."""
+
+    resolved: ResolvedConfig
+    hardware_source: HardwareSource
+
+
+def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ResolvedFile:
+    """Load, validate and resolve a profile file to its factors and config hash.
+
+    Hardware: the profile's complete ``[hardware]`` declaration on any machine, else this machine's
+    (:func:`bless.probes.judged_hardware`); ``declared_hardware`` never probes.
+    """
     profile = load_profile(path)
     runtime = profile_runtime(profile)
-    return resolve_profile(
+    sources: list[HardwareSource] = []
+
+    def hardware(spec: HardwareSpec) -> dict[str, Any]:
+        if declared_hardware:
+            sources.append("declared")
+            return declared_hardware_factor(spec)
+        judged = judged_hardware(spec)
+        sources.append(judged.source)
+        return judged.factor
+
+    resolved = resolve_profile(
         profile,
         image_resolver=runtime.resolve_image if runtime is not None else None,
-        hardware_probe=declared_hardware_factor if declared_hardware else hardware_factor,
+        hardware_probe=hardware,
         offline=offline,
     )
+    return ResolvedFile(resolved, sources[0] if sources else "declared")
 
 
 def lookup_manifest(store: Store, text: str) -> Manifest:

@@ -25,6 +25,7 @@ from bless.cli.common import (
     JsonOption,
     ManifestsDirOption,
     ProfileOption,
+    ResolvedFile,
     RootOption,
     VerboseOption,
     VersionOption,
@@ -55,7 +56,7 @@ from bless.errors import (
     UsageError,
     VerifyFailedError,
 )
-from bless.factors import ResolvedConfig, change_to_dict, diff_factors
+from bless.factors import change_to_dict, diff_factors
 from bless.flows.trust_policy import trust_verdict
 from bless.manifest import Manifest
 from bless.probes import probe_python_environment
@@ -86,7 +87,8 @@ DeclaredHardwareOption = Annotated[
     bool,
     typer.Option(
         "--declared-hardware",
-        help="Use the profile's [hardware] declaration instead of probing this machine (for CI gating).",
+        help="Use only the profile's [hardware] declaration, never this machine's (a complete declaration is "
+        "used anyway; this refuses an incomplete one instead of probing).",
     ),
 ]
 
@@ -120,9 +122,12 @@ def hash_command(
 
     Only an image given by tag needs the container runtime (to read its ID); a pinned
     sha256: image ID resolves without Docker.
+
+    Hardware comes from the profile's [hardware] declaration when it is complete (on any machine, GPU
+    profiles on a CPU-only host included), else from probing this machine; the output says which.
     """
-    resolved = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
-    return Report(resolved.to_dict(), render.render_resolved)
+    judged = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
+    return Report({**judged.resolved.to_dict(), "hardware_source": judged.hardware_source}, render.render_resolved)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,8 +143,14 @@ def _manifest_side(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _profile_side(resolved: ResolvedConfig) -> dict[str, Any]:
-    return {"kind": "profile", "profile": resolved.profile.label, "config_hash": resolved.config_hash}
+def _profile_side(judged: ResolvedFile) -> dict[str, Any]:
+    resolved = judged.resolved
+    return {
+        "kind": "profile",
+        "profile": resolved.profile.label,
+        "config_hash": resolved.config_hash,
+        "hardware_source": judged.hardware_source,
+    }
 
 
 @command
@@ -177,8 +188,8 @@ def diff_command(
     blessed = lookup_manifest(store, hash_a)
     a_side = _manifest_side(blessed)
     if profile is not None:
-        resolved = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
-        b_side, b_factors = _profile_side(resolved), resolved.factors
+        judged = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
+        b_side, b_factors = _profile_side(judged), judged.resolved.factors
     else:
         assert hash_b is not None
         other = lookup_manifest(store, hash_b)

@@ -121,6 +121,10 @@ def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
     """``bless hash``: the config hash, the hashed factors, and the recorded (not hashed) env."""
     console.print(Text.assemble("config hash ", (str(data["config_hash"]), "bold")))
     console.print(cell(f"profile     {data['profile']}", style="dim"))
+    source = data.get("hardware_source")
+    if source is not None:
+        where = "declared in the profile's [hardware]" if source == "declared" else "probed on this machine"
+        console.print(cell(f"hardware    {where}", style="dim"))
     tree = Tree(Text("factors (canonical, hashed)", style="bold"))
     _factor_tree(tree, data["factors"])
     console.print(tree)
@@ -163,7 +167,10 @@ def render_diff(console: Console, data: Mapping[str, Any]) -> None:
 
 def _describe_side(side: Mapping[str, Any]) -> str:
     if side["kind"] == "profile":
-        return f"profile {side['profile']} (hashes to {side['config_hash']})"
+        hardware = {"declared": ", hardware as declared", "probed": ", hardware probed here"}.get(
+            side.get("hardware_source") or "", ""
+        )
+        return f"profile {side['profile']} (hashes to {side['config_hash']}{hardware})"
     return f"manifest {side['config_hash']} ({side['profile_name']}, created {side['created']})"
 
 
@@ -241,6 +248,8 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
             cell("; ".join(str(reason) for reason in result.get("reasons", [])) or "-"),
         )
     console.print(table)
+    for line in describe_proven_gpus(factors, trials):
+        console.print(cell(line))
     bound = trials.get("failure_rate_bound")
     if isinstance(bound, Mapping):
         console.print(
@@ -262,6 +271,32 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
     console.print(kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+
+
+def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any]) -> list[str]:
+    """How many GPUs a blessing was proven on, and in which order each trial saw them (indices and UUIDs).
+
+    The order matters: Inductor bakes device indices into generated code, so a cache proven on GPUs
+    0,1 is not proven on 2,3 unless a trial ran there.
+    """
+    if factor_field(factors, "hardware", "accelerator") != "cuda":
+        return []
+    per_engine = factor_field(factors, "hardware", "gpu_count") or 1
+    name = factor_field(factors, "hardware", "gpu_name") or "GPU"
+    devices = [device for device in trials.get("devices") or [] if isinstance(device, Mapping)]
+    if not devices:
+        return [f"GPUs: {per_engine} {name} per engine; which GPUs the trials ran on was not recorded"]
+    listed = ", ".join(f"{device.get('index')} ({device.get('uuid')})" for device in devices)
+    lines = [f"GPUs: {per_engine} {name} per engine, proven on {len(devices)} in all: {listed}"]
+    orders: dict[tuple[str, ...], list[str]] = {}
+    for result in trials.get("results", []):
+        gpus = result.get("gpus") if isinstance(result, Mapping) else None
+        if isinstance(gpus, list) and gpus:
+            order = tuple(str(gpu.get("index")) for gpu in gpus if isinstance(gpu, Mapping))
+            orders.setdefault(order, []).append(str(result.get("index", "?")))
+    for order, numbers in orders.items():
+        lines.append(f"  GPUs {','.join(order)} (in this order): trial(s) {', '.join(numbers)}")
+    return lines
 
 
 def _render_coverage(console: Console, coverage: Any) -> None:

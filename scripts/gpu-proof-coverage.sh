@@ -10,6 +10,7 @@
 # Expects vLLM importable by python3 (a site tree on PYTHONPATH) and root (the overlay). Model: MODEL_KIND.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-coverage}
 mkdir -p "$OUT"
 source scripts/gpu-host-env.sh
@@ -29,11 +30,13 @@ fi
 if [ "$STEP" = run ]; then
   rc=0; bless run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
   echo "run exit $rc" | tee "$OUT/run.rc"
+  expect_rc "bless run" 0 "$rc"
   if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" --exclude='*/tree/*' rejected; fi
   [ "$rc" = 0 ] || { tail -40 "$OUT/run.stderr"; exit "$rc"; }
   HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config_hash"])' "$OUT/run.json")
   rc=0; bless verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
   echo "verify exit $rc" | tee -a "$OUT/run.rc"
+  expect_rc "bless verify" 0 "$rc"
   bless show "$HASH" --json > "$OUT/manifest.json"
   bless show "$HASH" > "$OUT/show.txt" 2>&1 || true
   tail -25 "$OUT/run.stderr"
@@ -82,6 +85,7 @@ python3 scripts/drive_traffic.py --port "$port" --model m --vocab "$vocab" --swe
   --seconds "${SECONDS_VARIED:-120}" --concurrency "${CONCURRENCY:-16}" --max-prompt "${MAX_PROMPT:-3900}" \
   > "$OUT/traffic.json" 2> "$OUT/traffic.stderr" || rc=$?
 echo "traffic exit $rc" | tee "$OUT/traffic.rc"
+expect_rc drive_traffic 0 "$rc"
 sleep 2
 listing > "$OUT/files-after-traffic.txt"
 comm -13 "$OUT/files-at-ready.txt" "$OUT/files-after-traffic.txt" > "$OUT/new-files.txt" || true
@@ -89,10 +93,13 @@ grep -E '\.(so|cubin|ptx|hsaco|llir|ttir|ttgir|json)$' "$OUT/new-files.txt" | gr
 kill "$watcher" "$prober" 2>/dev/null || true
 rc=0; python3 -m bless.cli.serve ready "$name" --root "$ROOT" --json > "$OUT/ready-after.json" 2> "$OUT/ready-after.stderr" || rc=$?
 echo "serve-full ready exit $rc after the traffic" | tee "$OUT/ready.rc"
+# Every compile proven (coverage on): still ready (0); COVERAGE=off: the unproven compile refuses readiness (46).
+expect_rc "serve-full ready after the traffic" "${EXPECT_READY:-$([ "${COVERAGE:-}" = off ] && echo 46 || echo 0)}" "$rc"
 cp "$serve_dir"/unproven-compiles.jsonl "$OUT/" 2>/dev/null || echo "no unproven-compiles.jsonl" > "$OUT/unproven-compiles.none"
 kill -TERM "$pid" 2>/dev/null || true
 rc=0; wait "$pid" || rc=$?
 echo "serve-full exit $rc after SIGTERM" | tee "$OUT/serve.rc"
+expect_rc "serve-full (SIGTERM)" 0 "$rc"
 { echo "files at ready: $(wc -l < "$OUT/files-at-ready.txt")"
   echo "new files after traffic: $(wc -l < "$OUT/new-files.txt")"
   echo "new compiled files (.so .cubin .ptx .json .llir .ttir .ttgir): $(wc -l < "$OUT/new-compiled.txt")"

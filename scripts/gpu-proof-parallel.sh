@@ -8,6 +8,7 @@
 # -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-parallel}
 mkdir -p "$OUT"
 source scripts/gpu-host-env.sh
@@ -18,6 +19,7 @@ rc=0
 python3 scripts/bench_parallel.py --profile "$PROFILE" --trials "${TRIALS:-4}" --parallel "${PARALLEL:-2}" \
   --pairs "${PAIRS:-1}" --evidence "$OUT/parallel" --json > "$OUT/bench-parallel.json" 2> "$OUT/bench-parallel.stderr" || rc=$?
 echo "bench_parallel exit $rc" | tee "$OUT/bench-parallel.rc"
+expect_rc bench_parallel 0 "$rc"
 if [ "${START_BENCH:-1}" = 1 ]; then
   rc=0
   # BREAKDOWN=1 adds the per-step boot breakdown; START_ENGINE=0 skips the engine start pairs.
@@ -25,5 +27,6 @@ if [ "${START_BENCH:-1}" = 1 ]; then
     $([ "${START_ENGINE:-1}" = 0 ] && echo --no-engine) --json \
     > "$OUT/bench-start.json" 2> "$OUT/bench-start.stderr" || rc=$?
   echo "bench_reference_start exit $rc" | tee "$OUT/bench-start.rc"
+  expect_rc bench_reference_start 0 "$rc"
 fi
 tail -3 "$OUT/bench-parallel.stderr"

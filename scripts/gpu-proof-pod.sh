@@ -14,6 +14,7 @@
 # MODEL_KIND builds the profile's model directory first (scripts/make_vllm_model.py), as gpu-proof-vllm.sh does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-pod}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -33,10 +34,12 @@ nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv
 
 rc=0; bless run --profile "$PROFILE" --trials "${TRIALS:-2}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
 echo "run exit $rc" | tee "$OUT/run.rc"
+expect_rc "bless run" 0 "$rc"
 [ "$rc" -eq 0 ] || { tail -40 "$OUT/run.stderr"; exit 1; }
 HASH=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config_hash"])' "$OUT/run.json")
 rc=0; bless verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
 echo "verify exit $rc" | tee "$OUT/verify.rc"
+expect_rc "bless verify" 0 "$rc"
 bless show "$HASH" --json > "$OUT/manifest.json"
 
 : > "$OUT/termination-log"
@@ -57,7 +60,9 @@ for _ in $(seq 1 900); do
 done
 echo "readiness probe: $failed failed (exit 46) before it passed; ready ${ready:-never} s after serve-full started" \
   | tee "$OUT/probe.txt"
-python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || true
+expect_rc "the readiness probe" passed "${ready:+passed}"
+rc=0
+python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || rc=$?
 import json, sys
 from bless.engine_client import EngineClient
 from bless.engines import get_adapter
@@ -70,14 +75,18 @@ client.model = served[0] if served else None
 reply = client.complete(golden["prompt"], golden["max_tokens"])
 same = list(reply.token_ids) == golden["token_ids"]
 print(f"request on 127.0.0.1:{sys.argv[2]}: token ids {'equal' if same else 'DIFFER from'} the golden ones ({len(reply.token_ids)} tokens, {reply.latency_s:.3f} s)")
+sys.exit(0 if same else 1)
 PY
+expect_rc "the golden request" 0 "$rc"
 cat "$OUT/request.txt"
 t_stop=$(date +%s.%N)
 kill -TERM "$pid" 2>/dev/null || true
 rc=0; wait "$pid" || rc=$?
 echo "serve-full exit $rc after SIGTERM, $(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 2))" "$t_stop") s" \
   | tee "$OUT/serve.rc"
+expect_rc "serve-full (SIGTERM)" 0 "$rc"
 after=0; serve_full ready "$NAME" --root "$ROOT" > /dev/null 2>&1 || after=$?
 echo "readiness probe after the stop: exit $after" | tee -a "$OUT/probe.txt"
+expect_rc "the readiness probe after the stop" 46 "$after"  # NOT_SERVING: refusing is the evidence
 grep -E "presented as|canary passed|verified" "$OUT/serve.stderr" | cut -c1-220 | tee "$OUT/serve.summary" || true
 echo "termination-log: $(wc -c < "$OUT/termination-log") bytes"

@@ -9,6 +9,7 @@
 # -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-vllm}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -24,8 +25,10 @@ fi
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
 rc=0; bless "$ROOT" engines --json > "$OUT/engines.json" 2> "$OUT/engines.stderr" || rc=$?
 echo "engines exit $rc" | tee "$OUT/engines.rc"
+expect_rc "bless engines" 0 "$rc"
 rc=0; bless "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
 echo "run exit $rc" | tee "$OUT/run.rc"
+expect_rc "bless run" 0 "$rc"
 HASH=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("config_hash",""))' "$OUT/run.json" 2>/dev/null || true)
 # tar options before the member names: GNU tar applies --exclude only to names that follow it.
 if [ -d "$ROOT/runs" ]; then tar -C "$ROOT" -czf "$OUT/run-logs.tgz" runs; fi
@@ -33,6 +36,7 @@ if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" --exclu
 [ -n "$HASH" ] || { tail -30 "$OUT/run.stderr"; exit 1; }
 rc=0; bless "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
 echo "verify exit $rc" | tee "$OUT/verify.rc"
+expect_rc "bless verify" 0 "$rc"
 bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
 
 # serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
@@ -49,6 +53,7 @@ t_stop=$(date +%s.%N)
 kill -"${STOP_SIGNAL:-TERM}" "$pid" 2>/dev/null || true
 rc=0; wait "$pid" || rc=$?
 echo "serve-full exit $rc after SIG${STOP_SIGNAL:-TERM}" | tee "$OUT/serve.rc"
+expect_rc "serve-full (stopped by a signal)" 0 "$rc"
 echo "stop took $(python3 -c "import sys,time; print(round(time.time()-float(sys.argv[1]),2))" "$t_stop") s" | tee -a "$OUT/serve.rc"
 # After the stop: no engine process left, and the serve dir (the overlay's upper layer) discarded.
 { echo "engine processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
@@ -61,4 +66,5 @@ chmod u+w "$target"
 python3 -c 'import sys; p=sys.argv[1]; b=bytearray(open(p,"rb").read()); b[len(b)//2]^=1; open(p,"wb").write(b)' "$target"
 rc=0; serve_full /tmp/bless-vllm-tampered --profile "$PROFILE" --json > "$OUT/tampered.json" 2> "$OUT/tampered.stderr" || rc=$?
 echo "tampered serve-full exit $rc" | tee "$OUT/tampered.rc"
+expect_rc "serve-full of a tampered store" 21 "$rc"  # VERIFY_FAILED: the refusal is the evidence
 tail -3 "$OUT/serve.stderr"

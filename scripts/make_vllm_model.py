@@ -6,9 +6,10 @@ carry a config only and are served with ``--load-format dummy`` (vLLM fills seed
 
     python3 scripts/make_vllm_model.py tiny /tmp/tiny-llama
     python3 scripts/make_vllm_model.py llama-3.1-8b /tmp/models/llama-3.1-8b     # dense, 32 layers
+    python3 scripts/make_vllm_model.py llama-3.1-70b /tmp/models/llama-3.1-70b   # dense, 80 layers (TP=4)
     python3 scripts/make_vllm_model.py qwen3-30b-a3b /tmp/models/qwen3-30b-a3b   # MoE, 128 experts
 
-The configs follow the published ``config.json`` of Llama-3.1-8B and Qwen3-30B-A3B (layers, widths,
+The configs follow the published ``config.json`` of Llama-3.1-8B, Llama-3.1-70B and Qwen3-30B-A3B (layers, widths,
 heads, vocabulary, RoPE); only the token ids come from the small tokenizer. Needs ``tokenizers`` and
 ``transformers`` (and ``torch`` for ``tiny``), as on a vLLM host.
 """
@@ -31,6 +32,15 @@ SHAPES: dict[str, dict[str, Any]] = {
     "llama-3.1-8b": {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+    },
+    "llama-3.1-70b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+        "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
         "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 131072,
         "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
         "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -30,7 +30,7 @@ from bless.manifest import Manifest
 from bless.profile import load_profile
 from bless.store import Store
 from tests.fakes import FakeRuntime
-from tests.unit.store_helpers import make_manifest, write_tree
+from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32
 
@@ -474,6 +474,45 @@ def test_show_human(bless: Invoke, store: Store, blessed: Manifest) -> None:
     for text in (blessed.config_hash, "tiny-test", "golden", "abcd", "pass", "provenance", "1/1 passed"):
         assert text in result.stderr
     assert str(store.blessed_dir(blessed)) in result.stderr
+
+
+def test_show_says_how_many_gpus_and_in_which_order_the_blessing_was_proven_on(
+    bless: Invoke, store: Store, tmp_path: Path
+) -> None:
+    """Issue 26: a TP=2 blessing whose trials ran on GPUs 0,1 and 2,3 (``--parallel 2``) says so."""
+    gpus = [{"index": index, "uuid": f"GPU-{index}{index}", "name": "NVIDIA H100 80GB HBM3"} for index in range(4)]
+    factors = {
+        **make_factors(),
+        "hardware": {
+            "accelerator": "cuda",
+            "gpu_count": 2,
+            "gpu_name": "NVIDIA H100 80GB HBM3",
+            "compute_capability": "9.0",
+        },
+    }
+    tree = write_tree(tmp_path / "tree-tp2")
+    manifest = dataclasses.replace(
+        make_manifest(tree, factors),
+        trials={
+            "planned": 3,
+            "passed": 3,
+            "parallel": 2,
+            "devices": gpus,
+            "results": [
+                {"index": 1, "passed": True, "reasons": [], "slot": 0, "gpus": gpus[:2]},
+                {"index": 2, "passed": True, "reasons": [], "slot": 1, "gpus": gpus[2:]},
+                {"index": 3, "passed": True, "reasons": [], "slot": 0, "gpus": gpus[:2]},
+            ],
+        },
+    )
+    store.publish(tree, manifest)
+    result = bless("show", manifest.config_hash)
+    assert result.exit_code == 0, result.stderr
+    assert "GPUs: 2 NVIDIA H100 80GB HBM3 per engine, proven on 4 in all: 0 (GPU-00), 1 (GPU-11), 2 (GPU-22)" in (
+        result.stderr
+    )
+    assert "GPUs 0,1 (in this order): trial(s) 1, 3" in result.stderr
+    assert "GPUs 2,3 (in this order): trial(s) 2" in result.stderr
 
 
 def test_show_golden_outputs_readable_and_escaped(bless: Invoke, store: Store, profile: Path, tmp_path: Path) -> None:

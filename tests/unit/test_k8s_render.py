@@ -219,7 +219,59 @@ def test_gpu_affinity_requires_product_and_compute_capability(tmp_path: Path) ->
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
         {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["9"]},
         {"key": "nvidia.com/gpu.compute.minor", "operator": "In", "values": ["0"]},
+        {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["1"]},  # H100 here is a 2-GPU blessing
     ]
+
+
+TP4 = {**H100, "gpu_count": 4}
+TP4_PROFILE = profile_text(hardware_extra="gpu_count = 4") + "\n[serve]\ntensor_parallel_size = 4\n"
+
+
+def _engine(result: k8s.Rendered) -> Mapping[str, Any]:
+    (engine,) = [c for c in pod(result)["containers"] if c["name"] == "engine"]
+    found: Mapping[str, Any] = engine
+    return found
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_tensor_parallel_blessing_asks_for_its_gpus_shm_and_a_node_with_as_many(tmp_path: Path, version: str) -> None:
+    """Issue 26, item 5: TP=4 requests 4 GPUs, a memory-backed /dev/shm for NCCL, and a node with >= 4 GPUs."""
+    result = rendered(tmp_path, hardware=TP4, text=TP4_PROFILE)
+    engine = _engine(result)
+    assert engine["resources"] == {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in engine["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod(result)["volumes"]
+    (term,) = pod(result)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]} in term[
+        "matchExpressions"
+    ]
+    assert {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["3"]} in term["matchExpressions"]
+    for document in result.documents:
+        kubernetes_validate.validate(dict(document), version, strict=True)
+
+
+def test_one_gpu_asks_for_no_count_label_and_no_shm(tmp_path: Path) -> None:
+    result = rendered(tmp_path, hardware={**H100, "gpu_count": 1}, text=profile_text(hardware_extra="gpu_count = 1"))
+    expressions = pod(result)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    assert "nvidia.com/gpu.count" not in [expression["key"] for expression in expressions]
+    assert "dshm" not in [volume["name"] for volume in pod(result)["volumes"]]
+    assert _engine(result)["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
+def test_the_profiles_shm_size_wins_over_the_nccl_default(tmp_path: Path) -> None:
+    text = profile_text(hardware_extra="gpu_count = 4", runtime_extra='shm_size = "32g"')
+    volumes = pod(rendered(tmp_path, hardware=TP4, text=text))["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in volumes
+
+
+def test_more_ranks_than_declared_gpus_is_refused(tmp_path: Path) -> None:
+    text = profile_text(hardware_extra="gpu_count = 2") + "\n[serve]\ntensor_parallel_size = 4\n"
+    with pytest.raises(InputInvalidError, match="tensor_parallel_size x pipeline_parallel_size is 4 GPUs"):
+        rendered(tmp_path, text=text)
 
 
 def test_cpu_affinity_pins_the_architecture_and_requests_no_gpu(tmp_path: Path) -> None:

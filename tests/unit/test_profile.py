@@ -104,6 +104,40 @@ def test_shipped_profile_loads_and_its_serve_args_are_valid(path):
     assert profile.trials.repeats >= 2
 
 
+@pytest.mark.parametrize(
+    ("name", "ranks", "shape"),
+    [
+        ("vllm-0.26-llama-3.1-8b-dummy-tp2-local", 2, "llama-3.1-8b"),
+        ("vllm-0.26-llama-3.1-70b-dummy-tp4-local", 4, "llama-3.1-70b"),
+    ],
+)
+def test_tensor_parallel_profiles_declare_one_gpu_per_rank(name: str, ranks: int, shape: str) -> None:
+    """The TP profiles of issue 26: one GPU per rank, the product declared (gate on CPU), dummy weights."""
+    profile = load_profile(ROOT / "profiles" / f"{name}.toml")
+    assert profile.serve["tensor_parallel_size"] == ranks == profile.hardware.gpu_count
+    assert profile.hardware.gpu_name and profile.hardware.compute_capability
+    assert profile.serve["extra_args"] == ["--load-format", "dummy"]
+    assert profile.model.path == f"/tmp/models/{shape}"
+
+
+def test_the_70b_shape_is_llama_3_1_70b() -> None:
+    """scripts/make_vllm_model.py writes the published Llama-3.1-70B config (issue 26)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_vllm_model", ROOT / "scripts" / "make_vllm_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shape = module.SHAPES["llama-3.1-70b"]
+    assert {key: shape[key] for key in ("num_hidden_layers", "hidden_size", "num_attention_heads")} == {
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+    }
+    assert (shape["num_key_value_heads"], shape["intermediate_size"], shape["vocab_size"]) == (8, 28672, 128256)
+    assert shape["num_attention_heads"] % 4 == 0 and shape["num_key_value_heads"] % 4 == 0  # splits over TP=4
+
+
 def test_reference_cpu_profile_values():
     profile = load_profile(ROOT / "profiles" / "reference-cpu.toml")
     assert profile.runtime_kind == "docker"

@@ -38,6 +38,47 @@ def test_proof_scripts_stop_at_an_unexpected_failure(script: Path) -> None:
 
 
 @pytest.mark.parametrize("script", PROOF_SCRIPTS, ids=lambda p: p.name)
+def test_every_captured_exit_code_is_checked(script: Path) -> None:
+    """A step run as ``|| rc=$?`` goes on past a failure; ``expect_rc`` must then say what it had to be (issue 26:
+    gpu-proof-parallel.sh exited 0 while every trial was rejected)."""
+    lines = script.read_text().splitlines()
+    assert "source scripts/proof-lib.sh" in lines, f"{script.name} does not source scripts/proof-lib.sh"
+    for number, line in enumerate(lines):
+        captured = re.search(r"\|\| (\w+)=\$\?", line)
+        if captured is None or line.lstrip().startswith("#"):
+            continue
+        variable = captured.group(1)
+        checked = []
+        for later in lines[number + 1 :]:
+            if re.search(rf"(^|[\s;]){variable}=", later):
+                break  # reassigned before any check: this capture was never checked
+            if re.search(rf'expect_rc .* "\${{?{variable}', later):
+                checked.append(later)
+        assert checked, f"{script.name}:{number + 1}: the exit code in ${variable} is never checked: {line.strip()}"
+
+
+def _proof(body: str) -> subprocess.CompletedProcess[str]:
+    script = f"set -euo pipefail\nsource scripts/proof-lib.sh\n{body}\necho reached the end"
+    return subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=30)
+
+
+def test_a_proof_with_a_failed_step_exits_1_naming_it_after_recording_the_rest() -> None:
+    result = _proof('rc=0; false || rc=$?; expect_rc "bless run" 0 "$rc"\nrc=0; exit 21 || true')
+    assert result.returncode == 21  # a proof already failing keeps its own code
+    result = _proof('rc=0; false || rc=$?; expect_rc "bless run" 0 "$rc"')
+    assert result.returncode == 1, result.stderr
+    assert "reached the end" in result.stdout  # the rest of the proof was still recorded
+    assert "proof FAILED: bless run exited 1, expected 0" in result.stderr
+
+
+def test_a_proof_whose_steps_exit_as_expected_exits_0() -> None:
+    """A refusal that is the evidence (a tampered store: 21) is expected, not a failure."""
+    result = _proof('rc=0; true || rc=$?; expect_rc run 0 "$rc"\nrc=0; (exit 21) || rc=$?; expect_rc tampered 21 "$rc"')
+    assert result.returncode == 0, result.stderr
+    assert "reached the end" in result.stdout and "FAILED" not in result.stderr
+
+
+@pytest.mark.parametrize("script", PROOF_SCRIPTS, ids=lambda p: p.name)
 def test_tar_options_come_before_member_names(script: Path) -> None:
     """GNU tar applies --exclude only to the names after it: one placed last excludes nothing."""
     for line in script.read_text().splitlines():

@@ -3,10 +3,12 @@
 For each profile the factors are resolved without network lookups (``offline``): the image must
 be a pinned ``sha256:`` ID, unless a Docker Engine is reachable to read a tag's ID (if resolving
 needs Docker and it is unreachable, that profile fails and says so); the hardware factor comes
-from the profile's declaration when it is complete, else from probing this machine (the row says
-which). A profile passes when exactly one valid manifest in the manifests directory carries its
-config hash; otherwise the row names the factors that drifted against the nearest blessing. With
-``verify`` the blessed files are verified too, when the store root holds them.
+from the profile's declaration when it is complete, on any machine (a CPU-only CI runner
+included), else from probing this machine (the row says which; a CUDA profile with an incomplete
+declaration fails on a machine without GPUs, naming the fields to declare). A profile passes when
+exactly one valid manifest in the manifests directory carries its config hash; otherwise the row
+names the factors that drifted against the nearest blessing. With ``verify`` the blessed files
+are verified too, when the store root holds them.
 
 Library code: nothing here prints. :mod:`.formats` turns a :class:`GateReport` into what CI tools read.
 """
@@ -28,12 +30,9 @@ from bless.errors import (
     ResolutionError,
     VerifyFailedError,
 )
-from bless.factors import (
-    ResolvedConfig,
-    declared_hardware_factor,
-)
+from bless.factors import ResolvedConfig
 from bless.flows.resolve import drift_error, image_needs_runtime, resolve_profile
-from bless.probes import hardware_factor
+from bless.probes import judged_hardware
 from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, ManifestRecord, Store
@@ -139,17 +138,22 @@ class Runtimes:
 
 
 def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSpec], dict[str, Any]]:
-    """The declared hardware factor when complete, else this machine's (noted in the row)."""
+    """The declared hardware factor when complete, else this machine's (noted in the row).
+
+    A CUDA profile with an incomplete declaration on a machine without GPUs fails the row, naming
+    the fields to declare (:func:`bless.probes.judged_hardware`).
+    """
 
     def probe(spec: HardwareSpec) -> dict[str, Any]:
-        try:
-            factor = declared_hardware_factor(spec)
-        except ResolutionError as exc:
-            labels.append("probed")
-            notes.append(f"hardware probed on this machine: {exc.message}")
-            return hardware_factor(spec)
-        labels.append("declared")
-        return factor
+        judged = judged_hardware(spec)
+        labels.append(judged.source)
+        if judged.source == "probed":
+            undeclared = ", ".join(f"hardware.{key}" for key in judged.undeclared)
+            notes.append(
+                f"hardware probed on this machine: {undeclared} not declared, so the hash holds this machine's "
+                "hardware, not the serving host's (declare them to gate this profile on any machine)"
+            )
+        return judged.factor
 
     return probe
 
