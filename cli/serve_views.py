@@ -91,6 +91,11 @@ def render_detached(console: Console, data: Mapping[str, Any]) -> None:
     result = data["result"]
     name = result["container"]["name"]
     console.print(Text.assemble(("serving (detached) ", "bold green"), shown(f"{result['url']}  container {name}")))
+    watcher = result.get("seal_watcher")
+    if watcher:
+        console.print(
+            render.cell(f"sealed: seal watcher pid {watcher.get('pid')} (its log: seal-watcher.log in the serve dir)")
+        )
     console.print(
         render.cell(f"stop it (and remove its container, overlay and serve dir) with: {result['stop_command']}")
     )

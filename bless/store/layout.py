@@ -19,6 +19,9 @@ __all__ = [
     "OWNER_FILE",
     "PARTIAL_PREFIX",
     "PUBLISHING_PREFIX",
+    "SERVE_SEAL_WATCHER",
+    "SERVE_SEAL_WATCHER_LOG",
+    "SERVE_SEAL_WATCH_DOC",
     "SERVE_UNPROVEN_COMPILES",
     "StorePaths",
     "check_dir_id",
@@ -36,6 +39,15 @@ OWNER_FILE = ".owner"
 #: ``serve/<serve dir>/unproven-compiles.jsonl``: every compile a sealed serve saw that the blessing does not
 #: hold, one JSON object a line (bless.flows.serve.seal), evidence for a rebless.
 SERVE_UNPROVEN_COMPILES = "unproven-compiles.jsonl"
+#: ``serve/<serve dir>/seal-watch.json``: what the seal watcher of a detached serve watches
+#: (bless.flows.serve.detached): the engine's handle, the runtime, the adapter's factors, the policy; written once,
+#: before the watcher starts.
+SERVE_SEAL_WATCH_DOC = "seal-watch.json"
+#: ``serve/<serve dir>/seal-watcher.json``: the process identity (pid and start time) of that watcher, written by the
+#: watcher itself; ``serve-full stop`` ends the very process it names (never a recycled pid).
+SERVE_SEAL_WATCHER = "seal-watcher.json"
+#: ``serve/<serve dir>/seal-watcher.log``: the watcher's own log (what it saw, how it ended).
+SERVE_SEAL_WATCHER_LOG = "seal-watcher.log"
 
 _DIR_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -132,6 +144,21 @@ class StorePaths:
     def unproven_compiles(serve_dir: Path) -> Path:
         """``serve/<serve dir>/unproven-compiles.jsonl``: a sealed serve's unproven compiles (evidence)."""
         return serve_dir / SERVE_UNPROVEN_COMPILES
+
+    @staticmethod
+    def seal_watch_doc(serve_dir: Path) -> Path:
+        """``serve/<serve dir>/seal-watch.json``: what a detached serve's seal watcher watches."""
+        return serve_dir / SERVE_SEAL_WATCH_DOC
+
+    @staticmethod
+    def seal_watcher(serve_dir: Path) -> Path:
+        """``serve/<serve dir>/seal-watcher.json``: the process identity of a detached serve's seal watcher."""
+        return serve_dir / SERVE_SEAL_WATCHER
+
+    @staticmethod
+    def seal_watcher_log(serve_dir: Path) -> Path:
+        """``serve/<serve dir>/seal-watcher.log``: the log of a detached serve's seal watcher."""
+        return serve_dir / SERVE_SEAL_WATCHER_LOG
 
     @property
     def leases(self) -> Path:

@@ -102,19 +102,23 @@ class Serving:
         return run_cli("ready", self.blessing["name"], "--root", str(self.blessing["root"]), program=SERVE).code
 
     def complete(self, length: int) -> dict[str, Any]:
-        body = json.dumps({"prompt": [65] * length, "max_tokens": 2}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/v1/completions", body, {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            answer: dict[str, Any] = json.loads(reply.read())
-            return answer
+        return complete_at(self.port, length)
 
     def stop(self) -> tuple[int, str]:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         _, stderr = self.process.communicate(timeout=120)
         return self.process.returncode, stderr
+
+
+def complete_at(port: int, length: int) -> dict[str, Any]:
+    """A completion of a prompt of ``length`` token ids (its bucket's kernel compiles on first use)."""
+    body = json.dumps({"prompt": [65] * length, "max_tokens": 2}).encode()
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        answer: dict[str, Any] = json.loads(reply.read())
+        return answer
 
 
 def first_refusal_within(serving: Serving, seconds: float) -> float | None:
@@ -177,3 +181,52 @@ def test_record_only_logs_and_stop_exits_48(blessings: dict[str, Any]) -> None:
         _, stderr = stopping.stop()
     assert code == 48, stderr[-3000:]
     assert "reference_bucket_16" in stderr
+
+
+def seal_watchers(root: Path) -> list[int]:
+    """The pids of seal watcher processes (python -m bless.cli.seal_watch) of serves under ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bless.cli.seal_watch" in argv and any(str(root).encode() in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def containers_named(name: str) -> list[str]:
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name=^{name}$"], capture_output=True, text=True, check=True, timeout=60
+    )
+    return listed.stdout.split()
+
+
+def test_a_detached_serve_is_sealed_until_serve_full_stop_ends_it(blessings: dict[str, Any]) -> None:
+    """--detach: the serve's own watcher refuses readiness (46) on an unproven bucket; stop ends it and the engine."""
+    blessing = blessings["off"]
+    root, name, port = Path(blessing["root"]), blessing["name"], int(blessing["port"])
+    ready = ("ready", name, "--root", str(root))
+    started = run_cli("--root", str(root), "--profile", str(blessing["profile"]), "--detach", "--json", program=SERVE)
+    try:
+        assert started.code == 0, started.stderr[-4000:]
+        watcher = started.json()["result"]["seal_watcher"]
+        assert watcher is not None and seal_watchers(root) == [watcher["pid"]]
+        assert run_cli(*ready, program=SERVE).code == 0, "sealed and canary-checked: ready"
+        complete_at(port, 5)  # bucket 8: not in the blessing
+        deadline = time.monotonic() + 10
+        while run_cli(*ready, program=SERVE).code != 46:
+            assert time.monotonic() < deadline, "readiness did not refuse within 10 s"
+            time.sleep(0.25)
+        refusal = run_cli(*ready, program=SERVE)
+        assert refusal.code == 46 and "reference_bucket_8" in refusal.stderr, refusal.stderr[-2000:]
+        assert complete_at(port, 5)["choices"][0]["token_ids"], "refuse keeps the engine answering"
+    finally:
+        stopped = run_cli("stop", name, "--root", str(root), "--json", program=SERVE)
+    assert stopped.code == 0, stopped.stderr[-3000:]
+    assert f"seal watcher pid {watcher['pid']}" in stopped.json()["stopped"]
+    assert seal_watchers(root) == [], "no watcher outlives serve-full stop"
+    assert containers_named(f"bless-serve-{name}") == [], "no container is left"

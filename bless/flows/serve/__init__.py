@@ -55,8 +55,9 @@ One module per step: :mod:`.full` (every step in one call: :func:`serve_full`), 
 re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
 stop NAME``), :mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease`
 (the serving lease that keeps ``bless gc`` off the served tree), :mod:`.ready` (the readiness
-record a probe checks: ``serve-full ready NAME``), and :mod:`.seal` (sealed serving: every compile the
-blessing does not hold, seen while serving and handled by the ``unproven_compile`` policy).
+record a probe checks: ``serve-full ready NAME``), :mod:`.seal` (sealed serving: every compile the
+blessing does not hold, seen while serving and handled by the ``unproven_compile`` policy), and :mod:`.detached`
+with :mod:`.watch_doc` (the seal watcher process of a ``--detach`` serve, and the document it is handed).
 
 This package is library code: it never prints or exits; progress goes to an event sink and
 every refusal is a :class:`~bless.errors.BlessError` with its own exit code.

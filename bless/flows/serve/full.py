@@ -6,7 +6,8 @@ starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature 
 on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
 then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
 (:mod:`.follow`, :mod:`.finish`), with sealed serving watching for unproven compiles all along (:mod:`.seal`).
-``--detach`` returns once the canary passed; ``--dry-run`` after the plan.
+``--detach`` returns once the canary passed and the detached engine's own seal watcher runs (:mod:`.detached`);
+``--dry-run`` after the plan.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, EngineFailedError, InterruptedByUserError, NoManifestError
 from bless.flows.events import Event, EventSink, ignore_events
+from bless.flows.serve import detached
 from bless.flows.serve import seal as sealing
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
@@ -35,13 +37,7 @@ from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.trust import trust_report
 
-__all__ = ["DETACHED_NOT_WATCHED", "Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
-
-#: What a detached serve lacks (sealed serving watches from the serve-full process, which --detach ends).
-DETACHED_NOT_WATCHED = (
-    "detached: no watcher follows this serve, so an unproven compile is written to the engine's log by "
-    "bless's Triton cache manager but neither refused nor recorded; serve in the foreground for sealed serving"
-)
+__all__ = ["Fetched", "ServeHooks", "ServeOutcome", "ServeRequest", "serve_full"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +86,11 @@ class ServeHooks:
     stop: threading.Event = field(default_factory=threading.Event)
     #: The signal that set ``stop`` or interrupted the start, for messages (``SIGTERM``).
     signal_name: Callable[[], str | None] = lambda: None
+    #: ``--detach`` of a blessed start: starts the detached engine's seal watcher, returns its process identity
+    #: (:func:`bless.flows.serve.detached.start_watcher`; tests give their own).
+    start_watcher: Callable[[LaunchResult, Runtime, EventSink], Mapping[str, Any]] = lambda result, runtime, events: (
+        detached.start_watcher(result, runtime, events=events)
+    )
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,11 @@ def serve_full(
             return ServeOutcome(plan=plan_dict, dry_run=True)
         hooks.on_plan(plan_dict)
         # start() holds the serving lease until finish() (a detached engine is handed it).
+        watchers: list[Mapping[str, Any]] = []
+
+        def seal_detached(started: LaunchResult, runtime_: Runtime) -> None:
+            watchers.append(hooks.start_watcher(started, runtime_, hooks.events))
+
         try:
             result = start(
                 the_plan,
@@ -183,6 +189,7 @@ def serve_full(
                 detach=request.detach,
                 keep_upper_on_interrupt=request.keep_upper,
                 events=hooks.events,
+                seal_detached=seal_detached if request.detach and the_plan.blessed else None,
             )
         except KeyboardInterrupt:
             raise InterruptedByUserError(
@@ -192,9 +199,8 @@ def serve_full(
             ) from None
         starting.release()  # the running container holds the name now
     if request.detach:
-        if the_plan.blessed:
-            hooks.events(Event("warning", DETACHED_NOT_WATCHED))
-            result = dataclasses.replace(result, warnings=(*result.warnings, DETACHED_NOT_WATCHED))
+        if watchers:
+            result = dataclasses.replace(result, seal_watcher=dict(watchers[0]))
         return ServeOutcome(plan=plan_dict, result=result)
     return _serve_foreground(request, the_plan, result, plan_dict, runtime=runtime, hooks=hooks)
 

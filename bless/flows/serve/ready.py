@@ -10,6 +10,9 @@ detected by its process identity (pid and start time), never trusted.
 
 Sealed serving (:mod:`.seal`) lists every unproven compile in the record as it is seen; under the
 policy ``refuse`` one is enough for the probe to fail (the engine keeps answering what it was sent).
+A detached serve is watched by a process of its own (:mod:`.detached`): its record names that watcher
+(``watcher``), and the probe fails while the watcher has not started yet or is gone (the engine would
+serve unsealed).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from bless.procid import process_alive
 from bless.store import Store
 from bless.untrusted_text import shown
 
-__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven"]
+__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
 
 #: What a record's host may be: an IPv4/IPv6 address or a DNS name (no space, newline or URL syntax).
 _HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
@@ -60,6 +63,9 @@ class ReadyRecord:
     unproven_policy: str = "refuse"
     #: The unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
     unproven: tuple[Mapping[str, Any], ...] = ()
+    #: The seal watcher of a detached serve (:func:`~bless.procid.process_identity`); ``{}`` while it has not
+    #: started yet; None where serve-full itself watches (foreground) or nothing is sealed (``--debug``).
+    watcher: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +81,7 @@ class ReadyRecord:
                 "count": len(self.unproven),
                 "events": [dict(event) for event in self.unproven],
             },
+            "watcher": dict(self.watcher) if self.watcher is not None else None,
         }
 
     @classmethod
@@ -90,6 +97,7 @@ class ReadyRecord:
                 holder=dict(data["holder"]),
                 since=str(data["since"]),
                 **_unproven_from(data.get("unproven_compile")),
+                watcher=_watcher_from(data.get("watcher")),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
@@ -113,6 +121,15 @@ def _unproven_from(section: Any) -> dict[str, Any]:
     return {"unproven_policy": str(section.get("policy")), "unproven": events}
 
 
+def _watcher_from(section: Any) -> dict[str, Any] | None:
+    """The ``watcher`` read back: None (no watcher expected) or an object (``{}``: not started yet)."""
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise ValueError("watcher is not an object")
+    return dict(section)
+
+
 def mark_ready(
     store: Store,
     *,
@@ -123,8 +140,12 @@ def mark_ready(
     canary: str,
     holder: Mapping[str, Any],
     unproven_policy: str = "refuse",
+    watcher: Mapping[str, Any] | None = None,
 ) -> ReadyRecord:
     """Write the record (atomically) once the canary passed.
+
+    ``watcher``: ``{}`` for a detached serve whose seal watcher is about to start (the probe fails until the
+    watcher records itself, :func:`record_watcher`); None where serve-full watches itself or nothing is sealed.
 
     ``holder``: what keeps serving, as :func:`~bless.store.process_identity` records a process (serve-full
     in the foreground, a detached local engine); a record without a pid (a detached Docker container)
@@ -139,6 +160,7 @@ def mark_ready(
         holder=holder,
         since=utc_now(),
         unproven_policy=unproven_policy,
+        watcher=watcher,
     )
     path = store.paths.ready_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +187,21 @@ def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]
     return record
 
 
+def record_watcher(store: Store, name: str, identity: Mapping[str, Any]) -> ReadyRecord | None:
+    """Rewrite the record (atomically) naming the detached serve's seal watcher; None when there is no record.
+
+    Called by the watcher itself before it looks for the first time, so it is the record's only writer from
+    then on. Raises OSError (and ValueError for a record that is not one) for the caller to report.
+    """
+    path = store.paths.ready_file(name)
+    data = load_json_object(path)
+    if data is None:
+        return None
+    record = dataclasses.replace(ReadyRecord.from_dict(data), watcher=dict(identity))
+    _write(path, record)
+    return record
+
+
 def clear_ready(store: Store, name: str) -> None:
     """Remove the record (no traffic from here on); nothing to remove is fine.
 
@@ -184,8 +221,8 @@ def check_ready(
     """The record of ``name`` if a canary-checked engine serves it now; else NotServingError (46).
 
     Ready means: the record exists and is well formed, its canary passed (a skipped one only with
-    ``accept_skipped_canary``), the process that keeps serving is alive, and the engine answers its
-    model listing within :data:`PROBE_TIMEOUT_S`.
+    ``accept_skipped_canary``), the process that keeps serving is alive, the engine answers its
+    model listing within :data:`PROBE_TIMEOUT_S`, and a detached serve's seal watcher runs.
     """
     path = store.paths.ready_file(name)
     stale_hint = "remove it; serve-full writes a new one after its next canary"
@@ -243,7 +280,36 @@ def check_ready(
             f"the engine does not answer at {record.host}:{record.port}: {exc.message}",
             "read serve-full's log: the engine may be stopping or stuck",
         ) from None
+    if record.watcher is not None:
+        _refuse_unsealed(name, record.watcher)
     return record
+
+
+def _refuse_unsealed(name: str, watcher: Mapping[str, Any]) -> None:
+    """NotServingError (46) unless the seal watcher of a detached serve runs (on this host)."""
+    alive = process_alive(watcher) if watcher else None
+    if alive is True:
+        return
+    pid = watcher.get("pid")
+    if not watcher:
+        message = "detached serve: its seal watcher has not started yet, so an unproven compile would go unseen"
+        hint = "wait a moment: serve-full --detach starts the watcher right after the canary"
+    elif alive is False:
+        message = (
+            f"not sealed: the seal watcher of this detached serve (pid {pid}) is gone while its engine still "
+            "answers, so an unproven compile would go unseen"
+        )
+        hint = (
+            "read its log (seal-watcher.log in the serve dir); restart the serve: serve-full stop NAME, then "
+            "serve-full --detach"
+        )
+    else:
+        message = (
+            f"not sealed here: the seal watcher of this detached serve (pid {pid}) runs on host "
+            f"{shown(str(watcher.get('host'))[:100])}, where this probe cannot see it"
+        )
+        hint = "run serve-full ready on the host that serves"
+    raise NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": "not_sealed"})
 
 
 def _client(host: str, port: int) -> EngineClient:

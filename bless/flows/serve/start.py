@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ class LaunchResult:
     warnings: tuple[str, ...] = ()
     #: The serving lease, held until :func:`finish` releases it (None once detached: the engine holds it).
     lease: ExitStack | None = field(default=None, repr=False, compare=False)
+    #: A detached blessed serve's seal watcher (its process identity: bless.flows.serve.detached).
+    seal_watcher: Mapping[str, Any] | None = None
 
     def release_lease(self) -> None:
         """Let gc collect the served version again (idempotent; what :func:`finish` calls)."""
@@ -96,6 +98,7 @@ class LaunchResult:
             "detached": self.detached,
             # How to end a detached serve and clean up after it (container, overlay volume, serve dir, lease).
             "stop_command": stop_command(self.plan.profile.name, self.plan.store_root) if self.detached else None,
+            "seal_watcher": dict(self.seal_watcher) if self.seal_watcher is not None else None,
             "canary": self.canary.to_dict(),
             "recheck": self.recheck,
             "serve_dir": str(self.plan.serve_dir),
@@ -114,6 +117,7 @@ def start(
     detach: bool = False,
     keep_upper_on_interrupt: bool = False,
     events: EventSink = ignore_events,
+    seal_detached: Callable[[LaunchResult, Runtime], None] | None = None,
 ) -> LaunchResult:
     """Start the planned engine, wait until ready, re-check the blessed files, run the canary.
 
@@ -126,6 +130,11 @@ def start(
     The serving lease on the blessed version (so ``bless gc`` never removes what is served, even once
     a rebless superseded it) is taken here, before the engine starts, and held until :func:`finish`;
     a detached engine is handed the lease; a failed start releases it.
+
+    ``seal_detached`` (``detach`` only): starts the seal watcher of the detached engine once it holds its
+    lease (:func:`bless.flows.serve.detached.start_watcher`); the readiness record says a watcher is expected,
+    so no probe passes before it runs. It raises having left nothing running; the engine is then stopped
+    as on any failure here.
     """
     lease = ExitStack()
     held = lease.enter_context(serving_lease(plan_.store, plan_))
@@ -137,9 +146,12 @@ def start(
         lease.close()
         raise
     try:
-        _mark_ready(plan_, result, runtime, detached=detach)
+        sealed = detach and seal_detached is not None
+        _mark_ready(plan_, result, runtime, detached=detach, watcher={} if sealed else None)
         if detach:
             held.hand_over(result.started, runtime.kind)  # the running engine keeps it
+            if seal_detached is not None:
+                seal_detached(result, runtime)
     except BaseException:
         # Serving without a readiness record would never take traffic, and a detached engine whose
         # lease still names serve-full would lose it to gc once serve-full exits: stop what was
@@ -150,6 +162,9 @@ def start(
         finally:
             clear_ready(plan_.store, plan_.profile.name)
             runtime.remove(result.started)
+            if held.handed_over and held.lease is not None:
+                with suppress(OSError):  # the engine it names is gone; say why serving failed, not this
+                    plan_.store.leases.release(held.lease)
             lease.close()
         raise
     if detach:
@@ -158,7 +173,9 @@ def start(
     return dataclasses.replace(result, lease=lease)
 
 
-def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, detached: bool) -> None:
+def _mark_ready(
+    plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, detached: bool, watcher: Mapping[str, Any] | None
+) -> None:
     """The readiness record (``serve-full ready``): written last, once the engine is canary-checked."""
     holder: dict[str, Any]
     if not detached:
@@ -178,6 +195,7 @@ def _mark_ready(plan_: LaunchPlan, result: LaunchResult, runtime: Runtime, *, de
             canary=result.canary.status,
             holder=holder,
             unproven_policy=plan_.profile.unproven_compile,
+            watcher=watcher,
         )
     except OSError as exc:
         raise os_refusal(

@@ -12,6 +12,11 @@ or a foreground serve): that serve-full is sent SIGTERM (its pid only, never its
 Ctrl-C, stopping its own engine; the leases are then read again. Every wait is bounded, and nothing is
 released or removed while a lease's holder still runs: no engine is ever left serving without its lease.
 The readiness record is cleared only once the engine has stopped.
+
+A detached serve's seal watcher (:mod:`.detached`) is ended first, before its engine: the very process its
+``seal-watcher.json`` (in the serve dir a lease names) or the readiness record names, by pid and start
+time, so a recycled pid is never signalled: SIGTERM, then SIGKILL if it has not exited within
+:data:`WATCHER_STOP_S`. A watcher that ends the serve itself (policy ``stop``) never signals itself.
 """
 
 from __future__ import annotations
@@ -32,18 +37,21 @@ from bless.flows.serve.lease import SERVE_FULL_ROLE
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
-from bless.fsutil import os_errors
+from bless.fsutil import os_errors, read_json_object
 from bless.procid import process_alive
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
+from bless.store.layout import StorePaths
 from bless.store.lease import Lease
 from bless.untrusted_text import shown
 
-__all__ = ["SERVE_FULL_SLACK_S", "StopOutcome", "stop_serving"]
+__all__ = ["SERVE_FULL_SLACK_S", "WATCHER_STOP_S", "StopOutcome", "stop_serving"]
 
 #: Seconds serve-full is given beyond the stop timeout to end after SIGTERM (stop its engine, clean up).
 SERVE_FULL_SLACK_S = 30
+#: Seconds a detached serve's seal watcher is given to end after SIGTERM (then SIGKILL, and as long again).
+WATCHER_STOP_S = 10.0
 _POLL_S = 0.05
 
 
@@ -89,11 +97,15 @@ def stop_serving(
     local: Callable[[], LocalRuntime] = LocalRuntime,
     timeout_s: int = 30,
     serve_full_slack_s: float = SERVE_FULL_SLACK_S,
+    watcher_stop_s: float = WATCHER_STOP_S,
+    keep_serve_dirs: bool = False,
 ) -> StopOutcome:
     """Stop the detached serve of profile ``name`` and remove what it created (see the module docstring).
 
     ``docker`` is called only when a Docker container may be involved, so stopping a local engine
     needs no Docker Engine. A serve that is already gone still has its serve dir and lease removed.
+    ``keep_serve_dirs``: keep the serve dirs as evidence (a seal watcher ending the serve under the policy
+    ``stop``), each named in the notes.
     """
     # The serve's container name: plain, or tagged with this root (serve-full --name-per-root).
     containers = {serve_container_name(name), serve_container_name(name, per_root=store.root)}
@@ -104,6 +116,8 @@ def stop_serving(
     # may have handed its lease to a detached engine meanwhile.
     _end_serve_fulls(_leases(store, containers), timeout_s + serve_full_slack_s, stopped=stopped)
     leases = _leases(store, containers)
+    # The seal watcher first: it must not judge, nor write the readiness record of, an engine being stopped.
+    _end_watchers(_watchers(name, store, leases), watcher_stop_s, stopped=stopped, notes=notes)
     runtime: Runtime | None = None
     local_holders = [lease for lease in leases if _local_pid(lease) is not None]
     _stop_local_engines(local_holders, local, timeout_s, stopped=stopped, notes=notes)
@@ -112,7 +126,11 @@ def stop_serving(
         runtime = _stop_docker_serves(name, store, docker, leases, timeout_s, stopped=stopped, notes=notes)
     _refuse_live_holders(name, store, _leases(store, containers))  # no engine may run without its lease
     clear_ready(store, name)  # only now: the engine is stopped (a probe fails closed on a dead holder anyway)
-    removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
+    if keep_serve_dirs:
+        removed: list[str] = []
+        notes.extend(f"serve dir kept as evidence: {serve_dir}" for serve_dir in _serve_dirs(name, store, leases))
+    else:
+        removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
     with os_errors(f"releasing the serving leases under {store.paths.leases}"):
         released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
     return StopOutcome(
@@ -126,6 +144,61 @@ def stop_serving(
 
 def _leases(store: Store, containers: set[str]) -> list[Lease]:
     return [lease for lease in store.leases.leases() if lease.name in containers]
+
+
+def _serve_dirs(name: str, store: Store, leases: list[Lease]) -> list[Path]:
+    """The serve dirs the leases name that are serve dirs of ``name`` under this store (no other path)."""
+    found: list[Path] = []
+    for lease in leases:
+        if lease.serve_dir is None:
+            continue
+        serve_dir = Path(lease.serve_dir)
+        if serve_dir.parent == store.paths.serve and serve_dir.name.startswith(f"{name}-"):
+            found.append(serve_dir)
+    return found
+
+
+def _watchers(name: str, store: Store, leases: list[Lease]) -> list[dict[str, Any]]:
+    """The seal watchers of ``name``'s detached serves, as their serve dirs and the readiness record name them."""
+    found = [read_json_object(StorePaths.seal_watcher(serve_dir)) for serve_dir in _serve_dirs(name, store, leases)]
+    record = read_json_object(store.paths.ready_file(name))
+    watcher = record.get("watcher") if record is not None else None
+    if isinstance(watcher, dict):
+        found.append(watcher)
+    unique: dict[tuple[object, object], dict[str, Any]] = {}
+    for identity in found:
+        if identity and isinstance(identity.get("pid"), int):
+            unique.setdefault((identity.get("pid"), identity.get("proc_start")), identity)
+    return list(unique.values())
+
+
+def _end_watchers(watchers: list[dict[str, Any]], wait_s: float, *, stopped: list[str], notes: list[str]) -> None:
+    """SIGTERM each live seal watcher (never this process), wait ``wait_s``, SIGKILL what is left; bounded.
+
+    Each signal goes to the very process (pid and start time checked just before), never to its group.
+    A watcher that outlives SIGKILL too is only noted: it exits by itself once its engine is gone.
+    """
+    live = [w for w in watchers if w["pid"] != os.getpid() and _alive(w)]
+    for watcher in live:
+        if _alive(watcher):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(watcher["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    for watcher in live:
+        pid = watcher["pid"]
+        while _alive(watcher) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        if _alive(watcher):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed_by = time.monotonic() + wait_s
+            while _alive(watcher) and time.monotonic() < killed_by:
+                time.sleep(_POLL_S)
+            notes.append(f"seal watcher pid {pid} did not end within {wait_s:g} s of SIGTERM and was killed")
+        if _alive(watcher):
+            notes.append(f"seal watcher pid {pid} still runs after SIGKILL; it ends once its engine is gone")
+        else:
+            stopped.append(f"seal watcher pid {pid}")
 
 
 def _serve_full_pid(lease: Lease) -> int | None:

@@ -1,0 +1,245 @@
+"""Sealed serving of a detached serve (bless.flows.serve.detached): the watcher process's loop, its start, its end.
+
+The loop runs in a thread of the test against our fake runtime and a fake engine server (as in
+test_serve_seal.py); the watcher's identity is then this process. Starting and ending a real watcher process
+(``python -m bless.cli.seal_watch``) uses a local engine: a sleeping process in its own session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bless.engines import get_adapter
+from bless.errors import ExitCode, NotServingError
+from bless.flows import serve
+from bless.flows.serve import detached
+from bless.procid import process_alive, process_identity
+from bless.profile import UnprovenCompilePolicy
+from bless.runtime.base import Runtime
+from bless.store import Store
+from bless.store.layout import SERVE_UNPROVEN_COMPILES, StorePaths
+from tests.fakes import FakeEngineServer, FakeRuntime
+from tests.unit.test_serve_seal import SEAL_LINE, _engine, _plan, _refused, _wait_for
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    found = Store(tmp_path / "root")
+    found.paths.ensure_layout()
+    return found
+
+
+@pytest.fixture
+def server() -> Iterator[FakeEngineServer]:
+    with _engine() as engine:
+        yield engine
+
+
+def _no_watcher(result: serve.LaunchResult, runtime: Runtime) -> None:
+    """A detached start whose watcher the test runs itself: the record still says one is expected."""
+
+
+def _detached(
+    store: Store, tmp_path: Path, server: FakeEngineServer, policy: UnprovenCompilePolicy
+) -> tuple[serve.LaunchResult, FakeRuntime, detached.WatchDoc]:
+    the_plan, runtime = _plan(store, tmp_path, server.port, policy)
+    result = serve.start(the_plan, runtime=runtime, detach=True, seal_detached=_no_watcher)
+    runtime.forbidden.pop("cleanup_ours", None)  # a start never cleans up; ending a serve (as serve-full stop) does
+    return result, runtime, detached.watch_doc(result, runtime)
+
+
+class Watching:
+    """run_watcher in a thread, as the watcher process runs it (from the watch document, read back)."""
+
+    def __init__(self, store: Store, runtime: FakeRuntime, doc: detached.WatchDoc) -> None:
+        self.done = threading.Event()
+        self.outcome: list[detached.WatchOutcome] = []
+        self.errors: list[BaseException] = []
+        doc = detached.WatchDoc.from_dict(json.loads(json.dumps(doc.to_dict())))  # what the process reads
+
+        def body() -> None:
+            try:
+                outcome = detached.run_watcher(
+                    doc,
+                    runtime=runtime,
+                    adapter=get_adapter(doc.engine).for_factors(doc.factors),
+                    store=store,
+                    done=self.done,
+                    docker=lambda: runtime,
+                    poll_s=0.2,
+                )
+                self.outcome.append(outcome)
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        self.thread = threading.Thread(target=body, daemon=True)
+        self.thread.start()
+
+    def result(self, timeout_s: float = 15.0) -> detached.WatchOutcome:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the watcher did not end"
+        if self.errors:
+            raise self.errors[0]
+        return self.outcome[0]
+
+
+def test_readiness_waits_for_the_watcher_then_refuse_flips_it_to_46_and_the_engine_keeps_running(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    name = doc.name
+    pending = _refused(store, name)
+    assert pending is not None and "not started yet" in pending.message and pending.details["reason"] == "not_sealed"
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, name) is None)  # the watcher recorded itself: ready
+    watcher = serve.check_ready(store, name).watcher
+    assert watcher is not None and watcher["pid"] == process_identity()["pid"]
+    assert watcher["proc_start"] == process_identity()["proc_start"]
+    recorded = json.loads(StorePaths.seal_watcher(doc.serve_dir).read_text())
+    assert recorded["pid"] == process_identity()["pid"]
+
+    runtime.container(result.started.name).log += f"(EngineCore pid=7) {SEAL_LINE}\n"
+    seconds = _wait_for(lambda: _refused(store, name) is not None)
+    refusal = _refused(store, name)
+    assert refusal is not None and refusal.exit_code == 46 and "fused_moe_kernel" in refusal.message
+    assert seconds < 5
+    assert runtime.container(result.started.name).running, "refuse keeps the engine up"
+    events = (doc.serve_dir / SERVE_UNPROVEN_COMPILES).read_text().splitlines()
+    assert [json.loads(line)["kernel"] for line in events] == ["fused_moe_kernel"]
+
+    watching.done.set()  # serve-full stop's SIGTERM
+    outcome = watching.result()
+    assert (
+        outcome.ended_by == "signal"
+        and outcome.exit_code == 0
+        and [e.kernel for e in outcome.seen] == ["fused_moe_kernel"]
+    )
+    assert runtime.container(result.started.name).running, "told to end, the watcher leaves the engine to stop"
+
+
+def test_stop_stops_the_engine_gracefully_clears_readiness_and_keeps_the_evidence(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    result, runtime, doc = _detached(store, tmp_path, server, "stop")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name) is None)
+    assert len(store.leases.leases()) == 1
+    runtime.container(result.started.name).log += f"{SEAL_LINE}\n"
+    outcome = watching.result()  # nothing else: the policy ends the serve by itself
+    assert outcome.ended_by == "unproven-compile" and outcome.exit_code == ExitCode.UNPROVEN_COMPILE
+    assert outcome.failure is not None and "fused_moe_kernel" in outcome.failure.message
+    assert outcome.engine_stop is not None and outcome.engine_stop.graceful
+    container = runtime.container(result.started.name)
+    assert container.stopped and container.removed and not container.running
+    assert not store.paths.ready_file(doc.name).exists(), "no readiness once the serve ended"
+    assert store.leases.leases() == [], "the lease is released as serve-full stop releases it"
+    assert outcome.stopped is not None and any("kept as evidence" in note for note in outcome.stopped.notes)
+    assert (doc.serve_dir / SERVE_UNPROVEN_COMPILES).is_file() and (doc.serve_dir / serve.ENGINE_LOG).is_file()
+    refusal = _refused(store, doc.name)
+    assert refusal is not None and refusal.details["reason"] == "no_record"
+
+
+def test_the_watcher_exits_when_the_engine_is_gone(store: Store, tmp_path: Path, server: FakeEngineServer) -> None:
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name) is None)
+    runtime.container(result.started.name).exit_code = 1  # the engine died
+    outcome = watching.result(timeout_s=10)
+    assert outcome.ended_by == "engine-gone" and outcome.exit_code == 0
+    assert "stop" not in runtime.calls and "cleanup_ours" not in runtime.calls, "nothing else is touched"
+
+
+def test_a_watcher_that_is_gone_while_the_engine_answers_is_not_sealed(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    _result, _runtime, doc = _detached(store, tmp_path, server, "refuse")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = process_identity(gone.pid)
+    gone.wait()
+    serve.ready.record_watcher(store, doc.name, identity)
+    refusal = _refused(store, doc.name)
+    assert refusal is not None and refusal.exit_code == 46 and refusal.details["reason"] == "not_sealed"
+    assert "not sealed" in refusal.message and f"pid {gone.pid}" in refusal.message
+    recycled = {**process_identity(), "proc_start": -1}  # this pid, another start time: not the watcher
+    serve.ready.record_watcher(store, doc.name, recycled)
+    assert _refused(store, doc.name) is not None
+
+
+def test_a_watcher_that_does_not_start_stops_the_detached_engine(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    the_plan, runtime = _plan(store, tmp_path, server.port, "refuse")
+
+    def failing(result: serve.LaunchResult, runtime_: Runtime) -> None:
+        command = [sys.executable, "-c", "import sys; print('cannot watch', file=sys.stderr); sys.exit(3)"]
+        detached.start_watcher(result, runtime_, command=lambda path: command)
+
+    with pytest.raises(NotServingError) as refused:
+        serve.start(the_plan, runtime=runtime, detach=True, seal_detached=failing)
+    assert "seal watcher of the detached serve did not start" in refused.value.message
+    assert "cannot watch" in refused.value.message, "the watcher's log tail says why"
+    assert runtime.calls[-2:] == ["stop", "remove"]
+    assert not store.paths.ready_file(the_plan.profile.name).exists()
+    assert store.leases.leases() == [], "the lease handed to the stopped engine is released"
+
+
+def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    """python -m bless.cli.seal_watch, started as --detach starts it, then serve-full stop NAME."""
+    result, _runtime, doc = _detached(store, tmp_path, server, "refuse")
+    assert len(store.leases.release_named(result.started.name)) == 1  # this test's engine is a local process
+    engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    watcher_pid: int | None = None
+    try:
+        the_plan = result.plan
+        assert the_plan.manifest is not None
+        store.leases.acquire(
+            the_plan.manifest.config_hash,
+            the_plan.manifest.cache.dir_id,
+            name=the_plan.container_name,
+            holder=process_identity(engine.pid),
+            serve_dir=the_plan.serve_dir,
+        )
+        started = dataclasses.replace(
+            result.started,
+            id=str(engine.pid),
+            spec=dataclasses.replace(
+                result.started.spec, mounts=tuple(m for m in result.started.spec.mounts if m.kind == "private")
+            ),
+        )
+        local_doc = dataclasses.replace(
+            doc,
+            runtime_kind="local",
+            started=started,
+            engine_holder=process_identity(engine.pid),
+            local_mount_namespace=False,
+        )
+        identity = detached.spawn_watcher(local_doc, start_s=60)
+        watcher_pid = identity["pid"]
+        assert process_alive(identity) is True and identity["pid"] != process_identity()["pid"]
+        assert serve.check_ready(store, doc.name).watcher is not None  # sealed and answering: ready
+        outcome = serve.stop_serving(doc.name, store=store, docker=_no_docker, timeout_s=5)
+        assert engine.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for process in (engine,):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert outcome.stopped[0] == f"seal watcher pid {watcher_pid}", outcome
+    assert f"pid {engine.pid}" in outcome.stopped
+    assert process_alive(identity) is False
+    assert not StorePaths.seal_watcher_log(doc.serve_dir).exists(), "the serve dir is removed with it"
+
+
+def _no_docker() -> FakeRuntime:
+    raise AssertionError("stopping a local engine must not need Docker")
