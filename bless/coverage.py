@@ -35,6 +35,17 @@ class CoverageClass:
     members: int
     first: int
     last: int
+    #: Request fields beyond the prompt (sampling modes: temperature, top_k, logprobs, ...); empty: greedy.
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    #: How many such requests are sent at once (the engine batches them into one step).
+    burst: int = 1
+    #: Tokens each request generates.
+    max_tokens: int = 1
+
+    @property
+    def drive(self) -> Drive:
+        """The requests that reach this class."""
+        return Drive(self.token_count, self.max_tokens, tuple(sorted(self.sampling.items())), self.burst)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +54,9 @@ class CoverageClass:
             "members": self.members,
             "first": self.first,
             "last": self.last,
+            "sampling": dict(self.sampling),
+            "burst": self.burst,
+            "max_tokens": self.max_tokens,
         }
 
     @classmethod
@@ -53,6 +67,28 @@ class CoverageClass:
             members=int(data["members"]),
             first=int(data["first"]),
             last=int(data["last"]),
+            sampling=dict(data.get("sampling", {})),
+            burst=int(data.get("burst", 1)),
+            max_tokens=int(data.get("max_tokens", 1)),
+        )
+
+
+@dataclass(frozen=True)
+class Drive:
+    """One coverage request shape: ``burst`` prompts of ``token_count`` token ids at once, with ``sampling``."""
+
+    token_count: int
+    max_tokens: int
+    sampling: tuple[tuple[str, Any], ...]
+    burst: int
+
+    def describe(self) -> str:
+        """``17 tokens``, ``16 tokens x8 at once (top_k=20, temperature=0.8)``."""
+        fields = ", ".join(f"{name}={value}" for name, value in self.sampling)
+        return (
+            f"{self.token_count} tokens"
+            + (f" x{self.burst} at once" if self.burst > 1 else "")
+            + (f" ({fields})" if fields else "")
         )
 
 
@@ -116,9 +152,14 @@ class CoveragePlan:
     notes: tuple[str, ...] = ()
 
     @property
+    def drives(self) -> tuple[Drive, ...]:
+        """Every request shape to send, once each, in plan order: one per class of the modeled, reachable families."""
+        return tuple(dict.fromkeys(c.drive for f in self.families if f.reachable and f.modeled for c in f.classes))
+
+    @property
     def requests(self) -> tuple[int, ...]:
-        """The prompt lengths to send, once each, ascending: one representative of every modeled class."""
-        return tuple(sorted({c.token_count for f in self.families if f.reachable and f.modeled for c in f.classes}))
+        """The prompt lengths of the greedy single requests to send, ascending (the token-count classes)."""
+        return tuple(sorted({d.token_count for d in self.drives if d.burst == 1 and not d.sampling}))
 
     @property
     def gaps(self) -> tuple[CoverageFamily, ...]:
@@ -155,18 +196,19 @@ class CoveragePlan:
 
 @dataclass(frozen=True)
 class CoverageRun:
-    """What the coverage requests of one start did: the lengths sent, their seconds, failures."""
+    """What the coverage requests of one start did: the shapes sent, their seconds, failures."""
 
     mode: str
-    sent: tuple[int, ...] = ()
+    sent: tuple[Drive, ...] = ()
     seconds: float = 0.0
     failures: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
-            "requests": len(self.sent),
-            "token_counts": list(self.sent),
+            "requests": sum(d.burst for d in self.sent),
+            "token_counts": [d.token_count for d in self.sent if d.burst == 1 and not d.sampling],
+            "shapes": [d.describe() for d in self.sent if d.burst > 1 or d.sampling],
             "seconds": round(self.seconds, 3),
             "failures": list(self.failures),
         }
@@ -216,13 +258,15 @@ def describe_plan(plan: CoveragePlan) -> list[str]:
             lines.append(f"{family.name}: not reachable here ({family.reason})")
         elif not family.modeled:
             lines.append(f"{family.name}: GAP, reachable but not modeled ({family.reason})")
-        else:
+        elif all(not c.sampling and c.burst == 1 for c in family.classes):
             counts = ", ".join(str(c.token_count) for c in family.classes)
             lines.append(
                 f"{family.name}: {len(family.classes)} class(es) over token counts "
                 f"{plan.token_range[0]}..{plan.token_range[1]}, reached by prompts of {counts} token(s)"
                 f" ({family.reason})"
             )
+        else:
+            lines.append(f"{family.name}: {len(family.classes)} class(es), one request shape each ({family.reason})")
     return lines
 
 

@@ -110,13 +110,22 @@ class EngineClient:
         except (KeyError, TypeError) as exc:
             raise EngineHttpError(f"/v1/models: unexpected reply shape ({exc!r})") from None
 
-    def complete(self, prompt: str | Sequence[int], max_tokens: int) -> Completion:
-        """One greedy completion; text and token ids are both required in the reply.
+    def complete(
+        self, prompt: str | Sequence[int], max_tokens: int, sampling: Mapping[str, Any] | None = None
+    ) -> Completion:
+        """One completion, greedy unless ``sampling`` says otherwise; text and token ids are both required.
 
-        ``prompt`` is text or a list of token ids (the engine then schedules exactly that many tokens).
+        ``prompt`` is text or a list of token ids (the engine then schedules exactly that many tokens);
+        ``sampling`` adds request fields (temperature, top_k, logprobs, ...: coverage requests only).
         """
         sent: str | list[int] = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
-        body: dict[str, Any] = {**self.fields, "prompt": sent, "max_tokens": max_tokens, "temperature": 0}
+        body: dict[str, Any] = {
+            **self.fields,
+            "prompt": sent,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            **(sampling or {}),
+        }
         if self.model:
             body["model"] = self.model
         started = time.monotonic()

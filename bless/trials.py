@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.coverage import CoveragePlan, CoverageRun
+from bless.coverage import CoveragePlan, CoverageRun, Drive
 from bless.engine_client import Completion, EngineClient
 from bless.profile import TrialSettings
 
@@ -163,16 +163,24 @@ def warm_up(client: EngineClient, settings: TrialSettings) -> CoherenceReport:
 
 
 def drive_coverage(client: EngineClient, plan: CoveragePlan, mode: str) -> CoverageRun:
-    """Send one prompt per coverage class (its representative token count, ``max_tokens`` 1), one at a time.
+    """Send every request shape of the plan (:attr:`CoveragePlan.drives`), one shape at a time.
 
-    Alone, each request's prefill is exactly one engine step of that many tokens, so each class's
-    kernels compile (bootstrap) or must load (trials). A failed request raises EngineHttpError.
+    A single greedy request's prefill is exactly one engine step of its token count; a burst sends its
+    requests at once, so the engine batches them (the sampler's kernels specialize on the batch). Each
+    class's kernels compile (bootstrap) or must load (trials). A failed request raises EngineHttpError.
     """
     started = time.monotonic()
-    sent: list[int] = []
-    for length in plan.requests:
-        client.complete(plan.prompt(length), 1)
-        sent.append(length)
+    sent: list[Drive] = []
+    for drive in plan.drives:
+        prompt, sampling = plan.prompt(drive.token_count), dict(drive.sampling)
+        if drive.burst == 1:
+            client.complete(prompt, drive.max_tokens, sampling)
+        else:
+            with ThreadPoolExecutor(max_workers=drive.burst) as pool:
+                futures = [pool.submit(client.complete, prompt, drive.max_tokens, sampling) for _ in range(drive.burst)]
+                for future in futures:
+                    future.result()
+        sent.append(drive)
     return CoverageRun(mode, tuple(sent), time.monotonic() - started)
 
 

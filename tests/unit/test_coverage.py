@@ -187,6 +187,21 @@ def test_a_dense_model_reaches_no_lazy_family() -> None:
     assert not family(plan, "fused_moe").reachable
 
 
+def test_the_sampler_family_crosses_every_sampling_mode_with_every_batch_class() -> None:
+    sampler = family(plan_for(serve={**SERVE, "max_num_seqs": 8}), "sampler")
+    assert sampler.reachable and sampler.modeled
+    shapes = {(c.key.split(",")[0], c.burst) for c in sampler.classes}
+    # 1 and 2 (torch.compile's size 1 and its dynamic shapes), 8 (the Triton sampler's smallest batch)
+    assert {burst for _, burst in shapes} == {1, 2, 8}
+    assert ("top_k and top_p", 8) in shapes and ("logprobs=16", 1) in shapes and ("logprobs=32", 1) not in shapes
+    wide = family(plan_for(serve={**SERVE, "max_num_seqs": 64, "max_logprobs": 64}), "sampler")
+    assert {c.burst for c in wide.classes} == {1, 2, 9, 16} and any(
+        c.key.startswith("logprobs=64,") for c in wide.classes
+    )
+    drives = plan_for().drives
+    assert len(drives) == len(set(drives)) and all(d.max_tokens == 8 for d in drives if d.sampling)
+
+
 def test_flashinfer_left_on_is_a_gap() -> None:
     plan = plan_for(config=LLAMA_8B, env={})  # vLLM 0.26 uses FlashInfer's sampler unless told not to
     flashinfer = family(plan, "flashinfer_jit")
@@ -198,6 +213,7 @@ def test_every_family_the_release_names_is_in_the_plan_with_its_source() -> None
     names = [f.name for f in plan.families]
     assert names == [
         "fused_moe",
+        "sampler",
         "inductor_graph",
         "flashinfer_jit",
         "deep_gemm",

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bless.coverage import CoverageFamily, CoveragePlan, group_token_counts
+from bless.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_counts
 from bless.fsutil import UnreadableFileError, read_bounded
 
 #: The releases whose fused-MoE rule this module implements (their tuned tables are in moe_configs.json).
@@ -279,6 +279,66 @@ def fused_moe_family(
     return family(True, True, reason, classes), token_range
 
 
+SAMPLER_SOURCE = (
+    "vllm/v1/sample/ops/topk_topp_sampler.py (Triton _topk_topp_kernel for 8 or more requests, specialized on the "
+    "batch and on top-k/top-p), vllm/v1/worker/gpu/sample/logprob.py (_topk_log_softmax_kernel per logprobs width), "
+    "vllm/v1/sample/ops/logprobs.py (torch.compile'd batched_count_greater_than)"
+)
+#: Sampling modes whose kernels compile on first use (each a request's fields beyond the prompt).
+SAMPLING_MODES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("temperature", {"temperature": 0.8}),
+    ("top_k", {"temperature": 0.8, "top_k": 20}),
+    ("top_p", {"temperature": 0.8, "top_p": 0.9}),
+    ("top_k and top_p", {"temperature": 0.8, "top_k": 20, "top_p": 0.9}),
+    ("min_p", {"temperature": 0.8, "min_p": 0.1}),
+    ("penalties", {"temperature": 0.8, "presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}),
+    ("seeded", {"temperature": 0.8, "seed": 1}),
+    ("n=2", {"temperature": 0.8, "n": 2}),
+    ("prompt_logprobs", {"prompt_logprobs": 1}),
+)
+#: Logprobs counts that reach every width class of _topk_log_softmax_kernel (next power of two of k+1, and
+#: Triton's specialization of k+1: 1, a multiple of 16, neither), up to the engine's max_logprobs.
+LOGPROBS_COUNTS = (0, 1, 2, 4, 8, 15, 16, 31, 32, 63, 64)
+#: The Triton top-k/top-p kernel runs for batches of 8 or more requests (apply_top_k_top_p).
+TRITON_SAMPLER_BATCH = 8
+SAMPLER_PROMPT_TOKENS = 16
+SAMPLER_MAX_TOKENS = 8
+
+
+def sampler_family(serve: Mapping[str, Any]) -> CoverageFamily:
+    """Sampling modes x batch-size classes: what a batch of sampled requests compiles on its first step.
+
+    Bursts of 1 and 2 requests (torch.compile's 1 and its dynamic shapes), of 8 or more up to max_num_seqs (the
+    Triton sampler; its batch argument not divisible by 16), and of 16 (divisible) where max_num_seqs allows.
+    """
+    seqs = serve.get("max_num_seqs")
+    max_seqs = seqs if isinstance(seqs, int) and seqs > 0 else 256
+    configured = serve.get("max_logprobs")
+    max_logprobs = configured if isinstance(configured, int) else 20
+    triton_batch = min(TRITON_SAMPLER_BATCH + 1, max_seqs)  # 9: at least 8, not a multiple of 16
+    bursts = sorted({1, min(2, max_seqs), triton_batch} | ({16} if max_seqs >= 16 else set()))
+    modes = list(SAMPLING_MODES) + [(f"logprobs={k}", {"logprobs": k}) for k in LOGPROBS_COUNTS if k <= max_logprobs]
+    classes = tuple(
+        CoverageClass(
+            key=f"{name}, {burst} request(s) at once",
+            token_count=SAMPLER_PROMPT_TOKENS,
+            members=1,
+            first=SAMPLER_PROMPT_TOKENS,
+            last=SAMPLER_PROMPT_TOKENS,
+            sampling=fields,
+            burst=burst,
+            max_tokens=SAMPLER_MAX_TOKENS,
+        )
+        for name, fields in modes
+        for burst in bursts
+    )
+    reason = (
+        f"{len(modes)} sampling modes (logprobs up to max_logprobs {max_logprobs}) x batches of "
+        f"{', '.join(map(str, bursts))} request(s), {SAMPLER_MAX_TOKENS} tokens each"
+    )
+    return CoverageFamily("sampler", True, True, reason, SAMPLER_SOURCE, classes)
+
+
 #: The release's other lazily compiled families: name, source, and when a configuration reaches them.
 #: Each predicate gets (serve, env, config) and returns None (not reachable, with the default reason)
 #: or the reason it is reached (then a gap: not modeled).
@@ -354,7 +414,18 @@ def coverage_plan(
 ) -> CoveragePlan:
     """The coverage plan of one vLLM configuration (pure: everything it reads is passed in)."""
     fused, token_range = fused_moe_family(release, model_config, serve, env, gpu_name)
-    families = [fused]
+    families = [
+        fused,
+        sampler_family(serve)
+        if release in MODELED_RELEASES
+        else CoverageFamily(
+            "sampler",
+            True,
+            False,
+            f"no sampler coverage model for vLLM {release or 'of unknown version'}",
+            SAMPLER_SOURCE,
+        ),
+    ]
     config = model_config or {}
     for name, source, unreachable, reached in OTHER_FAMILIES:
         why = reached(serve, env, config)
