@@ -662,6 +662,7 @@ def test_cold_log_shows_compile_and_save_no_load() -> None:
         "aot_keys": [COLD1_AOT],
         "ranks": ["rank_0_0"],
         "aot_load_paths": [],
+        "compiled_ranks": ["rank_0_0"],  # the save line names the rank that compiled
     }
     report = classify_reuse(signals, None, None)
     assert not report.passed
@@ -727,6 +728,46 @@ def test_other_vllm_key_is_drift() -> None:
     assert any(COLD2_BACKBONE in r and COLD1_BACKBONE in r and "Using cache directory" in r for r in reasons)
     assert any("AOT" in r for r in reasons)
     assert any("not under /var/cache/bless-engine" in r for r in reasons)  # the recorded runs used /tmp/vc2
+
+
+def _tp2_log(*ranks_loaded: str, compiled: str | None = None) -> str:
+    """A TP=2 warm start's log as vLLM 0.26 writes it: each rank's worker names its own directories."""
+    root = CACHE_MOUNT_PATH + "/torch_compile_cache"
+    lines = []
+    for rank in ("rank_0_0", "rank_1_0"):
+        tag = f"(Worker_TP{rank[5]} pid={100 + int(rank[5])})"
+        lines.append(
+            f"{tag} INFO Using cache directory: {root}/{COLD1_BACKBONE}/{rank}/backbone for vLLM's torch.compile"
+        )
+        if rank in ranks_loaded:
+            lines.append(
+                f"{tag} INFO Directly load AOT compilation from path {root}/torch_aot_compile/{COLD1_AOT}/{rank}/model"
+            )
+    if compiled:
+        lines.append(
+            f"(Worker_TP1 pid=101) INFO saved AOT compiled function to {root}/torch_aot_compile/"
+            f"{COLD1_AOT}/{compiled}/model"
+        )
+    return "\n".join(lines)
+
+
+TP2_BLESSED = {"backbone_keys": [COLD1_BACKBONE], "aot_keys": [COLD1_AOT], "ranks": ["rank_0_0", "rank_1_0"]}
+
+
+def test_every_rank_of_a_tp_blessing_must_load_its_own_aot_model() -> None:
+    a = adapter()
+    assert a.drift_reasons(TP2_BLESSED, a.read_log(_tp2_log("rank_0_0", "rank_1_0")).engine_keys) == []
+    reasons = a.drift_reasons(TP2_BLESSED, a.read_log(_tp2_log("rank_0_0")).engine_keys)
+    assert reasons == [
+        "rank rank_1_0: no 'Directly load AOT compilation' line for its rank_1_0/model: this rank's blessed AOT "
+        "model was not loaded"
+    ]
+
+
+def test_a_rank_that_saved_a_compile_is_named() -> None:
+    a = adapter()
+    logged = a.read_log(_tp2_log("rank_0_0", "rank_1_0", compiled="rank_1_0")).engine_keys
+    assert "rank rank_1_0: a compile or save marker names this rank's directory" in a.drift_reasons(TP2_BLESSED, logged)
 
 
 def test_log_without_cache_dir_is_drift() -> None:

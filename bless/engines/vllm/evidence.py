@@ -56,6 +56,7 @@ FATAL_MARKERS: tuple[str, ...] = (
 _AOT_LOAD_PATH = re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")
 _USING_CACHE_DIR = re.compile(r"Using cache directory: (?P<path>\S+) for vLLM's torch\.compile")
 _BACKBONE_IN_PATH = re.compile(r"torch_compile_cache/(?P<key>[0-9a-f]{10})/(?P<rank>rank_\d+_\d+)/")
+_RANK_IN_PATH = re.compile(r"/(?P<rank>rank_\d+_\d+)(?:/|$)")
 _AOT_IN_PATH = re.compile(r"torch_compile_cache/torch_aot_compile/(?P<key>[0-9a-f]{64})/(?P<rank>rank_\d+_\d+)/model")
 
 # --- artifact layout -------------------------------------------------------------------------------
@@ -246,6 +247,7 @@ def read_log(rules: VllmVersionRules, log: str) -> LogSignals:
     backbone_keys: set[str] = set()
     aot_keys: set[str] = set()
     ranks: set[str] = set()
+    compiled_ranks: set[str] = set()
     aot_load_paths: list[str] = []
     for line in log.splitlines():
         marked = False
@@ -257,6 +259,7 @@ def read_log(rules: VllmVersionRules, log: str) -> LogSignals:
         elif any(marker in line for marker in rules.compile_markers):
             compile_.append(line.strip())
             marked = True
+            compiled_ranks.update(match["rank"] for match in _RANK_IN_PATH.finditer(line))
         elif any(marker in line for marker in rules.fatal_markers):
             fatal.append(line.strip())
         if marked:
@@ -280,6 +283,7 @@ def read_log(rules: VllmVersionRules, log: str) -> LogSignals:
         "aot_keys": sorted(aot_keys),
         "ranks": sorted(ranks),
         "aot_load_paths": list(dict.fromkeys(aot_load_paths)),
+        "compiled_ranks": sorted(compiled_ranks),
     }
     return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
 
@@ -332,6 +336,28 @@ def drift_reasons(cache_mount_path: str, blessed_keys: Mapping[str, Any], log_ke
             "the blessing holds an AOT-compiled model but the engine log has no 'Directly load AOT "
             "compilation from path' line under the blessed tree: the AOT artifact was not loaded"
         )
+    elif blessed_aot:
+        reasons.extend(
+            rank_reasons(_strings(blessed_keys.get("ranks")), aot_loads, _strings(log_keys.get("compiled_ranks")))
+        )
+    return reasons
+
+
+def rank_reasons(blessed_ranks: Sequence[str], aot_loads: Sequence[str], compiled_ranks: Sequence[str]) -> list[str]:
+    """Per-rank reuse: every rank the blessing holds must load its own AOT model, and no rank may compile.
+
+    Under tensor (or pipeline) parallelism vLLM writes one AOT model per rank (``rank_<R>_<D>/model``), and
+    each rank's worker logs the load of its own path; most other markers come from rank 0 alone, so a rank
+    is judged by the load line that names its directory and by any compile or save line that names it.
+    """
+    loaded = {match["rank"] for path in aot_loads if (match := _RANK_IN_PATH.search(path))}
+    reasons = [
+        f"rank {rank}: no 'Directly load AOT compilation' line for its {rank}/model: this rank's blessed AOT model "
+        "was not loaded"
+        for rank in blessed_ranks
+        if rank not in loaded
+    ]
+    reasons += [f"rank {rank}: a compile or save marker names this rank's directory" for rank in compiled_ranks]
     return reasons
 
 
