@@ -104,7 +104,7 @@ def run_trial(
         reasons=tuple(dict.fromkeys(reasons)),
         coherence=coherence,
         reuse=reuse,
-        engine=session.evidence(),
+        engine={**session.evidence(), "ranks_loaded": _ranks_loaded(signals)},
         timings=dict(signals.timings),
         slot=slot,
         upper={
@@ -112,6 +112,16 @@ def run_trial(
             "entries": [{"path": e.path, "kind": e.kind, "size": e.size} for e in session.upper[:200]],
         },
         coverage=covered,
+    )
+
+
+def _ranks_loaded(signals: LogSignals) -> list[str]:
+    """The ``rank_<R>_<D>`` dirs whose AOT model the engine logged loading (one per tensor-parallel rank)."""
+    paths = signals.engine_keys.get("aot_load_paths")
+    if not isinstance(paths, list):
+        return []
+    return sorted(
+        {part for path in paths if isinstance(path, str) for part in path.split("/") if part.startswith("rank_")}
     )
 
 
