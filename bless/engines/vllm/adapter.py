@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +28,6 @@ from bless.errors import InputInvalidError, UnknownEngineVersionError
 from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 from bless.factors import ResolvedConfig
 from bless.profile import Profile
-from bless.user_files import read_input
 from bless.verify import TreeListing
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -384,17 +381,7 @@ def model_architectures(model: Mapping[str, Any]) -> tuple[str, ...] | None:
     Only the local runtime's model factor has that path (the real directory whose content is
     hashed, so what is read here is what was hashed). None when there is none or it says none.
     """
-    path = model.get("path")
-    if model.get("source") != "local" or not isinstance(path, str):
-        return None
-    config_path = Path(path) / "config.json"
-    if not os.path.lexists(config_path):
-        return None
-    data = read_input(config_path, what="model config", hint="a model directory's config.json is a regular JSON file")
-    try:
-        config = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
+    config = coverage.read_model_config(model)
     found = config.get("architectures") if isinstance(config, dict) else None
     if not isinstance(found, list) or not found or not all(isinstance(arch, str) for arch in found):
         return None

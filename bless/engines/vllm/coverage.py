@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_counts
-from bless.fsutil import UnreadableFileError, read_bounded
+from bless.user_files import read_input
 
 #: The releases whose fused-MoE rule this module implements (their tuned tables are in moe_configs.json).
 MODELED_RELEASES = ("0.26.0",)
@@ -40,7 +41,6 @@ FUSED_MOE_SOURCE = (
     "invoke_fused_moe_triton_kernel, _prepare_expert_assignment)"
 )
 _DATA_FILE = "moe_configs.json"
-MODEL_CONFIG_MAX = 4 << 20
 #: MoE shapes by config.json field names: architectures -> (experts, top-k, intermediate size per expert).
 MOE_FIELDS: Mapping[str, tuple[str, str, str]] = {
     "Qwen3MoeForCausalLM": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
@@ -446,16 +446,21 @@ def coverage_plan(
 
 
 def read_model_config(model: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A local model's ``config.json`` (the directory its factor names, whose content is hashed), else None.
+    """A local model's ``config.json``, from the directory its factor names; None when there is none.
 
-    Read bounded, never blocking on a FIFO; links are followed (a Hugging Face snapshot is all links).
+    Only the local runtime's model factor has that path (the real directory whose content is hashed, so
+    what is read here is what was hashed). Read through the one bounded reader of user files (a FIFO or a
+    device there is refused); a file that is not a JSON object counts as none.
     """
     path = model.get("path")
     if model.get("source") != "local" or not isinstance(path, str):
         return None
-    try:
-        data = read_bounded(Path(path) / "config.json", MODEL_CONFIG_MAX, follow=True)
-        document = json.loads(data) if data is not None else None
-    except (UnreadableFileError, ValueError, RecursionError):
+    config_path = Path(path) / "config.json"
+    if not os.path.lexists(config_path):
         return None
-    return document if isinstance(document, dict) else None
+    data = read_input(config_path, what="model config", hint="a model directory's config.json is a regular JSON file")
+    try:
+        config = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return config if isinstance(config, dict) else None
