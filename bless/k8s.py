@@ -27,6 +27,7 @@ validate against the Kubernetes OpenAPI schemas as they are (``kubernetes-valida
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 from bless.errors import InputInvalidError
 from bless.manifest import Manifest
 from bless.profile import Profile, engine_gpu_count
-from bless.untrusted_text import shown
+from bless.untrusted_text import shown, without_credentials
 
 __all__ = [
     "BLESS_ROOT",
@@ -77,6 +78,8 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 #: An image reference as Kubernetes takes it: not empty, no whitespace or control characters.
 _IMAGE = re.compile(r"[^\s\x00-\x1f\x7f]{1,1024}")
+#: A registry reference as text: no blank, no control character (a Python ``\s`` covers Unicode blanks too).
+_REFERENCE_TEXT = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]{1,2048}")
 #: Replicas is an int32.
 _MAX_REPLICAS = 2**31 - 1
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -142,9 +145,18 @@ class Rendered:
 
 
 def default_name(profile_name: str) -> str:
-    """A Kubernetes name from a profile name: lowercase, anything but letters and digits as ``-``."""
-    name = re.sub(r"[^a-z0-9]+", "-", profile_name.lower()).strip("-")[:63].strip("-")
-    return name or "bless-serve"
+    """A Kubernetes name from a profile name, one per profile name.
+
+    A profile name that is a DNS-1123 label already is the name. Any other is made one (lowercase,
+    anything but letters and digits as ``-``) and keeps 8 hex digits of its SHA-256 as a suffix: ``A_B``
+    and ``a-b`` are two profiles, and must not render the same Deployment (one apply would replace the
+    other's pods).
+    """
+    if _DNS_LABEL.fullmatch(profile_name) is not None:
+        return profile_name
+    suffix = hashlib.sha256(profile_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    name = re.sub(r"[^a-z0-9]+", "-", profile_name.lower()).strip("-")[: 63 - 1 - len(suffix)].strip("-")
+    return f"{name or 'bless-serve'}-{suffix}"
 
 
 def gpu_product_label(gpu_name: str) -> str:
@@ -202,10 +214,20 @@ def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def require_digest(artifact: str) -> None:
-    """Refuse (3) an artifact reference that is not pinned by digest: a tag can be moved to another blessing."""
+    """Refuse (3) an artifact reference that is not pinned by digest: a tag can be moved to another blessing.
+
+    Also one with blanks or control characters (a newline read from a file along with it): the reference
+    is written verbatim into the Deployment's annotation and the init container's ``bless pull``.
+    """
+    quoted = shown(without_credentials(artifact)[:300])
+    if _REFERENCE_TEXT.fullmatch(artifact) is None:
+        raise InputInvalidError(
+            f"--from {quoted} holds blanks or control characters (a newline at its end?)",
+            hint="pass the reference alone, REGISTRY/REPO@sha256:... (strip what came along from a file or a copy)",
+        )
     if "@sha256:" not in artifact:
         raise InputInvalidError(
-            f"--from {artifact} is not pinned by digest: a tag can be moved to another blessing",
+            f"--from {quoted} is not pinned by digest: a tag can be moved to another blessing",
             hint="use REPO@sha256:... (bless push prints the digest)",
         )
 
@@ -243,7 +265,8 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
         )
     if blessing.profile_name != profile.name:
         raise InputInvalidError(
-            f"the blessing at {options.artifact} was made from profile {blessing.profile_name!r}, not {profile.name!r}",
+            f"the blessing at {shown(without_credentials(options.artifact))} was made from profile "
+            f"{blessing.profile_name!r}, not {profile.name!r}",
             hint="render with the profile that blessing was made from",
         )
     check_secret_env(profile, options, secret_env)

@@ -17,7 +17,7 @@ from bless import __version__
 from bless.errors import ManifestInvalidError
 from bless.factors import canonical_json, config_hash, is_config_hash
 from bless.relpath import check_relative_path
-from bless.schemas import listing_conforms, schema_errors
+from bless.schemas import listing_conforms, listing_over_limit, schema_errors
 from bless.untrusted_text import shown
 from bless.verify import FileEntry, TreeListing
 
@@ -150,6 +150,10 @@ def _schema_errors(document: dict[str, Any]) -> list[str]:
     left to the schema, whose words the refusal then uses.
     """
     cache = document.get("cache")
+    if isinstance(cache, dict):
+        too_long = listing_over_limit(cache.get("files"), cache.get("dirs"))
+        if too_long is not None:  # refused on the count alone: no entry is validated
+            return [too_long]
     if isinstance(cache, dict) and listing_conforms(cache.get("files"), cache.get("dirs")):
         light = {**document, "cache": {**cache, "files": cache["files"][:1], "dirs": cache["dirs"][:1]}}
         return schema_errors("manifest.v1", light)

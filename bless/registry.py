@@ -60,7 +60,7 @@ from bless.errors import (
 from bless.manifest import Manifest
 from bless.registry_http import Transport, bounded_session, guarded, read_upto
 from bless.transfer import DEFAULT_LIMITS, TransferLimits
-from bless.untrusted_text import shown
+from bless.untrusted_text import has_credentials, shown, without_credentials
 from bless.user_files import read_input
 
 __all__ = ["CHUNK", "Reference", "RegistryClient", "Transport", "parse_reference"]
@@ -105,21 +105,32 @@ class Reference:
 
 
 def parse_reference(text: str) -> Reference:
-    """Parse ``REGISTRY/REPO[:TAG][@sha256:HEX]``; a registry host is required (no Docker Hub default)."""
+    """Parse ``REGISTRY/REPO[:TAG][@sha256:HEX]``; a registry host is required (no Docker Hub default).
+
+    A reference naming a user and password (``user:pass@registry/...``) is refused, and never echoed
+    back: refusals show it with the credentials masked.
+    """
     raw = text.strip()
+    quoted = repr(without_credentials(text))
+    if has_credentials(raw):
+        raise UsageError(
+            f"{quoted} carries credentials (user:password@): bless never takes them from a reference",
+            hint="drop them from the reference and log in instead (docker login: bless reads the docker config, "
+            "$DOCKER_CONFIG/config.json); then change that password, it may be in your shell history",
+        )
     first = raw.split("/", 1)[0]
     if "/" not in raw or not ("." in first or ":" in first or first == "localhost"):
         raise UsageError(
-            f"{text!r} names no registry host",
+            f"{quoted} names no registry host",
             hint="write the registry too, e.g. localhost:5000/caches/llama:v1 or ghcr.io/org/caches:v1",
         )
     try:
         container = oras.container.Container(raw)
     except ValueError as exc:
-        raise UsageError(f"{text!r} is not a registry reference: {exc}") from None
+        raise UsageError(f"{quoted} is not a registry reference: {without_credentials(str(exc))}") from None
     digest = container.digest
     if digest is not None and not is_sha256_digest(digest):
-        raise UsageError(f"{text!r}: only sha256 digests are supported")
+        raise UsageError(f"{quoted}: only sha256 digests are supported")
     name_part = raw.split("@", 1)[0]
     tag = container.tag if ":" in name_part.rsplit("/", 1)[-1] else None
     repository = f"{container.namespace}/{container.repository}" if container.namespace else container.repository

@@ -148,6 +148,20 @@ def _rules_only(schema: Any) -> Any:
     return rules
 
 
+def listing_over_limit(files: Any, dirs: Any) -> str | None:
+    """Why ``cache.files`` or ``cache.dirs`` holds more entries than the schema's ``maxItems``; None when neither does.
+
+    Asked before any entry is looked at: refusing a listing one entry too long must not cost what
+    validating a million entries costs (the schema library takes about a minute).
+    """
+    cache_props = validator("manifest.v1").schema["properties"]["cache"]["properties"]
+    for name, listing in (("files", files), ("dirs", dirs)):
+        limit = cache_props[name].get("maxItems")
+        if isinstance(listing, list) and isinstance(limit, int) and len(listing) > limit:
+            return f"cache.{name}: {len(listing)} entries, more than the {limit} a manifest may list"
+    return None
+
+
 def listing_conforms(files: Any, dirs: Any) -> bool | None:
     """Whether every ``cache.files`` / ``cache.dirs`` entry meets the schema; None when this cannot tell.
 

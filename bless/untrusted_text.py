@@ -9,11 +9,26 @@ all. :func:`shown` is the one rule for humans, :func:`json_safe` the one rule fo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 # surrogateescape (how Python decodes a file name that is not UTF-8) maps byte 0xNN to U+DCNN.
 _ESCAPED_BYTES = range(0xDC80, 0xDD00)
+
+
+#: The user-info of a reference or URL: ``user:password@`` before the host (after a scheme, if any).
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of a reference or URL masked as ``***@``: never echoed back."""
+    return _USERINFO.sub(r"\1***@", text, count=1)
+
+
+def has_credentials(text: str) -> bool:
+    """Whether ``text`` names a user (and password) before its host, as in ``user:password@registry/repo``."""
+    return without_credentials(text) != text
 
 
 def shown(text: str) -> str:

@@ -402,7 +402,9 @@ ready_app = _subcommand_app("ready", "Succeed only while a canary-checked engine
 
 def _ready(name: str, root: Path | None, accept_skipped_canary: bool) -> Report:
     store = open_store(root)
-    record = serve.check_ready(store, name, accept_skipped_canary=accept_skipped_canary)
+    record = serve.check_ready(
+        store, name, accept_skipped_canary=accept_skipped_canary, docker=partial(get_runtime, "docker")
+    )
     return Report(record.to_dict(), render_ready)
 
 
@@ -418,7 +420,8 @@ def ready(
     verbose: VerboseOption = False,
 ) -> None:
     """Exit 0 only while serve-full serves NAME from this store with its canary passed, its serving process
-    alive and its engine answering; else exit 46 (not serving) saying why. For exec readiness probes:
+    (or detached container, looked up by id) alive and its engine answering; else exit 46 (not serving)
+    saying why: a record this probe cannot judge is not ready. For exec readiness probes:
     no traffic reaches an engine that was not verified and canary-checked.
     """
     code = boundary.execute(

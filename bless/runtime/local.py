@@ -10,8 +10,10 @@ Two modes, chosen at construction:
   vanish with the namespace; read-only is enforced by the kernel.
 * **copy** (not root, no CAP_SYS_ADMIN as in a Kubernetes pod, or ``use_mount_namespace=False``):
   nothing can be mounted. Every mount is materialized by copying its source to its target
-  (an empty or absent directory). A read-write or private mount's writes are brought back
-  to its source when the engine stops (so ``bless run`` works in an unprivileged container).
+  (an empty or absent directory, or one holding only a partial copy of ours: see
+  :mod:`bless.runtime.materialize`, which copies whole or not at all). A read-write or private
+  mount's writes are brought back to its source when the engine stops (so ``bless run`` works
+  in an unprivileged container).
   A read-only or overlay copy may be written by the engine: read-only is *not* enforced,
   :attr:`Started.notes` says so, :meth:`LocalRuntime.upper_entries` reports what changed by
   comparing the copy with the original, and the post-trial hash check is what protects the
@@ -54,6 +56,7 @@ from bless.errors import (
     RuntimeUnavailableError,
 )
 from bless.evidence import OutsideEntry, UpperEntry
+from bless.runtime import materialize
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 
@@ -386,23 +389,9 @@ class LocalRuntime:
                     f"({source}): the engine would write into the original",
                     hint="run as root (private mount namespace), or choose another target",
                 )
-            pre_existing = os.path.lexists(target)
-            if pre_existing and (not target.is_dir() or target.is_symlink() or any(target.iterdir())):
-                raise RuntimeUnavailableError(
-                    f"cannot materialize {source} at {target}: the target exists and is not an empty directory",
-                    hint="remove it or choose another target",
-                )
-            try:
-                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    if not pre_existing:
-                        shutil.rmtree(target)
-                raise RuntimeUnavailableError(
-                    f"cannot copy {source} to {target}: {exc}",
-                    hint="the target must be creatable by this user; or run as root",
-                ) from exc
-            copies.append((target, not pre_existing))
+            # Whole or not at all (materialize.py): a full disk is 15 with nothing left behind, and a
+            # partial copy a killed start left is cleared rather than refused as "not empty".
+            copies.append((target, materialize.copy_whole(source, target)))
             if mount.kind in ("rw", "private"):
                 continue  # writable on purpose: stop() brings the engine's writes back to the source
             if mount.check_copy is not None:
@@ -642,11 +631,7 @@ class LocalRuntime:
                 if created:
                     shutil.rmtree(target)
                 else:
-                    for child in target.iterdir():
-                        if child.is_dir() and not child.is_symlink():
-                            shutil.rmtree(child)
-                        else:
-                            child.unlink()
+                    materialize.clear_contents(target)
         copies.clear()
 
     # -- evidence -------------------------------------------------------------------

@@ -329,13 +329,36 @@ def test_names_kubernetes_refuses_are_refused(tmp_path: Path, name: str) -> None
 @pytest.mark.parametrize(
     ("profile_name", "name"),
     [
-        ("vllm-0.26-tiny-llama-local", "vllm-0-26-tiny-llama-local"),
-        ("Reference_CPU", "reference-cpu"),
-        ("__", "bless-serve"),
+        ("reference-cpu-pod", "reference-cpu-pod"),
+        ("vllm-0.26-tiny-llama-local", "vllm-0-26-tiny-llama-local-"),
+        ("Reference_CPU", "reference-cpu-"),
+        ("__", "bless-serve-"),
+        ("x" * 64, "x" * 54 + "-"),
     ],
 )
 def test_default_names_are_kubernetes_names(profile_name: str, name: str) -> None:
-    assert k8s.default_name(profile_name) == name
+    """A name that is a DNS label already is kept; any other is made one and keeps a digest suffix of the original."""
+    found = k8s.default_name(profile_name)
+    assert found.startswith(name) and len(found) <= 63 and k8s._DNS_LABEL.fullmatch(found)
+    assert (found == name) == (profile_name == name)
+
+
+@pytest.mark.parametrize("names", [("A_B", "a-b"), ("a.b", "a-b"), ("A_B", "a_b"), ("X" * 63, "x" * 63)])
+def test_two_profile_names_never_render_the_same_deployment(tmp_path: Path, names: tuple[str, str]) -> None:
+    """``A_B`` and ``a-b`` both rendered Deployment ``a-b``: applying one replaced the other's pods (issue 25,
+    item 11). The names, and every name derived from them (the profile ConfigMap), are kept apart."""
+    found = []
+    for profile_name in names:
+        text = profile_text().replace('name = "tiny-test"', f'name = "{profile_name}"')
+        result = k8s.render(
+            load(tmp_path, text),
+            text,
+            dataclasses.replace(blessing(tmp_path, H100), profile_name=profile_name),
+            options(name=""),
+            cache_path="/var/cache/engine",
+        )
+        found.append({doc["metadata"]["name"] for doc in result.documents})
+    assert found[0].isdisjoint(found[1]), found
 
 
 # -- the command --------------------------------------------------------------------------------------

@@ -97,19 +97,19 @@ def test_readiness_waits_for_the_watcher_then_refuse_flips_it_to_46_and_the_engi
 ) -> None:
     result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     name = doc.name
-    pending = _refused(store, name)
+    pending = _refused(store, name, runtime)
     assert pending is not None and "not started yet" in pending.message and pending.details["reason"] == "not_sealed"
     watching = Watching(store, runtime, doc)
-    _wait_for(lambda: _refused(store, name) is None)  # the watcher recorded itself: ready
-    watcher = serve.check_ready(store, name).watcher
+    _wait_for(lambda: _refused(store, name, runtime) is None)  # the watcher recorded itself: ready
+    watcher = serve.check_ready(store, name, docker=lambda: runtime).watcher
     assert watcher is not None and watcher["pid"] == process_identity()["pid"]
     assert watcher["proc_start"] == process_identity()["proc_start"]
     recorded = json.loads(StorePaths.seal_watcher(doc.serve_dir).read_text())
     assert recorded["pid"] == process_identity()["pid"]
 
     runtime.container(result.started.name).log += f"(EngineCore pid=7) {SEAL_LINE}\n"
-    seconds = _wait_for(lambda: _refused(store, name) is not None)
-    refusal = _refused(store, name)
+    seconds = _wait_for(lambda: _refused(store, name, runtime) is not None)
+    refusal = _refused(store, name, runtime)
     assert refusal is not None and refusal.exit_code == 46 and "fused_moe_kernel" in refusal.message
     assert seconds < 5
     assert runtime.container(result.started.name).running, "refuse keeps the engine up"
@@ -131,7 +131,7 @@ def test_stop_stops_the_engine_gracefully_clears_readiness_and_keeps_the_evidenc
 ) -> None:
     result, runtime, doc = _detached(store, tmp_path, server, "stop")
     watching = Watching(store, runtime, doc)
-    _wait_for(lambda: _refused(store, doc.name) is None)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
     assert len(store.leases.leases()) == 1
     runtime.container(result.started.name).log += f"{SEAL_LINE}\n"
     outcome = watching.result()  # nothing else: the policy ends the serve by itself
@@ -144,14 +144,14 @@ def test_stop_stops_the_engine_gracefully_clears_readiness_and_keeps_the_evidenc
     assert store.leases.leases() == [], "the lease is released as serve-full stop releases it"
     assert outcome.stopped is not None and any("kept as evidence" in note for note in outcome.stopped.notes)
     assert (doc.serve_dir / SERVE_UNPROVEN_COMPILES).is_file() and (doc.serve_dir / serve.ENGINE_LOG).is_file()
-    refusal = _refused(store, doc.name)
+    refusal = _refused(store, doc.name, runtime)
     assert refusal is not None and refusal.details["reason"] == "no_record"
 
 
 def test_the_watcher_exits_when_the_engine_is_gone(store: Store, tmp_path: Path, server: FakeEngineServer) -> None:
     result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     watching = Watching(store, runtime, doc)
-    _wait_for(lambda: _refused(store, doc.name) is None)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
     runtime.container(result.started.name).exit_code = 1  # the engine died
     outcome = watching.result(timeout_s=10)
     assert outcome.ended_by == "engine-gone" and outcome.exit_code == 0
@@ -161,17 +161,17 @@ def test_the_watcher_exits_when_the_engine_is_gone(store: Store, tmp_path: Path,
 def test_a_watcher_that_is_gone_while_the_engine_answers_is_not_sealed(
     store: Store, tmp_path: Path, server: FakeEngineServer
 ) -> None:
-    _result, _runtime, doc = _detached(store, tmp_path, server, "refuse")
+    _result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     identity = process_identity(gone.pid)
     gone.wait()
     serve.ready.record_watcher(store, doc.name, identity)
-    refusal = _refused(store, doc.name)
+    refusal = _refused(store, doc.name, runtime)
     assert refusal is not None and refusal.exit_code == 46 and refusal.details["reason"] == "not_sealed"
     assert "not sealed" in refusal.message and f"pid {gone.pid}" in refusal.message
     recycled = {**process_identity(), "proc_start": -1}  # this pid, another start time: not the watcher
     serve.ready.record_watcher(store, doc.name, recycled)
-    assert _refused(store, doc.name) is not None
+    assert _refused(store, doc.name, runtime) is not None
 
 
 def test_a_watcher_that_does_not_start_stops_the_detached_engine(
@@ -196,7 +196,7 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
     store: Store, tmp_path: Path, server: FakeEngineServer
 ) -> None:
     """python -m bless.cli.seal_watch, started as --detach starts it, then serve-full stop NAME."""
-    result, _runtime, doc = _detached(store, tmp_path, server, "refuse")
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     assert len(store.leases.release_named(result.started.name)) == 1  # this test's engine is a local process
     engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
     watcher_pid: int | None = None
@@ -227,7 +227,7 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
         identity = detached.spawn_watcher(local_doc, start_s=60)
         watcher_pid = identity["pid"]
         assert process_alive(identity) is True and identity["pid"] != process_identity()["pid"]
-        assert serve.check_ready(store, doc.name).watcher is not None  # sealed and answering: ready
+        assert serve.check_ready(store, doc.name, docker=lambda: runtime).watcher is not None  # sealed, answering
         outcome = serve.stop_serving(doc.name, store=store, docker=_no_docker, timeout_s=5)
         assert engine.wait(timeout=10) == -signal.SIGTERM
     finally:

@@ -25,6 +25,7 @@ from bless.flows.events import Event
 from bless.flows.serve.seal import LINE_PREFIX, SealWatcher, parse_seal_lines
 from bless.flows.session import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE
 from bless.profile import UnprovenCompilePolicy
+from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES
 from tests.fakes import FakeEngineServer, FakeRuntime, openai_engine
@@ -112,9 +113,10 @@ def _compile_a_kernel(runtime: FakeRuntime, result: serve.LaunchResult) -> None:
     container.log += f"(EngineCore pid=7) {SEAL_LINE}\n"
 
 
-def _refused(store: Store, name: str) -> NotServingError | None:
+def _refused(store: Store, name: str, runtime: Runtime | None = None) -> NotServingError | None:
+    """Why ``name`` is not ready (None: ready); ``runtime``: where a detached serve's container is looked up."""
     try:
-        serve.check_ready(store, name)
+        serve.check_ready(store, name, docker=(lambda: runtime) if runtime is not None else None)
     except NotServingError as exc:
         return exc
     return None

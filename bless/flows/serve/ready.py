@@ -6,7 +6,9 @@ Kubernetes sends traffic to a pod once its readiness probe succeeds. For serve-f
 skipped with ``--no-canary``, said in the record) and removes it when serving ends; ``serve-full
 ready NAME`` (the exec probe) succeeds only while that record exists, the process that keeps serving
 is alive, and the engine still answers. A record left behind by a serve-full that was killed is
-detected by its process identity (pid and start time), never trusted.
+detected by its process identity (pid and start time), never trusted; a detached Docker serve's
+container is looked up by its id through the runtime. Unknown is not alive: a holder this probe cannot
+judge (malformed, on another host, without a start time, Docker unreachable) is a refusal, never ready.
 
 Sealed serving (:mod:`.seal`) lists every unproven compile in the record as it is seen; under the
 policy ``refuse`` one is enough for the probe to fail (the engine keeps answering what it was sent).
@@ -27,14 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from bless.engine_client import EngineClient
-from bless.errors import EngineHttpError, NotServingError
+from bless.errors import BlessError, EngineHttpError, NotServingError
 from bless.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
+from bless.labels import PHASE, PHASE_SERVE, PROFILE
 from bless.manifest import utc_now
 from bless.procid import process_alive
+from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.untrusted_text import shown
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
+
+#: What a detached Docker holder's container id may be (Docker's are 64 hex digits; fakes use names).
+_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 #: What a record's host may be: an IPv4/IPv6 address or a DNS name (no space, newline or URL syntax).
 _HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
@@ -148,8 +155,8 @@ def mark_ready(
     watcher records itself, :func:`record_watcher`); None where serve-full watches itself or nothing is sealed.
 
     ``holder``: what keeps serving, as :func:`~bless.store.process_identity` records a process (serve-full
-    in the foreground, a detached local engine); a record without a pid (a detached Docker container)
-    is judged by the engine's answer alone.
+    in the foreground, a detached local engine), or ``{"container", "name"}`` for a detached Docker
+    container, which the probe looks up by id (:func:`check_ready`'s ``docker``).
     """
     record = ReadyRecord(
         name=name,
@@ -217,12 +224,15 @@ def check_ready(
     *,
     accept_skipped_canary: bool = False,
     client_for: Callable[[str, int], EngineClient] | None = None,
+    docker: Callable[[], Runtime] | None = None,
 ) -> ReadyRecord:
     """The record of ``name`` if a canary-checked engine serves it now; else NotServingError (46).
 
     Ready means: the record exists and is well formed, its canary passed (a skipped one only with
-    ``accept_skipped_canary``), the process that keeps serving is alive, the engine answers its
-    model listing within :data:`PROBE_TIMEOUT_S`, and a detached serve's seal watcher runs.
+    ``accept_skipped_canary``), the process that keeps serving is alive (a process identity on this
+    host with its start time, or a Docker container found running by its id through ``docker``; without
+    ``docker`` a container holder cannot be judged and is refused), the engine answers its model listing
+    within :data:`PROBE_TIMEOUT_S`, and a detached serve's seal watcher runs.
     """
     path = store.paths.ready_file(name)
     stale_hint = "remove it; serve-full writes a new one after its next canary"
@@ -265,12 +275,7 @@ def check_ready(
                 "unproven_compile": record.to_dict()["unproven_compile"],
             },
         )
-    if process_alive(record.holder) is False:
-        raise refusal(
-            "holder_gone",
-            f"the process that served it (pid {record.holder.get('pid')}) is gone; the record is stale",
-            "start serve-full again",
-        )
+    _refuse_unless_holder_alive(name, record.holder, docker)
     client = (client_for or _client)(record.host, record.port)
     try:
         client.models()
@@ -283,6 +288,88 @@ def check_ready(
     if record.watcher is not None:
         _refuse_unsealed(name, record.watcher)
     return record
+
+
+def _holder_refusal(name: str, reason: str, message: str, hint: str) -> NotServingError:
+    return NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": reason})
+
+
+def _refuse_unless_holder_alive(name: str, holder: Mapping[str, Any], docker: Callable[[], Runtime] | None) -> None:
+    """NotServingError (46) unless what keeps serving is known to run now: unknown is not alive."""
+    if "container" in holder:
+        _refuse_unless_container_runs(name, holder, docker)
+        return
+    stale = "the record is not one serve-full writes: remove it; serve-full writes a new one after its next canary"
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        what = "names no holder" if not holder else f"names pid {shown(repr(pid)[:40])}, not a process id"
+        raise _holder_refusal(name, "holder_malformed", f"the readiness record {what}: cannot tell who serves", stale)
+    host = holder.get("host")
+    if not isinstance(host, str):
+        raise _holder_refusal(
+            name, "holder_malformed", f"the readiness record's holder (pid {pid}) names no host", stale
+        )
+    start = holder.get("proc_start")
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise _holder_refusal(
+            name,
+            "holder_malformed",
+            f"the readiness record's holder (pid {pid}) has no process start time, so a recycled pid could not "
+            "be told from it",
+            stale,
+        )
+    alive = process_alive(holder)
+    if alive is None:
+        raise _holder_refusal(
+            name,
+            "holder_elsewhere",
+            f"the process that serves it (pid {pid}) runs on host {shown(host[:100])}, where this probe cannot see it",
+            "run serve-full ready on the host (or in the container) that serves",
+        )
+    if not alive:
+        raise _holder_refusal(
+            name,
+            "holder_gone",
+            f"the process that served it (pid {pid}) is gone; the record is stale",
+            "start serve-full again",
+        )
+
+
+def _refuse_unless_container_runs(name: str, holder: Mapping[str, Any], docker: Callable[[], Runtime] | None) -> None:
+    """NotServingError (46) unless the detached serve's container is found running by its id."""
+    container = holder.get("container")
+    if not isinstance(container, str) or not _CONTAINER_ID.fullmatch(container):
+        raise _holder_refusal(
+            name,
+            "holder_malformed",
+            f"the readiness record names container {shown(repr(container)[:80])}, not a container id",
+            "the record is not one serve-full writes: remove it; serve-full writes a new one after its next canary",
+        )
+    if docker is None:
+        raise _holder_refusal(
+            name,
+            "holder_unknown",
+            f"the serve is a Docker container ({container[:12]}) and no Docker runtime was given to look it up",
+            "this is a bug in the caller: serve-full ready looks containers up through Docker",
+        )
+    try:
+        found = docker().list_ours({PROFILE: name, PHASE: PHASE_SERVE})
+    except BlessError as exc:
+        raise _holder_refusal(
+            name,
+            "holder_unknown",
+            f"cannot tell whether its container {container[:12]} runs: {exc.message}",
+            "run serve-full ready where the Docker Engine that serves is reachable",
+        ) from None
+    status = next((info.status for info in found if info.id == container), None)
+    if status != "running":
+        what = "is gone" if status is None else f"is {shown(status[:40])}, not running"
+        raise _holder_refusal(
+            name,
+            "holder_gone",
+            f"the container that served it ({container[:12]}) {what}; whatever answers on the port is not it",
+            "start serve-full --detach again (serve-full stop NAME first removes what is left)",
+        )
 
 
 def _refuse_unsealed(name: str, watcher: Mapping[str, Any]) -> None:

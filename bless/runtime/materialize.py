@@ -1,0 +1,127 @@
+"""The local runtime's copy mode: one mount's source copied to its target, whole or not at all.
+
+A copy is made in a fresh directory inside the target, :data:`PARTIAL`, then swapped in: each of its
+top-level entries renamed into the target (one file system, so no second copy), and the staging directory
+removed last. The target may be a mount point (a pod's ``emptyDir``), which cannot itself be replaced,
+hence the staging directory inside it rather than beside it.
+
+While :data:`PARTIAL` exists, everything in the target is bless's own unfinished copy: a copy starts only in
+an empty target, and the staging directory goes only once every entry was moved. So a target that a
+killed serve-full left behind (mid-copy or mid-swap) is recognised and cleared on the next start, instead
+of being refused as "not empty" on every restart. A copy that fails (a full disk: :class:`NoSpaceError`,
+exit 15) clears what it wrote before it refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from bless.errors import BlessError, RuntimeUnavailableError
+from bless.fsutil import NO_SPACE_ERRNOS, full_disk_error
+
+__all__ = ["PARTIAL", "clear_contents", "copy_whole", "holds_partial_copy"]
+
+#: The staging directory of a copy in progress, inside its target: its presence marks the target as bless's.
+PARTIAL = ".bless-partial-copy"
+
+
+class _NoSpace(Exception):
+    """A file copy met a full disk: raised past copytree, which would keep going and lose the errno."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _copy_file(source: str, destination: str) -> object:
+    try:
+        return shutil.copy2(source, destination, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in NO_SPACE_ERRNOS:
+            raise _NoSpace(exc) from exc
+        raise
+
+
+def holds_partial_copy(target: Path) -> bool:
+    """Whether ``target`` holds bless's own unfinished copy (its staging directory is a real directory)."""
+    try:
+        return stat.S_ISDIR(os.lstat(target / PARTIAL).st_mode)
+    except OSError:
+        return False
+
+
+def clear_contents(target: Path) -> None:
+    """Remove everything inside ``target`` (never following a link); the directory itself stays."""
+    for child in target.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def copy_whole(source: Path, target: Path) -> bool:
+    """Copy ``source``'s tree to ``target`` (absent, empty, or holding bless's partial copy); True if created.
+
+    RuntimeUnavailableError (50) for a target that holds anything else or cannot be written, NoSpaceError (15)
+    for a full disk; either way the target is left as it was found (created: removed; else: emptied).
+    """
+    created = not os.path.lexists(target)
+    if not created:
+        if not target.is_dir() or target.is_symlink():
+            raise RuntimeUnavailableError(
+                f"cannot materialize {source} at {target}: the target exists and is not a directory",
+                hint="remove it or choose another target",
+            )
+        if holds_partial_copy(target):
+            _clear(target, source, "clearing the partial copy a killed start left")
+        elif any(target.iterdir()):
+            raise RuntimeUnavailableError(
+                f"cannot materialize {source} at {target}: the target exists and is not an empty directory "
+                f"(and holds no partial copy of bless's, {PARTIAL})",
+                hint="remove its contents or choose another target",
+            )
+    staging = target / PARTIAL
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, staging, symlinks=True, copy_function=_copy_file)
+        for child in sorted(staging.iterdir()):
+            child.rename(target / child.name)
+        staging.rmdir()  # last: until here, the target is marked as a partial copy
+    except (OSError, _NoSpace) as exc:
+        with contextlib.suppress(OSError):
+            if created:
+                shutil.rmtree(target)
+            else:
+                clear_contents(target)
+        raise _refusal(exc, source, target) from None
+    return created
+
+
+def _clear(target: Path, source: Path, what: str) -> None:
+    try:
+        clear_contents(target)
+    except OSError as exc:
+        raise _refusal(exc, source, target, what) from None
+
+
+def _refusal(exc: BaseException, source: Path, target: Path, what: str = "") -> BlessError:
+    error = exc.error if isinstance(exc, _NoSpace) else exc
+    what = what or f"copying {source} to {target}"
+    if isinstance(error, shutil.Error) and os.strerror(errno.ENOSPC) in str(error):
+        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+    no_space = full_disk_error(error, what)
+    if no_space is not None:
+        return no_space
+    return RuntimeUnavailableError(
+        f"{what}: {_short(str(error))}",
+        hint="the target must be creatable by this user; or run as root",
+    )
+
+
+def _short(text: str) -> str:
+    return text if len(text) < 300 else text[:300] + "..."

@@ -1,0 +1,132 @@
+"""The local runtime's copy mode on a full target, and after a killed start (issue 25, item 8).
+
+A pod without CAP_SYS_ADMIN serves a verified copy of the blessed tree. On a target too small the copy
+failed halfway, left its partial tree behind and said 50 (runtime unavailable), not 15 (no space); the
+container restarted and met "the target exists and is not an empty directory" (50) on every restart
+until the pod was deleted. The same after a serve-full killed mid-copy. The copy is now made whole in a
+staging directory of its own inside the target, then swapped in: a full disk is 15 with the target left
+as found, and a target that holds only bless's own partial copy is cleared and copied again.
+
+The disks are real small tmpfs mounts (root); the kill is a real SIGKILL of a process copying.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bless import labels
+from bless.errors import ExitCode, NoSpaceError, RuntimeUnavailableError
+from bless.runtime.base import ContainerSpec, Mount
+from bless.runtime.local import LocalRuntime
+from bless.runtime.materialize import PARTIAL
+from tests.runtime_helpers import tree_digest, wait_exit
+from tests.unit.test_full_disk import small_disk
+
+LABELS = labels.labels_for(
+    run_id=f"unit-{uuid.uuid4().hex[:8]}", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile="unit"
+)
+
+
+def _spec(tmp_path: Path, source: Path, target: Path) -> ContainerSpec:
+    name = f"bless-unit-{uuid.uuid4().hex[:8]}"
+    return ContainerSpec(
+        name=name,
+        command=(sys.executable, "-c", "pass"),
+        env={},
+        labels=LABELS,
+        log_path=tmp_path / f"{name}.log",
+        mounts=(Mount("ro", source, str(target)),),
+    )
+
+
+def _source(root: Path, files: int, size: int) -> Path:
+    source = root / "blessed"
+    for index in range(files):
+        path = source / f"d{index % 50:02d}" / f"f{index:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(size))
+    return source
+
+
+@pytest.mark.parametrize("pre_existing", [True, False], ids=["mount-point-target", "absent-target"])
+def test_a_full_target_is_15_and_leaves_nothing_behind(tmp_path: Path, pre_existing: bool) -> None:
+    source = _source(tmp_path, files=40, size=64 << 10)  # 2.5 MiB into 1 MiB
+    runtime = LocalRuntime(use_mount_namespace=False)
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        target = disk if pre_existing else disk / "cache" / "blessed"
+        with pytest.raises(NoSpaceError) as info:
+            runtime.start(_spec(tmp_path, source, target))
+        assert info.value.exit_code == ExitCode.NO_SPACE and int(info.value.exit_code) == 15
+        assert "No space left" in info.value.message and info.value.hint
+        if pre_existing:
+            assert list(disk.iterdir()) == [], "the failed copy is cleared from the target"
+        else:
+            assert not target.exists(), "the target the copy created is removed"
+        # Nothing blocks the next start once the tree fits: no "target is not empty" loop.
+        small = _source(tmp_path / "small", files=4, size=1 << 10)
+        started = runtime.start(_spec(tmp_path, small, target))
+        assert tree_digest(target) == tree_digest(small)
+        assert wait_exit(runtime, started) == 0
+        runtime.stop(started, 2)
+        runtime.remove(started)
+
+
+_COPIER = """
+import sys
+from pathlib import Path
+from bless import labels
+from bless.runtime.base import ContainerSpec, Mount
+from bless.runtime.local import LocalRuntime
+source, target, log = sys.argv[1:4]
+spec = ContainerSpec(
+    name="bless-unit-killed", command=(sys.executable, "-c", "pass"), env={},
+    labels=labels.labels_for(run_id="killed", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile="unit"),
+    log_path=Path(log), mounts=(Mount("ro", Path(source), target),),
+)
+LocalRuntime(use_mount_namespace=False).start(spec)
+"""
+
+
+def test_a_start_killed_mid_copy_is_recovered_by_the_next_start(tmp_path: Path) -> None:
+    source = _source(tmp_path, files=6000, size=2 << 10)
+    target = tmp_path / "emptydir"
+    target.mkdir()  # a pod's emptyDir: the target exists before serve-full runs
+    copier = subprocess.Popen(
+        [sys.executable, "-c", _COPIER, str(source), str(target), str(tmp_path / "killed.log")],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    deadline = time.monotonic() + 30
+    while not any(target.iterdir()) and time.monotonic() < deadline and copier.poll() is None:
+        time.sleep(0.002)
+    time.sleep(0.05)
+    assert copier.poll() is None, "the copy ended before it could be killed midway (make the source bigger)"
+    copier.send_signal(signal.SIGKILL)
+    copier.wait()
+    assert any(target.iterdir()), "the killed start left a partial copy"
+    assert tree_digest(target) != tree_digest(source)
+    runtime = LocalRuntime(use_mount_namespace=False)
+    started = runtime.start(_spec(tmp_path, source, target))  # refused with 50 before, on every restart
+    assert not (target / PARTIAL).exists()
+    assert tree_digest(target) == tree_digest(source), "a whole copy, nothing of the partial one left"
+    assert wait_exit(runtime, started) == 0
+    runtime.stop(started, 2)
+    runtime.remove(started)
+
+
+def test_a_target_holding_anything_else_is_still_refused(tmp_path: Path) -> None:
+    source = _source(tmp_path, files=2, size=16)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "someone-elses.txt").write_text("keep me")
+    with pytest.raises(RuntimeUnavailableError, match="not an empty directory") as info:
+        LocalRuntime(use_mount_namespace=False).start(_spec(tmp_path, source, target))
+    assert info.value.exit_code == ExitCode.RUNTIME_UNAVAILABLE
+    assert (target / "someone-elses.txt").read_text() == "keep me"

@@ -1,0 +1,149 @@
+"""``serve-full ready`` never says ready when it cannot judge who serves (issue 25, item 6).
+
+A detached Docker serve whose container died read ready as long as anything answered on its port (the
+record's holder, ``{"container", "name"}``, was never looked up), and a forged record whose holder was
+``{}``, a pid of ``true``, ``0``, ``-1`` or ``"123"``, another host, or no process start time read ready
+too (``process_alive`` said "cannot tell", which was taken as alive). Unknown is not alive: each is a
+refusal (46) naming why, while the engine keeps answering on the port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bless import labels
+from bless.errors import ExitCode, NotServingError, RuntimeUnavailableError
+from bless.flows.serve.ready import check_ready, mark_ready
+from bless.procid import process_identity
+from bless.runtime.base import Runtime
+from bless.store import Store
+from tests.fakes import FakeEngineServer, FakeRuntime, json_reply
+
+MODELS = {"/v1/models": json_reply({"object": "list", "data": [{"id": "m"}]})}
+NAME = "p"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    found = Store(tmp_path / "root")
+    found.paths.ensure_layout()
+    return found
+
+
+@pytest.fixture
+def server() -> Any:
+    with FakeEngineServer(routes=MODELS) as running:
+        yield running
+
+
+def _mark(store: Store, port: int, holder: Any) -> None:
+    mark_ready(
+        store, name=NAME, config_hash="ab" * 32, host="127.0.0.1", port=port, canary="passed", holder=process_identity()
+    )
+    path = store.paths.ready_file(NAME)
+    document = json.loads(path.read_text())
+    document["holder"] = holder
+    path.write_text(json.dumps(document))
+
+
+def _reason(store: Store, docker: Callable[[], Runtime] | None = None) -> NotServingError:
+    with pytest.raises(NotServingError) as excinfo:
+        check_ready(store, NAME, docker=docker)
+    assert int(excinfo.value.exit_code) == int(ExitCode.NOT_SERVING) == 46
+    return excinfo.value
+
+
+def _serving_container(runtime: FakeRuntime) -> str:
+    ours = labels.labels_for(run_id="r", phase=labels.PHASE_SERVE, config_hash="ab" * 32, profile=NAME)
+    return runtime.plant("bless-serve-p", ours).name
+
+
+def test_a_detached_docker_serve_whose_container_died_is_not_ready(store: Store, server: FakeEngineServer) -> None:
+    runtime = FakeRuntime()
+    container = _serving_container(runtime)
+    _mark(store, server.port, {"container": container, "name": container})
+    assert check_ready(store, NAME, docker=lambda: runtime).port == server.port  # running and answering: ready
+    runtime.container(container).exit_code = 137  # the container died; something still answers on the port
+    refusal = _reason(store, docker=lambda: runtime)
+    assert refusal.details["reason"] == "holder_gone" and "not running" in refusal.message
+
+
+def test_a_docker_holder_whose_container_is_gone_is_not_ready(store: Store, server: FakeEngineServer) -> None:
+    runtime = FakeRuntime()
+    _serving_container(runtime)
+    _mark(store, server.port, {"container": "0123456789ab" * 2, "name": "bless-serve-p"})  # another id
+    assert _reason(store, docker=lambda: runtime).details["reason"] == "holder_gone"
+
+
+def test_a_docker_holder_that_cannot_be_looked_up_is_not_ready(store: Store, server: FakeEngineServer) -> None:
+    def unreachable() -> Runtime:
+        raise RuntimeUnavailableError("Docker Engine: ping failed: connection refused")
+
+    _mark(store, server.port, {"container": "bless-serve-p", "name": "bless-serve-p"})
+    assert _reason(store, docker=unreachable).details["reason"] == "holder_unknown"
+    assert _reason(store, docker=None).details["reason"] == "holder_unknown"
+
+
+def _honest() -> dict[str, Any]:
+    return process_identity()
+
+
+@pytest.mark.parametrize(
+    ("holder", "reason", "said"),
+    [
+        ({}, "holder_malformed", "names no holder"),
+        (_honest() | {"pid": True}, "holder_malformed", "True"),
+        (_honest() | {"pid": 0}, "holder_malformed", "not a process id"),
+        (_honest() | {"pid": -1}, "holder_malformed", "not a process id"),
+        (_honest() | {"pid": "123"}, "holder_malformed", "'123'"),
+        (_honest() | {"pid": 1.0}, "holder_malformed", "not a process id"),
+        (_honest() | {"host": "elsewhere-" + socket.gethostname()}, "holder_elsewhere", "runs on host"),
+        ({k: v for k, v in _honest().items() if k != "host"}, "holder_malformed", "no host"),
+        ({k: v for k, v in _honest().items() if k != "proc_start"}, "holder_malformed", "no process start time"),
+        (_honest() | {"proc_start": None}, "holder_malformed", "no process start time"),
+        (_honest() | {"proc_start": True}, "holder_malformed", "no process start time"),
+        ({"container": {}}, "holder_malformed", "not a container id"),
+        ({"container": "a\nb"}, "holder_malformed", "not a container id"),
+    ],
+    ids=[
+        "empty",
+        "pid-true",
+        "pid-0",
+        "pid-minus-1",
+        "pid-string",
+        "pid-float",
+        "another-host",
+        "no-host",
+        "no-proc-start",
+        "proc-start-null",
+        "proc-start-true",
+        "container-object",
+        "container-newline",
+    ],
+)
+def test_a_holder_that_cannot_be_judged_is_not_ready(
+    store: Store, server: FakeEngineServer, holder: dict[str, Any], reason: str, said: str
+) -> None:
+    _mark(store, server.port, _honest())
+    assert check_ready(store, NAME).port == server.port  # the honest record of this live process is ready
+    _mark(store, server.port, holder)
+    refusal = _reason(store, docker=lambda: FakeRuntime())
+    assert refusal.details["reason"] == reason and said in refusal.message, refusal.message
+    assert refusal.hint
+
+
+def test_serve_full_ready_refuses_a_forged_holder_with_46(store: Store, server: FakeEngineServer) -> None:
+    from typer.testing import CliRunner
+
+    from bless.cli.serve import ready_app
+
+    _mark(store, server.port, {"pid": True, "host": socket.gethostname(), "proc_start": 1})
+    result = CliRunner().invoke(ready_app, [NAME, "--root", str(store.root), "--json"])
+    assert result.exit_code == ExitCode.NOT_SERVING, result.stdout
+    assert json.loads(result.stdout)["error"]["details"]["reason"] == "holder_malformed"
