@@ -179,7 +179,10 @@ def test_detach_canary_passes_and_a_second_start_is_refused(
         stopped = serve(*shlex.split(outcome["stop_command"])[1:], "--json")
         assert stopped.code == 0, stopped.stderr[-3000:]
         report = stopped.json()
-        assert report["stopped"] == [container] and report["serve_dirs_removed"] == [str(serve_dir)]
+        # the detached serve's seal watcher first (it would report the engine's stop), then the engine
+        watcher, engine = report["stopped"]
+        assert watcher.startswith("seal watcher pid ") and engine == container
+        assert report["serve_dirs_removed"] == [str(serve_dir)]
         assert report["leases_released"] == 1 and report["notes"] == []
         assert container not in our_containers() and not serve_dir.exists()
         assert [v.name for v in docker_client.volumes.list() if v.name.startswith(container)] == []
