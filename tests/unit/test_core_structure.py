@@ -68,7 +68,7 @@ def test_runtimes_import_no_engine(module: str) -> None:
 
 
 #: Modules allowed past ~500 lines, each one concern (docs/dev/architecture.md, "Layout", says which and why).
-LONG_MODULES = {"verify.py", "runtime/docker.py", "runtime/local.py"}
+LONG_MODULES = {"verify.py", "runtime/docker.py", "runtime/local.py", "registry.py", "k8s.py"}
 
 
 def test_long_modules_are_the_documented_ones() -> None:
