@@ -48,8 +48,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 COMPILE_TOOK = re.compile(r"torch\.compile took ([0-9.]+) s")
 CANARY_PASSED = re.compile(r"canary passed", re.IGNORECASE)
-# What bless adds to the engine's env beyond the profile's: a plain start goes without it.
-BLESS_ONLY_ENV = ("TMPDIR", "TMP", "TEMP", "TRITON_CACHE_AUTOTUNING", "VLLM_FORCE_AOT_LOAD")
+# What bless adds to the engine's env beyond the profile's (its sealed Triton cache manager too): a plain start goes
+# without it.
+BLESS_ONLY_ENV = ("TMPDIR", "TMP", "TEMP", "TRITON_CACHE_AUTOTUNING", "VLLM_FORCE_AOT_LOAD", "TRITON_CACHE_MANAGER")
 PASSED_ON = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "LANG")
 
 
