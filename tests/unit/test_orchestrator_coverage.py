@@ -4,6 +4,7 @@ every trial, and what the manifest records (fakes of our own Runtime; the real R
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from bless.engines.reference import ReferenceAdapter
 from bless.errors import CoverageIncompleteError, ExitCode
 from bless.factors import ResolvedConfig
 from bless.profile import Profile
+from tests.fakes import ARTIFACT
 from tests.unit.run_harness import Harness, make_profile
 
 
@@ -84,3 +86,38 @@ def test_auto_publishes_with_the_gap_recorded_and_warned(make: Callable[..., Har
     manifest = harness.store.find(harness.config_hash)
     assert manifest is not None and manifest.coverage is not None
     assert manifest.coverage["gaps"] == ["mystery_jit: the engine compiles it per shape, rules unknown"]
+
+
+def _served(harness: Harness, *events: dict[str, Any], name: str | None = None) -> None:
+    """A kept serve dir of the profile with ``events`` in its unproven-compiles.jsonl, as a sealed serve leaves it."""
+    serve_dir = harness.store.paths.serve / f"{name or harness.resolved.profile.name}-20261126T120000Z-abcdef"
+    serve_dir.mkdir(parents=True)
+    lines = [json.dumps({"event": "unproven_compile", "source": "triton-cache-manager", **e}) for e in events]
+    (serve_dir / "unproven-compiles.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def test_a_rebless_checks_what_earlier_serves_met_and_records_it(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile())
+    _served(harness, {"kernel": "reference_bucket_8", "key": "k" * 52}, {"path": ARTIFACT})
+    _served(harness, {"kernel": "other_profiles_kernel", "key": "o" * 52}, name="another")  # not this profile's
+    result = harness.run(trials=1)
+    assert result.published
+    assert any("1 of the 2 compile(s) earlier serves" in w and "reference_bucket_8" in w for w in result.warnings)
+    manifest = harness.store.find(harness.config_hash)
+    assert manifest is not None and manifest.coverage is not None
+    served = manifest.coverage["from_serves"]
+    assert (served["recorded"], served["held"]) == (2, 1)  # the artifact path is in the tree, the kernel is not
+    assert served["missing"] == [
+        f"kernel reference_bucket_8 (key {'k' * 52}), seen by serve {served['missing'][0].split('serve ')[-1]}"
+    ]
+    assert "other_profiles_kernel" not in json.dumps(manifest.coverage)
+
+
+def test_require_rejects_a_candidate_that_still_lacks_what_a_serve_met(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(mode="require"))
+    _served(harness, {"kernel": "reference_bucket_8", "key": "k" * 52})
+    result = harness.run(trials=1)
+    assert not result.published
+    (candidate,) = result.candidates
+    assert candidate.trials == () and "still not in the candidate" in candidate.reasons[0]
+    assert [c.spec.labels["org.bless.phase"] for c in harness.runtime.containers] == ["bootstrap"]

@@ -29,9 +29,11 @@ from bless.flows.run.containers import RunContainers
 from bless.flows.run.rebless_rule import check_bound_kept
 from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
 from bless.flows.run.schedule import TrialSchedule
+from bless.flows.run.served import ServedCompile, outcome, recorded_compiles, still_unproven, triton_subdir
 from bless.flows.run.summary import render_summary
 from bless.flows.run.trial import TrialInputs, run_trial
 from bless.flows.safety import check_unsafe
+from bless.flows.session import compile_locations
 from bless.fsutil import os_errors
 from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
 from bless.probes import probe_gpus
@@ -74,6 +76,8 @@ class Orchestrator:
         )
         self._published: PublishResult | None = None
         self.coverage = CoveragePlan(self.adapter.name, "")
+        self.served: list[ServedCompile] = []
+        self.served_outcome: dict[str, Any] = {}
         self._warnings: list[str] = []
 
     def events(self, event: Event) -> None:
@@ -180,13 +184,38 @@ class Orchestrator:
             warning = f"coverage gap, serving may compile kernels no request proved: {gap}"
             self._warnings.append(warning)
             self.events(Event("warning", warning))
-        if mode == "off" and self.coverage.requests:
-            warning = f"coverage off: {len(self.coverage.requests)} class(es) of lazily compiled kernels are not driven"
+        if mode == "off" and self.coverage.drives:
+            warning = f"coverage off: {len(self.coverage.drives)} class(es) of lazily compiled kernels are not driven"
             self._warnings.append(warning)
             self.events(Event("warning", warning))
         for line in describe_plan(self.coverage):
             self.events(Event("note", f"coverage: {line}"))
-        self.containers.coverage = self.coverage if mode != "off" and self.coverage.requests else None
+        self.containers.coverage = self.coverage if mode != "off" and self.coverage.drives else None
+        self.served = recorded_compiles(self.store.paths, self.profile.name)
+        if self.served:
+            kernels = sorted({s.kernel or s.path or "?" for s in self.served})
+            self.events(
+                Event(
+                    "note",
+                    f"earlier serves of {self.profile.name} recorded {len(self.served)} unproven compile(s) "
+                    f"({', '.join(kernels[:8])}): each candidate is checked for them after its bootstrap",
+                )
+            )
+
+    def _served_still_missing(self, listing: TreeListing) -> str | None:
+        """What earlier serves met that this candidate's tree still lacks, in words (None: it holds them all)."""
+        missing = still_unproven(self.served, listing, triton_subdir(compile_locations(self.resolved)))
+        self.served_outcome = outcome(self.served, missing)
+        if not missing:
+            return None
+        text = (
+            f"{len(missing)} of the {len(self.served)} compile(s) earlier serves of this profile met are still not "
+            f"in the candidate: {'; '.join(m.describe() for m in missing[:5])}"
+        )
+        if self.profile.coverage != "require":
+            self._warnings.append(text)
+            self.events(Event("warning", text))
+        return text
 
     # --- one candidate ---------------------------------------------------------------------------
 
@@ -210,6 +239,12 @@ class Orchestrator:
             )
             golden = golden_from(golden_report, self.profile.trials.max_tokens)
             proof = TrialInputs(index, tree, listing, golden, artifacts.engine_keys, work, evidence)
+            missing = self._served_still_missing(listing)
+            if missing and self.profile.coverage == "require":
+                reasons: tuple[str, ...] = (missing,)
+                rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
+                self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
+                return CandidateResult(index, False, bootstrap, (), reasons, str(rejected))
 
             def one_trial(trial: int, slot: GpuSlot) -> TrialResult:
                 return run_trial(proof, trial, slot, containers=self.containers, schedule=schedule, events=self.events)
@@ -288,7 +323,8 @@ class Orchestrator:
                 "plan": self.coverage.to_dict(),
                 "gaps": [f"{family.name}: {family.reason}" for family in self.coverage.gaps],
             }
-            | ({"bootstrap": bootstrap["coverage"]} if "coverage" in bootstrap else {}),
+            | ({"bootstrap": bootstrap["coverage"]} if "coverage" in bootstrap else {})
+            | ({"from_serves": self.served_outcome} if self.served else {}),
             provenance=default_provenance(
                 self.runtime.kind,
                 run_id=self.run_id,
