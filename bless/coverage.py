@@ -14,7 +14,7 @@ This module is pure: the data model, the grouping of token counts into classes, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,12 +196,11 @@ class CoveragePlan:
 
 @dataclass(frozen=True)
 class CoverageRun:
-    """What the coverage requests of one start did: the shapes sent, their seconds, failures."""
+    """What the coverage requests of one start did: the shapes sent and their seconds (a failed one raises)."""
 
     mode: str
     sent: tuple[Drive, ...] = ()
     seconds: float = 0.0
-    failures: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,7 +209,6 @@ class CoverageRun:
             "token_counts": [d.token_count for d in self.sent if d.burst == 1 and not d.sampling],
             "shapes": [d.describe() for d in self.sent if d.burst > 1 or d.sampling],
             "seconds": round(self.seconds, 3),
-            "failures": list(self.failures),
         }
 
 
@@ -268,8 +266,3 @@ def describe_plan(plan: CoveragePlan) -> list[str]:
         else:
             lines.append(f"{family.name}: {len(family.classes)} class(es), one request shape each ({family.reason})")
     return lines
-
-
-def classes_total(families: Sequence[CoverageFamily]) -> int:
-    """How many classes the modeled, reachable families hold."""
-    return sum(len(f.classes) for f in families if f.reachable and f.modeled)

@@ -9,6 +9,7 @@ across all of these, equal to the golden output when one is given.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -176,12 +177,24 @@ def drive_coverage(client: EngineClient, plan: CoveragePlan, mode: str) -> Cover
         if drive.burst == 1:
             client.complete(prompt, drive.max_tokens, sampling)
         else:
+            # Released together, so the engine schedules them into one step (the batch the class is keyed on).
+            start = threading.Barrier(drive.burst)
             with ThreadPoolExecutor(max_workers=drive.burst) as pool:
-                futures = [pool.submit(client.complete, prompt, drive.max_tokens, sampling) for _ in range(drive.burst)]
+                futures = [
+                    pool.submit(_at_once, start, client, prompt, drive.max_tokens, sampling) for _ in range(drive.burst)
+                ]
                 for future in futures:
                     future.result()
         sent.append(drive)
     return CoverageRun(mode, tuple(sent), time.monotonic() - started)
+
+
+def _at_once(
+    start: threading.Barrier, client: EngineClient, prompt: list[int], max_tokens: int, sampling: dict[str, Any]
+) -> None:
+    """One request of a burst, sent once every request of the burst is ready to go."""
+    start.wait()
+    client.complete(prompt, max_tokens, sampling)
 
 
 def golden_text_map(golden: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -304,7 +304,13 @@ def _render_coverage(console: Console, coverage: Any) -> None:
     if not isinstance(coverage, Mapping):
         console.print(Text("coverage: not recorded (a blessing made before coverage was recorded)", style="yellow"))
         return
-    plan = CoveragePlan.from_dict(coverage["plan"])
+    try:
+        plan = CoveragePlan.from_dict(coverage["plan"])
+        lines = describe_plan(plan)
+        drives = len(plan.drives)
+    except (KeyError, TypeError, ValueError):
+        console.print(Text("coverage: recorded, but not in a form this bless reads", style="yellow"))
+        return
     mode = str(coverage.get("mode"))
     bootstrap = coverage.get("bootstrap")
     sent = (
@@ -313,11 +319,11 @@ def _render_coverage(console: Console, coverage: Any) -> None:
         else "none sent"
     )
     console.print(Text(f"coverage (mode {mode}): {sent}", style="bold"))
-    for line in describe_plan(plan):
+    for line in lines:
         style = "bold red" if ": GAP," in line else ("dim" if ": not reachable here" in line else "")
-        console.print(Text(f"  {line}", style=style))
-    if mode == "off" and plan.requests:
-        console.print(Text(f"  coverage was off: {len(plan.requests)} class(es) were not driven", style="bold red"))
+        console.print(Text("  ", style=style).append_text(cell(line)))
+    if mode == "off" and drives:
+        console.print(Text(f"  coverage was off: {drives} class(es) were not driven", style="bold red"))
 
 
 #: Token ids shown per golden output (all of them are in ``--json``).

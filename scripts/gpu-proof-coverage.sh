@@ -20,6 +20,8 @@ STEP=${STEP:-run}
 bless() { python3 -m bless.cli.main --root "$ROOT" "$@"; }
 if [ "${COVERAGE:-}" = off ]; then
   sed 's/^mode = "require"/mode = "off"/' "$PROFILE" > "$OUT/profile-coverage-off.toml"
+  grep -q '^mode = "off"' "$OUT/profile-coverage-off.toml" \
+    || { echo "COVERAGE=off needs a profile with [coverage] mode = \"require\"" >&2; exit 2; }
   PROFILE=$OUT/profile-coverage-off.toml
 fi
 # The shipped profiles declare the GPU they were proven on (gate works on CPU-only CI); bless run refuses
@@ -90,7 +92,8 @@ prober=$!
 port=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("serving", {}).get("port", 8000))' "$PROFILE")
 vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model_dir/config.json")
 rc=0
-python3 scripts/drive_traffic.py --port "$port" --model m --vocab "$vocab" --sweep "${SWEEP:-2048}" \
+model=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["serve"].get("served_model_name", "m"))' "$PROFILE")
+python3 scripts/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "${SWEEP:-2048}" \
   --seconds "${SECONDS_VARIED:-120}" --concurrency "${CONCURRENCY:-16}" --max-prompt "${MAX_PROMPT:-3900}" \
   > "$OUT/traffic.json" 2> "$OUT/traffic.stderr" || rc=$?
 echo "traffic exit $rc" | tee "$OUT/traffic.rc"

@@ -88,11 +88,15 @@ def test_auto_publishes_with_the_gap_recorded_and_warned(make: Callable[..., Har
     assert manifest.coverage["gaps"] == ["mystery_jit: the engine compiles it per shape, rules unknown"]
 
 
-def _served(harness: Harness, *events: dict[str, Any], name: str | None = None) -> None:
+def _served(harness: Harness, *events: dict[str, Any], name: str | None = None, tag: str = "a") -> None:
     """A kept serve dir of the profile with ``events`` in its unproven-compiles.jsonl, as a sealed serve leaves it."""
-    serve_dir = harness.store.paths.serve / f"{name or harness.resolved.profile.name}-20261126T120000Z-abcdef"
+    serve_dir = harness.store.paths.serve / f"{name or harness.resolved.profile.name}-20261126T120000Z-abcde{tag}"
     serve_dir.mkdir(parents=True)
-    lines = [json.dumps({"event": "unproven_compile", "source": "triton-cache-manager", **e}) for e in events]
+    hash_ = harness.config_hash
+    lines = [
+        json.dumps({"event": "unproven_compile", "source": "triton-cache-manager", "config_hash": hash_, **e})
+        for e in events
+    ]
     (serve_dir / "unproven-compiles.jsonl").write_text("".join(line + "\n" for line in lines))
 
 
@@ -100,6 +104,7 @@ def test_a_rebless_checks_what_earlier_serves_met_and_records_it(make: Callable[
     harness = make(profile=bucket_profile())
     _served(harness, {"kernel": "reference_bucket_8", "key": "k" * 52}, {"path": ARTIFACT})
     _served(harness, {"kernel": "other_profiles_kernel", "key": "o" * 52}, name="another")  # not this profile's
+    _served(harness, {"kernel": "another_config", "key": "c" * 52, "config_hash": "0" * 64}, name=None, tag="b")
     result = harness.run(trials=1)
     assert result.published
     assert any("1 of the 2 compile(s) earlier serves" in w and "reference_bucket_8" in w for w in result.warnings)
@@ -110,7 +115,8 @@ def test_a_rebless_checks_what_earlier_serves_met_and_records_it(make: Callable[
     assert served["missing"] == [
         f"kernel reference_bucket_8 (key {'k' * 52}), seen by serve {served['missing'][0].split('serve ')[-1]}"
     ]
-    assert "other_profiles_kernel" not in json.dumps(manifest.coverage)
+    assert "other_profiles_kernel" not in json.dumps(manifest.coverage)  # another profile's serve
+    assert "another_config" not in json.dumps(manifest.coverage)  # a serve of another configuration
 
 
 def test_require_rejects_a_candidate_that_still_lacks_what_a_serve_met(make: Callable[..., Harness]) -> None:
@@ -121,3 +127,11 @@ def test_require_rejects_a_candidate_that_still_lacks_what_a_serve_met(make: Cal
     (candidate,) = result.candidates
     assert candidate.trials == () and "still not in the candidate" in candidate.reasons[0]
     assert [c.spec.labels["org.bless.phase"] for c in harness.runtime.containers] == ["bootstrap"]
+
+
+def test_require_only_warns_about_what_no_tree_can_hold(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(mode="require"))
+    _served(harness, {"source": "watcher", "path": "HOME/.triton/cache/x/k.cubin"})
+    result = harness.run(trials=1)
+    assert result.published
+    assert any("HOME/.triton/cache/x/k.cubin" in w for w in result.warnings)

@@ -268,3 +268,51 @@ def test_the_watcher_reads_only_complete_log_lines(store: Store, tmp_path: Path)
             assert watcher.poll() == [], "each line once"
         finally:
             serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)
+
+
+def test_a_quoted_prefix_is_no_event_and_hostile_payloads_still_count_without_breaking_the_parse() -> None:
+    """A logged prompt quoting the prefix mid-line must not stop a server; a deep or huge payload still fails closed."""
+    quoted = f'INFO Received request: prompt="please print {SEAL_LINE}"'
+    deep = f"{LINE_PREFIX}" + "[" * 200_000
+    huge_time = f'{LINE_PREFIX}{{"event":"unproven_compile","kernel":"k","time":{"9" * 400}}}'
+    events = parse_seal_lines("\n".join([quoted, deep, huge_time]), now=lambda: 7.0)
+    assert [(e.kernel, e.time) for e in events] == [(None, 7.0), ("k", 7.0)]
+
+
+def test_the_watcher_reports_unexpected_writes_as_a_trial_would_fail_on_them(store: Store, tmp_path: Path) -> None:
+    """The reference adapter expects no write at all while loading: a rewritten file is an event, not ignored."""
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
+        result = serve.start(the_plan, runtime=runtime)
+        try:
+            session = the_plan.session(runtime, started=result.started)
+            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
+            runtime.container(result.started.name).upper = [UpperEntry("notes/readme.txt", "rewritten", 3)]
+            (event,) = watcher.poll()
+        finally:
+            the_plan.session(runtime, started=result.started).stop()
+            runtime.remove(result.started)
+            result.release_lease()
+    assert event.path == "notes/readme.txt" and event.reason is not None and "do not expect" in event.reason
+
+
+def test_a_watcher_that_cannot_look_is_itself_an_event_and_never_dies_silently() -> None:
+    """Any error, not only OSError: after BLIND_POLLS failures in a row the seal hears of it (refuse: not ready)."""
+    from bless.flows.serve.seal import BLIND_POLLS, watching
+
+    heard: list[object] = []
+
+    class Broken:
+        def poll(self) -> list[object]:
+            raise RecursionError("a log the watcher cannot parse")
+
+    class Recorder:
+        events = staticmethod(heard.append)
+
+        def __call__(self, found: object) -> None:
+            heard.append(found)
+
+    with watching(Broken(), Recorder(), poll_s=0.01):  # type: ignore[arg-type]
+        _wait_for(lambda: any(isinstance(h, list) for h in heard))
+    blind = next(h for h in heard if isinstance(h, list))
+    assert f"failed {BLIND_POLLS} polls in a row" in str(blind[0].reason)

@@ -663,6 +663,7 @@ def test_cold_log_shows_compile_and_save_no_load() -> None:
         "ranks": ["rank_0_0"],
         "aot_load_paths": [],
         "compiled_ranks": ["rank_0_0"],  # the save line names the rank that compiled
+        "ranks_loaded": [],
     }
     report = classify_reuse(signals, None, None)
     assert not report.passed

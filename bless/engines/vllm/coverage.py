@@ -185,11 +185,18 @@ def moe_shape(config: Mapping[str, Any], tensor_parallel: int) -> tuple[MoeShape
     return MoeShape(experts, top_k, intermediate // tensor_parallel, hidden), ""
 
 
+#: Where a multimodal model's config.json nests its language model's (Llama 4, Qwen3-VL-MoE, ...).
+NESTED_CONFIGS = ("text_config", "language_config", "llm_config")
+
+
 def is_moe(config: Mapping[str, Any]) -> bool:
-    """Whether a model's config.json describes a mixture of experts."""
+    """Whether a model's config.json describes a mixture of experts (its nested language model's too)."""
     architectures = config.get("architectures") or []
-    return any(a in MOE_FIELDS for a in architectures) or any(
-        isinstance(config.get(name), int) and config.get(name) for name in MOE_HINTS
+    nested = [config[name] for name in NESTED_CONFIGS if isinstance(config.get(name), Mapping)]
+    return (
+        any(a in MOE_FIELDS for a in architectures)
+        or any(isinstance(config.get(name), int) and config.get(name) for name in MOE_HINTS)
+        or any(is_moe(inner) for inner in nested)
     )
 
 
@@ -315,6 +322,9 @@ def sampler_family(serve: Mapping[str, Any]) -> CoverageFamily:
     max_seqs = seqs if isinstance(seqs, int) and seqs > 0 else 256
     configured = serve.get("max_logprobs")
     max_logprobs = configured if isinstance(configured, int) else 20
+    if not 0 <= max_logprobs <= LOGPROBS_COUNTS[-1]:
+        why = f"serve.max_logprobs {max_logprobs}: logprobs widths past {LOGPROBS_COUNTS[-1]} are not modeled"
+        return CoverageFamily("sampler", True, False, why, SAMPLER_SOURCE)
     triton_batch = min(TRITON_SAMPLER_BATCH + 1, max_seqs)  # 9: at least 8, not a multiple of 16
     bursts = sorted({1, min(2, max_seqs), triton_batch} | ({16} if max_seqs >= 16 else set()))
     modes = list(SAMPLING_MODES) + [(f"logprobs={k}", {"logprobs": k}) for k in LOGPROBS_COUNTS if k <= max_logprobs]

@@ -284,6 +284,7 @@ def read_log(rules: VllmVersionRules, log: str) -> LogSignals:
         "ranks": sorted(ranks),
         "aot_load_paths": list(dict.fromkeys(aot_load_paths)),
         "compiled_ranks": sorted(compiled_ranks),
+        "ranks_loaded": sorted({m["rank"] for path in aot_load_paths if (m := _RANK_IN_PATH.search(path))}),
     }
     return LogSignals(tuple(load), tuple(compile_), tuple(fatal), timings, keys)
 

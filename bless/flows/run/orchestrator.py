@@ -29,7 +29,14 @@ from bless.flows.run.containers import RunContainers
 from bless.flows.run.rebless_rule import check_bound_kept
 from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
 from bless.flows.run.schedule import TrialSchedule
-from bless.flows.run.served import ServedCompile, outcome, recorded_compiles, still_unproven, triton_subdir
+from bless.flows.run.served import (
+    ServedCompile,
+    holdable,
+    outcome,
+    recorded_compiles,
+    still_unproven,
+    triton_subdir,
+)
 from bless.flows.run.summary import render_summary
 from bless.flows.run.trial import TrialInputs, run_trial
 from bless.flows.safety import check_unsafe
@@ -191,7 +198,7 @@ class Orchestrator:
         for line in describe_plan(self.coverage):
             self.events(Event("note", f"coverage: {line}"))
         self.containers.coverage = self.coverage if mode != "off" and self.coverage.drives else None
-        self.served = recorded_compiles(self.store.paths, self.profile.name)
+        self.served = recorded_compiles(self.store.paths, self.profile.name, self.resolved.config_hash)
         if self.served:
             kernels = sorted({s.kernel or s.path or "?" for s in self.served})
             self.events(
@@ -204,7 +211,8 @@ class Orchestrator:
 
     def _served_still_missing(self, listing: TreeListing) -> str | None:
         """What earlier serves met that this candidate's tree still lacks, in words (None: it holds them all)."""
-        missing = still_unproven(self.served, listing, triton_subdir(compile_locations(self.resolved)))
+        subdir = triton_subdir(compile_locations(self.resolved))
+        missing = still_unproven(self.served, listing, subdir)
         self.served_outcome = outcome(self.served, missing)
         if not missing:
             return None
@@ -212,9 +220,11 @@ class Orchestrator:
             f"{len(missing)} of the {len(self.served)} compile(s) earlier serves of this profile met are still not "
             f"in the candidate: {'; '.join(m.describe() for m in missing[:5])}"
         )
-        if self.profile.coverage != "require":
+        # Only what a tree could hold rejects a candidate; the rest (a write to HOME, say) can only be said.
+        if self.profile.coverage != "require" or not any(holdable(m, subdir) for m in missing):
             self._warnings.append(text)
             self.events(Event("warning", text))
+            return None
         return text
 
     # --- one candidate ---------------------------------------------------------------------------

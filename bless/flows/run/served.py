@@ -41,8 +41,12 @@ class ServedCompile:
         return f"{what}, seen by serve {self.serve_dir}"
 
 
-def recorded_compiles(paths: StorePaths, profile_name: str) -> list[ServedCompile]:
-    """Every unproven compile the kept serve dirs of ``profile_name`` recorded (unreadable lines are skipped)."""
+def recorded_compiles(paths: StorePaths, profile_name: str, config_hash: str) -> list[ServedCompile]:
+    """Every unproven compile the kept serve dirs of ``profile_name`` recorded while serving ``config_hash``.
+
+    A serve of another configuration (another GPU product, other serve arguments) compiled for that one: its
+    kernels are no evidence about this one. Unreadable lines are skipped.
+    """
     found: list[ServedCompile] = []
     root = paths.serve
     if not root.is_dir():
@@ -57,11 +61,22 @@ def recorded_compiles(paths: StorePaths, profile_name: str) -> list[ServedCompil
             continue
         for line in (data or b"").decode("utf-8", "replace").splitlines():
             event = _event(line)
-            if event is not None:
+            if event is not None and event.get("config_hash") == config_hash:
                 found.append(
                     ServedCompile(name, _text(event.get("kernel")), _text(event.get("key")), _text(event.get("path")))
                 )
     return list(dict.fromkeys(found))
+
+
+def holdable(served: ServedCompile, triton_subdir: str | None) -> bool:
+    """Whether a blessing's tree could hold it: a Triton kernel by its key, or a path inside the cache.
+
+    A write to HOME or the temp dir (``HOME/...``, ``TMPDIR/...``), a container path, or an event that names
+    nothing is compiled state no tree holds: a missing compile location, reported but never a reason to reject.
+    """
+    if served.key:
+        return triton_subdir is not None
+    return served.path is not None and not served.path.startswith(("HOME/", "TMPDIR/", "/"))
 
 
 def still_unproven(
@@ -109,4 +124,4 @@ def triton_subdir(locations: Mapping[str, str]) -> str | None:
     return locations.get("TRITON_CACHE_DIR")
 
 
-__all__ = ["ServedCompile", "outcome", "recorded_compiles", "still_unproven", "triton_subdir"]
+__all__ = ["ServedCompile", "holdable", "outcome", "recorded_compiles", "still_unproven", "triton_subdir"]

@@ -116,13 +116,9 @@ def run_trial(
 
 
 def _ranks_loaded(signals: LogSignals) -> list[str]:
-    """The ``rank_<R>_<D>`` dirs whose AOT model the engine logged loading (one per tensor-parallel rank)."""
-    paths = signals.engine_keys.get("aot_load_paths")
-    if not isinstance(paths, list):
-        return []
-    return sorted(
-        {part for path in paths if isinstance(path, str) for part in path.split("/") if part.startswith("rank_")}
-    )
+    """The ``rank_<R>_<D>`` dirs whose AOT model the engine logged loading, as its adapter read them (vLLM)."""
+    ranks = signals.engine_keys.get("ranks_loaded")
+    return [str(rank) for rank in ranks] if isinstance(ranks, list) else []
 
 
 def _trial_mount(containers: RunContainers, tree: Path, scratch: Path) -> Mount:

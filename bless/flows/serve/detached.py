@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, NotServingError, UnprovenCompileError
+from bless.factors import config_hash
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.ready import clear_ready, record_watcher
 from bless.flows.serve.seal import POLL_S, Seal, SealWatcher, UnprovenCompile, unproven_compile_error, watching
@@ -231,7 +232,15 @@ def run_watcher(
     )
     watcher = SealWatcher(runtime=runtime, session=session, adapter=adapter)
     policy_stop = threading.Event()
-    seal = Seal(store=store, name=doc.name, serve_dir=doc.serve_dir, policy=doc.policy, events=events, stop=policy_stop)
+    seal = Seal(
+        store=store,
+        name=doc.name,
+        serve_dir=doc.serve_dir,
+        policy=doc.policy,
+        events=events,
+        stop=policy_stop,
+        config_hash=config_hash(doc.factors),
+    )
     engine_alive = _engine_alive(doc, runtime, events)
     events(Event("phase", f"sealing the detached serve {doc.name} (engine {doc.started.name}, pid {identity['pid']})"))
     gone = False

@@ -273,6 +273,7 @@ def _seal(the_plan: LaunchPlan, runtime: Runtime, hooks: ServeHooks) -> sealing.
         policy=the_plan.profile.unproven_compile,
         events=hooks.events,
         stop=hooks.stop,
+        config_hash=the_plan.config_hash,
     )
 
 

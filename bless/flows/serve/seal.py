@@ -21,6 +21,8 @@ gracefully (serve-full then exits 48, :class:`~bless.errors.UnprovenCompileError
 from __future__ import annotations
 
 import json
+import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,6 +56,8 @@ __all__ = [
 
 #: What bless's cache manager writes before each event (bless/engines/bless_seal.py; a unit test holds them equal).
 LINE_PREFIX = "bless-seal: "
+#: Failed polls in a row after which the watcher itself is an event: a seal that cannot look is no seal.
+BLIND_POLLS = 5
 #: How often the watcher looks (seconds): an unproven compile is reported within about this long.
 POLL_S = 1.0
 _MAX_IN_MESSAGE = 5
@@ -95,6 +99,23 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _seconds(value: object) -> float | None:
+    """A finite time stamp, or None (a 400-digit integer or NaN is no time)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+#: A seal line: the prefix at the start of the line, or after the process tag vLLM puts on a subprocess's
+#: output (``(EngineCore_DP0 pid=42) ``). Anchored, so a prompt or an error message that quotes the prefix
+#: (a logged request, say) is no event.
+_SEAL_LINE = re.compile(r"^(?:\([^()\n]{1,80}\)\s*)?" + re.escape(LINE_PREFIX))
+
+
 def parse_seal_lines(text: str, *, now: Callable[[], float] = time.time) -> list[UnprovenCompile]:
     """Every ``bless-seal:`` line of an engine log, in order (the prefix may follow a process tag).
 
@@ -103,13 +124,13 @@ def parse_seal_lines(text: str, *, now: Callable[[], float] = time.time) -> list
     """
     found: list[UnprovenCompile] = []
     for line in text.splitlines():
-        at = line.find(LINE_PREFIX)
-        if at < 0:
+        match = _SEAL_LINE.match(line)
+        if match is None:
             continue
-        payload = line[at + len(LINE_PREFIX) :].strip()
+        payload = line[match.end() :].strip()
         try:
             data = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict) or data.get("event") != "unproven_compile":
             found.append(
@@ -122,7 +143,7 @@ def parse_seal_lines(text: str, *, now: Callable[[], float] = time.time) -> list
         found.append(
             UnprovenCompile(
                 source=_text(data.get("source")) or "triton-cache-manager",
-                time=float(stamp) if isinstance(stamp, int | float) else now(),
+                time=_seconds(stamp) or now(),
                 kernel=_text(data.get("kernel")) or "?",
                 key=_text(data.get("key")),
                 file=_text(data.get("file")),
@@ -169,14 +190,15 @@ class SealWatcher:
             return []
         self._seen_upper.update(e.path for e in entries)
         verdict = self.adapter.classify_upper(entries)
+        # What a trial would fail on, serving reports: new compiled artifacts, and writes the adapter's rules do
+        # not expect (a rewritten compiled file, a deletion), which are no proven load either.
         return [
-            UnprovenCompile(
-                source="watcher",
-                time=self.now(),
-                path=path,
-                reason="a new compiled artifact in the cache's writable layer",
+            UnprovenCompile(source="watcher", time=self.now(), path=path, reason=reason)
+            for paths, reason in (
+                (verdict.new_artifacts, "a new compiled artifact in the cache's writable layer"),
+                (verdict.unexpected, "a write the blessing's rules do not expect in the cache's writable layer"),
             )
-            for path in verdict.new_artifacts
+            for path in paths
         ]
 
     def _from_outside(self) -> list[UnprovenCompile]:
@@ -202,6 +224,8 @@ class Seal:
     events: EventSink
     #: Set under ``stop``: the serve's own stop event, so the foreground loop ends gracefully.
     stop: threading.Event
+    #: The blessing served: every event of the evidence file names it (the next ``bless run`` reads them by it).
+    config_hash: str = ""
     seen: list[UnprovenCompile] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -219,7 +243,7 @@ class Seal:
             return
         with self._lock:
             self.seen.extend(found)
-            listed = [event.to_dict() for event in self.seen]
+            listed = [{**event.to_dict(), "config_hash": self.config_hash} for event in self.seen]
         for event in found:
             self.events(
                 Event(
@@ -278,18 +302,26 @@ def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Ite
     """Poll ``watcher`` in a thread for the ``with`` body, handing what it finds to ``seal``; a last poll at the end.
 
     A poll that fails (the runtime lost the engine, a file vanished mid-walk) is reported once and retried:
-    the body (following the log) notices an engine that is gone.
+    the body (following the log) notices an engine that is gone. Failing :data:`BLIND_POLLS` times in a row,
+    the watcher cannot judge what the engine compiles: that is itself an event (fail closed: under
+    ``refuse`` readiness fails), and no error ever ends the thread silently.
     """
     done = threading.Event()
     failures: list[str] = []
+    in_a_row = [0]
 
     def poll_once() -> None:
         try:
             seal(watcher.poll())
-        except (OSError, BlessError) as exc:
+            in_a_row[0] = 0
+        except Exception as exc:
             if not failures:
                 seal.events(Event("warning", f"sealed serving: the watcher could not look ({exc}); retrying"))
             failures.append(str(exc))
+            in_a_row[0] += 1
+            if in_a_row[0] == BLIND_POLLS:
+                reason = f"the watcher failed {BLIND_POLLS} polls in a row and cannot judge the engine: {exc}"
+                seal([UnprovenCompile(source="watcher", time=time.time(), reason=reason)])
 
     def loop() -> None:
         while not done.is_set():
