@@ -24,15 +24,7 @@ if [ "${COVERAGE:-}" = off ]; then
     || { echo "COVERAGE=off needs a profile with [coverage] mode = \"require\"" >&2; exit 2; }
   PROFILE=$OUT/profile-coverage-off.toml
 fi
-# The shipped profiles declare the GPU they were proven on (gate works on CPU-only CI); bless run refuses
-# another (32). On another product, prove a copy that declares this machine's GPU (the coverage model reads it).
-live_gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-declared_gpu=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("hardware", {}).get("gpu_name", ""))' "$PROFILE")
-if [ -n "$declared_gpu" ] && [ -n "$live_gpu" ] && [ "$declared_gpu" != "$live_gpu" ]; then
-  sed "s/^gpu_name = \"$declared_gpu\"/gpu_name = \"$live_gpu\"/" "$PROFILE" > "$OUT/profile-$(basename "$PROFILE")"
-  echo "profile declares $declared_gpu, this machine has $live_gpu: proving $OUT/profile-$(basename "$PROFILE")" >&2
-  PROFILE=$OUT/profile-$(basename "$PROFILE")
-fi
+PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 model_dir=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["model"]["path"])' "$PROFILE")
 if [ -n "${MODEL_KIND:-}" ] && [ ! -d "$model_dir" ]; then
   python3 scripts/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"

@@ -13,6 +13,7 @@ OUT=${OUT:-$PWD/gpu-proof-parallel}
 mkdir -p "$OUT"
 source scripts/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
+PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
 nproc >> "$OUT/versions.txt"
 rc=0

@@ -20,6 +20,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export BLESS_LOCAL_MOUNTS=copy
 PROFILE=${PROFILE:-profiles/vllm-0.26-tiny-llama-local.toml}
+PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 ROOT=${BLESS_ROOT:-/tmp/bless-pod-root}
 PORT=${PORT:-18080}
 NAME=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$PROFILE")

@@ -11,6 +11,7 @@ OUT=${OUT:-$PWD/gpu-proof}
 mkdir -p "$OUT"
 source scripts/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
+PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 ROOT=${BLESS_ROOT:-/tmp/bless-gpu-root}
 python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())' > "$OUT/versions.txt" 2>&1
 rc=0; python3 -m bless.cli.main --root "$ROOT" run --profile "$PROFILE" --trials "${TRIALS:-3}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?

@@ -14,6 +14,7 @@ OUT=${OUT:-$PWD/gpu-proof-vllm}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PROFILE=${PROFILE:-profiles/vllm-tiny-llama-local.toml}
+PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 ROOT=${BLESS_ROOT:-/tmp/bless-vllm-root}
 bless() { python3 -m bless.cli.main --root "$1" "${@:2}"; }
 serve_full() { python3 -m bless.cli.serve --root "$1" "${@:2}"; }

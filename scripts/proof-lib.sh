@@ -21,3 +21,20 @@ _proof_end() {
   exit "$code"
 }
 trap _proof_end EXIT
+
+# for_this_gpu PROFILE OUT: print the profile to prove on this machine. The shipped GPU profiles declare the GPU
+# product they were proven on (so gate works on CPU-only CI), and bless run / serve-full refuse another (32); on
+# another product (an H200 for an H100 profile, say) this writes a copy declaring this machine's GPU into OUT and
+# prints its path, saying so on stderr. A cache is blessed per GPU product: the copy hashes apart, as it should.
+for_this_gpu() {
+  local profile=$1 out=$2 live declared copy
+  live=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+  declared=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("hardware", {}).get("gpu_name", ""))' "$profile")
+  if [ -z "$declared" ] || [ -z "$live" ] || [ "$declared" = "$live" ]; then
+    echo "$profile"; return
+  fi
+  copy="$out/this-gpu-$(basename "$profile")"
+  sed "s/^gpu_name = \"$declared\"/gpu_name = \"$live\"/" "$profile" > "$copy"
+  echo "profile declares $declared, this machine has $live: proving $copy" >&2
+  echo "$copy"
+}

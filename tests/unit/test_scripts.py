@@ -389,3 +389,26 @@ def test_the_wheelhouse_target_lists_every_manylinux_tag_the_images_glibc_accept
     (fake / "docker").write_text('#!/bin/sh\necho "cpython 3.12 none x86_64"\n')
     musl = _lib("pip_target_args alpine:1", tmp_path, f"{fake}:/usr/bin:/bin")
     assert musl.returncode == 1 and "musl images are not supported" in musl.stderr
+
+
+def test_a_proof_on_another_gpu_product_proves_a_copy_declaring_it(tmp_path: Path) -> None:
+    """The shipped GPU profiles declare an H100 (CPU-only gating); on an H200 the proof must not die on exit 32."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    fake.chmod(0o755)
+    script = 'set -euo pipefail\nsource scripts/proof-lib.sh\nfor_this_gpu profiles/reference-cuda-local.toml "$1"'
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "-c", script, "x", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    copy = Path(result.stdout.strip())
+    assert copy.parent == tmp_path and 'gpu_name = "NVIDIA H200"' in copy.read_text()
+    assert "this machine has NVIDIA H200" in result.stderr
+    same = subprocess.run(
+        ["bash", "-c", script.replace("H200", "H100"), "x", str(tmp_path)],
+        cwd=REPO, env={**env, "PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert same.stdout.strip() == "profiles/reference-cuda-local.toml"  # no nvidia-smi here: the profile as it is
