@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,18 +16,21 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, app_state, lookup_live, lookup_manifest, reading_store
+from bless.errors import UsageError
 from bless.flows.sign import sign_stored_blessing
 from bless.store import Store
 from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.trust import (
     DEFAULT_EXPIRES,
     DEFAULT_ROOT_EXPIRES,
+    KeySources,
     RoleKeys,
     init_repository,
     parse_duration,
     rotate_role,
     trust_report,
 )
+from bless.trust.keys import HSM_PIN_ENV, PASSPHRASE_ENV, SIGNER_SCHEMES, has_encrypted_keys, parse_signer_option
 
 # The registry client (oras, requests) is imported by the commands that talk to a registry, not by
 # every bless command: run, verify and serve-full without --from neither need it nor pay its import.
@@ -54,6 +59,52 @@ ExpiresOption = Annotated[
         help=f"How long the signed targets, snapshot and timestamp stay valid (default {DEFAULT_EXPIRES.days}d).",
     ),
 ]
+
+SignerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--signer",
+        metavar="ROLE=URI",
+        help="A key of ROLE held outside DIR/keys, as a securesystemslib signer URI "
+        f"({', '.join(SIGNER_SCHEMES)}), e.g. targets=hsm:2?label=bless; repeatable. An HSM's PIN comes from "
+        f"{HSM_PIN_ENV} (or a prompt).",
+        show_default=False,
+    ),
+]
+UnencryptedKeysOption = Annotated[
+    bool,
+    typer.Option(
+        "--unencrypted-keys",
+        help=f"Write new file keys unencrypted when no passphrase is given ({PASSPHRASE_ENV} or the prompt); "
+        "without it such a key is refused.",
+    ),
+]
+
+
+def _pin_handler(message: str) -> str:
+    """An HSM's user PIN: BLESS_HSM_PIN, else asked on a terminal (a signer calls this when it needs it)."""
+    pin = os.environ.get(HSM_PIN_ENV)
+    if pin:
+        return pin
+    if sys.stdin.isatty():
+        return str(typer.prompt(message, hide_input=True, err=True))
+    raise UsageError(f"the signer needs a PIN and {HSM_PIN_ENV} is not set", hint=f"set {HSM_PIN_ENV}")
+
+
+def key_sources(signers: list[str] | None, *, passphrase_needed: bool, confirm: bool, unencrypted: bool) -> KeySources:
+    """``--signer``, ``--unencrypted-keys`` and the file keys' passphrase (BLESS_KEY_PASSPHRASE, else a prompt on a
+    terminal when ``passphrase_needed``) as the library's :class:`KeySources`."""
+    uris = parse_signer_option(signers or [])
+    text = os.environ.get(PASSPHRASE_ENV)
+    if text is not None and not text:
+        raise UsageError(f"{PASSPHRASE_ENV} is set and empty", hint="set it to the passphrase, or unset it")
+    if text is None and passphrase_needed and sys.stdin.isatty():
+        text = str(
+            typer.prompt("Passphrase of the signing keys", hide_input=True, confirmation_prompt=confirm, err=True)
+        )
+    passphrase = text.encode("utf-8") if text else None
+    return KeySources(uris, passphrase, unencrypted, _pin_handler)
+
 
 #: The root's validity: set where a root version is written (trust init, trust rotate), never by bless sign.
 RootExpiresOption = Annotated[
@@ -137,7 +188,11 @@ def render_trust(console: Console, trust: Mapping[str, Any]) -> None:
 def _render_init(console: Console, data: Mapping[str, Any]) -> None:
     console.print(Text.assemble(("created", "bold green"), f" TUF roles and keys in {data['keys_dir']}"))
     for role, spec in data["roles"].items():
-        console.print(f"  {role}: {spec['threshold']} of {spec['keys']} key(s)")
+        held = data["signers"].get(role)
+        where = f"held by {', '.join(held)}" if held else ("encrypted files" if data["encrypted_keys"] else "files")
+        console.print(f"  {role}: {spec['threshold']} of {spec['keys']} key(s), {where}", markup=False)
+    if data["key_files"] and not data["encrypted_keys"]:
+        console.print(Text("warning: the file keys are NOT encrypted (--unencrypted-keys)", style="yellow"))
     console.print(
         f"Provision serving hosts with {data['root']} (their --trust directory); keep {data['keys_dir']}/keys private."
     )
@@ -153,21 +208,30 @@ def trust_init_command(
     targets_threshold: Annotated[
         int, typer.Option("--targets-threshold", min=1, help="Targets signatures required.")
     ] = 1,
+    signer: SignerOption = None,
+    unencrypted_keys: UnencryptedKeysOption = False,
     expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
     root_expires: RootExpiresOption = f"{DEFAULT_ROOT_EXPIRES.days}d",
     json_output: JsonOption = False,
 ) -> Report:
-    """Create the TUF roles (root, targets, snapshot, timestamp) and their Ed25519 keys in DIR.
+    """Create the TUF roles (root, targets, snapshot, timestamp) and their keys in DIR.
 
-    Private keys go to DIR/keys (mode 0600), signed metadata to DIR/metadata; DIR/metadata/root.json
-    is what serving hosts are provisioned with. Existing keys or metadata are never overwritten.
+    A role named by --signer ROLE=URI uses that key (an HSM, a KMS: its public key is read from there);
+    every other role gets Ed25519 file keys in DIR/keys (mode 0600), encrypted with the passphrase from
+    BLESS_KEY_PASSPHRASE or a prompt (unencrypted only with --unencrypted-keys). Signed metadata goes to
+    DIR/metadata; DIR/metadata/root.json is what serving hosts are provisioned with. Existing keys or
+    metadata are never overwritten.
     """
+    uris = parse_signer_option(signer or [])
+    file_roles = {"root", "targets", "snapshot", "timestamp"} - set(uris)
+    sources = key_sources(signer, passphrase_needed=bool(file_roles), confirm=True, unencrypted=unencrypted_keys)
     result = init_repository(
         keys,
         roles={
             "root": RoleKeys(root_keys, root_threshold),
             "targets": RoleKeys(targets_keys, targets_threshold),
         },
+        sources=sources,
         expires=parse_duration(expires),
         root_expires=parse_duration(root_expires),
     )
@@ -175,6 +239,8 @@ def trust_init_command(
         "keys_dir": str(result.keys_dir),
         "root": str(result.metadata_dir / "root.json"),
         "key_files": [str(path) for path in result.key_files],
+        "encrypted_keys": result.encrypted,
+        "signers": {role: list(held) for role, held in result.signers.items()},
         "roles": {role: {"keys": spec.keys, "threshold": spec.threshold} for role, spec in result.roles.items()},
     }
     return Report(data, _render_init)
@@ -198,6 +264,17 @@ def trust_rotate_command(
     ctx: typer.Context,
     keys: KeysOption,
     role: Annotated[str, typer.Option("--role", help="root, targets, snapshot or timestamp.")],
+    signer: SignerOption = None,
+    new_signer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--new-signer",
+            metavar="URI",
+            help="A new key of --role held by a signer (HSM, KMS), instead of fresh file keys; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    unencrypted_keys: UnencryptedKeysOption = False,
     expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
     root_expires: RootExpiresOption = f"{DEFAULT_ROOT_EXPIRES.days}d",
     json_output: JsonOption = False,
@@ -206,9 +283,26 @@ def trust_rotate_command(
 
     Hosts provisioned with an older root follow the rotation on their next verification; metadata
     signed with the revoked keys is refused from then on. The new root version expires after
-    --root-expires (whatever the role rotated: every rotation writes a new root).
+    --root-expires (whatever the role rotated: every rotation writes a new root). The new keys are those of
+    --new-signer, or fresh file keys encrypted like trust init's. The old keys sign from DIR/keys and --signer.
     """
-    result = rotate_role(keys, role, expires=parse_duration(expires), root_expires=parse_duration(root_expires))
+    new_uris = tuple(new_signer or ())
+    for uri in new_uris:
+        parse_signer_option([f"{role}={uri}"])  # the same checks as --signer's (scheme, role)
+    sources = key_sources(
+        signer,
+        passphrase_needed=not new_uris or has_encrypted_keys(keys),
+        confirm=not new_uris and not has_encrypted_keys(keys),
+        unencrypted=unencrypted_keys,
+    )
+    result = rotate_role(
+        keys,
+        role,
+        sources=sources,
+        new_signers=new_uris,
+        expires=parse_duration(expires),
+        root_expires=parse_duration(root_expires),
+    )
     return Report(result.to_dict(), _render_sign)
 
 
@@ -217,6 +311,7 @@ def sign_command(
     ctx: typer.Context,
     config_hash: Annotated[str, typer.Argument(help="Config hash, or a unique prefix of at least 8 hex digits.")],
     keys: KeysOption,
+    signer: SignerOption = None,
     expires: ExpiresOption = f"{DEFAULT_EXPIRES.days}d",
     keep_previous: Annotated[
         bool,
@@ -234,14 +329,17 @@ def sign_command(
     """Sign a blessing: its manifest becomes a TUF target (new targets/snapshot/timestamp versions).
 
     The manifest names every file's size and sha256, so the signature covers the whole tree. A
-    re-blessed config's older versions are delisted unless --keep-previous.
+    re-blessed config's older versions are delisted unless --keep-previous. The keys: the file keys of
+    DIR/keys (passphrase from BLESS_KEY_PASSPHRASE or a prompt) and those named by --signer ROLE=URI.
     """
+    sources = key_sources(signer, passphrase_needed=has_encrypted_keys(keys), confirm=False, unencrypted=False)
     store = reading_store(ctx)
     outcome = sign_stored_blessing(
         store,
         lookup_live(store, config_hash),
         keys,
         expires=parse_duration(expires),
+        sources=sources,
         keep_previous=keep_previous,
         model_signing=model_signing,
     )

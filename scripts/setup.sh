@@ -7,6 +7,7 @@
 #      docker-registry (Docker Distribution: a real OCI registry the tests start on 127.0.0.1) and
 #      skopeo (the pull benchmark's baseline). Debian's package may also enable its own service on
 #      :5000; bless never uses it (the tests start their own registry on a free loopback port).
+#      softhsm2 and opensc (pkcs11-tool): a PKCS#11 token in a temp dir for the HSM signing tests.
 #   3. a running Docker Engine (scripts/ensure-docker.sh installs/starts one when needed)
 #   4. the reference engine image bless-reference:0.1.0, the image of bless alone bless:<version> (a pod's init
 #      container) and bless-reference-serve:0.1.0, the reference image plus bless (a pod's serving container);
@@ -67,12 +68,14 @@ apt_install() {
 missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
+command -v softhsm2-util >/dev/null 2>&1 || missing+=(softhsm2)
+command -v pkcs11-tool >/dev/null 2>&1 || missing+=(opensc)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    run_step "installing ${missing[*]} with apt-get (OCI registry for the tests, skopeo for the pull benchmark)" \
+    run_step "installing ${missing[*]} with apt-get (OCI registry and SoftHSM2 for the tests, skopeo for the pull benchmark)" \
       apt_install "${missing[@]}"
   else
-    say "warning: ${missing[*]} missing and cannot be installed here (not root with apt-get): registry tests skip"
+    say "warning: ${missing[*]} missing and cannot be installed here (not root with apt-get): registry and HSM tests skip"
   fi
 fi
 

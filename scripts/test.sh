@@ -23,6 +23,8 @@ export BLESS_REQUIRE_DOCKER=1
 export BLESS_REQUIRE_REGISTRY=1
 # The podman tests fail (not skip) when podman is missing: setup.sh installed it.
 export BLESS_REQUIRE_PODMAN=1
+# The HSM signing tests fail (not skip) when SoftHSM2, pkcs11-tool or python-pkcs11 is missing: setup.sh installed them.
+export BLESS_REQUIRE_HSM=1
 # The reference engine's model tests fail (not skip) when torch is missing: setup.sh installed it.
 export BLESS_REQUIRE_TORCH=1
 set +e

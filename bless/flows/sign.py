@@ -14,7 +14,7 @@ from typing import Any
 
 from bless.modelsig import ModelSigningBundle, write_bundle
 from bless.store import LiveManifest, Store
-from bless.trust import SignResult, sign_blessing
+from bless.trust import KeySources, SignResult, sign_blessing
 
 __all__ = ["SignOutcome", "sign_stored_blessing"]
 
@@ -41,18 +41,22 @@ def sign_stored_blessing(
     keys: Path,
     *,
     expires: timedelta,
+    sources: KeySources | None = None,
     keep_previous: bool = False,
     model_signing: bool = False,
 ) -> SignOutcome:
     """Sign ``live`` (a blessing in ``store``, as its lookup read it) with the signing repository ``keys``.
 
-    A re-blessed config's older signed versions are delisted unless ``keep_previous``.
+    A re-blessed config's older signed versions are delisted unless ``keep_previous``. ``sources``: the
+    file keys' passphrase and the signer URIs (HSM, KMS) by role.
 
     Raises:
         TrustInvalidError, NoSpaceError: the signing repository (or the bundle) cannot be used or written.
         UsageError: ``model_signing`` without the model-signing package.
     """
     manifest = live.manifest
-    signing = sign_blessing(keys, manifest, live.document, expires=expires, keep_previous=keep_previous)
+    signing = sign_blessing(
+        keys, manifest, live.document, sources=sources, expires=expires, keep_previous=keep_previous
+    )
     bundle = write_bundle(keys, store.blessed_dir(manifest), manifest) if model_signing else None
     return SignOutcome(config_hash=manifest.config_hash, signing=signing, model_signing=bundle)

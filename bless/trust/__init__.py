@@ -7,7 +7,7 @@ running one way (the repository and the client never import each other)::
 
     metadata.py    metadata files as both sides read them: names, size limits, bounded reads, strict JSON
     target.py      a blessing as a TUF target: its name, the bytes signed and checked, its custom fields
-    keys.py        the private keys of a signing repository (DIR/keys/)
+    keys.py        the private keys of a signing repository: encrypted files (DIR/keys/), signer URIs (HSM, KMS)
     repository.py  the signing side: trust init, sign, rotate
     client.py      the serving side: check_blessing through python-tuf's Updater, fed from memory
     root_chain.py  which root the client starts from (a store remembers one root chain)
@@ -21,6 +21,7 @@ from bless.trust.metadata import metadata_from_dir
 from bless.trust.repository import (
     DEFAULT_EXPIRES,
     DEFAULT_ROOT_EXPIRES,
+    KeySources,
     RoleKeys,
     SignResult,
     init_repository,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_EXPIRES",
     "DEFAULT_ROOT_EXPIRES",
     "UNSIGNED_NOTE",
+    "KeySources",
     "RoleKeys",
     "SignResult",
     "TrustVerdict",

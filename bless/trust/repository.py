@@ -2,7 +2,8 @@
 
 The signing side is a directory (``bless trust init --keys DIR``)::
 
-    DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 private keys (PKCS#8 PEM, mode 0600): bless.trust.keys
+    DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 file keys (encrypted PKCS#8 PEM, mode 0600): bless.trust.keys
+                                         (a role whose keys are held by signers, e.g. an HSM, has none here)
     DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.modelsig): not TUF keys, never loaded
     DIR/metadata/root.json               the newest root: what a serving host is provisioned with
     DIR/metadata/<N>.root.json           every root version (key rotation: N+1 is signed by N's keys)
@@ -19,18 +20,19 @@ import copy
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from securesystemslib.signer import CryptoSigner
-from tuf.api.metadata import Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
+from securesystemslib.signer import Signer
+from tuf.api.metadata import Key, Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
 
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
 from bless.fsutil import atomic_write_bytes, os_errors
 from bless.manifest import Manifest
 from bless.store.locks import blocking_file_lock
-from bless.trust.keys import load_signers, new_key
+from bless.trust.keys import KeySources, load_signers, new_key, public_key_for_uri, uri_signers
 from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
 from bless.trust.target import blessing_target, config_target_prefix
 
@@ -38,6 +40,7 @@ __all__ = [
     "DEFAULT_EXPIRES",
     "DEFAULT_ROOT_EXPIRES",
     "InitResult",
+    "KeySources",
     "RoleKeys",
     "SignResult",
     "init_repository",
@@ -68,6 +71,8 @@ class InitResult:
     metadata_dir: Path
     key_files: tuple[Path, ...]
     roles: Mapping[str, RoleKeys]
+    signers: Mapping[str, tuple[str, ...]] = dataclass_field(default_factory=dict)
+    encrypted: bool = True
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,9 @@ def _expiry(now: datetime, delta: timedelta) -> datetime:
 
 
 class _Repository:
-    """The signing side: metadata + private keys of ``keys_dir`` (one writer at a time)."""
+    """The signing side: metadata + private keys of ``keys_dir`` and of ``sources``' signers (one writer at a time)."""
 
-    def __init__(self, keys_dir: Path) -> None:
+    def __init__(self, keys_dir: Path, sources: KeySources) -> None:
         self.keys_dir = Path(keys_dir)
         self.metadata_dir = self.keys_dir / "metadata"
         files = metadata_from_dir(self.metadata_dir)
@@ -126,7 +131,16 @@ class _Repository:
         self.targets: Metadata[Targets] = parse_metadata(files["targets.json"], "targets.json")
         self.snapshot: Metadata[Snapshot] = parse_metadata(files["snapshot.json"], "snapshot.json")
         self.timestamp: Metadata[Timestamp] = parse_metadata(files["timestamp.json"], "timestamp.json")
-        self.signers = load_signers(self.keys_dir)
+        self.sources = sources
+        self.key_warnings: tuple[str, ...] = ()
+        self.signers = self.load_signers(self.root.signed)
+
+    def load_signers(self, *roots: Root) -> dict[str, Signer]:
+        """The file keys of DIR/keys and the signers of ``sources`` (matched against the keys ``roots`` list)."""
+        loaded = load_signers(self.keys_dir, self.sources.passphrase)
+        self.key_warnings = loaded.warnings
+        held = uri_signers(_role_keys(*roots), self.sources.signers, self.sources.secrets_handler)
+        return {**loaded.signers, **held}
 
     def sign(self, metadata: Metadata[Any], role: str, *, keyholder: Root | None = None) -> tuple[int, int]:
         """Replace the signatures of ``metadata`` with one per available key of ``role``; (signed, threshold)."""
@@ -141,8 +155,9 @@ class _Repository:
                 count += 1
         if count == 0:
             raise TrustInvalidError(
-                f"no private key of role {role} is in {self.keys_dir / 'keys'}",
-                hint=f"the trusted root lists {len(role_def.keyids)} key(s) for {role}; put one of them there",
+                f"no private key of role {role} is in {self.keys_dir / 'keys'} or named by --signer",
+                hint=f"the trusted root lists {len(role_def.keyids)} key(s) for {role}; put one of them there, "
+                f"or name the HSM or KMS key that holds one with --signer {role}=URI",
             )
         return count, role_def.threshold
 
@@ -204,7 +219,7 @@ class _Repository:
             expires=expires,
             removed_targets=removed,
             signatures=counts,
-            warnings=_below_threshold_warnings(counts),
+            warnings=self.key_warnings + _below_threshold_warnings(counts),
         )
 
     def versions(self) -> dict[str, int]:
@@ -217,7 +232,7 @@ class _Repository:
 
 
 @contextlib.contextmanager
-def _repository(keys_dir: Path) -> Iterator[_Repository]:
+def _repository(keys_dir: Path, sources: KeySources) -> Iterator[_Repository]:
     lock_path = Path(keys_dir) / ".lock"
     if not (Path(keys_dir) / "metadata").is_dir():
         raise TrustInvalidError(
@@ -234,7 +249,17 @@ def _repository(keys_dir: Path) -> Iterator[_Repository]:
         ),
         blocking_file_lock(lock_path, what="lock of the signing repository", refusal=TrustInvalidError),
     ):
-        yield _Repository(Path(keys_dir))
+        yield _Repository(Path(keys_dir), sources)
+
+
+def _role_keys(*roots: Root) -> dict[str, list[Key]]:
+    """The keys each role lists in any of ``roots`` (once each): the candidates a signer URI may hold."""
+    keys: dict[str, dict[str, Key]] = {}
+    for root in roots:
+        for role in TOP_LEVEL_ROLES:
+            for keyid in root.roles[role].keyids:
+                keys.setdefault(role, {})[keyid] = root.keys[keyid]
+    return {role: list(by_id.values()) for role, by_id in keys.items()}
 
 
 def _below_threshold_warnings(counts: Mapping[str, tuple[int, int]]) -> tuple[str, ...]:
@@ -250,18 +275,29 @@ def init_repository(
     keys_dir: Path,
     *,
     roles: Mapping[str, RoleKeys] | None = None,
+    sources: KeySources | None = None,
     expires: timedelta = DEFAULT_EXPIRES,
     root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
     now: datetime | None = None,
 ) -> InitResult:
-    """Create the four TUF roles, their Ed25519 keys (0600) and signed version-1 metadata in ``keys_dir``.
+    """Create the four TUF roles, their keys and signed version-1 metadata in ``keys_dir``.
+
+    A role named in ``sources.signers`` gets the keys of those URIs (read from their holder: an HSM, a KMS);
+    every other role gets Ed25519 file keys (0600), encrypted with ``sources.passphrase``. Without a
+    passphrase a file key is written only when ``sources.unencrypted`` says so.
 
     Raises:
         TrustExistsError: ``keys_dir/keys`` or ``keys_dir/metadata`` exists and is not empty.
-        UsageError: a threshold larger than its key count, or below 1.
-        TrustInvalidError, NoSpaceError: ``keys_dir`` cannot be created or written here.
+        UsageError: a threshold larger than its key count, or below 1; a file key with neither a passphrase
+            nor ``unencrypted``; a signer URI bless cannot read a public key from.
+        TrustInvalidError: a signer's key cannot be read or does not sign; ``keys_dir`` cannot be created
+            or written here (NoSpaceError when the disk is full).
     """
-    chosen = _chosen_roles(roles)
+    sources = sources or KeySources()
+    chosen = _chosen_roles(roles, sources)
+    for role in TOP_LEVEL_ROLES:
+        if role not in sources.signers:
+            sources.require_file_key_protection(role)
     keys_dir = Path(keys_dir)
     keys_path, metadata_path = keys_dir / "keys", keys_dir / "metadata"
     now = now or datetime.now(UTC)
@@ -271,20 +307,41 @@ def init_repository(
         hint="choose a --keys directory this user can create and write (not below a file)",
     ):
         _refuse_existing(keys_path, metadata_path)
+        # Read from the holders before anything is created: a token that does not answer leaves no directory.
+        held = {
+            role: [public_key_for_uri(uri, sources.secrets_handler) for uri in uris]
+            for role, uris in sources.signers.items()
+        }
         keys_path.mkdir(parents=True, exist_ok=True, mode=0o700)
         metadata_path.mkdir(parents=True, exist_ok=True)
-        root, key_files = _new_root(keys_path, chosen, _expiry(now, root_expires))
-        documents = _first_metadata(root, load_signers(keys_dir), _expiry(now, expires))
+        root, key_files = _new_root(keys_path, chosen, held, sources.passphrase, _expiry(now, root_expires))
+        signers = {
+            **load_signers(keys_dir, sources.passphrase).signers,
+            **uri_signers(_role_keys(root), sources.signers, sources.secrets_handler),
+        }
+        documents = _first_metadata(root, signers, _expiry(now, expires))
         atomic_write_bytes(metadata_path / "1.root.json", documents[Root.type].to_bytes())
         for role in TOP_LEVEL_ROLES:
             atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
-    return InitResult(keys_dir, metadata_path, key_files, chosen)
+    return InitResult(
+        keys_dir, metadata_path, key_files, chosen, dict(sources.signers), encrypted=sources.passphrase is not None
+    )
 
 
-def _chosen_roles(roles: Mapping[str, RoleKeys] | None) -> dict[str, RoleKeys]:
-    """Every top-level role's keys and threshold: one key of threshold 1 unless ``roles`` says otherwise."""
+def _chosen_roles(roles: Mapping[str, RoleKeys] | None, sources: KeySources) -> dict[str, RoleKeys]:
+    """Every top-level role's keys and threshold: one key of threshold 1 unless ``roles`` says otherwise;
+    a role with signer URIs has one key per URI."""
     chosen = {role: RoleKeys() for role in TOP_LEVEL_ROLES}
     chosen.update(roles or {})
+    for role, uris in sources.signers.items():
+        _require_known_role(role)
+        spec = chosen[role]
+        if spec.keys not in (1, len(uris)):
+            raise UsageError(
+                f"{role}: {spec.keys} keys asked for and {len(uris)} --signer URI(s) given",
+                hint=f"a role with --signer has one key per URI: give {spec.keys} --signer {role}=URI",
+            )
+        chosen[role] = RoleKeys(len(uris), spec.threshold)
     for role, spec in chosen.items():
         _require_known_role(role)
         if not 1 <= spec.threshold <= spec.keys:
@@ -307,20 +364,31 @@ def _refuse_existing(*directories: Path) -> None:
             )
 
 
-def _new_root(keys_path: Path, chosen: Mapping[str, RoleKeys], expires: datetime) -> tuple[Root, tuple[Path, ...]]:
-    """Version 1 of root, listing fresh keys (written to ``keys_path``) for every role; and the key files."""
+def _new_root(
+    keys_path: Path,
+    chosen: Mapping[str, RoleKeys],
+    held: Mapping[str, list[Key]],
+    passphrase: bytes | None,
+    expires: datetime,
+) -> tuple[Root, tuple[Path, ...]]:
+    """Version 1 of root, listing the ``held`` keys of signers and fresh file keys (written to ``keys_path``)
+    for every other role; and the key files."""
     root = Root(expires=expires, consistent_snapshot=False)
     key_files: list[Path] = []
     for role in TOP_LEVEL_ROLES:
         root.roles[role].threshold = chosen[role].threshold
+        if role in held:
+            for public in held[role]:
+                root.add_key(public, role)
+            continue
         for _ in range(chosen[role].keys):
-            public, path = new_key(keys_path, role)
+            public, path = new_key(keys_path, role, passphrase=passphrase)
             root.add_key(public, role)
             key_files.append(path)
     return root, tuple(key_files)
 
 
-def _first_metadata(root: Root, signers: Mapping[str, CryptoSigner], expires: datetime) -> dict[str, Metadata[Any]]:
+def _first_metadata(root: Root, signers: Mapping[str, Signer], expires: datetime) -> dict[str, Metadata[Any]]:
     """Version 1 of every role, each signed by every key ``root`` lists for it."""
     documents: dict[str, Metadata[Any]] = {
         Root.type: Metadata(root),
@@ -339,6 +407,7 @@ def sign_blessing(
     manifest: Manifest,
     data: bytes,
     *,
+    sources: KeySources | None = None,
     expires: timedelta = DEFAULT_EXPIRES,
     keep_previous: bool = False,
     now: datetime | None = None,
@@ -346,11 +415,12 @@ def sign_blessing(
     """List ``manifest`` (whose file bytes are ``data``) as a target; re-sign targets, snapshot and timestamp.
 
     Other versions of the same config hash are delisted unless ``keep_previous``: a superseded
-    blessing then fails verification under ``--trust`` (exit UNSIGNED).
+    blessing then fails verification under ``--trust`` (exit UNSIGNED). The keys are the file keys of
+    ``keys_dir/keys`` (opened with ``sources.passphrase``) and the signers of ``sources.signers``.
     """
     now = now or datetime.now(UTC)
     info = blessing_target(manifest, data)
-    with _repository(keys_dir) as repo:
+    with _repository(keys_dir, sources or KeySources()) as repo:
         targets = repo.targets.signed.targets
         prefix = config_target_prefix(manifest.config_hash)
         superseded = (path for path in targets if path.startswith(prefix) and path != info.path)
@@ -366,29 +436,48 @@ def rotate_role(
     keys_dir: Path,
     role: str,
     *,
+    sources: KeySources | None = None,
+    new_signers: tuple[str, ...] = (),
     expires: timedelta = DEFAULT_EXPIRES,
     root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
     now: datetime | None = None,
 ) -> SignResult:
-    """Replace every key of ``role`` with fresh ones in a new root version, then re-sign the chain.
+    """Replace every key of ``role`` in a new root version, then re-sign the chain.
 
-    The new root is signed by the old root keys and (when ``role`` is root) the new ones, as TUF
-    requires, so hosts provisioned with any earlier root follow the rotation.
+    The new keys are those of ``new_signers`` (URIs: read from their holder) or, without them, as many
+    fresh file keys as the role had (encrypted with ``sources.passphrase``; unencrypted only when
+    ``sources.unencrypted``). The new root is signed by the old root keys and (when ``role`` is root) the
+    new ones, as TUF requires, so hosts provisioned with any earlier root follow the rotation.
     """
     _require_known_role(role)
+    sources = sources or KeySources()
     now = now or datetime.now(UTC)
-    with _repository(keys_dir) as repo:
+    with _repository(keys_dir, sources) as repo:
         old_root = copy.deepcopy(repo.root.signed)
         root = repo.root.signed
         old_keyids = list(root.roles[role].keyids)
+        if new_signers:
+            if root.roles[role].threshold > len(new_signers):
+                raise UsageError(
+                    f"{role} needs {root.roles[role].threshold} signatures and {len(new_signers)} new signer(s) "
+                    "were given",
+                    hint=f"give at least {root.roles[role].threshold} --new-signer URIs",
+                )
+            fresh = [public_key_for_uri(uri, sources.secrets_handler) for uri in new_signers]
+        else:
+            sources.require_file_key_protection(role)
+            fresh = [new_key(repo.keys_dir / "keys", role, passphrase=sources.passphrase)[0] for _ in old_keyids]
         for keyid in old_keyids:
             root.revoke_key(keyid, role)
-        for _ in old_keyids:
-            public, _path = new_key(repo.keys_dir / "keys", role)
+        for public in fresh:
             root.add_key(public, role)
         root.version += 1
         root.expires = _expiry(now, root_expires)
-        repo.signers = load_signers(repo.keys_dir)
+        if new_signers:
+            merged = dict(sources.signers)
+            merged[role] = tuple(dict.fromkeys((*merged.get(role, ()), *new_signers)))
+            repo.sources = KeySources(merged, sources.passphrase, sources.unencrypted, sources.secrets_handler)
+        repo.signers = repo.load_signers(old_root, root)
         repo.root.signatures.clear()
         signed_old = _sign_append(repo, repo.root, old_root.roles[Root.type])
         signed_new = _sign_append(repo, repo.root, root.roles[Root.type])

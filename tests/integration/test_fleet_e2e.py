@@ -16,6 +16,7 @@ import pytest
 from tests.integration.helpers import run_cli, write_profile
 from tests.integration.test_serve_full import remove_serving, serve
 from tests.registry import Registry
+from tests.trust_keys import KEY_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +25,10 @@ def test_push_pull_serve_from_a_registry_under_trust(
     blessed: Any, registry: Registry, tmp_path: Path, docker_client: Any, no_leftovers: None
 ) -> None:
     keys = tmp_path / "signing"
-    assert run_cli("trust", "init", "--keys", str(keys)).code == 0
-    signed = run_cli("--root", str(blessed.root), "sign", blessed.config_hash, "--keys", str(keys), "--json")
+    assert run_cli("trust", "init", "--keys", str(keys), env=KEY_ENV).code == 0
+    signed = run_cli(
+        "--root", str(blessed.root), "sign", blessed.config_hash, "--keys", str(keys), "--json", env=KEY_ENV
+    )
     assert signed.code == 0, signed.stderr[-3000:]
     reference = registry.ref("caches/reference:v1")
     metadata = str(keys / "metadata")

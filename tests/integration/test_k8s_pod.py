@@ -31,6 +31,7 @@ import yaml
 from bless.engine_client import EngineClient
 from tests.integration.helpers import REPO, run_cli
 from tests.registry import Registry, running_registry
+from tests.trust_keys import KEY_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -126,8 +127,8 @@ def published(pod_images: dict[str, str], tmp_path_factory: pytest.TempPathFacto
     run = json.loads(proc.stdout)
     config_hash = run["config_hash"]
     keys = base / "signing"
-    assert run_cli("trust", "init", "--keys", str(keys)).code == 0
-    signed = run_cli("--root", str(root), "sign", config_hash, "--keys", str(keys))
+    assert run_cli("trust", "init", "--keys", str(keys), env=KEY_ENV).code == 0
+    signed = run_cli("--root", str(root), "sign", config_hash, "--keys", str(keys), env=KEY_ENV)
     assert signed.code == 0, signed.stderr[-3000:]
     trust = base / "trust"
     trust.mkdir()
@@ -299,7 +300,7 @@ def test_an_untrusted_signature_ends_the_init_container_with_its_code(
     published: Published, pod_images: Mapping[str, str], play: Any, tmp_path: Path
 ) -> None:
     other_keys = tmp_path / "other-keys"
-    assert run_cli("trust", "init", "--keys", str(other_keys)).code == 0
+    assert run_cli("trust", "init", "--keys", str(other_keys), env=KEY_ENV).code == 0
     other_trust = tmp_path / "other-trust"
     other_trust.mkdir()
     shutil.copy(other_keys / "metadata" / "root.json", other_trust / "root.json")

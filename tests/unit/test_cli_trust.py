@@ -19,11 +19,13 @@ from bless.cli.main import app
 from bless.errors import ExitCode
 from bless.manifest import Manifest
 from bless.store import Store
+from bless.trust.keys import PASSPHRASE_ENV
+from tests.trust_keys import TEST_PASSPHRASE
 from tests.unit.store_helpers import make_manifest, write_tree
 
 
 def invoke(root: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None})
+    runner = CliRunner(env={"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_TRUST": None, PASSPHRASE_ENV: TEST_PASSPHRASE})
     result = runner.invoke(app, ["--root", str(root), *args])
     document = json.loads(result.stdout) if "--json" in args and result.stdout.strip() else {}
     return result.exit_code, document, result.stderr
@@ -200,6 +202,7 @@ LIMITED = (
 def run_bless(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """bless as a real process, under a memory limit and a timeout (a hang fails the test, not the suite)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "COLUMNS": "250"}
+    env[PASSPHRASE_ENV] = TEST_PASSPHRASE
     env.pop("BLESS_ROOT", None)
     env.pop("BLESS_TRUST", None)
     return subprocess.run(

@@ -50,6 +50,7 @@ from bless.store import PUBLISH_STEPS, Store
 from bless.trust import RoleKeys, init_repository, sign_blessing
 from bless.verify import verify_tree
 from tests.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, RegistrySimulator, on_registries
+from tests.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import child_env, make_factors, make_manifest, write_tree
 
 PULL_CHILD = Path(__file__).resolve().parent / "pull_child.py"
@@ -184,7 +185,7 @@ def test_pull_cli_prints_the_resolved_digest(tmp_path: Path, registry: AnyRegist
 
 
 def signed_push(registry: AnyRegistry, origin: Store, manifest: Manifest, keys: Path, ref: str, **sign: object) -> str:
-    sign_blessing(keys, manifest, manifest.to_json_bytes(), **sign)  # type: ignore[arg-type]
+    sign_blessing(keys, manifest, manifest.to_json_bytes(), **sign, sources=TEST_KEYS)  # type: ignore[arg-type]
     reference = parse_reference(ref)
     return push_blessing(
         origin, manifest, reference, metadata_dir=keys / "metadata", transport=registry.transport
@@ -195,7 +196,7 @@ def signed_push(registry: AnyRegistry, origin: Store, manifest: Manifest, keys: 
 def test_signed_pull_and_rollback_by_moving_the_tag(tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store):
     transport = registry.transport
     keys = tmp_path / "keys"
-    init_repository(keys)
+    init_repository(keys, sources=TEST_KEYS)
     trust = provision(tmp_path, keys)
     ref = registry.ref("caches/tiny:prod")
     old = bless_version(origin, tmp_path, "a", OLD_ID)
@@ -235,7 +236,7 @@ def test_signature_attacks_are_refused_before_download(
     attack: str, tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store
 ):
     keys = tmp_path / "keys"
-    init_repository(keys, roles={"targets": RoleKeys(3, 2)})
+    init_repository(keys, roles={"targets": RoleKeys(3, 2)}, sources=TEST_KEYS)
     trust = provision(tmp_path, keys)
     old = bless_version(origin, tmp_path, "a", OLD_ID)
     signed_push(registry, origin, old, keys, registry.ref("c/t:old"))
@@ -249,7 +250,7 @@ def test_signature_attacks_are_refused_before_download(
         expected = MetadataExpiredError
     elif attack == "untrusted-key":
         impostor = tmp_path / "impostor"
-        init_repository(impostor, roles={"targets": RoleKeys(3, 2)})
+        init_repository(impostor, roles={"targets": RoleKeys(3, 2)}, sources=TEST_KEYS)
         signed_push(registry, origin, new, impostor, ref)
         expected = SignatureUntrustedError
     elif attack == "below-threshold":

@@ -26,6 +26,7 @@ from bless.store import Store
 from bless.trust import check_blessing, init_repository, sign_blessing
 from tests.fakes import Behavior, FakeRuntime, tokens_for
 from tests.registry_simulator import ALSO_REAL, AnyRegistry
+from tests.trust_keys import TEST_KEYS
 from tests.unit.run_harness import Harness, make_profile, make_resolved
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version, provision
@@ -199,26 +200,26 @@ def test_trust_init_and_sign_refuse_a_full_disk(tmp_path: Path) -> None:
         manifest = make_manifest(write_tree(tmp_path / "tree"))
         store.publish(tmp_path / "tree", manifest)
         keys = disk / "keys"
-        init_repository(keys)
+        init_repository(keys, sources=TEST_KEYS)
         fill(disk)
         with pytest.raises(NoSpaceError, match="signing repository") as info:
-            sign_blessing(keys, manifest, manifest.to_json_bytes())
+            sign_blessing(keys, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
         refused(info)
         with pytest.raises(NoSpaceError, match="trust repository") as info:
-            init_repository(disk / "other-keys")
+            init_repository(disk / "other-keys", sources=TEST_KEYS)
         refused(info)
 
 
 def test_recording_trusted_metadata_refuses_a_full_disk(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
-    init_repository(keys)
+    init_repository(keys, sources=TEST_KEYS)
     trust = provision(tmp_path, keys)
     with small_disk(tmp_path / "disk", "2m") as disk:
         store = Store(disk / "root")
         tree = write_tree(disk / "root" / "staging" / "t")
         manifest = make_manifest(tree)
         store.publish(tree, manifest)
-        sign_blessing(keys, manifest, manifest.to_json_bytes())
+        sign_blessing(keys, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
         fill(disk)
         with pytest.raises(NoSpaceError, match="trusted metadata") as info:
             check_blessing(

@@ -14,6 +14,7 @@ from bless.flows import serve
 from bless.store import Store
 from bless.trust import UNSIGNED_NOTE, init_repository, sign_blessing
 from tests.fakes import FakeEngineServer, openai_engine
+from tests.trust_keys import TEST_KEYS
 from tests.unit.test_serve import GOLDEN, _blessed_plan
 
 
@@ -103,8 +104,8 @@ def test_a_signed_serve_parses_the_live_manifest_once_and_checks_the_signature_o
         the_plan, runtime = _blessed_plan(store, tmp_path, server.port)
         assert the_plan.manifest is not None and the_plan.manifest_path is not None
         keys = tmp_path / "keys"
-        init_repository(keys)
-        sign_blessing(keys, the_plan.manifest, the_plan.manifest_path.read_bytes())
+        init_repository(keys, sources=TEST_KEYS)
+        sign_blessing(keys, the_plan.manifest, the_plan.manifest_path.read_bytes(), sources=TEST_KEYS)
         parsed: list[str] = []
         real = manifest_module.manifest_from_dict
 

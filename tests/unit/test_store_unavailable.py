@@ -15,6 +15,7 @@ from bless.flows.serve.start_lock import StartingLock
 from bless.fsutil import os_errors
 from bless.store import Store
 from bless.trust import init_repository
+from tests.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 HASH = "a" * 64
@@ -113,7 +114,7 @@ def test_verify_trust_with_the_trust_lock_a_directory_is_store_unavailable(tmp_p
     manifest = make_manifest(staged, make_factors("tiny"), dir_id="20240101T000000Z-000000000001")
     store.publish(staged, manifest)
     keys = tmp_path / "keys"
-    init_repository(keys)
+    init_repository(keys, sources=TEST_KEYS)
     store.paths.trust_lock.mkdir()
     code, output = cli(store.root, "verify", manifest.config_hash, "--trust", str(keys / "metadata"))
     assert code == ExitCode.STORE_UNAVAILABLE, output

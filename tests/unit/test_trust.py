@@ -38,6 +38,7 @@ from bless.trust import (
     sign_blessing,
     target_path,
 )
+from tests.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 
@@ -62,7 +63,7 @@ def manifest(tmp_path: Path) -> Manifest:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     keys = tmp_path / "signing"
-    init_repository(keys)
+    init_repository(keys, sources=TEST_KEYS)
     return keys
 
 
@@ -80,7 +81,7 @@ def snapshot_metadata(repo: Path) -> dict[str, bytes]:
 
 
 def test_init_creates_private_keys_0600_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    result = init_repository(tmp_path / "k", roles={"root": RoleKeys(3, 2)})
+    result = init_repository(tmp_path / "k", roles={"root": RoleKeys(3, 2)}, sources=TEST_KEYS)
     assert len(result.key_files) == 6
     for path in result.key_files:
         assert os.stat(path).st_mode & 0o777 == 0o600
@@ -89,14 +90,14 @@ def test_init_creates_private_keys_0600_and_refuses_to_overwrite(tmp_path: Path)
     assert len(root["signed"]["roles"]["root"]["keyids"]) == 3
     assert len(root["signatures"]) == 3
     with pytest.raises(TrustExistsError) as info:
-        init_repository(tmp_path / "k")
+        init_repository(tmp_path / "k", sources=TEST_KEYS)
     assert info.value.exit_code == ExitCode.TRUST_EXISTS
     with pytest.raises(UsageError):
-        init_repository(tmp_path / "other", roles={"targets": RoleKeys(1, 2)})
+        init_repository(tmp_path / "other", roles={"targets": RoleKeys(1, 2)}, sources=TEST_KEYS)
 
 
 def test_sign_then_verify_with_only_the_root(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    signed = sign_blessing(repo, manifest, manifest.to_json_bytes(), expires=timedelta(days=3))
+    signed = sign_blessing(repo, manifest, manifest.to_json_bytes(), expires=timedelta(days=3), sources=TEST_KEYS)
     assert signed.target == target_path(manifest.config_hash, manifest.cache.dir_id)
     assert signed.versions["targets"] == 2 and signed.versions["timestamp"] == 2
     targets = json.loads((repo / "metadata" / "targets.json").read_text())
@@ -125,20 +126,20 @@ def test_rebless_delists_the_old_version_unless_kept(tmp_path: Path, repo: Path)
     tree = write_tree(tmp_path / "tree")
     old = make_manifest(tree, dir_id="20250101T000000Z-aaaaaaaaaaaa")
     new = make_manifest(tree, dir_id="20250102T000000Z-bbbbbbbbbbbb")
-    sign_blessing(repo, old, old.to_json_bytes())
-    result = sign_blessing(repo, new, new.to_json_bytes())
+    sign_blessing(repo, old, old.to_json_bytes(), sources=TEST_KEYS)
+    result = sign_blessing(repo, new, new.to_json_bytes(), sources=TEST_KEYS)
     assert result.removed_targets == (target_path(old.config_hash, old.cache.dir_id),)
     trust = provision(tmp_path, repo)
     check(new, trust, tmp_path / "s", snapshot_metadata(repo))
     with pytest.raises(UnsignedError):
         check(old, trust, tmp_path / "s")
-    sign_blessing(repo, old, old.to_json_bytes(), keep_previous=True)
+    sign_blessing(repo, old, old.to_json_bytes(), keep_previous=True, sources=TEST_KEYS)
     check(new, trust, tmp_path / "s", snapshot_metadata(repo))
     check(old, trust, tmp_path / "s")
 
 
 def test_manifest_changed_after_signing_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     altered = Manifest(**{**manifest.__dict__, "golden": [{**manifest.golden[0], "text": "other"}]})
     with pytest.raises(TargetMismatchError) as info:
         check(altered, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
@@ -146,9 +147,9 @@ def test_manifest_changed_after_signing_is_refused(tmp_path: Path, repo: Path, m
 
 
 def test_rollback_to_older_validly_signed_metadata_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     old_metadata = snapshot_metadata(repo)
-    sign_blessing(repo, manifest, manifest.to_json_bytes())  # a newer signing of the same blessing
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)  # a newer signing of the same blessing
     trust = provision(tmp_path, repo)
     check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     with pytest.raises(RollbackError) as info:
@@ -158,7 +159,12 @@ def test_rollback_to_older_validly_signed_metadata_is_refused(tmp_path: Path, re
 
 def test_expired_metadata_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     sign_blessing(
-        repo, manifest, manifest.to_json_bytes(), now=datetime.now(UTC) - timedelta(days=2), expires=timedelta(days=1)
+        repo,
+        manifest,
+        manifest.to_json_bytes(),
+        now=datetime.now(UTC) - timedelta(days=2),
+        expires=timedelta(days=1),
+        sources=TEST_KEYS,
     )
     with pytest.raises(MetadataExpiredError) as info:
         check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
@@ -172,6 +178,7 @@ def test_metadata_that_expires_after_it_was_trusted_is_refused(tmp_path: Path, r
         manifest.to_json_bytes(),
         now=datetime.now(UTC) - timedelta(hours=1),
         expires=timedelta(hours=1, seconds=2),
+        sources=TEST_KEYS,
     )
     trust = provision(tmp_path, repo)
     check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
@@ -186,8 +193,8 @@ def test_metadata_that_expires_after_it_was_trusted_is_refused(tmp_path: Path, r
 
 def test_signature_by_an_untrusted_key_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     impostor = tmp_path / "impostor"
-    init_repository(impostor)
-    sign_blessing(impostor, manifest, manifest.to_json_bytes())
+    init_repository(impostor, sources=TEST_KEYS)
+    sign_blessing(impostor, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     with pytest.raises(SignatureUntrustedError) as info:
         check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(impostor))
     assert info.value.exit_code == ExitCode.SIGNATURE_UNTRUSTED
@@ -195,11 +202,11 @@ def test_signature_by_an_untrusted_key_is_refused(tmp_path: Path, repo: Path, ma
 
 def test_threshold_two_with_one_signature_is_refused(tmp_path: Path, manifest: Manifest) -> None:
     repo = tmp_path / "k"
-    init_repository(repo, roles={"targets": RoleKeys(3, 2)})
+    init_repository(repo, roles={"targets": RoleKeys(3, 2)}, sources=TEST_KEYS)
     targets_keys = sorted((repo / "keys").glob("targets-*.pem"))
     for path in targets_keys[1:]:
         path.unlink()  # only one key holder present at signing
-    result = sign_blessing(repo, manifest, manifest.to_json_bytes())
+    result = sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     assert result.signatures["targets"] == (1, 2)
     assert result.warnings
     with pytest.raises(BelowThresholdError) as info:
@@ -209,18 +216,18 @@ def test_threshold_two_with_one_signature_is_refused(tmp_path: Path, manifest: M
 
 def test_threshold_two_of_three_met(tmp_path: Path, manifest: Manifest) -> None:
     repo = tmp_path / "k"
-    init_repository(repo, roles={"root": RoleKeys(3, 2), "targets": RoleKeys(3, 2)})
+    init_repository(repo, roles={"root": RoleKeys(3, 2), "targets": RoleKeys(3, 2)}, sources=TEST_KEYS)
     (sorted((repo / "keys").glob("targets-*.pem"))[0]).unlink()  # two of three are enough
-    assert sign_blessing(repo, manifest, manifest.to_json_bytes()).signatures["targets"] == (2, 2)
+    assert sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS).signatures["targets"] == (2, 2)
     check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
 
 
 def test_key_rotation_through_a_new_root(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)  # provisioned with root v1
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     old_targets_keys = sorted((repo / "keys").glob("targets-*.pem"))
-    rotated = rotate_role(repo, "targets")
+    rotated = rotate_role(repo, "targets", sources=TEST_KEYS)
     assert rotated.versions["root"] == 2
     # The host follows the rotation from its v1 root, through 2.root.json.
     verdict = check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
@@ -234,23 +241,23 @@ def test_key_rotation_through_a_new_root(tmp_path: Path, repo: Path, manifest: M
         shutil.copy(path, stale / "keys" / path.name)
     with pytest.raises(TrustInvalidError):
         sign_blessing(
-            stale, manifest, manifest.to_json_bytes()
+            stale, manifest, manifest.to_json_bytes(), sources=TEST_KEYS
         )  # no key of the current targets role: refused at signing
 
 
 def test_rotate_root_keys(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     trust = provision(tmp_path, repo)
-    rotate_role(repo, "root")
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    rotate_role(repo, "root", sources=TEST_KEYS)
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     verdict = check(manifest, trust, tmp_path / "s", snapshot_metadata(repo))
     assert verdict.versions["root"] == 2
 
 
 def test_another_root_for_the_same_store_is_refused(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     other = tmp_path / "other"
-    init_repository(other)
+    init_repository(other, sources=TEST_KEYS)
     with pytest.raises(TrustInvalidError):
         check(manifest, provision(tmp_path, other, "other-trust"), tmp_path / "s")
 
@@ -260,7 +267,7 @@ def test_trust_dir_without_root_and_malformed_metadata(tmp_path: Path, repo: Pat
     empty.mkdir()
     with pytest.raises(TrustInvalidError):
         check(manifest, empty, tmp_path / "s")
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     broken = snapshot_metadata(repo)
     broken["timestamp.json"] = b"{not json"
     with pytest.raises(TrustInvalidError):
@@ -271,7 +278,7 @@ def test_group_readable_private_key_is_refused(tmp_path: Path, repo: Path, manif
     key = next((repo / "keys").glob("targets-*.pem"))
     key.chmod(0o644)
     with pytest.raises(TrustInvalidError):
-        sign_blessing(repo, manifest, manifest.to_json_bytes())
+        sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
 
 
 def test_parse_duration() -> None:
@@ -286,7 +293,7 @@ def test_other_config_is_not_signed_by_a_signing_of_this_one(tmp_path: Path, rep
     tree = write_tree(tmp_path / "tree")
     one = make_manifest(tree, make_factors(seed=1))
     two = make_manifest(tree, make_factors(seed=2))
-    sign_blessing(repo, one, one.to_json_bytes())
+    sign_blessing(repo, one, one.to_json_bytes(), sources=TEST_KEYS)
     with pytest.raises(UnsignedError):
         check(two, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
 
@@ -310,12 +317,12 @@ def test_model_signing_key_pair_in_keys_dir_does_not_stop_signing_or_rotation(
         private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     public.chmod(0o644)  # as written, and as the README says: a public key is not a secret
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     public.chmod(0o600)  # what a user told to chmod it did: still not a TUF key
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     public.chmod(0o644)
     for role in ("targets", "root"):
-        assert rotate_role(repo, role).signatures["root"][0] >= 1
+        assert rotate_role(repo, role, sources=TEST_KEYS).signatures["root"][0] >= 1
     check(manifest, provision(tmp_path, repo), tmp_path / "s", snapshot_metadata(repo))
     assert public.stat().st_mode & 0o777 == 0o644
 
@@ -324,18 +331,18 @@ def test_a_rotated_other_root_chain_does_not_replace_the_trusted_one(tmp_path: P
     """Two signing repositories: a store that trusts A's chain refuses B's, whatever B's root version."""
     a, b = tmp_path / "a", tmp_path / "b"
     for repo in (a, b):
-        init_repository(repo)
-        sign_blessing(repo, manifest, manifest.to_json_bytes())
+        init_repository(repo, sources=TEST_KEYS)
+        sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     state = tmp_path / "s"
     assert check(manifest, a / "metadata", state).versions["root"] == 1
     with pytest.raises(TrustInvalidError):
         check(manifest, b / "metadata", state)
-    rotate_role(b, "targets")  # B's root v2: a higher version, but not signed by A's root keys
+    rotate_role(b, "targets", sources=TEST_KEYS)  # B's root v2: a higher version, but not signed by A's root keys
     with pytest.raises(TrustInvalidError) as info:
         check(manifest, b / "metadata", state)
     assert info.value.exit_code == ExitCode.TRUST_INVALID
     assert str(state) in (info.value.hint or "")
-    rotate_role(b, "root")
+    rotate_role(b, "root", sources=TEST_KEYS)
     with pytest.raises(TrustInvalidError):
         check(manifest, b / "metadata", state)
     # The store still trusts A's chain at the versions it had seen: nothing was reset.
@@ -344,12 +351,12 @@ def test_a_rotated_other_root_chain_does_not_replace_the_trusted_one(tmp_path: P
 
 
 def test_a_root_successor_is_followed_only_through_its_chain(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     host_v1 = provision(tmp_path, repo, "host-v1")
     state = tmp_path / "s"
     check(manifest, host_v1, state, snapshot_metadata(repo))
-    rotate_role(repo, "targets")
-    rotate_role(repo, "root")
+    rotate_role(repo, "targets", sources=TEST_KEYS)
+    rotate_role(repo, "root", sources=TEST_KEYS)
     # Re-provisioned with root v3 alone: v2 (the link signed by v1's keys) is nowhere to be found.
     host_v3 = provision(tmp_path, repo, "host-v3")
     with pytest.raises(TrustInvalidError) as info:
@@ -364,8 +371,8 @@ def test_a_root_successor_is_followed_only_through_its_chain(tmp_path: Path, rep
 
 def test_an_older_root_the_store_never_trusted_is_a_rollback(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     host_v1 = provision(tmp_path, repo, "host-v1")
-    rotate_role(repo, "targets")
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    rotate_role(repo, "targets", sources=TEST_KEYS)
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     host_v2 = provision(tmp_path, repo, "host-v2")
     state = tmp_path / "s"
     assert check(manifest, host_v2, state, snapshot_metadata(repo)).versions["root"] == 2
@@ -388,7 +395,7 @@ def _pad_targets(repo: Path, size: int) -> None:
     """Give targets.json a padding target of ``size`` characters: re-sign targets, snapshot, timestamp."""
     signers: dict[str, CryptoSigner] = {}
     for pem in (repo / "keys").glob("*.pem"):
-        private = load_pem_private_key(pem.read_bytes(), password=None)
+        private = load_pem_private_key(pem.read_bytes(), password=TEST_KEYS.passphrase)
         assert isinstance(private, Ed25519PrivateKey)
         signer = CryptoSigner(private)
         signers[signer.public_key.keyid] = signer
@@ -422,14 +429,14 @@ def test_sign_refuses_targets_no_verifier_would_read(tmp_path: Path, repo: Path,
     pad_targets(repo, (16 << 20) - 100)
     before = snapshot_metadata(repo)
     with pytest.raises(TrustInvalidError, match="over the 16777216 bytes a verifier reads") as info:
-        sign_blessing(repo, manifest, manifest.to_json_bytes())
+        sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     assert info.value.exit_code == ExitCode.TRUST_INVALID
     assert snapshot_metadata(repo) == before, "nothing was written"
 
 
 def test_verifiers_read_what_sign_may_write_and_refuse_more(tmp_path: Path, repo: Path, manifest: Manifest) -> None:
     """6 MB of targets (past python-tuf's default 5,000,000) verify; past the limit a clear refusal."""
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     pad_targets(repo, 6_000_000)
     check(manifest, repo / "metadata", tmp_path / "state")
     pad_targets(repo, 17 << 20)
@@ -442,9 +449,9 @@ def test_mixed_metadata_versions_on_a_fresh_host_are_inconsistent_not_a_rollback
     tmp_path: Path, repo: Path, manifest: Manifest
 ) -> None:
     """A --trust dir assembled from two signings: the host never trusted anything, so nothing was rolled back."""
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     first = snapshot_metadata(repo)
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     mixed = tmp_path / "mixed"
     shutil.copytree(repo / "metadata", mixed)
     (mixed / "targets.json").write_bytes(first["targets.json"])  # the older targets, the newer snapshot
@@ -458,7 +465,7 @@ def test_metadata_with_a_duplicate_key_is_refused_like_a_manifest(
     tmp_path: Path, repo: Path, manifest: Manifest
 ) -> None:
     """python-tuf keeps the last of two equal keys; a reader keeping the first would see other metadata."""
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     copy = tmp_path / "copy"
     shutil.copytree(repo / "metadata", copy)
     targets = (copy / "targets.json").read_bytes()

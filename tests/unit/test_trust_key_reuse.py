@@ -21,6 +21,7 @@ from tuf.api.metadata import Metadata, Root
 from bless.errors import TrustInvalidError
 from bless.manifest import Manifest
 from bless.trust import init_repository, rotate_role, sign_blessing
+from tests.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_trust import check, provision, snapshot_metadata
 
@@ -38,7 +39,7 @@ def twice_listed_root(repo: Path, *, pem: bool = False) -> bytes:
     key = root.keys[targets_id]
     keyval = dict(key.keyval)
     if pem:  # the same key in another encoding: still the same key
-        private = load_pem_private_key(next((repo / "keys").glob("targets-*.pem")).read_bytes(), None)
+        private = load_pem_private_key(next((repo / "keys").glob("targets-*.pem")).read_bytes(), TEST_KEYS.passphrase)
         keyval["public"] = (
             private.public_key()
             .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -48,15 +49,15 @@ def twice_listed_root(repo: Path, *, pem: bool = False) -> bytes:
     root.roles["targets"].threshold = 2
     metadata.signatures.clear()
     root_pem = next((repo / "keys").glob("root-*.pem")).read_bytes()
-    metadata.sign(CryptoSigner(load_pem_private_key(root_pem, None)))
+    metadata.sign(CryptoSigner(load_pem_private_key(root_pem, TEST_KEYS.passphrase)))
     return metadata.to_bytes()
 
 
 @pytest.mark.parametrize("pem", [False, True], ids=["same-hex", "pem-encoded"])
 def test_checking_refuses_a_root_that_lists_one_key_twice(tmp_path: Path, manifest: Manifest, pem: bool) -> None:
     repo = tmp_path / "signing"
-    init_repository(repo)
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    init_repository(repo, sources=TEST_KEYS)
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     trust = provision(tmp_path, repo)
     (trust / "root.json").write_bytes(twice_listed_root(repo, pem=pem))
     with pytest.raises(TrustInvalidError, match="same public key under two key ids"):
@@ -65,20 +66,20 @@ def test_checking_refuses_a_root_that_lists_one_key_twice(tmp_path: Path, manife
 
 def test_the_signing_side_refuses_a_root_that_lists_one_key_twice(tmp_path: Path, manifest: Manifest) -> None:
     repo = tmp_path / "signing"
-    init_repository(repo)
+    init_repository(repo, sources=TEST_KEYS)
     crafted = twice_listed_root(repo)
     for name in ("root.json", "1.root.json"):
         (repo / "metadata" / name).write_bytes(crafted)
     with pytest.raises(TrustInvalidError, match="same public key under two key ids"):
-        sign_blessing(repo, manifest, manifest.to_json_bytes())
+        sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     with pytest.raises(TrustInvalidError, match="same public key under two key ids"):
-        rotate_role(repo, "targets")
+        rotate_role(repo, "targets", sources=TEST_KEYS)
 
 
 def test_a_trust_state_dir_that_is_a_symlink_is_refused(tmp_path: Path, manifest: Manifest) -> None:
     repo = tmp_path / "signing"
-    init_repository(repo)
-    sign_blessing(repo, manifest, manifest.to_json_bytes())
+    init_repository(repo, sources=TEST_KEYS)
+    sign_blessing(repo, manifest, manifest.to_json_bytes(), sources=TEST_KEYS)
     elsewhere = tmp_path / "outside-the-store"
     elsewhere.mkdir()
     state = tmp_path / "root" / "trust"
