@@ -30,6 +30,14 @@ def registry(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture
+def store(tmp_path: Path) -> Store:
+    """A store root with its layout made (serve-full's tests); a module that needs another one defines its own."""
+    found = Store(tmp_path / "root")
+    found.paths.ensure_layout()
+    return found
+
+
+@pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
     """A factory of harnesses over one store; their fake engines are closed at the end."""
     made: list[Harness] = []

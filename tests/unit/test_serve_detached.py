@@ -28,14 +28,8 @@ from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES, StorePaths
 from tests.fakes import FakeEngineServer, FakeRuntime
-from tests.unit.test_serve_seal import SEAL_LINE, _engine, _plan, _refused, _wait_for
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    found = Store(tmp_path / "root")
-    found.paths.ensure_layout()
-    return found
+from tests.unit.test_serve_flow import _engine
+from tests.unit.test_serve_seal import SEAL_LINE, _plan, _refused, _wait_for
 
 
 @pytest.fixture

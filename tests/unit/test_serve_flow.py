@@ -18,13 +18,6 @@ from tests.trust_keys import TEST_KEYS
 from tests.unit.test_serve import GOLDEN, _blessed_plan
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    found = Store(tmp_path / "root")
-    found.paths.ensure_layout()
-    return found
-
-
 def _engine() -> FakeEngineServer:
     replies = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
     return FakeEngineServer(openai_engine(lambda prompt, n: replies.get(prompt, [0])[:n]))

@@ -139,13 +139,6 @@ def test_a_plan_on_a_copying_runtime_verifies_the_copy_and_says_so(tmp_path: Pat
 # -- the readiness record -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    found = Store(tmp_path / "root")
-    found.paths.ensure_layout()
-    return found
-
-
 def _mark(store: Store, port: int, **changes: Any) -> None:
     record: dict[str, Any] = {
         "name": "pod",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +26,6 @@ from tests.fakes import FakeEngineServer, FakeRuntime, json_reply
 
 MODELS = {"/v1/models": json_reply({"object": "list", "data": [{"id": "m"}]})}
 NAME = "p"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    found = Store(tmp_path / "root")
-    found.paths.ensure_layout()
-    return found
 
 
 @pytest.fixture

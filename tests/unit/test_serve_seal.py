@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from bless.engine_client import EngineClient
 from bless.engines.bless_seal import LINE_PREFIX as ENGINE_PREFIX
 from bless.errors import NotServingError, UnprovenCompileError
@@ -28,8 +26,9 @@ from bless.profile import UnprovenCompilePolicy
 from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES
-from tests.fakes import FakeEngineServer, FakeRuntime, openai_engine
+from tests.fakes import FakeRuntime
 from tests.unit.test_serve import GOLDEN, bless, do_plan, make_profile, serving_runtime
+from tests.unit.test_serve_flow import _engine
 
 SEAL_LINE = ENGINE_PREFIX + json.dumps(
     {
@@ -42,18 +41,6 @@ SEAL_LINE = ENGINE_PREFIX + json.dumps(
     },
     separators=(",", ":"),
 )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    found = Store(tmp_path / "root")
-    found.paths.ensure_layout()
-    return found
-
-
-def _engine() -> FakeEngineServer:
-    replies = {str(g["prompt"]): list(g["token_ids"]) for g in GOLDEN}
-    return FakeEngineServer(openai_engine(lambda prompt, n: replies.get(prompt, [0])[:n]))
 
 
 def _plan(
