@@ -15,10 +15,10 @@ from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bless.untrusted_text import shown
+from bless.core.untrusted_text import shown
 
 if TYPE_CHECKING:
-    from bless.verify import VerifyResult
+    from bless.core.verify import VerifyResult
 
 
 class ExitCode(IntEnum):

@@ -2,8 +2,8 @@
 
 This machine's hardware (GPUs through ``nvidia-smi``, the CPU's x86-64 ISA level), a local
 interpreter's package versions, a Hugging Face revision's commit, a local model directory's
-content. :mod:`bless.factors` stays pure: it receives these as callables and results
-(:func:`bless.factors.resolve`), and ``bless.flows.resolve.resolve_profile`` wires the ones here.
+content. :mod:`bless.core.factors` stays pure: it receives these as callables and results
+(:func:`bless.core.factors.resolve`), and ``bless.flows.resolve.resolve_profile`` wires the ones here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bless.errors import ResolutionError
-from bless.factors import (
+from bless.core.factors import (
     GpuInfo,
     LocalModelDir,
     RevisionLookup,
@@ -29,7 +28,8 @@ from bless.factors import (
     observed_hardware_factor,
     undeclared_hardware,
 )
-from bless.profile import HardwareSpec, ModelSpec
+from bless.core.profile import HardwareSpec, ModelSpec
+from bless.errors import ResolutionError
 
 # --- hardware ------------------------------------------------------------------------------------------
 

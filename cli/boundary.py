@@ -43,8 +43,8 @@ except ImportError:  # older typer runs on click itself
 
 from bless.cli.common import AppState
 from bless.cli.render import err_console
+from bless.core.untrusted_text import json_safe, shown
 from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
-from bless.untrusted_text import json_safe, shown
 
 
 @contextmanager
@@ -191,7 +191,7 @@ def emit_json(doc: Mapping[str, Any], *, lenient: bool = False) -> None:
     ``lenient`` (error documents) writes values JSON cannot hold (a Path in some error's details)
     as strings: a failure must always be reported, never turned into a second one. A string that
     is not valid Unicode (a file name that is not UTF-8) is written the way humans see it
-    (:func:`bless.untrusted_text.json_safe`), so stdout is always valid UTF-8 JSON.
+    (:func:`bless.core.untrusted_text.json_safe`), so stdout is always valid UTF-8 JSON.
     """
     text = json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False, default=str if lenient else None)
     sys.stdout.write(text + "\n")
@@ -201,7 +201,7 @@ def emit_json(doc: Mapping[str, Any], *, lenient: bool = False) -> None:
 def print_diagnostics(console: Console, err: BlessError, *, verbose: bool) -> None:
     """A failure's ``diagnostics()`` for humans: the title in red, the hint highlighted.
 
-    Lines are split on newlines only, and every line is shown escaped (:func:`bless.untrusted_text.shown`):
+    Lines are split on newlines only, and every line is shown escaped (:func:`bless.core.untrusted_text.shown`):
     messages carry names from disk and engine log lines, whose control characters, carriage
     returns or line separators must not draw or erase lines of their own.
     """

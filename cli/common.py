@@ -13,16 +13,16 @@ from typing import Annotated, Any
 import typer
 
 import bless
-from bless.errors import NoManifestError, UsageError
-from bless.factors import (
+from bless.core.factors import (
     ResolvedConfig,
     declared_hardware_factor,
     parse_config_hash,
 )
+from bless.core.manifest import Manifest
+from bless.core.profile import HardwareSpec, Profile, load_profile
+from bless.errors import NoManifestError, UsageError
 from bless.flows.resolve import image_needs_runtime, resolve_profile
-from bless.manifest import Manifest
 from bless.probes import HardwareSource, judged_hardware
-from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
 from bless.store import LiveManifest, Store, default_root

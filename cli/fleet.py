@@ -18,8 +18,8 @@ from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, app_state, lookup_live, lookup_manifest, reading_store
 from bless.errors import UsageError
 from bless.flows.sign import sign_stored_blessing
+from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.store import Store
-from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.trust import (
     DEFAULT_EXPIRES,
     DEFAULT_ROOT_EXPIRES,
@@ -123,7 +123,7 @@ PlainHttpOption = Annotated[
     ),
 ]
 
-#: How slow a registry may be before a pull is refused as a broken transfer (74): bless.registry.TransferLimits.
+#: How slow a registry may be before a pull is refused as a broken transfer (74): bless.oci.client.TransferLimits.
 MinRateOption = Annotated[
     str,
     typer.Option(
@@ -385,7 +385,7 @@ def push_command(
     from the docker config (docker login); none is ever written anywhere by bless.
     """
     from bless.flows.push import push_blessing
-    from bless.registry import parse_reference
+    from bless.oci.client import parse_reference
 
     store = reading_store(ctx)
     manifest = lookup_manifest(store, config_hash)
@@ -437,7 +437,7 @@ def pull_command(
     (--json: "digest" and "pinned").
     """
     from bless.flows.pull import pull_blessing
-    from bless.registry import parse_reference
+    from bless.oci.client import parse_reference
 
     store = app_state(ctx).store()
     limits = transfer_limits(min_rate, transfer_grace)
@@ -472,7 +472,7 @@ class FleetSource:
         def fetch(store: Store) -> Fetched:
             from bless.flows.pull import pull_blessing
             from bless.flows.serve import Fetched
-            from bless.registry import parse_reference
+            from bless.oci.client import parse_reference
 
             result = pull_blessing(
                 store,

@@ -21,11 +21,11 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
+from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
-from bless.fsutil import atomic_write_bytes
-from bless.untrusted_text import shown
-from bless.user_files import check_output_target
+from bless.system.fsutil import atomic_write_bytes
+from bless.system.user_files import check_output_target
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from bless import k8s
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ProfileOption
 from bless.cli.fleet import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
-from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
-from bless.untrusted_text import shown
+from bless.core.untrusted_text import shown
+from bless.k8s import documents as k8s
+from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 
 k8s_app = typer.Typer(
     name="k8s",

@@ -48,6 +48,9 @@ from bless.cli.fleet import (
 from bless.cli.gate import gate_command
 from bless.cli.k8s import K8S_COMMANDS, k8s_app
 from bless.cli.run import run_command
+from bless.core.factors import change_to_dict, diff_factors
+from bless.core.manifest import Manifest
+from bless.core.untrusted_text import shown
 from bless.engines.known_versions import local_vllm_status, supported_engines
 from bless.errors import (
     InputInvalidError,
@@ -56,12 +59,9 @@ from bless.errors import (
     UsageError,
     VerifyFailedError,
 )
-from bless.factors import change_to_dict, diff_factors
 from bless.flows.trust_policy import trust_verdict
-from bless.manifest import Manifest
 from bless.probes import probe_python_environment
 from bless.store import manifest_summary
-from bless.untrusted_text import shown
 
 app = typer.Typer(
     name="bless",

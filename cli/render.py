@@ -27,10 +27,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from bless.coverage import CoveragePlan, describe_plan
+from bless.core.coverage import CoveragePlan, describe_plan
+from bless.core.manifest import factor_field
+from bless.core.untrusted_text import shown
 from bless.errors import EXIT_CODES
-from bless.manifest import factor_field
-from bless.untrusted_text import shown
 
 #: Verification shows a progress bar when the blessed cache is larger than this (bytes).
 PROGRESS_THRESHOLD_BYTES = 100_000_000
@@ -69,7 +69,8 @@ def human_bytes(size: int) -> str:
 
 
 def cell(value: object, style: str = "") -> Text:
-    """A value from a document as one line of plain text: non-printables escaped (:func:`bless.untrusted_text.shown`).
+    """A value from a document as one line of plain text: non-printables escaped
+    (:func:`bless.core.untrusted_text.shown`).
 
     Names and fields come from disk and manifests that someone else may have written: a newline or an
     escape sequence in one must not draw a line of its own.

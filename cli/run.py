@@ -18,15 +18,15 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command, stop_signals_handled
 from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
+from bless.core.profile import Profile, load_profile
+from bless.core.untrusted_text import shown
 from bless.engines import get_adapter
 from bless.errors import TrialsFailedError, UsageError
 from bless.flows.events import Event
 from bless.flows.resolve import resolve_profile
 from bless.flows.run import RunOptions, RunResult, run_bless
-from bless.profile import Profile, load_profile
+from bless.replay.trials import trials_for
 from bless.runtime import get_runtime
-from bless.trials import trials_for
-from bless.untrusted_text import shown
 
 
 @contextmanager

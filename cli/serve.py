@@ -59,12 +59,12 @@ from bless.cli.serve_views import (
     render_ready,
     render_stopped,
 )
+from bless.core.profile import Profile, UnprovenCompilePolicy, load_profile
 from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
-from bless.profile import Profile, UnprovenCompilePolicy, load_profile
+from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from bless.runtime import get_runtime
-from bless.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 
 app = typer.Typer(
     name="serve-full",

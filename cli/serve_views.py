@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from bless.cli import render
+from bless.core.untrusted_text import shown
 from bless.flows import serve
-from bless.untrusted_text import shown
 
 __all__ = [
     "render_banners",

@@ -38,10 +38,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bless.factors import config_hash
-from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.factors import config_hash
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.verify import FileEntry, TreeListing, hash_tree
 from bless.store import Store
-from bless.verify import FileEntry, TreeListing, hash_tree
 
 
 def factors(name: str) -> dict[str, object]:

@@ -46,12 +46,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bless.core.profile import load_profile  # noqa: E402
+from bless.core.verify import verify_tree  # noqa: E402
 from bless.engines import get_adapter  # noqa: E402
 from bless.flows import serve  # noqa: E402
-from bless.profile import load_profile  # noqa: E402
 from bless.runtime import get_runtime  # noqa: E402
 from bless.store import Store  # noqa: E402
-from bless.verify import verify_tree  # noqa: E402
 
 GOAL_OVERHEAD_EXCL_HASHING_S = 0.5
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark bless.verify.verify_tree against the fastest hashing tool on this machine (not a test).
+"""Benchmark bless.core.verify.verify_tree against the fastest hashing tool on this machine (not a test).
 
 Builds two sets of random files under --dir (default: a temp dir under /tmp, removed at the end
 unless --keep):
@@ -45,7 +45,7 @@ from typing import Any
 # Runnable from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bless.verify import default_workers, hash_tree, verify_tree
+from bless.core.verify import default_workers, hash_tree, verify_tree
 
 GIB = 1 << 30
 CHUNK = 4 << 20

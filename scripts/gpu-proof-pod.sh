@@ -65,7 +65,7 @@ expect_rc "the readiness probe" passed "${ready:+passed}"
 rc=0
 python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || rc=$?
 import json, sys
-from bless.engine_client import EngineClient
+from bless.replay.engine_client import EngineClient
 from bless.engines import get_adapter
 manifest = json.load(open(sys.argv[1]))
 golden = manifest["golden"][0]

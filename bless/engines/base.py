@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bless.coverage import CoveragePlan
+from bless.core.coverage import CoveragePlan
+from bless.core.factors import REDACTED, ResolvedConfig
+from bless.core.profile import Profile
+from bless.core.verify import TreeListing
 from bless.errors import InputInvalidError
-from bless.evidence import (
+from bless.evidence_types import (
     ArtifactSummary,
     LogSignals,
     OutsideEntry,
@@ -26,9 +29,6 @@ from bless.evidence import (
     UpperEntry,
     UpperVerdict,
 )
-from bless.factors import REDACTED, ResolvedConfig
-from bless.profile import Profile
-from bless.verify import TreeListing
 
 #: Words that mark an env name as a secret, compared case-insensitively with the name's parts (split
 #: at every character that is not a letter: ``hf_token``, ``HF_TOKEN_1``, ``GITHUB_PAT``, ``DB_PASS``,
@@ -327,6 +327,6 @@ class EngineAdapter(Protocol):
         """The kernel families this configuration compiles lazily after startup and one request per class.
 
         Pure over the resolved factors (and the local model's hashed ``config.json``): what the
-        bootstrap sends, the manifest records and every trial replays (:mod:`bless.coverage`).
+        bootstrap sends, the manifest records and every trial replays (:mod:`bless.core.coverage`).
         """
         ...

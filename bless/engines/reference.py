@@ -9,7 +9,10 @@ from types import MappingProxyType
 from typing import Any
 
 import bless
-from bless.coverage import CoverageFamily, CoveragePlan, group_token_counts
+from bless.core.coverage import CoverageFamily, CoveragePlan, group_token_counts
+from bless.core.factors import ResolvedConfig
+from bless.core.profile import Profile
+from bless.core.verify import TreeListing
 from bless.engines.base import (
     ENGINE_HOME,
     CompileLocation,
@@ -23,10 +26,7 @@ from bless.engines.base import (
 )
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
-from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
-from bless.factors import ResolvedConfig
-from bless.profile import Profile
-from bless.verify import TreeListing
+from bless.evidence_types import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 
 ARTIFACT = re.compile(r"^reference/[0-9a-f]{16}/(megacache\.bin|meta\.json)$")
 COMPILE_TIME = re.compile(re.escape(markers.COMPILE_TIME) + r"([0-9.]+) s")

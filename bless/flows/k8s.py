@@ -1,4 +1,4 @@
-"""``bless k8s render``: the Kubernetes manifests that serve one blessing (see :mod:`bless.k8s`).
+"""``bless k8s render``: the Kubernetes manifests that serve one blessing (see :mod:`bless.k8s.documents`).
 
 The blessing's manifest is read from the registry by digest (the OCI manifest and its config blob
 only, not the cache's files): the hardware factor it was proven on becomes the pods' node affinity,
@@ -10,19 +10,19 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from bless.core.factors import diff_factors
+from bless.core.manifest import Manifest
+from bless.core.profile import Profile, parse_profile, read_profile
+from bless.core.untrusted_text import shown
 from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, InputInvalidError
-from bless.factors import diff_factors
 from bless.flows.resolve import resolve_as_blessed
-from bless.k8s import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
-from bless.manifest import Manifest
-from bless.profile import Profile, parse_profile, read_profile
-from bless.registry import RegistryClient, Transport, parse_reference
-from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.k8s.documents import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
+from bless.oci.client import RegistryClient, Transport, parse_reference
+from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
+from bless.system.user_files import read_input
 from bless.trust.metadata import parse_root
-from bless.untrusted_text import shown
-from bless.user_files import read_input
 
 __all__ = ["render_blessing"]
 

@@ -46,12 +46,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-from bless.artifact import (
-    BlessingArtifact,
-    BlobRef,
-    parse_trust_artifact,
-    trust_tag,
-)
+from bless.core.manifest import Manifest
 from bless.errors import (
     AlreadyBlessedError,
     ArtifactNotFoundError,
@@ -60,11 +55,16 @@ from bless.errors import (
     NoSpaceError,
 )
 from bless.flows.trust_policy import trust_verdict
-from bless.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
-from bless.manifest import Manifest
-from bless.registry import CHUNK, Reference, RegistryClient, Transport
+from bless.oci.artifact import (
+    BlessingArtifact,
+    BlobRef,
+    parse_trust_artifact,
+    trust_tag,
+)
+from bless.oci.client import CHUNK, Reference, RegistryClient, Transport
+from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
 from bless.store import FaultHook, Store, staging_owner
-from bless.transfer import DEFAULT_LIMITS, TransferLimits
+from bless.system.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
 from bless.trust import TrustVerdict
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]

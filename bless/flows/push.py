@@ -2,7 +2,7 @@
 
 The blessed tree is verified first (never push bytes that differ from their manifest); then every
 blob the registry lacks is uploaded (the manifest as config, one blob per file: see
-:mod:`bless.artifact`), then the OCI manifest under the tag. With ``metadata_dir`` the TUF metadata
+:mod:`bless.oci.artifact`), then the OCI manifest under the tag. With ``metadata_dir`` the TUF metadata
 that signs the blessing is pushed as its signatures artifact (tag ``sha256-<hex>.bless-trust``).
 """
 
@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless.artifact import (
+from bless.core.manifest import Manifest
+from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
+from bless.oci.artifact import (
     EMPTY_CONFIG,
     OCI_MANIFEST_MEDIA_TYPE,
     BlobRef,
@@ -25,9 +27,7 @@ from bless.artifact import (
     trust_tag,
     unique_blobs,
 )
-from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
-from bless.manifest import Manifest
-from bless.registry import Reference, RegistryClient, Transport
+from bless.oci.client import Reference, RegistryClient, Transport
 from bless.store import Store
 from bless.trust import metadata_from_dir, target_path
 

@@ -9,10 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless.engines import get_adapter
-from bless.engines.base import EngineAdapter, EnvPolicy
-from bless.errors import NoManifestError
-from bless.factors import (
+from bless.core.factors import (
     FactorChange,
     HardwareProbe,
     ImageResolver,
@@ -23,9 +20,12 @@ from bless.factors import (
     is_pinned_image_id,
     resolve,
 )
-from bless.manifest import Manifest, factor_field
+from bless.core.manifest import Manifest, factor_field
+from bless.core.profile import Profile
+from bless.engines import get_adapter
+from bless.engines.base import EngineAdapter, EnvPolicy
+from bless.errors import NoManifestError
 from bless.probes import hardware_factor, probe_python_environment, read_model_dir, revision_lookup
-from bless.profile import Profile
 from bless.store import Store
 
 

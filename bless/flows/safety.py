@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bless.core.factors import ResolvedConfig
 from bless.engines.base import EngineAdapter, UnsafeSetting
 from bless.errors import UnsafeEnvError
-from bless.factors import ResolvedConfig
 
 
 def check_unsafe(resolved: ResolvedConfig, adapter: EngineAdapter, *, allow_test_knobs: bool = False) -> list[str]:

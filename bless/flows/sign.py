@@ -12,9 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bless.modelsig import ModelSigningBundle, write_bundle
 from bless.store import LiveManifest, Store
 from bless.trust import KeySources, SignResult, sign_blessing
+from bless.trust.modelsig import ModelSigningBundle, write_bundle
 
 __all__ = ["SignOutcome", "sign_stored_blessing"]
 

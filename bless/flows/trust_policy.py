@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from bless.manifest import Manifest
+from bless.core.manifest import Manifest
 from bless.store import Store
 from bless.trust import TrustVerdict, check_blessing
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from bless.evidence import OutsideEntry, UpperEntry
+from bless.evidence_types import OutsideEntry, UpperEntry
 
 MountKind = Literal["rw", "ro", "overlay", "private"]
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from bless import labels as bless_labels
+from bless import container_labels as bless_labels
 from bless.errors import (
     BlessError,
     ContainerConflictError,
@@ -44,7 +44,7 @@ from bless.errors import (
     InputInvalidError,
     RuntimeUnavailableError,
 )
-from bless.evidence import OutsideEntry, UpperEntry
+from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
 
@@ -127,7 +127,7 @@ def _require_owner(mapping: Mapping[str, str], what: str) -> None:
     if not bless_labels.is_ours(dict(mapping)):
         raise BlessError(
             f"refusing to create {what} without the owner label {bless_labels.OWNER}={bless_labels.OWNER_VALUE}",
-            hint="this is a bug in the caller: build labels with bless.labels.labels_for()",
+            hint="this is a bug in the caller: build labels with bless.container_labels.labels_for()",
         )
 
 

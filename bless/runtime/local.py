@@ -48,14 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bless import labels as bless_labels
+from bless import container_labels as bless_labels
 from bless.errors import (
     BlessError,
     ContainerConflictError,
     InputInvalidError,
     RuntimeUnavailableError,
 )
-from bless.evidence import OutsideEntry, UpperEntry
+from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import materialize
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
@@ -286,7 +286,7 @@ class LocalRuntime:
         if not bless_labels.is_ours(dict(spec.labels)):
             raise BlessError(
                 f"refusing to start engine {spec.name!r} without the owner label {bless_labels.OWNER}",
-                hint="this is a bug in the caller: build labels with bless.labels.labels_for()",
+                hint="this is a bug in the caller: build labels with bless.container_labels.labels_for()",
             )
         if spec.log_path is None:
             raise BlessError(

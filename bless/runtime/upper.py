@@ -9,7 +9,7 @@ Two ways to find the writes:
   local runtime without root, where no overlay can be mounted and the engine runs on
   a copy instead.
 
-Both return :class:`~bless.evidence.UpperEntry` items with POSIX paths relative to
+Both return :class:`~bless.evidence_types.UpperEntry` items with POSIX paths relative to
 the layer root, sorted, so adapters classify them the same way whatever produced them.
 Only files are reported (regular files, symlinks, deletions): an empty new directory
 is not an artifact, and a directory holding new files shows up through those files.
@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 
 from bless.errors import RuntimeUnavailableError
-from bless.evidence import UpperEntry, UpperKind
+from bless.evidence_types import UpperEntry, UpperKind
 
 # overlayfs marks a directory that replaced (rather than merged with) a lower directory
 # with this xattr; "trusted." needs CAP_SYS_ADMIN to read, "user." is used with userxattr.

@@ -13,14 +13,14 @@ import contextlib
 import hashlib
 from pathlib import Path
 
+from bless.core.factors import parse_config_hash_prefix
+from bless.core.manifest import Manifest
 from bless.errors import ManifestInvalidError
-from bless.factors import parse_config_hash_prefix
-from bless.fsutil import listdir, os_errors
-from bless.manifest import Manifest
 from bless.store.dirs_record import ManifestsDirsRecord
 from bless.store.index import LiveManifest, ManifestIndex, manifest_summary
 from bless.store.layout import StorePaths, check_hash
 from bless.store.scan import Candidate, ClaimCache, ManifestReader, scan_manifests
+from bless.system.fsutil import listdir, os_errors
 
 __all__ = ["ManifestCatalog"]
 

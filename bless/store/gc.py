@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bless.core.factors import CONFIG_HASH, is_config_hash
 from bless.errors import InputInvalidError
-from bless.factors import CONFIG_HASH, is_config_hash
-from bless.fsutil import (
+from bless.store.faults import FaultHook
+from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
+from bless.store.lease import Lease
+from bless.system.fsutil import (
     TMP_MARK,
     age_s,
     fsync_dir,
@@ -35,10 +38,7 @@ from bless.fsutil import (
     symlink_on_the_way,
     tree_bytes,
 )
-from bless.procid import process_alive
-from bless.store.faults import FaultHook
-from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
-from bless.store.lease import Lease
+from bless.system.procid import process_alive
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

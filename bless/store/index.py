@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bless.core.factors import parse_config_hash_prefix
+from bless.core.manifest import Manifest
+from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, NoManifestError
-from bless.factors import parse_config_hash_prefix
-from bless.manifest import Manifest
-from bless.untrusted_text import shown
 
 __all__ = ["ManifestIndex", "ManifestRecord", "manifest_summary"]
 

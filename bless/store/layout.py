@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from bless.core.factors import is_config_hash
 from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
-from bless.factors import is_config_hash
-from bless.fsutil import ensure_dir, os_errors
+from bless.system.fsutil import ensure_dir, os_errors
 
 __all__ = [
     "NEW_STAGING_PREFIX",

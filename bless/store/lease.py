@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bless.core.factors import is_config_hash
+from bless.core.manifest import utc_now
 from bless.errors import InputInvalidError
-from bless.factors import is_config_hash
-from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
-from bless.manifest import utc_now
-from bless.procid import process_alive, process_identity
 from bless.store.layout import check_dir_id, check_hash, is_dir_id
 from bless.store.locks import blocking_file_lock
+from bless.system.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
+from bless.system.procid import process_alive, process_identity
 
 __all__ = ["Lease", "LeaseBook"]
 

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bless.core.manifest import Manifest
+from bless.core.untrusted_text import shown
+from bless.core.verify import TreeError, TreeListing, hash_tree, verify_tree
 from bless.errors import (
     AlreadyBlessedError,
     BlessError,
@@ -32,7 +35,11 @@ from bless.errors import (
     StoreUnavailableError,
     VerifyFailedError,
 )
-from bless.fsutil import (
+from bless.store.faults import FaultHook
+from bless.store.gc import recover
+from bless.store.index import LiveManifest
+from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
+from bless.system.fsutil import (
     FILE_MODE,
     READ_ONLY_DIR_MODE,
     READ_ONLY_FILE_MODE,
@@ -47,13 +54,6 @@ from bless.fsutil import (
     set_tree_modes,
     write_tmp,
 )
-from bless.manifest import Manifest
-from bless.store.faults import FaultHook
-from bless.store.gc import recover
-from bless.store.index import LiveManifest
-from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
-from bless.untrusted_text import shown
-from bless.verify import TreeError, TreeListing, hash_tree, verify_tree
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

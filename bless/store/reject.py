@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bless.errors import InputInvalidError
-from bless.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, os_refusal
 from bless.store.faults import FaultHook
 from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
 from bless.store.publish import rename_staged
+from bless.system.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, os_refusal
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

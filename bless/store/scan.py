@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.factors import is_config_hash
+from bless.core.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
+from bless.core.untrusted_text import shown
 from bless.errors import ManifestInvalidError, StoreUnavailableError
-from bless.factors import is_config_hash
-from bless.fsutil import atomic_write_bytes, listdir, read_json_object
-from bless.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
-from bless.untrusted_text import shown
+from bless.system.fsutil import atomic_write_bytes, listdir, read_json_object
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 

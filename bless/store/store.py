@@ -17,17 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bless.core.manifest import Manifest
+from bless.core.verify import ProgressFn, VerifyResult, verify_tree
 from bless.errors import InputInvalidError
-from bless.fsutil import (
-    atomic_write_bytes,
-    ensure_dir,
-    fsync_dir,
-    os_errors,
-    os_refusal,
-    remove_tree,
-)
-from bless.manifest import Manifest
-from bless.procid import process_identity
 from bless.store.catalog import ManifestCatalog
 from bless.store.faults import FaultHook, no_fault
 from bless.store.gc import RUN_RECORD, GcReport
@@ -43,7 +35,15 @@ from bless.store.publish import publish as run_publish
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ManifestReader
 from bless.store.trusted_paths import refuse_untrusted_paths
-from bless.verify import ProgressFn, VerifyResult, verify_tree
+from bless.system.fsutil import (
+    atomic_write_bytes,
+    ensure_dir,
+    fsync_dir,
+    os_errors,
+    os_refusal,
+    remove_tree,
+)
+from bless.system.procid import process_identity
 
 __all__ = ["Store", "default_root"]
 
@@ -156,7 +156,7 @@ class Store:
 
         :meth:`check_permissions` first (raising :class:`VerifyFailedError`), then ``before_hashing``
         with the blessed dir (serve-full stamps its snapshot there), then
-        :func:`~bless.verify.verify_tree` (read-only expected); the caller judges the result.
+        :func:`~bless.core.verify.verify_tree` (read-only expected); the caller judges the result.
         """
         self.check_permissions(manifest)
         blessed_dir = self.blessed_dir(manifest)

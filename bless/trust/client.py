@@ -23,10 +23,10 @@ from tuf.api.metadata import Metadata, Root, Snapshot, TargetFile, Targets, Time
 from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
+from bless.core.manifest import Manifest
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
-from bless.fsutil import full_disk, os_errors, unsafe_to_trust
-from bless.manifest import Manifest
 from bless.store.locks import blocking_file_lock
+from bless.system.fsutil import full_disk, os_errors, unsafe_to_trust
 from bless.trust.metadata import (
     ROLE_MAX_BYTES,
     check_strict_json,

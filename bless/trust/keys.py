@@ -10,7 +10,7 @@ A role's key is either
   encrypted with a passphrase (:class:`KeySources`). Unencrypted files are written only when asked
   (``KeySources(unencrypted=True)``) and still read (repositories made before encryption), with a warning.
 
-The directory also holds files that are not TUF keys (the Model Signing pair of :mod:`bless.modelsig`);
+The directory also holds files that are not TUF keys (the Model Signing pair of :mod:`bless.trust.modelsig`);
 those are never loaded here. The library never prompts and never reads the environment: the CLI turns
 ``BLESS_KEY_PASSPHRASE`` / ``BLESS_HSM_PIN`` (or a prompt) into a :class:`KeySources`.
 """

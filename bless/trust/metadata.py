@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 
+from bless.core.manifest import strict_json
+from bless.core.untrusted_text import shown
 from bless.errors import TrustInvalidError
-from bless.fsutil import UnreadableFileError, read_bounded
-from bless.manifest import strict_json
-from bless.untrusted_text import shown
+from bless.system.fsutil import UnreadableFileError, read_bounded
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -61,7 +61,7 @@ def iso_utc(moment: datetime) -> str:
 
 
 def read_trust_file(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
-    """A trust file's bytes through the bounded reader (:func:`bless.fsutil.read_bounded`).
+    """A trust file's bytes through the bounded reader (:func:`bless.system.fsutil.read_bounded`).
 
     Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
     byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be
@@ -107,7 +107,8 @@ def metadata_from_dir(directory: Path) -> dict[str, bytes]:
 
 
 def check_strict_json(files: Mapping[str, bytes], where: str) -> None:
-    """Refuse a metadata file with a duplicate key (or NaN): the one JSON rule of :func:`bless.manifest.strict_json`.
+    """Refuse a metadata file with a duplicate key (or NaN): the one JSON rule of
+    :func:`bless.core.manifest.strict_json`.
 
     python-tuf keeps the last of duplicate keys; another TUF client may keep the first. Checked before
     any file reaches python-tuf.

@@ -4,7 +4,7 @@ The signing side is a directory (``bless trust init --keys DIR``)::
 
     DIR/keys/<role>-<keyid[:16]>.pem     Ed25519 file keys (encrypted PKCS#8 PEM, mode 0600): bless.trust.keys
                                          (a role whose keys are held by signers, e.g. an HSM, has none here)
-    DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.modelsig): not TUF keys, never loaded
+    DIR/keys/model-signing-p256.*        the Model Signing key pair (bless.trust.modelsig): not TUF keys, never loaded
     DIR/metadata/root.json               the newest root: what a serving host is provisioned with
     DIR/metadata/<N>.root.json           every root version (key rotation: N+1 is signed by N's keys)
     DIR/metadata/{targets,snapshot,timestamp}.json
@@ -28,10 +28,10 @@ from typing import Any
 from securesystemslib.signer import Signer
 from tuf.api.metadata import Key, Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
 
+from bless.core.manifest import Manifest
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
-from bless.fsutil import atomic_write_bytes, os_errors
-from bless.manifest import Manifest
 from bless.store.locks import blocking_file_lock
+from bless.system.fsutil import atomic_write_bytes, os_errors
 from bless.trust.keys import KeySources, load_signers, new_key, public_key_for_uri, uri_signers
 from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
 from bless.trust.target import blessing_target, config_target_prefix

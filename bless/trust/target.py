@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tuf.api.metadata import TargetFile
 
-from bless.manifest import Manifest
+from bless.core.manifest import Manifest
 
 __all__ = ["blessing_target", "config_target_prefix", "target_path"]
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
 from bless.errors import BlessError, ContainerConflictError
-from bless.evidence import UpperEntry
+from bless.evidence_types import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.runtime.local import LocalRuntime
-from tests.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
+from tests.support.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
 
 # Exits 0 on SIGTERM.
 GRACEFUL = 'trap "exit 0" TERM; echo ready; sleep 600 & wait'

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import REPO, our_containers, run_cli, write_profile
-from tests.registry import Registry, running_registry
+from tests.support.registry import Registry, running_registry
 
 
 @pytest.fixture
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    """A real OCI registry (Docker Distribution) on 127.0.0.1, with its own storage dir (tests/registry.py)."""
+    """A real OCI registry (Docker Distribution) on 127.0.0.1, with its own storage dir (tests/support/registry.py)."""
     yield from running_registry(tmp_path_factory.mktemp("registry"))
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.integration.helpers import run_cli, write_profile
 from tests.integration.test_serve_full import remove_serving, serve
-from tests.registry import Registry
-from tests.trust_keys import KEY_ENV
+from tests.support.registry import Registry
+from tests.support.trust_keys import KEY_ENV
 
 pytestmark = pytest.mark.integration
 

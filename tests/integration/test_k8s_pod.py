@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bless.engine_client import EngineClient
+from bless.replay.engine_client import EngineClient
 from tests.integration.helpers import REPO, run_cli
-from tests.registry import Registry, running_registry
-from tests.trust_keys import KEY_ENV
+from tests.support.registry import Registry, running_registry
+from tests.support.trust_keys import KEY_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import Block, all_blocks, run_block
+from tests.support.readme_blocks import Block, all_blocks, run_block
 
 pytestmark = pytest.mark.integration
 

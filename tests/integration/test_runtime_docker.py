@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
 from bless.errors import ContainerConflictError, EngineFailedError, ImageMissingError, RuntimeUnavailableError
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.docker import DockerRuntime, overlay_volume_name
-from tests.runtime_helpers import make_lower, tree_digest, wait_exit
+from tests.support.runtime_helpers import make_lower, tree_digest, wait_exit
 
 pytestmark = pytest.mark.integration
 

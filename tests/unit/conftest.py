@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from bless.profile import Profile
+from bless.core.profile import Profile
 from bless.store import Store
-from tests.fakes import FakeRuntime, Scenario, coherent_scenario
-from tests.registry import running_registry
-from tests.registry_simulator import AnyRegistry, RegistrySimulator
+from tests.support.fakes import FakeRuntime, Scenario, coherent_scenario
+from tests.support.registry import running_registry
+from tests.support.registry_simulator import AnyRegistry, RegistrySimulator
 from tests.unit.run_harness import Harness, make_profile, make_resolved
 
 
 @pytest.fixture(params=["simulated"])
 def registry(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnyRegistry]:
-    """The registry of a push/pull test: the in-memory one (tests/registry_simulator.py), whose ``transport``
+    """The registry of a push/pull test: the in-memory one (tests/support/registry_simulator.py), whose ``transport``
     the flows are handed. A test marked ``ALSO_REAL`` runs against a real Docker Distribution as well,
-    one marked ``REAL_ONLY`` only there (tests/registry.py, ``transport`` None: over the network).
+    one marked ``REAL_ONLY`` only there (tests/support/registry.py, ``transport`` None: over the network).
     """
     if request.param == "real":
         yield from running_registry(tmp_path_factory.mktemp("registry"))

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from bless.flows.pull import pull_blessing
-from bless.registry import parse_reference
+from bless.oci.client import parse_reference
 from bless.store import Store
 
 

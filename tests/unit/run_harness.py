@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.factors import GpuInfo, ResolvedConfig, resolve
+from bless.core.profile import Profile, load_profile
 from bless.engines.reference import ReferenceAdapter
-from bless.factors import GpuInfo, ResolvedConfig, resolve
 from bless.flows.events import Event
 from bless.flows.run import Orchestrator, RunOptions, RunResult
-from bless.profile import Profile, load_profile
 from bless.store import Store
-from tests.fakes import FakeRuntime
+from tests.support.fakes import FakeRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 

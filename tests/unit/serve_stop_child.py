@@ -21,8 +21,8 @@ from types import FrameType
 from typing import Any
 
 from bless.flows.serve.ready import clear_ready, mark_ready
-from bless.procid import process_identity
 from bless.store import Store
+from bless.system.procid import process_identity
 
 
 def _serve_full_holder() -> dict[str, Any]:

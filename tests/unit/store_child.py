@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bless.manifest import load_manifest
+from bless.core.manifest import load_manifest
 from bless.store import Store
 from tests.unit.store_helpers import held_lease
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from bless.factors import config_hash
-from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.factors import config_hash
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.verify import hash_tree
 from bless.store import Store
-from bless.verify import hash_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "store_child.py"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bless.artifact import (
+from bless.errors import ArtifactInvalidError, DigestMismatchError, ManifestInvalidError
+from bless.oci.artifact import (
     ARTIFACT_TYPE,
     MAX_OCI_MANIFEST_BYTES,
     MAX_TRUST_BYTES,
@@ -23,7 +24,6 @@ from bless.artifact import (
     trust_artifact,
     trust_tag,
 )
-from bless.errors import ArtifactInvalidError, DigestMismatchError, ManifestInvalidError
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 

@@ -23,13 +23,13 @@ from bless.cli import main as cli_main
 from bless.cli import render as cli_render
 from bless.cli import serve as cli_serve
 from bless.cli.main import app
+from bless.core.factors import config_hash, declared_hardware_factor
+from bless.core.manifest import Manifest
+from bless.core.profile import load_profile
 from bless.errors import EXIT_CODES, ExitCode
-from bless.factors import config_hash, declared_hardware_factor
 from bless.flows.resolve import resolve_profile
-from bless.manifest import Manifest
-from bless.profile import load_profile
 from bless.store import Store
-from tests.fakes import FakeRuntime
+from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32

@@ -78,10 +78,10 @@ def test_run_stops_on_a_signal_even_when_started_with_sigint_ignored(tmp_path: P
 
 def test_summary_of_a_run_interrupted_before_staging_names_no_tree(tmp_path: Path) -> None:
     """summary.md lists only the files the evidence dir has: no tree/ when nothing was staged."""
+    from bless.core.profile import load_profile
     from bless.flows.resolve import resolve_profile
     from bless.flows.run.results import RunOptions
     from bless.flows.run.summary import render_summary
-    from bless.profile import load_profile
     from tests.unit.test_cli import write_profile
 
     resolved = resolve_profile(load_profile(write_profile(tmp_path)), image_resolver=None)

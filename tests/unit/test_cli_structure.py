@@ -67,13 +67,13 @@ def test_shared_options_are_declared_once() -> None:
 
 
 def _imports_resolve(path: Path) -> bool:
-    """Whether a module imports ``bless.factors.resolve`` (by name or through the module)."""
+    """Whether a module imports ``bless.core.factors.resolve`` (by name or through the module)."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module == "bless.factors" and "resolve" in _names(node):
+        if isinstance(node, ast.ImportFrom) and node.module == "bless.core.factors" and "resolve" in _names(node):
             return True
         if isinstance(node, ast.ImportFrom) and node.module == "bless" and "factors" in _names(node):
             return True
-        if isinstance(node, ast.Import) and "bless.factors" in _names(node):
+        if isinstance(node, ast.Import) and "bless.core.factors" in _names(node):
             return True
     return False
 
@@ -144,7 +144,7 @@ def test_commands_without_a_registry_do_not_import_the_registry_client() -> None
     code = (
         "import sys, bless.cli.main, bless.cli.serve\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('oras', 'requests')"
-        " or m in ('bless.registry', 'bless.flows.pull', 'bless.flows.push', 'bless.flows.k8s'))\n"
+        " or m in ('bless.oci.client', 'bless.flows.pull', 'bless.flows.push', 'bless.flows.k8s'))\n"
         "print(loaded)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)

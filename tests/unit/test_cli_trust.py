@@ -16,11 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from bless.cli.main import app
+from bless.core.manifest import Manifest
 from bless.errors import ExitCode
-from bless.manifest import Manifest
 from bless.store import Store
 from bless.trust.keys import PASSPHRASE_ENV
-from tests.trust_keys import TEST_PASSPHRASE
+from tests.support.trust_keys import TEST_PASSPHRASE
 from tests.unit.store_helpers import make_manifest, write_tree
 
 

@@ -4,7 +4,7 @@ Every start gets a fresh, empty HOME, so whatever a JIT compiler writes there at
 rebuilt at the next one, outside the blessing: the shipped GPU reference profile was rejected at
 every trial (41) for Triton's launcher in ``HOME/.triton/cache``. Here a fake engine that writes
 compiled state the way Triton, the CUDA driver and vLLM do (their env variable if set, else their
-default under HOME) is started, as a real process, with the env :func:`bless.flows.session.engine_spec`
+default under HOME) is started, as a real process, with the env :func:`bless.flows.engine_start.engine_spec`
 builds for each adapter's CUDA profile; HOME must stay empty and every write must land in the cache.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from bless.core.profile import HardwareSpec, ModelSpec, Profile
 from bless.engines import ENGINES, get_adapter
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
-from bless.flows.session import engine_spec
-from bless.profile import HardwareSpec, ModelSpec, Profile
+from bless.flows.engine_start import engine_spec
 from bless.runtime.base import Mount
-from tests.fakes import FakeRuntime
-from tests.resolving import resolved_offline
+from tests.support.fakes import FakeRuntime
+from tests.support.resolving import resolved_offline
 
 Writer = tuple[str, str, str]
 #: A JIT compiler's writes: (the env variable that moves its cache, its default under HOME, a file it writes).

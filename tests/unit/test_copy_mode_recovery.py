@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
 from bless.errors import ExitCode, NoSpaceError, RuntimeUnavailableError
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
 from bless.runtime.materialize import PARTIAL
-from tests.runtime_helpers import tree_digest, wait_exit
+from tests.support.runtime_helpers import tree_digest, wait_exit
 from tests.unit.test_full_disk import small_disk
 
 LABELS = labels.labels_for(
@@ -82,7 +82,7 @@ def test_a_full_target_is_15_and_leaves_nothing_behind(tmp_path: Path, pre_exist
 _COPIER = """
 import sys
 from pathlib import Path
-from bless import labels
+from bless import container_labels as labels
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
 source, target, log = sys.argv[1:4]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bless.coverage import CoveragePlan, coverage_prompt, describe_plan, group_token_counts
+from bless.core.coverage import CoveragePlan, coverage_prompt, describe_plan, group_token_counts
 from bless.engines.reference import reference_coverage
 from bless.engines.vllm import coverage as vllm_coverage
 from bless.engines.vllm.coverage import (

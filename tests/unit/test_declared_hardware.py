@@ -19,15 +19,15 @@ from typer.testing import CliRunner
 import bless.cli.run as cli_run
 import bless.probes as probes
 from bless.cli.main import app
+from bless.core.factors import GpuInfo, declared_hardware_factor
+from bless.core.profile import HardwareSpec, load_profile
 from bless.errors import ExitCode, HardwareMismatchError, ResolutionError
-from bless.factors import GpuInfo, declared_hardware_factor
 from bless.flows.gate import run_gate
 from bless.flows.resolve import resolve_profile
 from bless.probes import hardware_factor, judged_hardware
-from bless.profile import HardwareSpec, load_profile
 from bless.runtime.base import Runtime
 from bless.store import Store
-from tests.fakes import FakeRuntime
+from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
 REPO = Path(__file__).resolve().parents[2]

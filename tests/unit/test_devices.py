@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
+from bless.core.factors import GpuInfo
+from bless.core.profile import HardwareSpec
 from bless.errors import InsufficientGpuError, ResolutionError
-from bless.factors import GpuInfo
 from bless.probes import parse_gpu_query
-from bless.profile import HardwareSpec
+from bless.replay.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
 from bless.runtime.base import ContainerSpec
 from bless.runtime.docker import device_requests
 

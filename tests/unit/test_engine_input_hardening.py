@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from bless.core.factors import REDACTED, resolve
+from bless.core.profile import HardwareSpec, ModelSpec, Profile, profile_from_dict
 from bless.engines.base import EnvPolicy, looks_secret
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.vllm import VllmAdapter, versions
 from bless.engines.vllm.env import VLLM_HASHED_SECRETS, VLLM_NOT_SECRETS
 from bless.errors import ExitCode, InputInvalidError, ResolutionError
-from bless.factors import REDACTED, resolve
-from bless.profile import HardwareSpec, ModelSpec, Profile, profile_from_dict
-from tests.resolving import resolved_offline
+from tests.support.resolving import resolved_offline
 
 PINNED_IMAGE = "sha256:" + "ab" * 32
 HEX40 = "0123456789abcdef0123456789abcdef01234567"

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bless.engine_client import EngineClient
 from bless.errors import EngineHttpError, ExitCode, NotServingError
 from bless.flows.serve.ready import check_ready, mark_ready
-from bless.procid import process_identity
+from bless.replay.engine_client import EngineClient
 from bless.store import Store
-from tests.fakes import FakeEngineServer, Reply, json_reply
+from bless.system.procid import process_identity
+from tests.support.fakes import FakeEngineServer, Reply, json_reply
 
 
 def test_a_deeply_nested_models_reply_is_an_engine_error() -> None:

@@ -1,4 +1,4 @@
-"""Tests for bless.factors: canonical JSON, the config hash, factor diffs, resolution and hardware facts."""
+"""Tests for bless.core.factors: canonical JSON, the config hash, factor diffs, resolution and hardware facts."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bless import probes as probes_mod
-from bless.engines.reference import ReferenceAdapter
-from bless.engines.vllm import VllmAdapter
-from bless.errors import ExitCode, HardwareMismatchError, InputInvalidError, ResolutionError
-from bless.factors import (
+from bless.core.factors import (
     REDACTED,
     FactorChange,
     GpuInfo,
@@ -31,8 +28,11 @@ from bless.factors import (
     parse_config_hash,
     resolve,
 )
+from bless.core.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
+from bless.engines.reference import ReferenceAdapter
+from bless.engines.vllm import VllmAdapter
+from bless.errors import ExitCode, HardwareMismatchError, InputInvalidError, ResolutionError
 from bless.probes import cpu_isa_level, hardware_factor, read_model_dir, resolve_model
-from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "profiles"
 PINNED_IMAGE = "sha256:" + "0123456789abcdef" * 4

@@ -1,6 +1,6 @@
 """bless push / pull against a registry, with small real blessings.
 
-The registry is the in-memory one under the registry client (``tests/registry_simulator.py``); the
+The registry is the in-memory one under the registry client (``tests/support/registry_simulator.py``); the
 tests marked ``ALSO_REAL`` run against a real Docker Distribution on 127.0.0.1 as well (one per
 attack class, end to end), those marked ``REAL_ONLY`` only there (``bless`` run by typer's runner or
 as a process, which cannot be handed a transport).
@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bless.artifact import ARTIFACT_TYPE, blessing_artifact, trust_tag
 from bless.cli.main import app
+from bless.core.manifest import Manifest
+from bless.core.verify import verify_tree
 from bless.errors import (
     ArtifactInvalidError,
     BelowThresholdError,
@@ -44,13 +45,12 @@ from bless.errors import (
 )
 from bless.flows.pull import PULL_STEPS, pull_blessing
 from bless.flows.push import push_blessing
-from bless.manifest import Manifest
-from bless.registry import parse_reference
+from bless.oci.artifact import ARTIFACT_TYPE, blessing_artifact, trust_tag
+from bless.oci.client import parse_reference
 from bless.store import PUBLISH_STEPS, Store
 from bless.trust import RoleKeys, init_repository, sign_blessing
-from bless.verify import verify_tree
-from tests.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, RegistrySimulator, on_registries
-from tests.trust_keys import TEST_KEYS
+from tests.support.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, RegistrySimulator, on_registries
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import child_env, make_factors, make_manifest, write_tree
 
 PULL_CHILD = Path(__file__).resolve().parent / "pull_child.py"
@@ -395,7 +395,7 @@ def test_credentials_from_the_docker_config_are_used_and_never_written(
     tmp_path: Path, origin: Store, host: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against a real registry with an htpasswd file."""
-    from tests.registry import running_registry
+    from tests.support.registry import running_registry
 
     user, password = "fleet-user", "pw-Zq81-never-written"
     secured = running_registry(tmp_path / "secured", credentials=(user, password))

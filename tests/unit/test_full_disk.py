@@ -2,7 +2,7 @@
 
 The disks are real: small tmpfs mounts (``size=``), filled up at a fault point of the writer's own
 seam, or remounted read-only. Mounting needs root (CAP_SYS_ADMIN); elsewhere these tests are skipped.
-Pulls are from the in-memory registry (``tests/registry_simulator.py``); the disk filling up
+Pulls are from the in-memory registry (``tests/support/registry_simulator.py``); the disk filling up
 mid-download from a real one as well.
 """
 
@@ -21,12 +21,12 @@ import pytest
 from bless.errors import ExitCode, NoSpaceError
 from bless.flows.pull import pull_blessing
 from bless.flows.push import push_blessing
-from bless.registry import parse_reference
+from bless.oci.client import parse_reference
 from bless.store import Store
 from bless.trust import check_blessing, init_repository, sign_blessing
-from tests.fakes import Behavior, FakeRuntime, tokens_for
-from tests.registry_simulator import ALSO_REAL, AnyRegistry
-from tests.trust_keys import TEST_KEYS
+from tests.support.fakes import Behavior, FakeRuntime, tokens_for
+from tests.support.registry_simulator import ALSO_REAL, AnyRegistry
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.run_harness import Harness, make_profile, make_resolved
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version, provision

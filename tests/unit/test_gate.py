@@ -16,14 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from bless.cli.main import app
+from bless.core.profile import load_profile
 from bless.errors import ExitCode
 from bless.flows.gate import GateReport, GateRow, github_annotations, junit_xml, run_gate
 from bless.flows.resolve import resolve_profile
 from bless.probes import cpu_isa_level
-from bless.profile import load_profile
 from bless.runtime.base import Runtime
 from bless.store import Store
-from tests.fakes import FakeRuntime
+from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
 IMAGE_ID = "sha256:" + "ab" * 32

@@ -33,13 +33,13 @@ from bless.cli.gate import render_gate
 from bless.cli.main import app
 from bless.cli.run import render_run
 from bless.cli.serve_views import render_finished
+from bless.core.factors import config_hash
+from bless.core.manifest import Manifest, manifest_from_dict
+from bless.core.relpath import BIDI_CONTROLS, check_relative_path
+from bless.core.schemas import SCHEMA_DIR
+from bless.core.untrusted_text import json_safe, shown
 from bless.errors import ExitCode
-from bless.factors import config_hash
-from bless.manifest import Manifest, manifest_from_dict
-from bless.relpath import BIDI_CONTROLS, check_relative_path
-from bless.schemas import SCHEMA_DIR
 from bless.store import Store
-from bless.untrusted_text import json_safe, shown
 from tests.unit.store_helpers import make_manifest, mutate_json, paths_of, write_tree
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """bless push / pull against a registry that lies: endless bodies, false lengths, trickles.
 
-The lies (``tests/lying_registry.py``) are told by the in-memory registry under the registry client
-(``tests/registry_simulator.py``), and, for the tests marked ``ALSO_REAL``, ``REAL_ONLY`` or named
+The lies (``tests/support/lying_registry.py``) are told by the in-memory registry under the registry client
+(``tests/support/registry_simulator.py``), and, for the tests marked ``ALSO_REAL``, ``REAL_ONLY`` or named
 ``-real``, by a lying loopback server in front of a real registry: trickles and stalls need its
 real sockets, ``bless`` processes its address. Whatever a registry sends, push and pull end with a
 documented refusal (never exit 1), read at most a bounded amount, and leave the host's store as it was.
@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from bless.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, digest_of
 from bless.cli.main import app
+from bless.core.manifest import Manifest, tree_sha256
+from bless.core.verify import FileEntry
 from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
@@ -38,13 +39,12 @@ from bless.errors import (
 )
 from bless.flows.pull import pull_blessing
 from bless.flows.push import push_blessing
-from bless.manifest import Manifest, tree_sha256
-from bless.registry import RegistryClient, parse_reference
+from bless.oci.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, OCI_MANIFEST_MEDIA_TYPE, digest_of
+from bless.oci.client import RegistryClient, parse_reference
+from bless.oci.limits import TransferLimits
 from bless.store import Store
-from bless.transfer import TransferLimits
-from bless.verify import FileEntry
-from tests.lying_registry import Lie, declared, delayed, endless, reply, slow_headers, token_challenge, trickle
-from tests.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, on_registries
+from tests.support.lying_registry import Lie, declared, delayed, endless, reply, slow_headers, token_challenge, trickle
+from tests.support.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, on_registries
 from tests.unit.store_helpers import child_env
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version
 

@@ -16,9 +16,9 @@ import yaml
 from typer.testing import CliRunner
 
 from bless.cli.k8s import to_yaml
+from bless.core.untrusted_text import without_credentials
 from bless.errors import InputInvalidError, UsageError
-from bless.registry import parse_reference
-from bless.untrusted_text import without_credentials
+from bless.oci.client import parse_reference
 from tests.unit.test_k8s_render import ARTIFACT, DIGEST, profile_text, rendered
 
 

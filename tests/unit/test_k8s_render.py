@@ -1,5 +1,5 @@
 """bless k8s render: the documents (fields, digest pinning, affinity, probes) and their schemas, and the flow
-reading the blessing from a registry (the in-memory one, ``tests/registry_simulator.py``).
+reading the blessing from a registry (the in-memory one, ``tests/support/registry_simulator.py``).
 
 Every rendered document is validated against the Kubernetes OpenAPI schemas of 1.30 to 1.37,
 strict (unknown fields refused), with ``kubernetes-validate`` (the schemas ship inside it: offline).
@@ -15,17 +15,17 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from bless import k8s
-from bless.artifact import digest_of
+from bless.core.factors import resolve
+from bless.core.profile import Profile, load_profile
 from bless.engines import get_adapter
 from bless.errors import DigestMismatchError, InputInvalidError
-from bless.factors import resolve
 from bless.flows.k8s import render_blessing
 from bless.flows.push import push_blessing
-from bless.profile import Profile, load_profile
-from bless.registry import parse_reference
+from bless.k8s import documents as k8s
+from bless.oci.artifact import digest_of
+from bless.oci.client import parse_reference
 from bless.store import Store
-from tests.registry_simulator import RegistrySimulator
+from tests.support.registry_simulator import RegistrySimulator
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 KUBERNETES_VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]

@@ -15,16 +15,16 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from bless.core.factors import declared_hardware_factor
+from bless.core.profile import load_profile
 from bless.engines import get_adapter
 from bless.errors import InputInvalidError
-from bless.factors import declared_hardware_factor
 from bless.flows.k8s import render_blessing
 from bless.flows.push import push_blessing
 from bless.flows.resolve import resolve_profile
-from bless.profile import load_profile
-from bless.registry import parse_reference
+from bless.oci.client import parse_reference
 from bless.store import Store
-from tests.registry_simulator import RegistrySimulator
+from tests.support.registry_simulator import RegistrySimulator
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_k8s_render import KUBERNETES_VERSIONS, options, profile_text, resolved_factors
 

@@ -18,9 +18,9 @@ import pytest
 from bless.errors import InputInvalidError, TrustInvalidError
 from bless.flows.k8s import render_blessing
 from bless.flows.push import push_blessing
-from bless.registry import parse_reference
+from bless.oci.client import parse_reference
 from bless.store import Store
-from tests.registry_simulator import RegistrySimulator
+from tests.support.registry_simulator import RegistrySimulator
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_k8s_render import KUBERNETES_VERSIONS, options, profile_text, rendered, resolved_factors
 

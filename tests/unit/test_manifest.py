@@ -1,4 +1,4 @@
-"""Tests for bless.manifest: a real round trip, and every malformed manifest is a ManifestInvalidError."""
+"""Tests for bless.core.manifest: a real round trip, and every malformed manifest is a ManifestInvalidError."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bless import manifest as manifest_mod
-from bless.errors import ExitCode, ManifestInvalidError
-from bless.factors import config_hash
-from bless.manifest import (
+from bless.core import manifest as manifest_mod
+from bless.core.factors import config_hash
+from bless.core.manifest import (
     SCHEMA_VERSION,
     Manifest,
     cache_tree_from_listing,
@@ -28,8 +27,9 @@ from bless.manifest import (
     utc_now,
     validate_document,
 )
-from bless.schemas import listing_conforms, validator
-from bless.verify import FileEntry, TreeListing, hash_tree
+from bless.core.schemas import listing_conforms, validator
+from bless.core.verify import FileEntry, TreeListing, hash_tree
+from bless.errors import ExitCode, ManifestInvalidError
 from tests.unit.store_helpers import mutate_json
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"

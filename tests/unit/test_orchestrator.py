@@ -1,6 +1,6 @@
 """The orchestrator's logic against fakes of OUR interfaces only (no Docker, no torch).
 
-The runtime is ``tests.fakes.FakeRuntime``: its containers are tiny in-process engines answering
+The runtime is ``tests.support.fakes.FakeRuntime``: its containers are tiny in-process engines answering
 with token ids each test controls per phase / candidate / trial (a ``Scenario`` of ``Behavior``),
 writing artifact files into the read-write staging tree on bootstrap, printing the reference
 engine's real markers, and reporting the upper-layer entries a test chooses. The adapter is the
@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
+from bless.core.verify import verify_tree
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
@@ -34,11 +35,10 @@ from bless.errors import (
     UnsafeEnvError,
     WeakerBlessingError,
 )
-from bless.evidence import UpperEntry
+from bless.evidence_types import UpperEntry
 from bless.flows.run import RunResult
-from bless.trials import failure_rate_bound
-from bless.verify import verify_tree
-from tests.fakes import ARTIFACT, META, Behavior, UnknownVersionAdapter, key_line, tokens_for
+from bless.replay.trials import failure_rate_bound
+from tests.support.fakes import ARTIFACT, META, Behavior, UnknownVersionAdapter, key_line, tokens_for
 from tests.unit.run_harness import Harness, make_profile
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from bless.coverage import CoverageFamily, CoveragePlan
+from bless.core.coverage import CoverageFamily, CoveragePlan
+from bless.core.factors import ResolvedConfig
+from bless.core.profile import Profile
 from bless.engines.reference import ReferenceAdapter
 from bless.errors import CoverageIncompleteError, ExitCode
-from bless.factors import ResolvedConfig
-from bless.profile import Profile
-from tests.fakes import ARTIFACT
+from tests.support.fakes import ARTIFACT
 from tests.unit.run_harness import Harness, make_profile
 
 

@@ -1,6 +1,6 @@
 """``bless run --parallel N``: trials on GPU slots at once, against a fake of OUR Runtime on 8 fake GPUs.
 
-The fake runtime is ``tests.fakes.FakeRuntime`` (in-process HTTP engines); here it also
+The fake runtime is ``tests.support.fakes.FakeRuntime`` (in-process HTTP engines); here it also
 records which GPU set each engine was given and how many ran at once, and can make an engine
 answer differently on one GPU. The adapter, store, scheduler and trial protocol are the real ones.
 """
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from bless.devices import GpuSlot
+from bless.core.factors import GpuInfo, ResolvedConfig, resolve
+from bless.core.profile import HardwareSpec, Profile
+from bless.core.schemas import schema_errors
 from bless.engines.reference import ReferenceAdapter
 from bless.errors import ExitCode, InsufficientGpuError, InterruptedByUserError
-from bless.factors import GpuInfo, ResolvedConfig, resolve
-from bless.profile import HardwareSpec, Profile
+from bless.replay.devices import GpuSlot
 from bless.runtime.base import ContainerSpec, Started, StopResult
-from bless.schemas import schema_errors
 from bless.store import Store
-from tests.fakes import ARTIFACT, Behavior, FakeRuntime, tokens_for
+from tests.support.fakes import ARTIFACT, Behavior, FakeRuntime, tokens_for
 from tests.unit.run_harness import Harness, make_profile
 
 H200 = "NVIDIA H200"

@@ -143,9 +143,9 @@ def test_a_venv_with_only_the_wheel_runs_both_commands(wheel: Path, tmp_path: Pa
     probe = run(
         str(python),
         "-c",
-        "import importlib.util, bless, bless.cli.main, bless.schemas\n"
+        "import importlib.util, bless, bless.cli.main, bless.core.schemas\n"
         "print(bless.__file__)\n"
-        "print(sorted(bless.schemas.validator('profile.v1').schema['properties']))\n"
+        "print(sorted(bless.core.schemas.validator('profile.v1').schema['properties']))\n"
         "print([name for name in ('cli', 'manifests') if importlib.util.find_spec(name) is not None])\n",
     )
     assert probe.returncode == 0, probe.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Tests for bless.profile: shipped profiles load; bad input is an InputInvalidError naming file + field."""
+"""Tests for bless.core.profile: shipped profiles load; bad input is an InputInvalidError naming file + field."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bless.engines.reference import ReferenceAdapter
-from bless.errors import ExitCode, InputInvalidError
-from bless.profile import (
+from bless.core.profile import (
     DEFAULT_PROMPTS,
     MAX_PROFILE_BYTES,
     HardwareSpec,
@@ -25,8 +23,10 @@ from bless.profile import (
     load_profile,
     profile_from_dict,
 )
-from bless.schemas import validator
-from tests.resolving import resolved_offline
+from bless.core.schemas import validator
+from bless.engines.reference import ReferenceAdapter
+from bless.errors import ExitCode, InputInvalidError
+from tests.support.resolving import resolved_offline
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SHIPPED = sorted((ROOT / "profiles").glob("*.toml"))

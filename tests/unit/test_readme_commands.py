@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import PAGES, REPO, Block, all_blocks, check_parses, readme_blocks, run_block
+from tests.support.readme_blocks import PAGES, REPO, Block, all_blocks, check_parses, readme_blocks, run_block
 
 BLOCKS = all_blocks()
 

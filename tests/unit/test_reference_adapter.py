@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 import bless
+from bless.core.profile import ModelSpec, Profile, profile_from_dict
+from bless.core.verify import FileEntry, TreeListing
 from bless.engines import reference as reference_mod
 from bless.engines.base import EngineAdapter
 from bless.engines.reference import DEBUG_ENV, KNOBS, SERVE_ARGS, ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError
-from bless.evidence import UpperEntry
-from bless.profile import ModelSpec, Profile, profile_from_dict
-from bless.verify import FileEntry, TreeListing
-from tests.resolving import resolved_offline
+from bless.evidence_types import UpperEntry
+from tests.support.resolving import resolved_offline
 
 KEY = "0123456789abcdef"
 DEFAULTS = {

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
 from bless.errors import BlessError, ContainerConflictError, InputInvalidError, RuntimeUnavailableError
-from bless.evidence import UpperEntry
+from bless.evidence_types import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Started
 from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime
 from bless.runtime.upper import diff_trees, normalize_modes, scan_upper
-from tests.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
+from tests.support.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
 
 IS_ROOT = sys.platform.startswith("linux") and os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="mount namespaces need root on Linux")

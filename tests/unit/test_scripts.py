@@ -156,7 +156,7 @@ def test_start_registry_help_is_usage_not_a_storage_dir(tmp_path: Path) -> None:
 
 
 def test_start_registry_stops_what_it_started_and_says_how(tmp_path: Path) -> None:
-    from tests.registry import free_port, registry_binary
+    from tests.support.registry import free_port, registry_binary
 
     registry_binary()  # skips (or fails under scripts/test.sh) without docker-registry
     storage = tmp_path / "registry"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bless.engines import bless_seal
+from bless.flows.engine_start import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE, seal_hook_source
 from bless.flows.serve.seal import LINE_PREFIX, parse_seal_lines
-from bless.flows.session import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE, seal_hook_source
 
 KEY = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST"
 

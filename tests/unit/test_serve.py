@@ -1,8 +1,8 @@
 """serve-full's flow without Docker: refusal order, GPU memory, redaction, the snapshot re-check, start paths.
 
-The fake :class:`~bless.runtime.base.Runtime` (``tests.fakes.FakeRuntime``) records the calls made,
+The fake :class:`~bless.runtime.base.Runtime` (``tests.support.fakes.FakeRuntime``) records the calls made,
 so each refusal can be shown to happen before anything is created. A real store holds real published
-blessings (small trees). The start tests run a ``tests.fakes.FakeEngineServer`` as the "engine" (an
+blessings (small trees). The start tests run a ``tests.support.fakes.FakeEngineServer`` as the "engine" (an
 OpenAI-style /v1 subset) and point the runtime's containers at it.
 """
 
@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
+from bless.core.factors import REDACTED, GpuInfo
+from bless.core.manifest import Manifest
+from bless.core.profile import HardwareSpec, Profile, profile_from_dict
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EnvPolicy
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
@@ -38,17 +41,14 @@ from bless.errors import (
     StoreUnavailableError,
     UnknownEngineVersionError,
 )
-from bless.evidence import UpperEntry
-from bless.factors import REDACTED, GpuInfo
+from bless.evidence_types import UpperEntry
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
-from bless.fsutil import remove_tree
-from bless.manifest import Manifest
-from bless.profile import HardwareSpec, Profile, profile_from_dict
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
-from tests.fakes import (
+from bless.system.fsutil import remove_tree
+from tests.support.fakes import (
     ARTIFACT_KEY,
     IMAGE,
     IMAGE_ID,
@@ -640,7 +640,7 @@ def test_canary_compares_text_too() -> None:
 
     class NoIds:
         def complete(self, prompt: str, max_tokens: int) -> Any:
-            from bless.engine_client import Completion
+            from bless.replay.engine_client import Completion
 
             return Completion(prompt, "abd", (), 0.0)
 
@@ -821,7 +821,7 @@ def test_stop_ends_a_detached_local_engine_and_removes_its_serve_dir_and_lease(
     import signal
     import subprocess
 
-    from bless.procid import process_identity
+    from bless.system.procid import process_identity
 
     plan, runtime = _blessed_plan(store, tmp_path, engine[0])
     result = serve.start(plan, runtime=runtime, detach=True)

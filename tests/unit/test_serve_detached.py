@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from bless.core.profile import UnprovenCompilePolicy
 from bless.engines import get_adapter
 from bless.errors import ExitCode, NotServingError
 from bless.flows import serve
 from bless.flows.serve import detached
-from bless.procid import process_alive, process_identity
-from bless.profile import UnprovenCompilePolicy
 from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES, StorePaths
-from tests.fakes import FakeEngineServer, FakeRuntime
+from bless.system.procid import process_alive, process_identity
+from tests.support.fakes import FakeEngineServer, FakeRuntime
 from tests.unit.test_serve_flow import _engine
 from tests.unit.test_serve_seal import SEAL_LINE, _plan, _refused, _wait_for
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from bless import manifest as manifest_module
+from bless.core import manifest as manifest_module
 from bless.errors import NoManifestError
 from bless.flows import serve
 from bless.store import Store
 from bless.trust import UNSIGNED_NOTE, init_repository, sign_blessing
-from tests.fakes import FakeEngineServer, openai_engine
-from tests.trust_keys import TEST_KEYS
+from tests.support.fakes import FakeEngineServer, openai_engine
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.test_serve import GOLDEN, _blessed_plan
 
 

@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bless import labels
+from bless import container_labels as labels
 from bless.cli import boundary
 from bless.cli.boundary import Report
 from bless.errors import ExitCode, NotServingError, StoreUnavailableError, VerifyFailedError
 from bless.flows import serve
 from bless.flows.serve.plan import verify_copy
-from bless.procid import process_identity
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
-from tests.fakes import FakeEngineServer, openai_engine
+from bless.system.procid import process_identity
+from tests.support.fakes import FakeEngineServer, openai_engine
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_serve import GOLDEN, _blessed_plan
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from bless import labels
+from bless import container_labels as labels
 from bless.errors import ExitCode, NotServingError, RuntimeUnavailableError
 from bless.flows.serve.ready import check_ready, mark_ready
-from bless.procid import process_identity
 from bless.runtime.base import Runtime
 from bless.store import Store
-from tests.fakes import FakeEngineServer, FakeRuntime, json_reply
+from bless.system.procid import process_identity
+from tests.support.fakes import FakeEngineServer, FakeRuntime, json_reply
 
 MODELS = {"/v1/models": json_reply({"object": "list", "data": [{"id": "m"}]})}
 NAME = "p"

@@ -14,19 +14,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bless.engine_client import EngineClient
+from bless.core.profile import UnprovenCompilePolicy
 from bless.engines.bless_seal import LINE_PREFIX as ENGINE_PREFIX
 from bless.errors import NotServingError, UnprovenCompileError
-from bless.evidence import UpperEntry
+from bless.evidence_types import UpperEntry
 from bless.flows import serve
+from bless.flows.engine_start import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE
 from bless.flows.events import Event
 from bless.flows.serve.seal import LINE_PREFIX, SealWatcher, parse_seal_lines
-from bless.flows.session import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE
-from bless.profile import UnprovenCompilePolicy
+from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES
-from tests.fakes import FakeRuntime
+from tests.support.fakes import FakeRuntime
 from tests.unit.test_serve import GOLDEN, bless, do_plan, make_profile, serving_runtime
 from tests.unit.test_serve_flow import _engine
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bless.core.profile import ModelSpec, Profile
 from bless.engines.reference import ReferenceAdapter
-from bless.flows.session import DEFAULT_ENGINE_PORT, engine_spec
-from bless.profile import ModelSpec, Profile
+from bless.flows.engine_start import DEFAULT_ENGINE_PORT, engine_spec
 from bless.runtime.docker import DockerRuntime
 from bless.runtime.local import LocalRuntime
-from tests.resolving import resolved_offline
+from tests.support.resolving import resolved_offline
 
 
 def profile(kind: str) -> Profile:
@@ -62,7 +62,7 @@ def test_without_a_serving_port_the_local_engine_gets_a_free_one() -> None:
 def test_private_dirs_are_made_fresh_and_list_files_links_and_sockets(tmp_path: Path) -> None:
     import socket
 
-    from bless.flows.session import PRIVATE_DIRS, list_private, make_private_dirs
+    from bless.flows.engine_start import PRIVATE_DIRS, list_private, make_private_dirs
     from bless.runtime.base import ContainerSpec, Mount
 
     private = tmp_path / "private"
@@ -100,7 +100,7 @@ def test_private_dirs_are_made_fresh_and_list_files_links_and_sockets(tmp_path: 
 def test_outside_rules_name_noise_and_call_everything_else_compiled() -> None:
     from bless.engines.base import classify_outside
     from bless.engines.vllm.evidence import OUTSIDE_RULES
-    from bless.evidence import OutsideEntry
+    from bless.evidence_types import OutsideEntry
 
     socket_name = "0f4773f1-2853-4348-9f2e-433463316151"
     verdict = classify_outside(
@@ -126,7 +126,7 @@ def test_outside_rules_name_noise_and_call_everything_else_compiled() -> None:
 
 
 def test_list_private_skips_the_seal_module_bless_placed_but_not_what_the_engine_wrote(tmp_path: Path) -> None:
-    from bless.flows.session import SEAL_DIR, SEAL_MODULE_FILE, list_private, seal_hook_source
+    from bless.flows.engine_start import SEAL_DIR, SEAL_MODULE_FILE, list_private, seal_hook_source
 
     hook_dir = tmp_path / "tmp" / SEAL_DIR
     (hook_dir / "__pycache__").mkdir(parents=True)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from bless.core.factors import config_hash
+from bless.core.manifest import Manifest
+from bless.core.verify import Problem, VerifyResult, verify_tree
 from bless.errors import (
     AlreadyBlessedError,
     InputInvalidError,
@@ -22,12 +25,9 @@ from bless.errors import (
     NoManifestError,
     VerifyFailedError,
 )
-from bless.factors import config_hash
-from bless.fsutil import TMP_MARK, atomic_write_bytes
-from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, GcReport, Store, default_root
 from bless.store import publish as publish_module
-from bless.verify import Problem, VerifyResult, verify_tree
+from bless.system.fsutil import TMP_MARK, atomic_write_bytes
 from tests.unit.store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree
 
 

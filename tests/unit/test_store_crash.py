@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from bless.core.manifest import Manifest
+from bless.core.verify import verify_tree
 from bless.errors import AlreadyBlessedError
-from bless.fsutil import TMP_MARK
-from bless.manifest import Manifest
 from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, Store
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.store.publish import COMMIT_STEP, MOVE_TREE, RENAME_MANIFEST, VALIDATE
-from bless.verify import verify_tree
+from bless.system.fsutil import TMP_MARK
 from tests.unit.store_helpers import make_manifest, run_child, write_tree
 
 

@@ -15,12 +15,12 @@ from filelock import FileLock
 from typer.testing import CliRunner
 
 from bless.cli.main import app
+from bless.core.manifest import Manifest
+from bless.core.verify import verify_tree
 from bless.errors import ExitCode, StoreUnavailableError, VerifyFailedError
-from bless.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
-from bless.manifest import Manifest
 from bless.store import Store
 from bless.store.layout import PUBLISHING_PREFIX
-from bless.verify import verify_tree
+from bless.system.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
 from tests.unit.store_helpers import held_lease, make_factors, make_manifest, write_tree
 
 OLD_ID = "20240101T000000Z-000000000001"

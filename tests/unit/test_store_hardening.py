@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from bless.cli.main import app
+from bless.core.manifest import Manifest
+from bless.core.verify import verify_tree
 from bless.errors import InputInvalidError, ManifestDuplicateError, ManifestInvalidError, VerifyFailedError
-from bless.manifest import Manifest
-from bless.procid import process_identity
 from bless.store import Store
 from bless.store.scan import ManifestReader
-from bless.verify import verify_tree
+from bless.system.procid import process_identity
 from tests.unit.store_helpers import make_factors, make_manifest, start_child, write_tree
 
 
@@ -438,7 +438,7 @@ def test_a_lookup_never_creates_directories_in_the_store(tmp_path: Path) -> None
 def test_push_refuses_a_blessing_whose_tree_is_group_writable(tmp_path: Path) -> None:
     """Push verifies like verify does: a tree others can replace is refused before any upload."""
     from bless.flows.push import push_blessing
-    from bless.registry import parse_reference
+    from bless.oci.client import parse_reference
 
     store = Store(tmp_path / "root")
     manifest = publish(store, "run1", "a")

@@ -1,4 +1,5 @@
-"""Tests for bless.trials (analysis, statistics), bless.engine_client (readiness, the HTTP client) and bless.reuse."""
+"""Tests for bless.replay.trials (analysis, statistics), bless.replay.engine_client (readiness, the HTTP
+client) and bless.replay.reuse."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from bless.engine_client import Completion, EngineClient, wait_ready
+from bless.core.profile import TrialSettings
+from bless.core.verify import Problem, VerifyResult
 from bless.errors import BlessError, EngineHttpError, NotReadyError
-from bless.evidence import LogSignals, UpperVerdict
-from bless.profile import TrialSettings
-from bless.reuse import classify_reuse
-from bless.trials import (
+from bless.evidence_types import LogSignals, UpperVerdict
+from bless.replay.engine_client import Completion, EngineClient, wait_ready
+from bless.replay.reuse import classify_reuse
+from bless.replay.trials import (
     CoherenceReport,
     Observation,
     analyze,
@@ -26,8 +28,7 @@ from bless.trials import (
     run_protocol,
     trials_for,
 )
-from bless.verify import Problem, VerifyResult
-from tests.fakes import FakeEngineServer, Reply, Request
+from tests.support.fakes import FakeEngineServer, Reply, Request
 
 PROMPTS = ("alpha", "beta")
 

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from securesystemslib.signer import CryptoSigner
 from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, TargetFile, Targets, Timestamp
 
+from bless.core.manifest import Manifest
 from bless.errors import (
     BelowThresholdError,
     ExitCode,
@@ -27,7 +28,6 @@ from bless.errors import (
     UnsignedError,
     UsageError,
 )
-from bless.manifest import Manifest
 from bless.trust import (
     RoleKeys,
     TrustVerdict,
@@ -38,7 +38,7 @@ from bless.trust import (
     sign_blessing,
     target_path,
 )
-from tests.trust_keys import TEST_KEYS
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
 

@@ -21,7 +21,7 @@ import pytest
 from bless.errors import ExitCode, TrustInvalidError, UsageError
 from bless.trust import KeySources, init_repository, sign_blessing
 from bless.trust.keys import HSM_PIN_ENV, PASSPHRASE_ENV, parse_signer_option
-from tests.trust_keys import TEST_KEYS
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_cli_trust import blessed_store, invoke
 

@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from securesystemslib.signer import CryptoSigner, SSlibKey
 from tuf.api.metadata import Metadata, Root
 
+from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError
-from bless.manifest import Manifest
 from bless.trust import init_repository, rotate_role, sign_blessing
-from tests.trust_keys import TEST_KEYS
+from tests.support.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_manifest, write_tree
 from tests.unit.test_trust import check, provision, snapshot_metadata
 

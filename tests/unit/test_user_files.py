@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bless.core.profile import load_profile
 from bless.errors import ExitCode
-from bless.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "reference-cpu.toml"
@@ -119,7 +119,7 @@ def test_docker_config_credentials_still_reach_the_client(tmp_path: Path) -> Non
     docker.mkdir()
     (docker / "config.json").write_text('{"auths": {"r.example": {"auth": "dTpw"}}, "credsStore": "x"}')
     code = (
-        "from bless.registry import _docker_auth_config\n"
+        "from bless.oci.client import _docker_auth_config\n"
         "config = _docker_auth_config()\n"
         "assert config['auths'] == {'r.example': {'auth': 'dTpw'}}, config\n"
         "assert config['credsStore'] == 'x', config\n"

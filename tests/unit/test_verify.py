@@ -1,4 +1,4 @@
-"""Tests for bless.verify on real files: a tamper matrix, races, read-only notices, path safety."""
+"""Tests for bless.core.verify on real files: a tamper matrix, races, read-only notices, path safety."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bless import verify as verify_mod
-from bless.relpath import check_relative_path
-from bless.untrusted_text import shown
-from bless.verify import (
+from bless.core import verify as verify_mod
+from bless.core.relpath import check_relative_path
+from bless.core.untrusted_text import shown
+from bless.core.verify import (
     FileEntry,
     Notice,
     Problem,
@@ -402,7 +402,7 @@ def test_bad_paths_in_listing_are_reported_and_never_opened(
         opened.append(os.fsdecode(path))  # type: ignore[arg-type]
         return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "open", spy)  # the module bless.verify uses
+    monkeypatch.setattr(os, "open", spy)  # the module bless.core.verify uses
     result = verify_tree(root, [*listing.files, sneaky], listing.dirs)
     monkeypatch.undo()
     assert found(result) == {("bad_path", bad)}

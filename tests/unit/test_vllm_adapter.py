@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from bless.core.factors import REDACTED, ResolvedConfig, resolve
+from bless.core.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
+from bless.core.verify import FileEntry, TreeListing
 from bless.engines import get_adapter
 from bless.engines.base import ENGINE_HOME
 from bless.engines.vllm import (
@@ -23,13 +26,10 @@ from bless.engines.vllm import (
 )
 from bless.engines.vllm import versions as vllm_versions
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError, ResolutionError
-from bless.evidence import UpperEntry, UpperKind
-from bless.factors import REDACTED, ResolvedConfig, resolve
+from bless.evidence_types import UpperEntry, UpperKind
 from bless.probes import read_model_dir
-from bless.profile import HardwareSpec, ModelSpec, Profile, load_profile, profile_from_dict
-from bless.reuse import classify_reuse
-from bless.verify import FileEntry, TreeListing
-from tests.resolving import fake_environment, fake_model_dir, resolved_offline
+from bless.replay.reuse import classify_reuse
+from tests.support.resolving import fake_environment, fake_model_dir, resolved_offline
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "vllm"
@@ -233,7 +233,7 @@ def test_launch_snapshot_docker_example() -> None:
 
 def test_example_profile_gates_offline() -> None:
     """The example declares GPU name and capability, so CI can hash it without a GPU (pin the image to skip Docker)."""
-    from bless.factors import declared_hardware_factor
+    from bless.core.factors import declared_hardware_factor
 
     p = load_profile(PROFILES / "vllm-example.toml")
     factor = declared_hardware_factor(p.hardware)

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from bless.core.factors import resolve
+from bless.core.profile import load_profile
 from bless.engines.vllm import CACHE_MOUNT_PATH, VllmAdapter
 from bless.engines.vllm import versions as vllm_versions
 from bless.engines.vllm.evidence import _AOT_LOAD_PATH, _USING_CACHE_DIR
 from bless.errors import ExitCode, UnknownEngineVersionError
-from bless.factors import resolve
 from bless.probes import read_model_dir
-from bless.profile import load_profile
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent

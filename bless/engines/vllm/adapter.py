@@ -9,7 +9,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from bless.coverage import CoveragePlan
+from bless.core.coverage import CoveragePlan
+from bless.core.factors import ResolvedConfig
+from bless.core.profile import Profile
+from bless.core.verify import TreeListing
 from bless.engines.base import (
     ENGINE_HOME,
     CompileLocation,
@@ -25,10 +28,7 @@ from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
 from bless.engines.vllm.paths import CACHE_MOUNT_PATH, HF_HOME_MOUNT_PATH, MODEL_MOUNT_PATH
 from bless.engines.vllm.versions import ModelAot, VllmVersionRules
 from bless.errors import InputInvalidError, UnknownEngineVersionError
-from bless.evidence import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
-from bless.factors import ResolvedConfig
-from bless.profile import Profile
-from bless.verify import TreeListing
+from bless.evidence_types import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 

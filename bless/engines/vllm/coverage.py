@@ -31,8 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bless.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_counts
-from bless.user_files import read_input
+from bless.core.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_counts
+from bless.system.user_files import read_input
 
 #: The releases whose fused-MoE rule this module implements (their tuned tables are in moe_configs.json).
 MODELED_RELEASES = ("0.26.0",)

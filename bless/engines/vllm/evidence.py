@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bless.core.verify import TreeListing
 from bless.engines.base import COMPILED_SUFFIXES, OutsideRule
 from bless.engines.vllm.versions import VllmVersionRules
 from bless.errors import BootstrapFailedError
-from bless.evidence import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
-from bless.verify import TreeListing
+from bless.evidence_types import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
 
 # --- log markers (exact text from the recorded vLLM 0.20 logs) -----------------------------------
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bless.core.factors import ResolvedConfig
+from bless.core.profile import HardwareSpec, Profile, load_profile
 from bless.errors import (
     BlessError,
     ExitCode,
@@ -30,10 +32,8 @@ from bless.errors import (
     ResolutionError,
     VerifyFailedError,
 )
-from bless.factors import ResolvedConfig
 from bless.flows.resolve import drift_error, image_needs_runtime, resolve_profile
 from bless.probes import judged_hardware
-from bless.profile import HardwareSpec, Profile, load_profile
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, ManifestRecord, Store
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from bless.core.untrusted_text import unicode_safe, xml_safe
 from bless.flows.gate.check import GateReport
-from bless.untrusted_text import unicode_safe, xml_safe
 
 __all__ = ["github_annotations", "junit_xml"]
 

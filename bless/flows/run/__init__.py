@@ -9,7 +9,7 @@ golden ones, a load marker, no compile marker, no new artifacts in the upper lay
 the tree byte-identical afterwards. Accept publishes through the store (manifest last);
 reject keeps the evidence. ``--candidates N`` bootstraps afresh after a rejection.
 
-Trials run ``--parallel N`` at a time, one per GPU slot (see bless/devices.py): each has its
+Trials run ``--parallel N`` at a time, one per GPU slot (see bless/replay/devices.py): each has its
 own GPU set, overlay upper layer, port and log. A failed trial stops new ones from starting
 (those running finish and count); Ctrl-C stops every running engine. The outputs are also
 compared across devices: a cache that answers differently on another GPU than where it was

@@ -12,16 +12,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bless import labels
-from bless.coverage import CoverageRun
-from bless.devices import GpuSlot
+from bless import container_labels as labels
+from bless.core.coverage import CoverageRun
+from bless.core.verify import TreeListing, hash_tree
 from bless.errors import BootstrapFailedError, EngineHttpError, NotReadyError
+from bless.flows.engine_start import compile_locations, log_tail
 from bless.flows.run.containers import RunContainers, write_log
-from bless.flows.session import compile_locations, log_tail
-from bless.fsutil import os_errors
+from bless.replay.devices import GpuSlot
+from bless.replay.trials import CoherenceReport, drive_coverage, warm_up
 from bless.runtime.base import Mount
-from bless.trials import CoherenceReport, drive_coverage, warm_up
-from bless.verify import TreeListing, hash_tree
+from bless.system.fsutil import os_errors
 
 
 def run_bootstrap(

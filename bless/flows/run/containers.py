@@ -14,16 +14,16 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from bless import labels
-from bless.coverage import CoveragePlan
-from bless.devices import GpuSlot
+from bless import container_labels as labels
+from bless.core.coverage import CoveragePlan
+from bless.core.factors import ResolvedConfig
 from bless.engines.base import EngineAdapter
-from bless.factors import ResolvedConfig
-from bless.flows.session import EngineSession, engine_spec
-from bless.fsutil import atomic_write_bytes, os_errors
-from bless.procid import process_alive, process_identity
+from bless.flows.engine_start import EngineSession, engine_spec
+from bless.replay.devices import GpuSlot
+from bless.replay.trials import CoherenceReport
 from bless.runtime.base import ContainerInfo, Mount, Runtime
-from bless.trials import CoherenceReport
+from bless.system.fsutil import atomic_write_bytes, os_errors
+from bless.system.procid import process_alive, process_identity
 
 
 class RunContainers:

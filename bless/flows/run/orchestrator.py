@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from bless import __version__
-from bless.coverage import CoveragePlan, describe_plan
-from bless.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
+from bless.core.coverage import CoveragePlan, describe_plan
+from bless.core.factors import GpuInfo, ResolvedConfig
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.verify import TreeListing
 from bless.engines.base import EngineAdapter
 from bless.errors import AlreadyBlessedError, BootstrapFailedError, CoverageIncompleteError, InterruptedByUserError
-from bless.factors import GpuInfo, ResolvedConfig
+from bless.flows.engine_start import compile_locations
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
 from bless.flows.run.bootstrap import run_bootstrap
 from bless.flows.run.containers import RunContainers
@@ -40,14 +42,12 @@ from bless.flows.run.served import (
 from bless.flows.run.summary import render_summary
 from bless.flows.run.trial import TrialInputs, run_trial
 from bless.flows.safety import check_unsafe
-from bless.flows.session import compile_locations
-from bless.fsutil import os_errors
-from bless.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
 from bless.probes import probe_gpus
+from bless.replay.devices import GpuSlot, check_slot_memory, cross_device_reasons, trial_slots, visible_gpus
+from bless.replay.trials import failure_rate_bound, golden_from
 from bless.runtime.base import Runtime
 from bless.store import PublishResult, Store
-from bless.trials import failure_rate_bound, golden_from
-from bless.verify import TreeListing
+from bless.system.fsutil import os_errors
 
 
 class Orchestrator:

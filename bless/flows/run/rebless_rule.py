@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bless.core.manifest import Manifest
 from bless.errors import WeakerBlessingError
 from bless.flows.run.results import DEFAULT_CONFIDENCE, RunOptions
-from bless.manifest import Manifest
-from bless.trials import failure_rate_bound
+from bless.replay.trials import failure_rate_bound
 
 
 def existing_passes(manifest: Manifest) -> int:

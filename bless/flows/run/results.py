@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.coverage import CoverageRun
-from bless.devices import GpuSlot, Output
-from bless.reuse import ReuseReport
-from bless.trials import CoherenceReport
+from bless.core.coverage import CoverageRun
+from bless.replay.devices import GpuSlot, Output
+from bless.replay.reuse import ReuseReport
+from bless.replay.trials import CoherenceReport
 
 DEFAULT_CONFIDENCE = 0.95
 

@@ -1,6 +1,6 @@
 """Phase 2's scheduling: K trials, up to one per GPU slot at a time (``--parallel N``), stopped together.
 
-Each trial runs in a worker thread on its own slot (see bless/devices.py). A failed trial stops new
+Each trial runs in a worker thread on its own slot (see bless/replay/devices.py). A failed trial stops new
 ones from starting (those running finish and count); Ctrl-C, or an exception in a trial, stops every
 running engine at once and waits for the trials to unwind before it is raised again. What one trial
 does is :mod:`bless.flows.run.trial`.
@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from bless.devices import GpuSlot
+from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink
 from bless.flows.run.results import TrialResult
-from bless.flows.session import EngineSession
+from bless.replay.devices import GpuSlot
 
 #: Runs trial N on a slot and returns its verdict (called in a worker thread).
 TrialRunner = Callable[[int, GpuSlot], TrialResult]

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.fsutil import UnreadableFileError, read_bounded
+from bless.core.verify import TreeListing
 from bless.store.layout import StorePaths
-from bless.verify import TreeListing
+from bless.system.fsutil import UnreadableFileError, read_bounded
 
 #: A serve dir is ``<profile name>-<UTC stamp>-<6 hex>`` (bless.flows.serve.serve_dir.new_serve_dir).
 _SERVE_DIR_SUFFIX = re.compile(r"-\d{8}T\d{6}Z-[0-9a-f]{6}$")

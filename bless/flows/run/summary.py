@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from bless.factors import ResolvedConfig
+from bless.core.factors import ResolvedConfig
 from bless.flows.run.results import RunOptions, TrialResult
 
 

@@ -3,7 +3,7 @@
 The engine sees the staged tree read-only (as an overlay's lower layer, or a read-only bind where the
 adapter allows) and must give coherent outputs equal to the golden ones, print a load marker and no
 compile marker, write no new artifacts to the upper layer, leave the tree byte-identical, and stop in
-time. The request protocol it replays is :mod:`bless.trials`; when trials run is
+time. The request protocol it replays is :mod:`bless.replay.trials`; when trials run is
 :mod:`bless.flows.run.schedule`.
 """
 
@@ -15,22 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless import labels
-from bless.coverage import CoveragePlan, CoverageRun
-from bless.devices import GpuSlot
+from bless import container_labels as labels
+from bless.core.coverage import CoveragePlan, CoverageRun
+from bless.core.profile import TrialSettings
+from bless.core.verify import TreeListing, verify_tree
 from bless.engines.base import EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
-from bless.evidence import LogSignals, OutsideVerdict
+from bless.evidence_types import LogSignals, OutsideVerdict
+from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink
 from bless.flows.run.containers import RunContainers, keep_private, write_log
 from bless.flows.run.results import TrialResult
 from bless.flows.run.schedule import TrialSchedule
-from bless.flows.session import EngineSession
-from bless.profile import TrialSettings
-from bless.reuse import ReuseReport, classify_reuse
+from bless.replay.devices import GpuSlot
+from bless.replay.reuse import ReuseReport, classify_reuse
+from bless.replay.trials import CoherenceReport, drive_coverage, golden_text_map, golden_token_map, run_protocol
 from bless.runtime.base import Mount
-from bless.trials import CoherenceReport, drive_coverage, golden_text_map, golden_token_map, run_protocol
-from bless.verify import TreeListing, verify_tree
 
 
 @dataclass(frozen=True)

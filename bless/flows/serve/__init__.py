@@ -52,7 +52,7 @@ What is *not* guaranteed:
 One module per step: :mod:`.full` (every step in one call: :func:`serve_full`), :mod:`.start_lock`
 (one start per profile name at a time), :mod:`.names` (the container name and the stop command),
 :mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan), :mod:`.start` (start,
-re-check, canary: :mod:`bless.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
+re-check, canary: :mod:`bless.replay.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
 stop NAME``), :mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease`
 (the serving lease that keeps ``bless gc`` off the served tree), :mod:`.ready` (the readiness
 record a probe checks: ``serve-full ready NAME``), :mod:`.seal` (sealed serving: every compile the
@@ -65,19 +65,19 @@ every refusal is a :class:`~bless.errors.BlessError` with its own exit code.
 
 from __future__ import annotations
 
-from bless.canary import CanaryCheck, CanaryResult, run_canary
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
-from bless.flows.serve.full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full
 from bless.flows.serve.lease import ServingLease, serving_lease
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.plan import DEBUG_BANNER, LaunchPlan, check_gpu_memory, check_name_free, plan
 from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, discard_serve_dir
+from bless.flows.serve.serve_full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full
 from bless.flows.serve.snapshot import Snapshot, Stamp, StampChange, cache_changed_error, describe_change
 from bless.flows.serve.start import NO_CANARY_BANNER, LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
 from bless.flows.serve.stop import StopOutcome, stop_serving
+from bless.replay.canary import CanaryCheck, CanaryResult, run_canary
 
 __all__ = [
     "CANARY_FILE",

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bless.core.factors import config_hash
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, NotServingError, UnprovenCompileError
-from bless.factors import config_hash
+from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.ready import clear_ready, record_watcher
 from bless.flows.serve.seal import POLL_S, Seal, SealWatcher, UnprovenCompile, unproven_compile_error, watching
@@ -42,13 +43,12 @@ from bless.flows.serve.serve_dir import save_evidence
 from bless.flows.serve.start import LaunchResult
 from bless.flows.serve.stop import StopOutcome, stop_serving
 from bless.flows.serve.watch_doc import WATCH_DOC_FORMAT, WatchDoc, load_watch_doc, watch_doc
-from bless.flows.session import EngineSession
-from bless.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object, os_errors
-from bless.procid import process_alive, process_identity
 from bless.runtime.base import Runtime, StopResult
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.layout import StorePaths
+from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object, os_errors
+from bless.system.procid import process_alive, process_identity
 
 __all__ = [
     "WATCHER_MODULE",

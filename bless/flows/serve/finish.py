@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bless.evidence import OutsideVerdict, UpperEntry
+from bless.evidence_types import OutsideVerdict, UpperEntry
 from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir, save_evidence, upper_summary

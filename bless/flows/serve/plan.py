@@ -11,23 +11,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bless import labels
+from bless import container_labels as labels
+from bless.core.factors import GpuInfo, ResolvedConfig
+from bless.core.manifest import Manifest
+from bless.core.profile import HardwareSpec, Profile
+from bless.core.verify import VerifyResult, verify_tree
 from bless.engines.base import EngineAdapter
 from bless.errors import ContainerConflictError, InputInvalidError, InsufficientGpuError, VerifyFailedError
-from bless.factors import GpuInfo, ResolvedConfig
+from bless.flows.engine_start import EngineSession, engine_spec
 from bless.flows.events import new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
-from bless.flows.session import EngineSession, engine_spec
-from bless.manifest import Manifest
 from bless.probes import hardware_factor, probe_gpus
-from bless.profile import HardwareSpec, Profile
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.store import Store
-from bless.verify import VerifyResult, verify_tree
 
 # Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
 _OVERLAY_UNSAFE = frozenset(",:\n")

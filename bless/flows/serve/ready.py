@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless.engine_client import EngineClient
+from bless.container_labels import PHASE, PHASE_SERVE, PROFILE
+from bless.core.manifest import utc_now
+from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
-from bless.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
-from bless.labels import PHASE, PHASE_SERVE, PROFILE
-from bless.manifest import utc_now
-from bless.procid import process_alive
+from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
-from bless.untrusted_text import shown
+from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
+from bless.system.procid import process_alive
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
 
@@ -70,7 +70,7 @@ class ReadyRecord:
     unproven_policy: str = "refuse"
     #: The unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
     unproven: tuple[Mapping[str, Any], ...] = ()
-    #: The seal watcher of a detached serve (:func:`~bless.procid.process_identity`); ``{}`` while it has not
+    #: The seal watcher of a detached serve (:func:`~bless.system.procid.process_identity`); ``{}`` while it has not
     #: started yet; None where serve-full itself watches (foreground) or nothing is sealed (``--debug``).
     watcher: Mapping[str, Any] | None = None
 

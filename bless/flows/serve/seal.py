@@ -3,7 +3,7 @@
 Two sources feed it:
 
 * **bless's Triton cache manager** (:mod:`bless.engines.bless_seal`, shipped into every blessed start by
-  :func:`~bless.flows.session.engine_spec`): a lookup the blessed tree cannot answer writes one line,
+  :func:`~bless.flows.engine_start.engine_spec`): a lookup the blessed tree cannot answer writes one line,
   ``bless-seal: {...}``, to the engine's log before Triton compiles. :func:`parse_seal_lines` reads them.
 * **the watcher** (:class:`SealWatcher`): about every second it lists every place the running engine can
   write (the overlay's upper layer or the verified copy's new files, its private HOME and temp dir, a
@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.profile import UnprovenCompilePolicy
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, UnprovenCompileError
-from bless.evidence import OutsideEntry
+from bless.evidence_types import OutsideEntry
+from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink
 from bless.flows.serve.ready import clear_ready, record_unproven
-from bless.flows.session import EngineSession
-from bless.fsutil import atomic_write_bytes
-from bless.profile import UnprovenCompilePolicy
 from bless.runtime.base import Runtime, Started
 from bless.store import Store
 from bless.store.layout import StorePaths
+from bless.system.fsutil import atomic_write_bytes
 
 __all__ = [
     "LINE_PREFIX",

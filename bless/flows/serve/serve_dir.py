@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.errors import BlessError
-from bless.evidence import UpperEntry
+from bless.evidence_types import UpperEntry
 from bless.runtime.base import Runtime
 
 ENGINE_LOG = "engine.log"

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bless.core.verify import ROOT_PATH
 from bless.errors import CacheChangedError
-from bless.verify import ROOT_PATH
 
 _MAX_PROBLEMS_IN_MESSAGE = 8
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bless.canary import CanaryResult, run_canary
 from bless.errors import (
     CacheNotUsedError,
     CanaryFailedError,
@@ -22,6 +21,7 @@ from bless.errors import (
     EngineHttpError,
     NotReadyError,
 )
+from bless.flows.engine_start import EngineSession, log_tail
 from bless.flows.events import Event, EventSink, ignore_events
 from bless.flows.serve.lease import serving_lease
 from bless.flows.serve.names import stop_command
@@ -29,11 +29,11 @@ from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.ready import clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.snapshot import cache_changed_error
-from bless.flows.session import EngineSession, log_tail
-from bless.fsutil import os_errors, os_refusal
-from bless.procid import process_identity
-from bless.reuse import compiled_outside_reasons
+from bless.replay.canary import CanaryResult, run_canary
+from bless.replay.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
+from bless.system.fsutil import os_errors, os_refusal
+from bless.system.procid import process_identity
 
 _MAX_PROBLEMS_IN_MESSAGE = 8
 

@@ -14,9 +14,9 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from bless.errors import ContainerConflictError
-from bless.fsutil import ensure_dir
 from bless.store import Store
 from bless.store.locks import lock_refusal, open_file_lock
+from bless.system.fsutil import ensure_dir
 
 __all__ = ["StartingLock"]
 

@@ -31,20 +31,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bless import labels
+from bless import container_labels as labels
+from bless.core.untrusted_text import shown
 from bless.errors import BlessError, ContainerConflictError, LockHeldError
 from bless.flows.serve.lease import SERVE_FULL_ROLE
 from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
-from bless.fsutil import os_errors, read_json_object
-from bless.procid import process_alive
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.layout import StorePaths
 from bless.store.lease import Lease
-from bless.untrusted_text import shown
+from bless.system.fsutil import os_errors, read_json_object
+from bless.system.procid import process_alive
 
 __all__ = ["SERVE_FULL_SLACK_S", "WATCHER_STOP_S", "StopOutcome", "stop_serving"]
 

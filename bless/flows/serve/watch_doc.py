@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from bless.core.profile import UnprovenCompilePolicy
 from bless.errors import InputInvalidError
 from bless.flows.serve.start import LaunchResult
-from bless.fsutil import UnreadableJsonError, load_json_object
-from bless.procid import process_identity
-from bless.profile import UnprovenCompilePolicy
 from bless.runtime.base import ContainerSpec, Mount, MountKind, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store.layout import StorePaths
+from bless.system.fsutil import UnreadableJsonError, load_json_object
+from bless.system.procid import process_identity
 
 __all__ = ["WATCH_DOC_FORMAT", "WatchDoc", "load_watch_doc", "watch_doc"]
 

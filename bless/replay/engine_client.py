@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.deadline import Guard
 from bless.errors import EngineHttpError, NotReadyError
+from bless.system.deadline import Guard
 
 __all__ = ["MAX_OTHER_ERRORS", "MAX_REPLY_BYTES", "Completion", "EngineClient", "wait_ready"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bless.factors import FactorSource, LocalModelDir, ResolvedConfig, resolve
-from bless.profile import HardwareSpec, Profile
+from bless.core.factors import FactorSource, LocalModelDir, ResolvedConfig, resolve
+from bless.core.profile import HardwareSpec, Profile
 
 FAKE_IMAGE_ID = "sha256:" + "ab" * 32
 FAKE_GPU = {"accelerator": "cuda", "gpu_count": 1, "gpu_name": "NVIDIA H200", "compute_capability": "9.0"}

@@ -1,6 +1,6 @@
 """The canary: replay a blessing's golden prompts against a served engine and compare exactly.
 
-Protocol code beside :mod:`bless.trials` (which records the golden outputs): serve-full runs it
+Protocol code beside :mod:`bless.replay.trials` (which records the golden outputs): serve-full runs it
 once the engine is ready, and only a pass lets a blessed start report success.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.engine_client import EngineClient
-from bless.trials import golden_token_map
+from bless.replay.engine_client import EngineClient
+from bless.replay.trials import golden_token_map
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-from bless.untrusted_text import shown
+from bless.core.untrusted_text import shown
 
 # Package data of bless (bless.schema), so a wheel install finds them too; in a checkout bless/schema is a
 # symlink to manifests/schema/, where the schemas are kept next to the manifests documentation.
-SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schema"
 
 
 def _whole_pattern(

@@ -1,7 +1,7 @@
 """An in-memory OCI registry under bless's registry client, for the unit tests (after python-tuf's RepositorySimulator).
 
-Where it sits, and why there: :class:`bless.registry.RegistryClient` sends every request through a
-:data:`~bless.registry.Transport` (requests' transport adapter: a prepared request in, a response
+Where it sits, and why there: :class:`bless.oci.client.RegistryClient` sends every request through a
+:data:`~bless.oci.client.Transport` (requests' transport adapter: a prepared request in, a response
 out), the network unless the flow is handed another (``transport=`` of ``push_blessing``,
 ``pull_blessing``, ``render_blessing``, and of the client). :class:`RegistrySimulator` is one. So
 everything above it is bless's production code, running as against a real registry: oras' URLs and
@@ -12,7 +12,7 @@ are about; this one only stores and serves bytes: digests are computed here from
 and a blob tampered with here is refused by bless's own hashing, not by the simulator.
 
 What it serves: the routes bless uses, with the statuses, headers and error bodies Docker
-Distribution 2.8 sends (recorded from Debian's ``docker-registry``, the one ``tests/registry.py``
+Distribution 2.8 sends (recorded from Debian's ``docker-registry``, the one ``tests/support/registry.py``
 runs): ``GET /v2/``; ``HEAD``/``GET /v2/<name>/blobs/<digest>``; ``POST /v2/<name>/blobs/uploads/``
 and the monolithic ``PUT`` of its Location with ``?digest=`` (400 DIGEST_INVALID when the bytes
 hash to another); ``PUT``/``GET``/``HEAD /v2/<name>/manifests/<tag or digest>`` (a PUT naming a
@@ -29,9 +29,9 @@ Hooks, the test's hand behind bless's back: :meth:`tamper` replaces the bytes he
 under a tag as anyone with push rights can (a tag moved back, a swapped config, crafted paths);
 :meth:`kill` takes the registry down (every request: connection refused); :meth:`killed_after`
 kills it once so many bytes of replies went out (a body cut mid-way); :meth:`lying` answers
-matching requests with a lie of ``tests/lying_registry.py`` (a :class:`~tests.lying_registry.Reply`:
+matching requests with a lie of ``tests/support/lying_registry.py`` (a :class:`~tests.support.lying_registry.Reply`:
 any status, headers and body, endless or with a false length, a bearer challenge; or a
-:class:`~tests.lying_registry.Delayed`). A trickle or a stall mid-body needs a real socket for the
+:class:`~tests.support.lying_registry.Delayed`). A trickle or a stall mid-body needs a real socket for the
 client's watchdog to shut down and its read timeout to expire: those lies are told only by the
 lying server in front of the real registry.
 
@@ -62,8 +62,8 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from tests.lying_registry import SAFETY_LIMIT, Delayed, Lie, Reply, lie_for
-from tests.registry import Registry
+from tests.support.lying_registry import SAFETY_LIMIT, Delayed, Lie, Reply, lie_for
+from tests.support.registry import Registry
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 _API_VERSION = {"Docker-Distribution-Api-Version": "registry/2.0"}

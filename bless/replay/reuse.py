@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bless.evidence import LogSignals, OutsideVerdict, UpperVerdict
-from bless.verify import VerifyResult
+from bless.core.verify import VerifyResult
+from bless.evidence_types import LogSignals, OutsideVerdict, UpperVerdict
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import typer.main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 #: Every page whose blocks are checked: the README first, then every Markdown page under docs/.
 PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]

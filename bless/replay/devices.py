@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bless.core.factors import GpuInfo
+from bless.core.profile import HardwareSpec
 from bless.errors import InsufficientGpuError
-from bless.factors import GpuInfo
-from bless.profile import HardwareSpec
 
 #: One completion as compared across devices: its text and token ids.
 Output = tuple[str, tuple[int, ...]]

@@ -1,4 +1,4 @@
-"""Replay coherence: the request protocol over the engine's HTTP API (:mod:`bless.engine_client`), its analysis.
+"""Replay coherence: the request protocol over the engine's HTTP API (:mod:`bless.replay.engine_client`), its analysis.
 
 The protocol, per trial: every prompt once alone; each prompt ``repeats`` times in a
 row; all prompts interleaved round-robin; all prompts at once from threads (when the
@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.coverage import CoveragePlan, CoverageRun, Drive
-from bless.engine_client import Completion, EngineClient
-from bless.profile import TrialSettings
+from bless.core.coverage import CoveragePlan, CoverageRun, Drive
+from bless.core.profile import TrialSettings
+from bless.replay.engine_client import Completion, EngineClient
 
 # --- the protocol -----------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bless.core.profile import HardwareSpec, ModelSpec, Profile
 from bless.errors import HardwareMismatchError, InputInvalidError, ResolutionError
-from bless.profile import HardwareSpec, ModelSpec, Profile
 
 FACTORS_VERSION = 1
 _COMMIT = re.compile(r"[0-9a-f]{40}")

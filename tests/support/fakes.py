@@ -39,12 +39,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from bless import labels
+from bless import container_labels as labels
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import ImageMissingError, RuntimeUnavailableError, UnknownEngineVersionError
-from bless.evidence import OutsideEntry, UpperEntry
+from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
 
 IMAGE = "bless-reference:0.1.0"  # the image profiles/reference-cpu.toml names

@@ -1,7 +1,7 @@
 """The rule for a path inside a blessed tree: relative, normalized, printable, and unable to escape its root.
 
 One rule for every place a path comes from outside: a manifest's file list, an OCI artifact's blob titles,
-and the tree check (:mod:`bless.verify`). The manifest schema's ``relpath`` refuses the same characters.
+and the tree check (:mod:`bless.core.verify`). The manifest schema's ``relpath`` refuses the same characters.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bless.core.schemas import SCHEMA_DIR, schema_errors
+from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError
-from bless.schemas import SCHEMA_DIR, schema_errors
-from bless.untrusted_text import shown
-from bless.user_files import read_input
+from bless.system.user_files import read_input
 
 MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_PROMPTS = (
@@ -53,7 +53,7 @@ class TrialSettings:
     stop_timeout_s: int = 30
 
 
-#: How a bootstrap drives the kernels an engine compiles lazily after startup (see bless.coverage).
+#: How a bootstrap drives the kernels an engine compiles lazily after startup (see bless.core.coverage).
 CoverageMode = Literal["auto", "off", "require"]
 #: What serve-full does when the engine compiles something the blessing does not hold.
 UnprovenCompilePolicy = Literal["refuse", "record", "stop"]
@@ -114,7 +114,8 @@ def load_profile(path: Path) -> Profile:
 
 
 def read_profile(path: Path) -> bytes:
-    """A profile file's bytes, through the one bounded reader of user files (:func:`bless.user_files.read_input`).
+    """A profile file's bytes, through the one bounded reader of user files
+    (:func:`bless.system.user_files.read_input`).
 
     A FIFO, a device such as /dev/zero, a directory or a file over :data:`MAX_PROFILE_BYTES` is
     refused (3) before a byte is read.

@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bless.core.factors import is_config_hash
+from bless.core.manifest import Manifest, manifest_from_dict, strict_json
+from bless.core.relpath import check_relative_path
 from bless.errors import ArtifactInvalidError, DigestMismatchError
-from bless.factors import is_config_hash
-from bless.manifest import Manifest, manifest_from_dict, strict_json
-from bless.relpath import check_relative_path
 
 __all__ = [
     "ARTIFACT_TYPE",

@@ -21,9 +21,9 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UsageError
-from bless.fsutil import atomic_write_bytes, os_errors
-from bless.manifest import Manifest
+from bless.system.fsutil import atomic_write_bytes, os_errors
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from bless import __version__
+from bless.core.factors import canonical_json, config_hash, is_config_hash
+from bless.core.relpath import check_relative_path
+from bless.core.schemas import listing_conforms, listing_over_limit, schema_errors
+from bless.core.untrusted_text import shown
+from bless.core.verify import FileEntry, TreeListing
 from bless.errors import ManifestInvalidError
-from bless.factors import canonical_json, config_hash, is_config_hash
-from bless.relpath import check_relative_path
-from bless.schemas import listing_conforms, listing_over_limit, schema_errors
-from bless.untrusted_text import shown
-from bless.verify import FileEntry, TreeListing
 
 SCHEMA_VERSION = 1
 MAX_MANIFEST_BYTES = 256 << 20
@@ -51,7 +51,7 @@ class Manifest:
     trials: Mapping[str, Any]
     golden: Sequence[Mapping[str, Any]]
     provenance: Mapping[str, Any]
-    #: What the blessing covers beyond its start (:mod:`bless.coverage`); None in blessings made before it.
+    #: What the blessing covers beyond its start (:mod:`bless.core.coverage`); None in blessings made before it.
     coverage: Mapping[str, Any] | None = None
 
     @property
@@ -145,7 +145,7 @@ def _schema_errors(document: dict[str, Any]) -> list[str]:
     """The schema's errors for ``document``, its file listing checked by the schema's own rules in code.
 
     jsonschema needs about a minute for a legal manifest of a million files; the listing's entries are
-    checked in a loop (:func:`bless.schemas.listing_conforms`, the same rules read from the schema) and
+    checked in a loop (:func:`bless.core.schemas.listing_conforms`, the same rules read from the schema) and
     the schema validates the rest with one entry of each list left in. Entries that do not conform are
     left to the schema, whose words the refusal then uses.
     """
@@ -183,7 +183,7 @@ def _validated_files(document: Any, *, where: str) -> tuple[FileEntry, ...]:
             hint="a manifest must not be edited by hand; restore it from the store or re-bless",
             details={"errors": errors},
         )
-    if not is_config_hash(document["config_hash"]):  # the one rule (bless.factors), whatever the schema spells
+    if not is_config_hash(document["config_hash"]):  # the one rule (bless.core.factors), whatever the schema spells
         raise ManifestInvalidError(f"{where}: config_hash {document['config_hash']!r} is not a config hash")
     cache = document["cache"]
     seen: set[str] = set()

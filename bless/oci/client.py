@@ -10,14 +10,14 @@ config files, credential helpers, bearer tokens). What it does not do, done here
   hang a pull on a registry that is down for minutes; here a failure is reported at once;
 * every request has a timeout; plain HTTP only for loopback registries (or when asked for);
 * nothing a registry sends is read whole without a cap by its kind: an OCI manifest
-  :data:`~bless.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
+  :data:`~bless.oci.artifact.MAX_OCI_MANIFEST_BYTES`, a blob the size its descriptor declares, an error
   body :data:`MAX_ERROR_BODY` (the rest is dropped), a bearer-token reply
-  :data:`~bless.registry_http.MAX_TOKEN_BODY`; the ``/v2/`` challenge body is not read at all. A registry
+  :data:`~bless.oci.http.MAX_TOKEN_BODY`; the ``/v2/`` challenge body is not read at all. A registry
   sending an endless body gets a refusal, not this process's memory;
 * every exchange has a deadline, not only a timeout per read (a registry sending one byte every
-  20 s never trips a read timeout): :class:`~bless.transfer.TransferLimits` gives each request a grace
+  20 s never trips a read timeout): :class:`~bless.oci.limits.TransferLimits` gives each request a grace
   plus its size at a minimum rate, and a pull (:mod:`bless.flows.pull`) one for the whole artifact.
-  A watchdog (:mod:`bless.registry_http`) shuts the exchange's sockets down when its time is up,
+  A watchdog (:mod:`bless.oci.http`) shuts the exchange's sockets down when its time is up,
   which is refused as a broken transfer (74).
 
 Credentials stay inside oras' session: nothing here logs, stores or returns them.
@@ -41,13 +41,8 @@ import oras.container
 import oras.provider
 import requests
 
-from bless.artifact import (
-    MAX_OCI_MANIFEST_BYTES,
-    BlessingArtifact,
-    is_sha256_digest,
-    parse_blessing_artifact,
-    parse_blessing_config,
-)
+from bless.core.manifest import Manifest
+from bless.core.untrusted_text import has_credentials, shown, without_credentials
 from bless.errors import (
     ArtifactInvalidError,
     ArtifactNotFoundError,
@@ -57,11 +52,16 @@ from bless.errors import (
     TransferIncompleteError,
     UsageError,
 )
-from bless.manifest import Manifest
-from bless.registry_http import Transport, bounded_session, guarded, read_upto
-from bless.transfer import DEFAULT_LIMITS, TransferLimits
-from bless.untrusted_text import has_credentials, shown, without_credentials
-from bless.user_files import read_input
+from bless.oci.artifact import (
+    MAX_OCI_MANIFEST_BYTES,
+    BlessingArtifact,
+    is_sha256_digest,
+    parse_blessing_artifact,
+    parse_blessing_config,
+)
+from bless.oci.http import Transport, bounded_session, guarded, read_upto
+from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
+from bless.system.user_files import read_input
 
 __all__ = ["CHUNK", "Reference", "RegistryClient", "Transport", "parse_reference"]
 

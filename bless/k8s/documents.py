@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bless.core.manifest import Manifest
+from bless.core.profile import Profile, engine_gpu_count
+from bless.core.untrusted_text import shown, without_credentials
 from bless.errors import InputInvalidError
-from bless.manifest import Manifest
-from bless.profile import Profile, engine_gpu_count
-from bless.untrusted_text import shown, without_credentials
 
 __all__ = [
     "BLESS_ROOT",

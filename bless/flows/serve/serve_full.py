@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.profile import Profile
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, EngineFailedError, InterruptedByUserError, NoManifestError
 from bless.flows.events import Event, EventSink, ignore_events
@@ -32,7 +33,6 @@ from bless.flows.serve.serve_dir import ENGINE_LOG
 from bless.flows.serve.start import LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
 from bless.flows.trust_policy import trust_verdict
-from bless.profile import Profile
 from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.trust import trust_report

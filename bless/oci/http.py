@@ -8,7 +8,7 @@ time is up.
 
 Under a session, a :data:`Transport` (requests' transport adapter) carries the requests: the network
 (:class:`_WatchedAdapter`, whose sockets the guard watches) unless the registry client is handed
-another one (the unit tests' in-memory registry, ``tests/registry_simulator.py``).
+another one (the unit tests' in-memory registry, ``tests/support/registry_simulator.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import urllib3.connection
 import urllib3.connectionpool
 from requests.adapters import BaseAdapter, HTTPAdapter
 
-from bless.deadline import Guard
 from bless.errors import RegistryUnavailableError
+from bless.system.deadline import Guard
 
 __all__ = [
     "CONNECT_TIMEOUT_S",

@@ -4,7 +4,7 @@ Each :class:`Registry` runs its own process on a free loopback port with its own
 test may alter stored blobs and manifests (``tamper``), move a tag (``put_manifest``), kill it
 (``kill``) or have it killed mid-transfer (``killed_after``), put a lying server in front of it
 (``lying``), or find it down. Its hooks are those of the in-memory registry of the unit tests
-(``tests/registry_simulator.py``), so a test body runs against either. The binary is installed by
+(``tests/support/registry_simulator.py``), so a test body runs against either. The binary is installed by
 ``scripts/setup.sh`` (apt package ``docker-registry``). Missing binary: the tests are skipped with
 the reason, or fail when ``BLESS_REQUIRE_REGISTRY=1`` (``scripts/test.sh``).
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lying_registry import Lie, LyingRegistry, lying_registry
+from tests.support.lying_registry import Lie, LyingRegistry, lying_registry
 
 _OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -147,7 +147,7 @@ class Registry:
         urllib.request.urlopen(request).close()
 
     def lying(self, *lies: Lie) -> AbstractContextManager[LyingRegistry]:
-        """A lying server in front of this registry (``tests/lying_registry.py``): pull from its ``ref``."""
+        """A lying server in front of this registry (``tests/support/lying_registry.py``): pull from its ``ref``."""
         return lying_registry(self, *lies)
 
     @contextmanager

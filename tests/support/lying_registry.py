@@ -1,13 +1,13 @@
 """A lying registry for tests: a loopback HTTP server in front of a real one, lying where told to.
 
-Every request is forwarded to the real registry (:class:`tests.registry.Registry`) unless a
+Every request is forwarded to the real registry (:class:`tests.support.registry.Registry`) unless a
 :class:`Lie` matches its method and path; then the lie answers instead: an endless body, a
 Content-Length it never keeps, a trickle of one byte at a time, a body cut short. Lies that send
 without end stop at :data:`SAFETY_LIMIT` bytes, so a client that does read everything fails its
 test instead of exhausting the machine; ``sent`` counts what the lies sent.
 
 A lie's answer is a :class:`Reply` or a :class:`Delayed` (data: the in-memory registry of
-``tests/registry_simulator.py`` tells the same lies without a socket), or a function writing to the
+``tests/support/registry_simulator.py`` tells the same lies without a socket), or a function writing to the
 socket itself (:func:`trickle`, :func:`slow_headers`: only a real socket makes the client's watchdog
 and read timeout matter, so those lies are told here only).
 """
@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tests.registry import Registry
+    from tests.support.registry import Registry
 
 #: The most an endless lie sends: far above every cap of the client, far below the machine's memory.
 SAFETY_LIMIT = 256 << 20

@@ -17,14 +17,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bless.engine_client import EngineClient, wait_ready
+from bless.core.factors import ResolvedConfig
 from bless.engines import bless_seal
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
-from bless.evidence import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
-from bless.factors import ResolvedConfig
-from bless.fsutil import os_errors
+from bless.evidence_types import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
+from bless.replay.engine_client import EngineClient, wait_ready
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
+from bless.system.fsutil import os_errors
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40

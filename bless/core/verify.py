@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bless.relpath import check_relative_path
-from bless.untrusted_text import shown
+from bless.core.relpath import check_relative_path
+from bless.core.untrusted_text import shown
 
 __all__ = [
     "ROOT_PATH",
@@ -131,7 +131,7 @@ class Problem:
     """One reason a tree does not match its listing.
 
     ``path`` is the name as it is on disk or in the listing (data: escape it with
-    :func:`bless.untrusted_text.shown` to show it); ``detail`` is a human sentence whose names are escaped.
+    :func:`bless.core.untrusted_text.shown` to show it); ``detail`` is a human sentence whose names are escaped.
     """
 
     kind: ProblemKind

@@ -1,0 +1,1 @@
+"""Kubernetes: the documents of one blessing (plain dicts), with the checks Kubernetes makes of every name."""
