@@ -956,7 +956,7 @@ def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
 def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
     from rich.console import Console
 
-    from bless.cli.fleet import _render_push
+    from bless.cli.registry import _render_push
 
     console = Console(record=True, width=200)
     data = {

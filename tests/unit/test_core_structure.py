@@ -53,7 +53,9 @@ CORE_PACKAGES = ("core", "oci", "replay", "system", "k8s", "store")
 VOCABULARY = ("errors.py", "container_labels.py", "evidence_types.py")
 CORE_MODULES = [
     *VOCABULARY,
-    *sorted(path.relative_to(BLESS).as_posix() for package in CORE_PACKAGES for path in (BLESS / package).rglob("*.py")),
+    *sorted(
+        path.relative_to(BLESS).as_posix() for package in CORE_PACKAGES for path in (BLESS / package).rglob("*.py")
+    ),
 ]
 
 
@@ -104,8 +106,8 @@ def test_the_config_hash_format_is_written_down_once() -> None:
 
 FLOWS_DIR = BLESS / "flows"
 #: The flows, one per command (a module or a package), and what several flows share beside them.
-FLOWS = ("gate", "k8s", "pull", "push", "run", "serve", "sign")
-SHARED_FLOW_MODULES = ("engine_start", "events", "resolve", "safety", "trust_policy")
+FLOWS = ("gate", "gc", "inspect", "k8s", "pull", "push", "run", "serve", "sign", "trust")
+SHARED_FLOW_MODULES = ("engine_start", "events", "lookup", "resolve", "safety", "trust_policy")
 
 
 def flow_imports(path: Path) -> set[str]:
