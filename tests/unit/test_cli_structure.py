@@ -195,7 +195,7 @@ NO_CALL = {"exit-codes": "the table is bless.errors.EXIT_CODES, drawn by render.
 
 def _registered_bodies() -> list[tuple[str, Any]]:
     """(name, body) of every ``bless`` command, sub-commands included, as the COMMANDS tables register them."""
-    bodies = [(name, body) for name, body in COMMANDS]
+    bodies: list[tuple[str, Any]] = [(name, body) for name, body in COMMANDS]
     bodies += [(f"{group} {name}", body) for group, _typer, commands in GROUPS for name, body in commands]
     return bodies
 
