@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from bless.cli import blessing_words
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.manifest import factor_field
 from bless.core.untrusted_text import shown
@@ -99,64 +100,6 @@ def kv_table(rows: Sequence[tuple[str, str]]) -> Table:
     for key, value in rows:
         table.add_row(cell(key), cell(value))
     return table
-
-
-def kv_lines(console: Console, rows: Sequence[tuple[str, str]], *, indent: str = "") -> None:
-    """``key  value`` rows as plain lines: keys aligned, nothing after the value.
-
-    Not a grid: a grid pads every row to its widest value, and on a console that is not a terminal
-    (1000 columns wide) one long value pads each line with hundreds of spaces.
-    """
-    width = max((len(shown(key)) for key, _ in rows), default=0)
-    for key, value in rows:
-        console.print(Text.assemble(indent, (shown(key).ljust(width), "bold"), "  ", shown(value)))
-
-
-def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """A nested mapping as ``a.b = value`` pairs in key order, scalars in words (no JSON quoting)."""
-    if isinstance(value, Mapping) and value:
-        pairs: list[tuple[str, str]] = []
-        for key in sorted(value):
-            pairs += _flat(value[key], f"{prefix}.{key}" if prefix else str(key))
-        return pairs
-    if isinstance(value, bool):
-        return [(prefix, "yes" if value else "no")]
-    if value is None or value == {} or value == []:
-        return [(prefix, "(none)")]
-    if isinstance(value, list):
-        return [(prefix, ", ".join(_scalar(item) for item in value))]
-    return [(prefix, _scalar(value))]
-
-
-#: What each factor group of a blessing covers, in words (the groups the config hash is made of).
-FACTOR_GROUPS = {
-    "hardware": "hardware it was proven on",
-    "engine": "engine",
-    "model": "model",
-    "runtime": "runtime and image",
-    "serve": "engine settings (serve arguments)",
-    "env": "environment",
-    "cache": "cache location in the engine",
-}
-
-
-def render_coverage_in_words(console: Console, factors: Mapping[str, Any], trials: Mapping[str, Any]) -> None:
-    """What a blessing covers: its factors, group by group in words, and the trials that proved it."""
-    console.print(Text("what this blessing covers (its config hash is made of these factors)", style="bold"))
-    groups = [key for key in FACTOR_GROUPS if key in factors]
-    groups += sorted(key for key in factors if key not in FACTOR_GROUPS and isinstance(factors[key], Mapping))
-    for group in groups:
-        console.print(cell(f"  {FACTOR_GROUPS.get(group, group)}:"))
-        kv_lines(console, _flat(factors[group]) or [("", "(none)")], indent="    ")
-    planned, passed = trials.get("planned"), trials.get("passed")
-    line = f"  trials: {passed} of {planned} passed"
-    bound = trials.get("failure_rate_bound")
-    if isinstance(bound, Mapping):
-        line += (
-            f"; the failure rate per start is at most {bound.get('max_failure_rate')} "
-            f"at confidence {bound.get('confidence')}"
-        )
-    console.print(cell(line))
 
 
 def _warn(console: Console, message: str) -> None:
@@ -295,9 +238,9 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
         ("manifest", str(data["manifest_path"])),
         ("blessed dir", str(data["blessed_dir"])),
     ]
-    kv_lines(console, rows)
+    blessing_words.kv_lines(console, rows)
     trials = data["trials"]
-    render_coverage_in_words(console, factors, trials)
+    blessing_words.render_coverage_in_words(console, factors, trials)
     # Titles as lines of their own: a table's title is padded to the table's width.
     console.print(Text(f"trials: {trials['passed']}/{trials['planned']} passed", style="bold"))
     table = _table(None, "#", "verdict", "start->ready", "reasons")
@@ -333,7 +276,7 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     console.print(golden)
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
-    kv_lines(console, _flat(provenance) or [("", "(none)")], indent="  ")
+    blessing_words.kv_lines(console, blessing_words.flat(provenance) or [("", "(none)")], indent="  ")
 
 
 def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any]) -> list[str]:
