@@ -1,4 +1,4 @@
-"""Plumbing shared by the bless commands: the global options, the store, lookups by hash.
+"""Plumbing shared by the bless commands: the global options, the store, a profile file resolved.
 
 Everything here is a thin call into ``bless``; nothing prints.
 """
@@ -13,19 +13,14 @@ from typing import Annotated, Any
 import typer
 
 import bless
-from bless.core.factors import (
-    ResolvedConfig,
-    declared_hardware_factor,
-    parse_config_hash,
-)
-from bless.core.manifest import Manifest
+from bless.core.factors import ResolvedConfig, declared_hardware_factor
 from bless.core.profile import HardwareSpec, Profile, load_profile
-from bless.errors import NoManifestError, UsageError
+from bless.errors import UsageError
 from bless.flows.resolve import image_needs_runtime, resolve_profile
 from bless.probes import HardwareSource, judged_hardware
 from bless.runtime import get_runtime
 from bless.runtime.base import Runtime
-from bless.store import LiveManifest, Store, default_root
+from bless.store import Store, default_root
 
 # The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
 # and most commands have none of those on success.
@@ -221,37 +216,3 @@ def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) 
         offline=offline,
     )
     return ResolvedFile(resolved, sources[0] if sources else "declared")
-
-
-def lookup_manifest(store: Store, text: str) -> Manifest:
-    """The live manifest named by a full config hash or a unique prefix of at least 8 hex digits.
-
-    Raises: as :func:`lookup_live`.
-    """
-    return lookup_live(store, text).manifest
-
-
-def lookup_live(store: Store, text: str) -> LiveManifest:
-    """:func:`lookup_manifest`, with the file's path and the exact bytes the manifest was parsed from
-    (what is signed and checked under ``--trust``).
-
-    Raises:
-        NoManifestError: nothing in the manifests dir has that hash (or prefix).
-        InputInvalidError: a malformed or ambiguous prefix.
-        ManifestInvalidError, ManifestDuplicateError: the store's fail-closed lookup errors.
-    """
-    if len(text.strip()) != 64:  # a prefix; both forms are checked against the one config-hash format
-        return store.live_prefix(text)
-    config_hash = parse_config_hash(text)
-    live = store.live(config_hash)
-    if live is None:
-        raise NoManifestError(
-            f"no manifest in {store.manifests_dir} has config hash {config_hash}",
-            hint=(
-                "bless list shows the blessings of this store; check --root / --manifests-dir "
-                "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration with "
-                "bless run --profile ..."
-            ),
-            details={"config_hash": config_hash, "manifests_dir": str(store.manifests_dir)},
-        )
-    return live

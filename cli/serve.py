@@ -49,7 +49,7 @@ from bless.cli.common import (
     VersionOption,
     open_store,
 )
-from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
+from bless.cli.registry import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption
 from bless.cli.serve_views import (
     render_banners,
     render_detached,
@@ -59,6 +59,7 @@ from bless.cli.serve_views import (
     render_ready,
     render_stopped,
 )
+from bless.cli.trust import TrustOption, render_trust
 from bless.core.profile import Profile, UnprovenCompilePolicy, load_profile
 from bless.engines import get_adapter
 from bless.flows import serve

@@ -481,6 +481,11 @@ def parse_config_hash(text: str) -> str:
 def parse_config_hash_prefix(text: str) -> str:
     """A config-hash prefix typed by a user (8 to 64 hex digits), normalized like :func:`parse_config_hash`."""
     value = text.strip().lower() if isinstance(text, str) else ""
+    if not value or any(char not in "0123456789abcdef" for char in value):
+        raise InputInvalidError(
+            f"{text!r} is not a hex config hash: a config hash or prefix is written in hex digits (0-9, a-f)",
+            hint="copy the hash from bless list (at least its first 8 characters)",
+        )
     if CONFIG_HASH_PREFIX.fullmatch(value) is None:
         raise InputInvalidError(
             f"config hash prefix {text!r} must be 8 to 64 hex digits",

@@ -61,7 +61,7 @@ from bless.oci.artifact import (
     parse_trust_artifact,
     trust_tag,
 )
-from bless.oci.client import CHUNK, Reference, RegistryClient, Transport
+from bless.oci.client import CHUNK, Reference, RegistryClient, Transport, parse_reference
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
 from bless.store import FaultHook, Store, staging_owner
 from bless.system.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
@@ -337,7 +337,7 @@ def _local_copies(store: Store, config_hash: str) -> dict[str, Path]:
 
 def pull_blessing(
     store: Store,
-    reference: Reference,
+    reference: Reference | str,
     *,
     trust_dir: Path | None = None,
     plain_http: bool | None = None,
@@ -356,7 +356,10 @@ def pull_blessing(
     blessing of the config created later than the pulled one (else DowngradeError, 16). ``transport``:
     what carries the registry client's requests (None: the network; the unit tests' in-memory registry
     otherwise).
+    ``reference`` may be given as written on a command line (parsed here).
     """
+    if isinstance(reference, str):
+        reference = parse_reference(reference)
     started = time.monotonic()
 
     def step(name: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
+from bless.flows.lookup import lookup_manifest
 from bless.oci.artifact import (
     EMPTY_CONFIG,
     OCI_MANIFEST_MEDIA_TYPE,
@@ -27,11 +28,11 @@ from bless.oci.artifact import (
     trust_tag,
     unique_blobs,
 )
-from bless.oci.client import Reference, RegistryClient, Transport
+from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
 from bless.store import Store
 from bless.trust import metadata_from_dir, target_path
 
-__all__ = ["PushResult", "push_blessing"]
+__all__ = ["PushResult", "push_blessing", "push_named_blessing"]
 
 
 @dataclass(frozen=True)
@@ -141,4 +142,30 @@ def push_blessing(
         bytes_total=sum(blob.size for blob, _ in sources),
         bytes_uploaded=uploaded_bytes,
         signatures=signatures,
+    )
+
+
+def push_named_blessing(
+    store: Store,
+    text: str,
+    reference: str,
+    *,
+    metadata_dir: Path | None = None,
+    plain_http: bool | None = None,
+    transport: Transport | None = None,
+) -> PushResult:
+    """``bless push``: the blessing ``text`` names (a config hash or a unique prefix) to ``reference`` as
+    written (``REGISTRY/REPOSITORY[:TAG]``), through :func:`push_blessing`.
+
+    Raises: the lookup's errors (:func:`bless.flows.lookup.lookup_live`), InputInvalidError for a
+    malformed reference, and :func:`push_blessing`'s.
+    """
+    manifest = lookup_manifest(store, text)
+    return push_blessing(
+        store,
+        manifest,
+        parse_reference(reference),
+        metadata_dir=metadata_dir,
+        plain_http=plain_http,
+        transport=transport,
     )

@@ -126,6 +126,39 @@ def parse_signer_option(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
     return {role: tuple(uris) for role, uris in by_role.items()}
 
 
+#: Asked for the file keys' passphrase as ``(needed, confirm)``: ``needed`` when a key will be written
+#: or opened encrypted (a caller may prompt then), ``confirm`` when a new one is being chosen. Returns
+#: the passphrase, or None for none.
+PassphraseSource = Callable[[bool, bool], bytes | None]
+
+
+def _no_passphrase(needed: bool, confirm: bool) -> bytes | None:
+    return None
+
+
+@dataclass(frozen=True)
+class KeyAccess:
+    """How a command reaches its keys, before it knows which it needs: the ``--signer ROLE=URI`` values,
+    where a passphrase comes from (the CLI: an environment variable or a prompt), ``--unencrypted-keys``,
+    and what answers a signer's request for a PIN."""
+
+    signers: tuple[str, ...] = ()
+    passphrase: PassphraseSource = _no_passphrase
+    unencrypted: bool = False
+    secrets_handler: SecretsHandler | None = None
+
+    def sources(self, *, passphrase_needed: bool, confirm: bool) -> KeySources:
+        """The :class:`KeySources` of these options: the signers parsed (a bad one refused first), then the
+        passphrase asked for."""
+        uris = parse_signer_option(self.signers)
+        passphrase = self.passphrase(passphrase_needed, confirm)
+        return KeySources(uris, passphrase, self.unencrypted, self.secrets_handler)
+
+
+#: No signer URIs, no passphrase, no PIN: only unencrypted file keys can be used.
+NO_KEY_OPTIONS = KeyAccess()
+
+
 def _require_scheme(uri: str) -> str:
     scheme = uri.partition(":")[0]
     if scheme not in SIGNER_SCHEMES:

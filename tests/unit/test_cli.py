@@ -476,6 +476,39 @@ def test_show_human(bless: Invoke, store: Store, blessed: Manifest) -> None:
     assert str(store.blessed_dir(blessed)) in result.stderr
 
 
+def test_show_says_in_words_what_a_blessing_covers_without_padding(
+    bless: Invoke, store: Store, blessed: Manifest
+) -> None:
+    """Factors, hardware, engine keys and trials in words (not only under --json), and no line padded with
+    spaces when stderr is not a terminal (the runner's is not)."""
+    result = bless("show", blessed.config_hash)
+    assert result.exit_code == 0, result.stderr
+    text = result.stderr
+    assert "what this blessing covers" in text
+    assert "hardware it was proven on:" in text and "engine:" in text
+    hardware = blessed.factors["hardware"]
+    for key, value in hardware.items():
+        if not isinstance(value, dict):
+            assert any(key in line and str(value) in line for line in text.splitlines()), key
+    engine_name = blessed.factors["engine"]["name"]
+    assert any(line.split() == ["name", engine_name] for line in text.splitlines()), "engine keys in words"
+    assert f"trials: {blessed.trials['passed']} of {blessed.trials['planned']} passed" in text
+    provenance = text.split("provenance\n", 1)[1]
+    assert "{" not in provenance and '"' not in provenance, "provenance in words, not JSON"
+    padded = [line for line in text.splitlines() if line != line.rstrip() and "─" not in line and "│" not in line]
+    assert padded == []
+    assert max(len(line) for line in text.splitlines()) < 300
+
+
+def test_a_hash_that_is_not_hex_is_called_so(bless: Invoke) -> None:
+    result = bless("verify", "nothex!!")
+    assert result.exit_code == ExitCode.INPUT_INVALID
+    assert "is not a hex config hash" in result.stderr
+    assert "at least the first 8" not in result.stderr.split("not a hex", 1)[1].split("\n", 1)[0]
+    short = bless("verify", "abc")
+    assert short.exit_code == ExitCode.INPUT_INVALID and "8 to 64 hex digits" in short.stderr
+
+
 def test_show_says_how_many_gpus_and_in_which_order_the_blessing_was_proven_on(
     bless: Invoke, store: Store, tmp_path: Path
 ) -> None:
@@ -956,7 +989,7 @@ def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
 def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
     from rich.console import Console
 
-    from bless.cli.fleet import _render_push
+    from bless.cli.registry import _render_push
 
     console = Console(record=True, width=200)
     data = {

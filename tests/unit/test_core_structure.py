@@ -106,8 +106,8 @@ def test_the_config_hash_format_is_written_down_once() -> None:
 
 FLOWS_DIR = BLESS / "flows"
 #: The flows, one per command (a module or a package), and what several flows share beside them.
-FLOWS = ("gate", "k8s", "pull", "push", "run", "serve", "sign")
-SHARED_FLOW_MODULES = ("engine_start", "events", "resolve", "safety", "trust_policy")
+FLOWS = ("gate", "gc", "inspect", "k8s", "pull", "push", "run", "serve", "sign", "trust")
+SHARED_FLOW_MODULES = ("engine_start", "events", "lookup", "resolve", "safety", "trust_policy")
 
 
 def flow_imports(path: Path) -> set[str]:

@@ -19,8 +19,8 @@ One module per concern: :mod:`.orchestrator` (the run and its candidates: refusa
 reject), :mod:`.bootstrap` (phase 1), :mod:`.schedule` (phase 2's trials on GPU slots, stopped
 together), :mod:`.trial` (one trial and its verdict), :mod:`.containers` (the run's engine
 containers: names, labels, sessions, leftovers of a crashed run), :mod:`.policy` (the rebless
-rule on failure-rate bounds), :mod:`.results` (options in, results out) and :mod:`.summary`
-(a rejection's ``summary.md``).
+rule on failure-rate bounds), :mod:`.results` (options in, K worked out, results and their
+refusal out) and :mod:`.summary` (a rejection's ``summary.md``).
 
 No other flow imports this package; what flows share lives in :mod:`bless.flows` beside it.
 """
@@ -28,6 +28,14 @@ No other flow imports this package; what flows share lives in :mod:`bless.flows`
 from __future__ import annotations
 
 from bless.flows.run.orchestrator import Orchestrator, run_bless
-from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
+from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult, trial_count
 
-__all__ = ["CandidateResult", "Orchestrator", "RunOptions", "RunResult", "TrialResult", "run_bless"]
+__all__ = [
+    "CandidateResult",
+    "Orchestrator",
+    "RunOptions",
+    "RunResult",
+    "TrialResult",
+    "run_bless",
+    "trial_count",
+]
