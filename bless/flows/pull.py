@@ -125,9 +125,10 @@ def _refuse_downgrade(store: Store, manifest: Manifest, *, allowed: bool) -> Non
     raise DowngradeError(
         f"{manifest.config_hash[:16]}...: the pulled blessing ({manifest.cache.dir_id}, created {manifest.created}) "
         f"is older than the live one ({live.cache.dir_id}, created {live.created}); nothing was downloaded",
-        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it with "
-        "bless pull --allow-downgrade",
+        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it "
+        "allowing a downgrade (allow_downgrade)",
         details={"live": live.cache.dir_id, "pulled": manifest.cache.dir_id},
+        remedy="allow_downgrade",
     )
 
 
@@ -496,7 +497,8 @@ def _writer_lock(store: Store, config_hash: str, *, wait: bool) -> Iterator[None
     except LockHeldError as exc:
         raise LockHeldError(
             exc.message,
-            hint="another bless pull or bless run writes this config now; rerun bless pull without --no-wait to "
+            hint="another pull or blessing run writes this config now; pull again waiting for the lock (wait) to "
             "queue behind it (it then finds the blessing present, or installs its own)",
             details=exc.details,
+            remedy="pull_wait_for_lock",
         ) from None

@@ -78,7 +78,9 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if not listed:
         raise UnsignedError(
             f"the metadata in {metadata_dir} does not sign {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-            hint=f"sign it first: bless sign {manifest.config_hash[:16]} --keys DIR",
+            hint=f"sign {manifest.config_hash[:16]} first with the signing repository whose metadata this is",
+            details={"config_hash": manifest.config_hash},
+            remedy="sign_first",
         )
     return files
 

@@ -93,8 +93,9 @@ def trial_slots(
         raise InsufficientGpuError(
             f"--parallel {count} needs {count * per_trial} GPUs ({per_trial} per trial); "
             f"{len(same)} usable {gpus[0].name} GPU(s) here",
-            hint=f"use --parallel {fit} or fewer (the default fits the GPUs present)",
-            details={"parallel": count, "per_trial": per_trial, "usable_gpus": len(same)},
+            hint=f"run {fit} parallel trials or fewer (the default fits the GPUs present)",
+            details={"parallel": count, "per_trial": per_trial, "usable_gpus": len(same), "fit": fit},
+            remedy="fewer_parallel",
         )
     count = min(count, wanted_trials)
     return tuple(GpuSlot(i, tuple(same[i * per_trial : (i + 1) * per_trial])) for i in range(count))
