@@ -214,8 +214,9 @@ class VerifyFailedError(BlessError):
         more = f" and {count - cls.NAMED_PROBLEMS} more" if count > cls.NAMED_PROBLEMS else ""
         return cls(
             f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
-            hint="do not serve or push this cache: re-bless the configuration (bless run --profile ... --rebless) "
-            "and find out what changed the read-only blessed files (bless verify lists every problem)",
+            hint="do not serve or push this cache: re-bless the configuration (rebless) and find out what changed "
+            "the read-only blessed files (verifying it lists every problem)",
+            remedy="rebless_changed_cache",
             details={
                 "config_hash": config_hash,
                 "blessed_dir": str(blessed_dir),

@@ -68,7 +68,8 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if "targets.json" not in files or "root.json" not in files:
         raise TrustInvalidError(
             f"{metadata_dir} holds no targets.json/root.json",
-            hint="--metadata names the signing repository's metadata directory (DIR/metadata)",
+            hint="the metadata directory is the signing repository's metadata/ (DIR/metadata)",
+            remedy="push_metadata_dir",
         )
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
     try:

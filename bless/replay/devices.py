@@ -125,7 +125,8 @@ def check_slot_memory(spec: HardwareSpec, slots: Sequence[GpuSlot], gpus: Sequen
     )
     raise InsufficientGpuError(
         f"each trial GPU needs {spec.min_gpu_memory_gib:g} GiB free (hardware.min_gpu_memory_gib): {listed}",
-        hint="stop what uses that GPU (nvidia-smi shows the processes), or run with fewer --parallel slots",
+        hint="stop what uses that GPU (nvidia-smi shows the processes), or run fewer parallel trials",
+        remedy="fewer_parallel_for_memory",
         details={
             "min_gpu_memory_gib": spec.min_gpu_memory_gib,
             "short": [
