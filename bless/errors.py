@@ -79,11 +79,22 @@ class BlessError(Exception):
     title: ClassVar[str] = "internal error"
     meaning: ClassVar[str] = "unexpected internal error (a bug: rerun with --verbose and report it)"
 
-    def __init__(self, message: str, *, hint: str | None = None, details: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        remedy: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
+        #: What to do, in words that suit any caller (a Python caller is never told to pass a flag).
         self.hint = hint
         self.details: dict[str, Any] = dict(details or {})
+        #: A stable key naming the remedy the hint describes (``"rebless"``): the command line words it as
+        #: the option to pass (cli/error_hints.py); None when the hint needs no other wording.
+        self.remedy = remedy
 
     def diagnostics(self) -> str:
         """The text a human reads: what happened and what to do about it."""
@@ -203,8 +214,9 @@ class VerifyFailedError(BlessError):
         more = f" and {count - cls.NAMED_PROBLEMS} more" if count > cls.NAMED_PROBLEMS else ""
         return cls(
             f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
-            hint="do not serve or push this cache: re-bless the configuration (bless run --profile ... --rebless) "
-            "and find out what changed the read-only blessed files (bless verify lists every problem)",
+            hint="do not serve or push this cache: re-bless the configuration (rebless) and find out what changed "
+            "the read-only blessed files (verifying it lists every problem)",
+            remedy="rebless_changed_cache",
             details={
                 "config_hash": config_hash,
                 "blessed_dir": str(blessed_dir),

@@ -453,7 +453,8 @@ def declared_hardware_factor(spec: HardwareSpec) -> dict[str, Any]:
         if not spec.cpu_isa:
             raise ResolutionError(
                 "hardware.cpu_isa is not declared, so the hardware factor cannot be resolved offline",
-                hint="declare hardware.cpu_isa in the profile (bless hash prints this machine's)",
+                hint="declare hardware.cpu_isa in the profile (this machine's config hash factors show it)",
+                remedy="declare_cpu_isa",
             )
         return {"accelerator": "cpu", "isa": spec.cpu_isa}
     missing = [key for key in ("gpu_name", "compute_capability") if getattr(spec, key) is None]

@@ -125,9 +125,10 @@ def _refuse_downgrade(store: Store, manifest: Manifest, *, allowed: bool) -> Non
     raise DowngradeError(
         f"{manifest.config_hash[:16]}...: the pulled blessing ({manifest.cache.dir_id}, created {manifest.created}) "
         f"is older than the live one ({live.cache.dir_id}, created {live.created}); nothing was downloaded",
-        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it with "
-        "bless pull --allow-downgrade",
+        hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it "
+        "allowing a downgrade (allow_downgrade)",
         details={"live": live.cache.dir_id, "pulled": manifest.cache.dir_id},
+        remedy="allow_downgrade",
     )
 
 
@@ -313,8 +314,9 @@ def _check_free_space(directory: Path, needed: int, entries: int) -> None:
     if needed + SPACE_MARGIN > free:
         raise NoSpaceError(
             f"the blessing needs {needed} bytes in {directory} and its file system has {free} free",
-            hint="free space there (bless gc removes what no blessing needs) or pull into another store root "
-            "(--root); nothing was downloaded",
+            hint="free space there (gc removes what no blessing needs) or pull into another store root; "
+            "nothing was downloaded",
+            remedy="pull_free_space",
             details={"needed": needed, "free": free},
         )
     # Some file systems (btrfs) report no inode counts at all: only a known count is checked.
@@ -322,7 +324,8 @@ def _check_free_space(directory: Path, needed: int, entries: int) -> None:
         raise NoSpaceError(
             f"the blessing needs {entries} files and directories in {directory}; its file system has "
             f"{info.f_favail} inodes free",
-            hint="free inodes there or pull into another store root (--root); nothing was downloaded",
+            hint="free inodes there or pull into another store root; nothing was downloaded",
+            remedy="pull_free_inodes",
         )
 
 
@@ -499,7 +502,8 @@ def _writer_lock(store: Store, config_hash: str, *, wait: bool) -> Iterator[None
     except LockHeldError as exc:
         raise LockHeldError(
             exc.message,
-            hint="another bless pull or bless run writes this config now; rerun bless pull without --no-wait to "
+            hint="another pull or blessing run writes this config now; pull again waiting for the lock (wait) to "
             "queue behind it (it then finds the blessing present, or installs its own)",
             details=exc.details,
+            remedy="pull_wait_for_lock",
         ) from None

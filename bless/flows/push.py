@@ -69,7 +69,8 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if "targets.json" not in files or "root.json" not in files:
         raise TrustInvalidError(
             f"{metadata_dir} holds no targets.json/root.json",
-            hint="--metadata names the signing repository's metadata directory (DIR/metadata)",
+            hint="the metadata directory is the signing repository's metadata/ (DIR/metadata)",
+            remedy="push_metadata_dir",
         )
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
     try:
@@ -79,7 +80,9 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if not listed:
         raise UnsignedError(
             f"the metadata in {metadata_dir} does not sign {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-            hint=f"sign it first: bless sign {manifest.config_hash[:16]} --keys DIR",
+            hint=f"sign {manifest.config_hash[:16]} first with the signing repository whose metadata this is",
+            details={"config_hash": manifest.config_hash},
+            remedy="sign_first",
         )
     return files
 

@@ -134,16 +134,21 @@ def drift_error(
         changes = ", ".join(change.describe() for change in nearest.changes)
         blessed = nearest.manifest
         message += f"; nearest blessing {blessed.config_hash[:16]} ({blessed.profile_name}) differs in: {changes}"
-        hint = "bless this configuration (bless run --profile ...), or revert the drifted factor(s)"
+        hint, remedy = "bless this configuration, or revert the drifted factor(s)", "bless_drifted"
     else:
         engine = factor_field(resolved.factors, "engine", "name")
         model = factor_field(resolved.factors, "model", "id")
         message += f"; none of engine {engine!r} and model {model!r} to compare with"
-        hint = f"no blessing of this engine and model exists yet: run bless run --profile {resolved.profile.label}"
+        hint, remedy = "no blessing of this engine and model exists yet: bless this profile", "bless_first"
     return NoManifestError(
         message,
         hint=hint,
-        details={"config_hash": resolved.config_hash, "nearest": nearest.to_dict() if nearest else None},
+        details={
+            "config_hash": resolved.config_hash,
+            "nearest": nearest.to_dict() if nearest else None,
+            "profile": resolved.profile.label,
+        },
+        remedy=remedy,
     )
 
 

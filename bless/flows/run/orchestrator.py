@@ -119,7 +119,9 @@ class Orchestrator:
             if existing is not None and not options.rebless:
                 raise AlreadyBlessedError(
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
-                    hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
+                    hint="replace it with a new blessing (rebless: the prior blessing is archived), or verify it",
+                    details={"config_hash": config_hash},
+                    remedy="rebless",
                 )
             if existing is not None:
                 warning = check_bound_kept(existing, options)

@@ -22,7 +22,7 @@ from bless.flows.engine_start import EngineSession, engine_spec
 from bless.flows.events import new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
 from bless.flows.safety import check_unsafe
-from bless.flows.serve.names import serve_container_name, stop_command
+from bless.flows.serve.names import serve_container_name
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.probes import hardware_factor, probe_gpus
@@ -53,8 +53,9 @@ def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
         raise VerifyFailedError(
             f"the copy the engine would read is not the verified blessing: {found.message}",
             hint=f"something changed the copy at {copy} or the blessed tree {blessed_dir} while it was copied; "
-            "nothing was started: run serve-full again, and bless verify to audit the store",
-            details={**found.details, "original": str(blessed_dir)},
+            "nothing was started: serve again, and verify the blessing to audit the store",
+            details={**found.details, "original": str(blessed_dir), "copy": str(copy)},
+            remedy="serve_again_and_verify",
         )
 
 
@@ -99,7 +100,7 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
 def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path | None = None) -> None:
     """Refuse (12) when the serving container name is taken: ours (serving already) or foreign (never touched).
 
-    ``root``: the store root, named in the stop command of the hint (see :func:`stop_command`).
+    ``root``: the store root, recorded in the refusal's details (the command line's stop command names it).
     """
     holder = runtime.name_holder(name)
     if holder == "free":
@@ -128,17 +129,34 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path
         # Its lease and serve dir live under the owner's root: only a stop run there cleans them up.
         raise ContainerConflictError(
             f"container {name!r} ({status}) is the serve of another store root, {owner_root}",
-            hint=f"serve this profile under a name of this root (serve-full --name-per-root), or stop that "
-            f"serve from its own root ({stop_command(profile.name, Path(owner_root))})",
-            details={"name": name, "holder": "ours", "status": status, "store_root": owner_root},
+            hint="serve this profile under a name of this root (name_per_root), or stop that serve from its own root",
+            details={
+                "name": name,
+                "holder": "ours",
+                "status": status,
+                "store_root": owner_root,
+                "profile_name": profile.name,
+            },
+            remedy="serve_name_per_root",
         )
     if status == "running":
         message = f"{profile.label} is already running: container {name!r} of ours is up"
-        hint = f"use the running engine, or stop it first ({stop_command(profile.name, root)})"
+        hint, remedy = "use the running engine, or stop its detached serve first", "use_or_stop_serve"
     else:
         message = f"container {name!r} of ours already exists ({status}): a stopped serve-full --detach left it"
-        hint = f"remove it ({stop_command(profile.name, root)}), then retry"
-    raise ContainerConflictError(message, hint=hint, details={"name": name, "holder": "ours", "status": status})
+        hint, remedy = "remove it (stop its detached serve), then retry", "stop_serve_then_retry"
+    raise ContainerConflictError(
+        message,
+        hint=hint,
+        details={
+            "name": name,
+            "holder": "ours",
+            "status": status,
+            "profile_name": profile.name,
+            "store_root": str(root) if root is not None else None,
+        },
+        remedy=remedy,
+    )
 
 
 @dataclass(frozen=True)
@@ -489,7 +507,8 @@ def _cache_mount(
             if _OVERLAY_UNSAFE & set(str(path)):
                 raise InputInvalidError(
                     f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
-                    hint="move the store root (--root / BLESS_ROOT) to a plain path",
+                    hint="move the store root to a plain path",
+                    remedy="plain_store_root",
                 )
         mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
     if runtime.copies_mounts:

@@ -132,8 +132,9 @@ def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetch
         raise NoManifestError(
             f"--from {fetched.reference} holds blessing {fetched.config_hash[:16]}... ({fetched.dir_id}), but the "
             f"profile resolves here to {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-            hint="serve the profile that blessing was made from, on matching hardware; bless diff shows "
-            "which factors differ",
+            hint="serve the profile that blessing was made from, on matching hardware; a diff of the two "
+            "configurations shows which factors differ",
+            remedy="serve_its_profile",
             details={"pulled": fetched.config_hash, "profile": manifest.config_hash},
         )
     assert the_plan.manifest_bytes is not None  # a blessed plan parsed them
@@ -195,7 +196,8 @@ def serve_full(
             raise InterruptedByUserError(
                 f"{hooks.signal_name() or 'SIGINT'} before the engine was ready and canary-checked: "
                 f"container {the_plan.container_name} was stopped and removed",
-                hint="run serve-full again to serve",
+                hint="serve again",
+                remedy="serve_again",
             ) from None
         starting.release()  # the running container holds the name now
     if request.detach:
