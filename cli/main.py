@@ -25,7 +25,6 @@ from bless.cli.common import (
     JsonOption,
     ManifestsDirOption,
     ProfileOption,
-    ResolvedFile,
     RootOption,
     VerboseOption,
     VersionOption,
@@ -59,6 +58,7 @@ from bless.errors import (
     UsageError,
     VerifyFailedError,
 )
+from bless.flows.resolve import ProfileResolution
 from bless.flows.trust_policy import trust_verdict
 from bless.probes import probe_python_environment
 from bless.store import manifest_summary
@@ -143,7 +143,7 @@ def _manifest_side(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _profile_side(judged: ResolvedFile) -> dict[str, Any]:
+def _profile_side(judged: ProfileResolution) -> dict[str, Any]:
     resolved = judged.resolved
     return {
         "kind": "profile",
