@@ -277,8 +277,8 @@ class ServeFullOptions:
 #: loaded profile there).
 _PASSED_THROUGH = tuple(
     sorted(
-        {field.name for field in dataclasses.fields(serve.ServeRequest)}
-        & {field.name for field in dataclasses.fields(ServeFullOptions)} - {"profile"}
+        ({field.name for field in dataclasses.fields(serve.ServeRequest)} - {"profile"})
+        & {field.name for field in dataclasses.fields(ServeFullOptions)}
     )
 )
 
