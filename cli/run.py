@@ -20,10 +20,9 @@ from bless.cli.boundary import Report, command, stop_signals_handled
 from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
 from bless.core.profile import load_profile
 from bless.core.untrusted_text import shown
-from bless.engines import get_adapter
 from bless.errors import UsageError
 from bless.flows.events import Event
-from bless.flows.resolve import resolve_profile
+from bless.flows.resolve import resolve_for_command
 from bless.flows.run import RunOptions, run_bless, trial_count
 from bless.runtime import get_runtime
 
@@ -165,17 +164,16 @@ def run_command(
     state = app_state(ctx)
     store = state.store()
     runtime = get_runtime(loaded.runtime_kind)
-    adapter = get_adapter(loaded.engine)
     console = render.err_console()
     progress = RunProgress(console)
     with signals_as_interrupt(), progress.live:
-        resolved = resolve_profile(loaded, image_resolver=runtime.resolve_image, adapter=adapter)
-        console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
+        resolution = resolve_for_command(loaded, image_resolver=runtime.resolve_image)
+        console.print(Text(f"{progress.elapsed()} config hash {resolution.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(
-            resolved,
+            resolution.resolved,
             store=store,
             runtime=runtime,
-            adapter=adapter,
+            adapter=resolution.adapter,
             options=RunOptions(
                 trials=k,
                 confidence=confidence,

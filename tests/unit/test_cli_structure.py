@@ -83,6 +83,13 @@ def _names(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {alias.name for alias in node.names}
 
 
+def _calls_method(name: str, path: Path) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
+
+
 def _calls(name: str, path: Path) -> bool:
     return any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
@@ -91,13 +98,18 @@ def _calls(name: str, path: Path) -> bool:
 
 
 def test_profiles_are_resolved_through_one_entry_point() -> None:
-    """Only bless/flows/resolve.py calls factors.resolve(); every command goes through resolve_profile()."""
+    """Only bless/flows/resolve.py calls factors.resolve() or specialises an adapter for a profile's factors;
+    every command resolves through resolve_for_command(), and nothing else calls resolve_profile()."""
     sources = [path for folder in ("bless", "cli") for path in sorted((REPO / folder).rglob("*.py"))]
     importers = [str(path.relative_to(REPO)) for path in sources if _imports_resolve(path)]
     assert importers == ["bless/flows/resolve.py"]
-    users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
-    assert {"bless/flows/gate/check.py", "cli/common.py", "cli/run.py"} <= users
-    assert any(user.startswith(("bless/flows/launcher", "bless/flows/serve")) for user in users), users
+    users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_for_command", path)}
+    assert users == {"bless/flows/gate/check.py", "bless/flows/serve/checks.py", "cli/common.py", "cli/run.py"}
+    wiring = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
+    assert wiring == {"bless/flows/resolve.py"}
+    # A detached serve's seal watcher rebuilds its adapter from the factors it is handed (no profile to resolve).
+    specialisers = {str(path.relative_to(REPO)) for path in sources if _calls_method("for_factors", path)}
+    assert specialisers == {"bless/flows/resolve.py", "cli/seal_watch.py"}
 
 
 def _helps() -> dict[str, str]:

@@ -64,13 +64,14 @@ class Orchestrator:
         gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
         cuda_visible_devices: str | None = None,
     ):
-        """``gpu_probe`` lists this host's GPUs (nvidia-smi); ``cuda_visible_devices`` is the operator's
-        restriction of them (indices or UUIDs), None for all."""
+        """``adapter`` is the one specialised for ``resolved``'s factors, as resolution returns it
+        (:class:`bless.flows.resolve.ProfileResolution`). ``gpu_probe`` lists this host's GPUs (nvidia-smi);
+        ``cuda_visible_devices`` is the operator's restriction of them (indices or UUIDs), None for all."""
         self.resolved = resolved
         self.profile = resolved.profile
         self.store = store
         self.runtime = runtime
-        self.adapter = adapter.for_factors(resolved.factors)
+        self.adapter = adapter
         self._events = events
         self._events_lock = threading.Lock()
         self.gpu_probe = gpu_probe

@@ -1,10 +1,10 @@
-"""``serve-full`` as one call: :func:`serve_full` runs every step, the command line only renders and handles signals.
+"""serve-full: every step in one call, :func:`serve_full`; the command line only renders and handles signals.
 
-The steps, in order: the per-name start lock (:mod:`.start_lock`); ``--from``'s pull (a callable the caller
-gives, so this flow imports no registry code and no other flow); the plan, every refusal before anything
-starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``, checked
-on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
-then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
+The steps, in order: the per-name start lock (:mod:`.start_lock`); ``--from``'s pull (a callable the caller gives,
+so this flow imports no registry code and no other flow); the plan, every refusal before anything starts
+(:mod:`.checks`, then :mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``,
+checked on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary
+(:mod:`.start`); then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
 (:mod:`.follow`, :mod:`.finish`), with sealed serving watching for unproven compiles all along (:mod:`.seal`).
 ``--detach`` returns once the canary passed and the detached engine's own seal watcher runs (:mod:`.detached`);
 ``--dry-run`` after the plan.
