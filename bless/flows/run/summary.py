@@ -28,9 +28,9 @@ def render_summary(
 
     ``interrupted`` names the step a signal stopped (``"trial 2"``, ``"the bootstrap"``): that step
     started but has no verdict, so it is not among the finished trials, and the candidate is not
-    called rejected. ``has_tree`` says whether a
-    candidate tree is kept (none when nothing was staged, e.g. a bootstrap interrupted early), and
-    ``logs`` names the engine logs kept next to it (None: the usual bootstrap and trial logs).
+    called rejected. ``has_tree`` says whether a candidate tree is kept (none when nothing was staged,
+    e.g. a bootstrap interrupted early), and ``logs`` names the engine logs kept next to it (None: the
+    usual bootstrap and trial logs).
     """
     # The file list names only what is there: a reader told of a tree/ that is missing suspects lost evidence.
     cache = "the rejected cache" if interrupted is None else "the candidate cache, never judged"
