@@ -153,7 +153,8 @@ def run_command(
     """Bless a profile: bootstrap its compile cache, prove it with K trials, publish or reject.
 
     Exit 0 when published; TRIALS_FAILED (41) when every candidate was rejected (evidence kept
-    under <root>/rejected/); see bless exit-codes for every refusal.
+    under <root>/rejected/); INTERRUPTED (130) on Ctrl-C or SIGTERM (evidence kept under
+    <root>/interrupted/); see bless exit-codes for every refusal.
     """
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence must lie strictly between 0 and 1, not {confidence}")

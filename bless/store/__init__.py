@@ -1,4 +1,4 @@
-"""The on-disk store: blessed trees, live manifests, archive, rejected evidence, locks.
+"""The on-disk store: blessed trees, live manifests, archive, rejected and interrupted evidence, locks.
 
 Layout under a root (``$BLESS_ROOT``, default ``~/.cache/bless``)::
 
@@ -14,6 +14,9 @@ Layout under a root (``$BLESS_ROOT``, default ``~/.cache/bless``)::
     <root>/rejected/<config_hash>/<run_id>-c<candidate>/
                                                  ``tree/`` + ``summary.md`` + ``evidence.json`` (+ what
                                                  the caller adds): a rejected candidate kept as evidence
+    <root>/interrupted/<config_hash>/<run_id>-c<candidate>/
+                                                 the same, for a candidate whose run a signal stopped (no
+                                                 verdict: not a rejection, so kept apart from them)
     <root>/locks/<config_hash>.lock              per-hash lock (flock, released by the kernel when the
                                                  holder dies) + ``<config_hash>.holder`` (pid, host,
                                                  started) so a refusal can name the holder

@@ -1,11 +1,12 @@
 """Recovery after crashed writers, and garbage collection of what no blessing needs.
 
 :func:`recover` removes debris (dot temp files, ``.partial-`` copies, half-created staging dirs)
-and completes interrupted rejects. :func:`gc` also removes blessed versions that no manifest in
-ANY manifests dir this store has published to references, old rejected evidence and the staging
-dirs of dead runs. Every hash is handled under its lock (skipped while a writer holds it), and gc
-fails safe: an invalid manifest, a manifests dir it cannot read, or a lost or unreadable record of
-those dirs keeps every blessed version. A tree a live serving lease holds is never removed.
+and completes evidence dirs a crash cut short. :func:`gc` also removes blessed versions that no
+manifest in ANY manifests dir this store has published to references, old evidence (``rejected/``
+and, by the same rule but counted apart, ``interrupted/``) and the staging dirs of dead runs. Every
+hash is handled under its lock (skipped while a writer holds it), and gc fails safe: an invalid
+manifest, a manifests dir it cannot read, or a lost or unreadable record of those dirs keeps every
+blessed version. A tree a live serving lease holds is never removed.
 
 Nothing is removed through a symlink: a symlink where the store layout has a directory (``blessed/``,
 ``blessed/<hash>/``, ``serve/``...) or an entry gc would remove is reported and left alone, since
@@ -75,7 +76,7 @@ class GcAction:
     path: Path
     reason: str
     bytes: int
-    #: For rejected evidence of an interrupted ``bless run``: the step it was stopped in (no verdict).
+    #: For the evidence of an interrupted ``bless run``: the step it was stopped in (no verdict).
     interrupted_during: str | None = None
 
 
@@ -102,7 +103,7 @@ def _debris_hashes(parts: StoreParts) -> list[str]:
     """Config hashes that may have crash debris somewhere in the store."""
     paths = parts.paths
     hashes: set[str] = set()
-    for directory in (paths.blessed, paths.archive, paths.rejected):
+    for directory in (paths.blessed, paths.archive, paths.rejected, paths.interrupted):
         hashes.update(e.name for e in listdir(directory) if is_config_hash(e.name))
     for directory in (paths.manifests_dir, paths.locks):
         for entry in listdir(directory):
@@ -148,14 +149,15 @@ def _debris(parts: StoreParts, config_hash: str) -> list[tuple[Path, str, bool]]
     for entry in listdir(paths.archive / config_hash):
         if entry.name.startswith(".") and TMP_MARK in entry.name:
             found.append((Path(entry.path), "temp archive file of an interrupted publish", False))
-    for entry in listdir(paths.rejected / config_hash):
-        if entry.name.startswith(PARTIAL_PREFIX):
-            # Holds a moved staged tree: evidence. Complete it rather than delete it.
-            found.append((Path(entry.path), "completed an interrupted reject (kept as evidence)", True))
-        elif entry.is_dir(follow_symlinks=False):
-            for inner in listdir(Path(entry.path)):
-                if inner.name.startswith(".") and TMP_MARK in inner.name:
-                    found.append((Path(inner.path), "temp evidence file of an interrupted reject", False))
+    for base, what in ((paths.rejected, "reject"), (paths.interrupted, "filing of an interrupted run's evidence")):
+        for entry in listdir(base / config_hash):
+            if entry.name.startswith(PARTIAL_PREFIX):
+                # Holds a moved staged tree: evidence. Complete it rather than delete it.
+                found.append((Path(entry.path), f"completed an interrupted {what} (kept as evidence)", True))
+            elif entry.is_dir(follow_symlinks=False):
+                for inner in listdir(Path(entry.path)):
+                    if inner.name.startswith(".") and TMP_MARK in inner.name:
+                        found.append((Path(inner.path), f"temp evidence file of an interrupted {what}", False))
     return found
 
 
@@ -192,7 +194,7 @@ def _staging_debris(parts: StoreParts) -> list[tuple[Path, str]]:
     return found
 
 
-def _finalize_rejected(partial: Path) -> None:
+def _finalize_evidence(partial: Path) -> None:
     # ".partial-<run>-c<N>-<token>" -> "<run>-c<N>" (or a fresh name if that exists).
     base = partial.name[len(PARTIAL_PREFIX) :].rsplit("-", 1)[0] or "unknown"
     final = partial.parent / base
@@ -216,7 +218,7 @@ class _Sweep:
     def drop(
         self, path: Path, reason: str, *, point: str, finalize: bool = False, interrupted: str | None = None
     ) -> None:
-        """Remove ``path`` (or, with ``finalize``, complete an interrupted reject) and record it.
+        """Remove ``path`` (or, with ``finalize``, complete an evidence dir a crash cut short) and record it.
 
         Never through a symlink (see the module docstring): such a path is noted and left alone.
         """
@@ -230,7 +232,7 @@ class _Sweep:
             try:
                 self.fault(point)
                 if finalize:
-                    _finalize_rejected(path)
+                    _finalize_evidence(path)
                 else:
                     remove_tree(path, within=base)
             except OSError as exc:
@@ -272,7 +274,7 @@ def _hash_dirs_ok(parts: StoreParts, config_hash: str, sweep: _Sweep) -> bool:
     paths = parts.paths
     ok = True
     for directory in (
-        *(d / config_hash for d in (paths.blessed, paths.archive, paths.rejected, paths.leases)),
+        *(d / config_hash for d in (paths.blessed, paths.archive, paths.rejected, paths.interrupted, paths.leases)),
         paths.locks,
     ):
         why = symlink_on_the_way(directory, paths.root)
@@ -352,19 +354,30 @@ def _gc_hash(parts: StoreParts, config_hash: str, sweep: _Sweep, *, keep: int, s
                     sweep.drop(path, "blessed version no manifest references", point="gc-remove")
         if not sweep.dry_run:
             parts.leases.prune_empty(config_hash)
-    evidence = [
-        Path(e.path)
-        for e in listdir(paths.rejected / config_hash)
-        if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
-    ]
-    evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
-    for path in evidence[keep:]:
+    # Rejections and interrupted runs are kept by the same rule, each counted apart: the newest
+    # interruptions never push a rejection out of the --keep N kept.
+    for path in _beyond_newest(paths.rejected / config_hash, keep):
         interrupted = _interrupted_during(path)
         if interrupted is None:
             sweep.drop(path, "rejected evidence beyond the newest kept", point="gc-remove")
-        else:
-            reason = f"evidence of a run interrupted during {interrupted} (not a rejection) beyond the newest kept"
-            sweep.drop(path, reason, point="gc-remove", interrupted=interrupted)
+        else:  # filed with the rejections by a bless from before interrupted/
+            _drop_interrupted(sweep, path, interrupted)
+    for path in _beyond_newest(paths.interrupted / config_hash, keep):
+        _drop_interrupted(sweep, path, _interrupted_during(path) or "an unrecorded step")
+
+
+def _beyond_newest(directory: Path, keep: int) -> list[Path]:
+    """The evidence dirs in ``directory`` beyond the ``keep`` newest (by mtime)."""
+    evidence = [
+        Path(e.path) for e in listdir(directory) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+    ]
+    evidence.sort(key=lambda p: (os.lstat(p).st_mtime, p.name), reverse=True)
+    return evidence[keep:]
+
+
+def _drop_interrupted(sweep: _Sweep, path: Path, step: str) -> None:
+    reason = f"evidence of a run interrupted during {step} (not a rejection) beyond the newest kept"
+    sweep.drop(path, reason, point="gc-remove", interrupted=step)
 
 
 def _interrupted_during(evidence_dir: Path) -> str | None:
@@ -472,6 +485,7 @@ def gc(parts: StoreParts, *, keep: int, dry_run: bool, fault: FaultHook) -> GcRe
         )
     hashes = {e.name for e in listdir(paths.blessed) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.rejected) if is_config_hash(e.name)}
+    hashes |= {e.name for e in listdir(paths.interrupted) if is_config_hash(e.name)}
     hashes |= {e.name for e in listdir(paths.leases) if is_config_hash(e.name)}
     for config_hash in sorted(hashes):
         if not _hash_dirs_ok(parts, config_hash, sweep):

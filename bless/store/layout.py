@@ -122,6 +122,11 @@ class StorePaths:
         return self.root / "rejected"
 
     @property
+    def interrupted(self) -> Path:
+        """``root/interrupted``: evidence of ``bless run`` candidates stopped by a signal (no verdict, not rejected)."""
+        return self.root / "interrupted"
+
+    @property
     def locks(self) -> Path:
         """``root/locks``: per-hash writer locks and their holder records."""
         return self.root / "locks"
@@ -208,6 +213,7 @@ class StorePaths:
             self.staging,
             self.archive,
             self.rejected,
+            self.interrupted,
             self.locks,
             self.state,
         ):

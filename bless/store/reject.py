@@ -1,8 +1,10 @@
-"""Keeping a rejected candidate as evidence: ``rejected/<hash>/<run_id>-c<N>/``.
+"""Keeping a candidate that was not published as evidence, in one of two places:
+``rejected/<hash>/<run_id>-c<N>/`` (the trials judged it) or ``interrupted/<hash>/<run_id>-c<N>/`` (a
+signal stopped the run first: no verdict, so nothing reading ``rejected/`` counts it as a rejection).
 
-The directory is assembled under a ``.partial-`` name and renamed into place, so it appears
-complete or not at all; a ``.partial-`` dir left by a crash holds the moved tree (evidence), and
-:meth:`Store.recover` completes it instead of deleting it.
+Both are written the same way: the directory is assembled under a ``.partial-`` name and renamed into
+place, so it appears complete or not at all; a ``.partial-`` dir left by a crash holds the moved tree
+(evidence), and :meth:`Store.recover` completes it instead of deleting it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from bless.system.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, os_re
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts
 
-__all__ = ["reject"]
+__all__ = ["keep_interrupted", "reject"]
 
 
 def reject(
@@ -41,6 +43,60 @@ def reject(
     fault: FaultHook,
 ) -> Path:
     """See :meth:`bless.store.Store.reject`."""
+    return _keep_evidence(
+        parts,
+        parts.paths.rejected,
+        "rejected evidence",
+        staged_dir,
+        config_hash=config_hash,
+        run_id=run_id,
+        candidate=candidate,
+        summary_md=summary_md,
+        evidence=evidence,
+        fault=fault,
+    )
+
+
+def keep_interrupted(
+    parts: StoreParts,
+    staged_dir: Path,
+    *,
+    config_hash: str,
+    run_id: str,
+    candidate: int,
+    summary_md: str,
+    evidence: Mapping[str, Any],
+    fault: FaultHook,
+) -> Path:
+    """See :meth:`bless.store.Store.keep_interrupted`."""
+    return _keep_evidence(
+        parts,
+        parts.paths.interrupted,
+        "the evidence of an interrupted run",
+        staged_dir,
+        config_hash=config_hash,
+        run_id=run_id,
+        candidate=candidate,
+        summary_md=summary_md,
+        evidence=evidence,
+        fault=fault,
+    )
+
+
+def _keep_evidence(
+    parts: StoreParts,
+    base: Path,
+    what: str,
+    staged_dir: Path,
+    *,
+    config_hash: str,
+    run_id: str,
+    candidate: int,
+    summary_md: str,
+    evidence: Mapping[str, Any],
+    fault: FaultHook,
+) -> Path:
+    """Assemble ``base/<hash>/<run_id>-c<candidate>/`` under a ``.partial-`` name and rename it into place."""
     check_hash(config_hash)
     check_run_id(run_id)
     if isinstance(candidate, bool) or not isinstance(candidate, int) or candidate < 0:
@@ -50,18 +106,17 @@ def reject(
             json.dumps(evidence, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
         ).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        raise InputInvalidError(f"rejection evidence is not JSON-serializable: {exc}") from None
+        raise InputInvalidError(f"{what} is not JSON-serializable: {exc}") from None
     staged_dir = Path(staged_dir).absolute()
     parts.paths.ensure_layout()
-    rejected = parts.paths.rejected
     with parts.locks.lock(config_hash):
         recover(parts, fault=fault)
         fault("reject-start")
-        parent = rejected / config_hash
+        parent = base / config_hash
         name = f"{run_id}-c{candidate}"
         final = parent / name
         if os.path.lexists(final):
-            raise InputInvalidError(f"rejected evidence {final} already exists; it is never overwritten")
+            raise InputInvalidError(f"{what} {final} already exists; it is never overwritten")
         partial = parent / f"{PARTIAL_PREFIX}{name}-{secrets.token_hex(4)}"
         try:
             ensure_dir(parent)
@@ -76,13 +131,13 @@ def reject(
             fault("reject-rename")
             partial.rename(final)
             fsync_dir(parent)
-            fsync_dir(rejected)
+            fsync_dir(base)
             fault("reject-done")
         except OSError as exc:
             # The partial dir may hold the moved tree: it is evidence, recover() completes it.
             raise os_refusal(
                 exc,
-                f"keeping rejected evidence in {final}",
+                f"keeping {what} in {final}",
                 hint="nothing was published; a dry run of gc shows what is left",
                 remedy="gc_dry_run",
             ) from exc

@@ -32,6 +32,7 @@ from bless.store.locks import HashLocks
 from bless.store.parts import StoreParts
 from bless.store.publish import PublishResult
 from bless.store.publish import publish as run_publish
+from bless.store.reject import keep_interrupted as run_keep_interrupted
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ManifestReader
 from bless.store.trusted_paths import refuse_untrusted_paths
@@ -342,12 +343,42 @@ class Store:
             fault=fault or no_fault,
         )
 
+    def keep_interrupted(
+        self,
+        staged_dir: Path,
+        *,
+        config_hash: str,
+        run_id: str,
+        candidate: int,
+        summary_md: str,
+        evidence: Mapping[str, Any],
+        fault: FaultHook | None = None,
+    ) -> Path:
+        """Keep the evidence of a candidate whose run a signal stopped; publish nothing.
+
+        As :meth:`reject`, in ``interrupted/<hash>/<run_id>-c<candidate>/`` instead of ``rejected/``:
+        the candidate got no verdict, so nothing that reads ``rejected/`` may count it as a rejection.
+        gc keeps the ``keep`` newest of these per hash, as it does rejected evidence. Same atomicity,
+        durability, crash recovery and refusals as :meth:`reject`.
+        """
+        return run_keep_interrupted(
+            self._parts,
+            staged_dir,
+            config_hash=config_hash,
+            run_id=run_id,
+            candidate=candidate,
+            summary_md=summary_md,
+            evidence=evidence,
+            fault=fault or no_fault,
+        )
+
     def recover(self, *, fault: FaultHook | None = None) -> list[Path]:
         """Clean up after crashed writers; return what was removed (or, for rejects, completed).
 
         Removes dot temp files of manifests, archive copies, holder records and evidence files,
         ``.partial-`` copies under ``blessed/``, and half-created staging dirs whose creator is
-        dead. A ``.partial-`` rejected dir holds evidence: it is renamed to its final name instead.
+        dead. A ``.partial-`` dir under ``rejected/`` or ``interrupted/`` holds evidence: it is renamed to its
+        final name instead.
         Each hash is cleaned under its lock (skipped while another process holds it, which may be
         publishing right now). Never touches a blessed dir a manifest references: only
         ``.partial-`` names are removed there.
@@ -360,7 +391,8 @@ class Store:
         Per config hash (under its lock; skipped with a note while held): blessed versions that no
         manifest in any manifests dir this store knows (its own, ``root/manifests``, and every dir
         it has published to) references, beyond the ``keep`` newest (by dir_id, which starts with a
-        UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime). Also
+        UTC timestamp), and rejected evidence dirs beyond the ``keep`` newest (by mtime); likewise the
+        evidence dirs of interrupted runs (``interrupted/``, counted apart from the rejections). Also
         staging dirs whose owner process is dead on this host, and the debris :meth:`recover`
         removes. When a recorded manifests dir cannot be read, or the record of those dirs is
         unreadable or (with blessed versions present) missing, no blessed version is removed. Nothing

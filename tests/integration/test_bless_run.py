@@ -122,8 +122,9 @@ def manifests(root: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
 
 
-def rejected(root: Path, config_hash: str) -> list[Path]:
-    directory = root / "rejected" / config_hash
+def rejected(root: Path, config_hash: str, kind: str = "rejected") -> list[Path]:
+    """The evidence dirs of ``config_hash`` under ``kind``: ``rejected``, or ``interrupted`` (runs a signal stopped)."""
+    directory = root / kind / config_hash
     return sorted(p for p in directory.iterdir() if not p.name.startswith(".")) if directory.is_dir() else []
 
 
@@ -479,7 +480,8 @@ def _interrupt_during_bootstrap(
     assert "interrupted" in flat(stderr) and "Traceback" not in stderr
     assert stopped_in < 60, f"stopping took {stopped_in:.1f} s"
     assert manifests(root) == [], "nothing published"
-    (evidence_dir,) = rejected(root, h)
+    (evidence_dir,) = rejected(root, h, "interrupted")
+    assert rejected(root, h) == [], "an interrupted run is no rejection"
     assert "interrupted" in (evidence_dir / "summary.md").read_text()
     assert json.loads((evidence_dir / "evidence.json").read_text())["reasons"] == ["interrupted"]
     assert (evidence_dir / "bootstrap.log").is_file(), "the interrupted engine's log is kept"

@@ -56,7 +56,14 @@ class Harness:
         return orchestrator.run(RunOptions(trials=trials, **options))
 
     def rejected_dirs(self) -> list[Path]:
-        parent = self.store.root / "rejected" / self.config_hash
+        return self._evidence_dirs("rejected")
+
+    def interrupted_dirs(self) -> list[Path]:
+        """The evidence of candidates a signal stopped: filed apart from the rejections."""
+        return self._evidence_dirs("interrupted")
+
+    def _evidence_dirs(self, kind: str) -> list[Path]:
+        parent = self.store.root / kind / self.config_hash
         return sorted(p for p in parent.iterdir() if not p.name.startswith(".")) if parent.is_dir() else []
 
     def staging_left(self) -> list[Path]:

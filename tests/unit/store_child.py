@@ -4,12 +4,14 @@ Usage (run with PYTHONPATH at the repo root):
     store_child.py hold-lock ROOT HASH SECONDS     take the lock, print "locked", sleep, exit
     store_child.py publish ROOT STAGED MANIFEST    publish STAGED as MANIFEST (a manifest file)
     store_child.py reject ROOT STAGED HASH RUN_ID  keep STAGED as rejected evidence of HASH
+    store_child.py keep-interrupted ROOT STAGED HASH RUN_ID
+                                                   keep STAGED as the evidence of an interrupted run of HASH
     store_child.py gc ROOT                         gc with keep=0
     store_child.py make-staging ROOT RUN_ID        create a staging dir owned by this process, exit
     store_child.py hold-lease ROOT HASH SERVE_DIR SECONDS
                                                    hold a serving lease on HASH's blessing, print "leased", sleep
 
-Crash options (publish, reject, gc), through the store's fault seam (bless.store.faults):
+Crash options (publish, reject, keep-interrupted, gc), through the store's fault seam (bless.store.faults):
     --kill-at POINT     SIGKILL this process at the first fault point named POINT
     --kill-after N      SIGKILL this process at the N-th fault point reached (1-based)
     --raise-at POINT    raise OSError at POINT (drives the undo path), then keep counting
@@ -81,10 +83,9 @@ def main(argv: list[str]) -> int:
             print(result.manifest_path, flush=True)
         except Exception as exc:  # the undo-path cases fail on purpose
             print(f"failed: {exc}", flush=True)
-    elif args.command == "reject":
-        store.reject(
-            Path(rest[0]), config_hash=rest[1], run_id=rest[2], candidate=1, summary_md="no", evidence={}, fault=crash
-        )
+    elif args.command in ("reject", "keep-interrupted"):
+        keep = store.reject if args.command == "reject" else store.keep_interrupted
+        keep(Path(rest[0]), config_hash=rest[1], run_id=rest[2], candidate=1, summary_md="no", evidence={}, fault=crash)
     elif args.command == "gc":
         store.gc(keep=0, fault=crash)
     elif args.command == "make-staging":

@@ -507,13 +507,19 @@ def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
     assert runtime.names()[-1] == f"bless-trial-{h12(harness)}-c1-t2"
     assert runtime.all_stopped_and_removed(), "every engine stopped (gracefully) and removed"
     assert harness.store.find(harness.config_hash) is None
-    (rejected,) = harness.rejected_dirs()
-    summary = (rejected / "summary.md").read_text()
+    # Filed apart from the rejections: nothing reading rejected/ counts it as a rejected candidate.
+    assert harness.rejected_dirs() == []
+    (kept,) = harness.interrupted_dirs()
+    assert kept == harness.store.root / "interrupted" / harness.config_hash / kept.name
+    assert str(kept.parent) in (caught.value.hint or ""), "the refusal points at the evidence"
+    summary = (kept / "summary.md").read_text()
     assert "trials finished: 1 of 3 planned; interrupted during trial 2" in summary
-    evidence = json.loads((rejected / "evidence.json").read_text())
+    assert summary.startswith("# Interrupted (not a rejection): candidate 1 of run ")
+    assert "Rejected" not in summary and "the rejected cache" not in summary
+    evidence = json.loads((kept / "evidence.json").read_text())
     assert evidence["reasons"] == ["interrupted"] and evidence["interrupted_during"] == "trial 2"
     assert [t["passed"] for t in evidence["trials"]] == [True], "trial 1's verdict is kept"
-    assert (rejected / "tree" / ARTIFACT).is_file() and (rejected / "trial-2.log").is_file()
+    assert (kept / "tree" / ARTIFACT).is_file() and (kept / "trial-2.log").is_file()
     assert harness.staging_left() == []
     # The lock is free: a second run takes it and blesses.
     second = make()
@@ -529,10 +535,11 @@ def test_interrupt_in_the_first_trial_says_that_trial_started(make: Callable[...
     harness = make(scenario)
     with pytest.raises(InterruptedByUserError):
         harness.run(trials=3)
-    (rejected,) = harness.rejected_dirs()
-    summary = (rejected / "summary.md").read_text()
+    assert harness.rejected_dirs() == []
+    (kept,) = harness.interrupted_dirs()
+    summary = (kept / "summary.md").read_text()
     assert "trials finished: 0 of 3 planned; interrupted during trial 1" in summary
-    assert json.loads((rejected / "evidence.json").read_text())["interrupted_during"] == "trial 1"
+    assert json.loads((kept / "evidence.json").read_text())["interrupted_during"] == "trial 1"
 
 
 # --- writes outside the blessed tree ---------------------------------------------------------------------

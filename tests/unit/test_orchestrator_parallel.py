@@ -110,6 +110,11 @@ class ParallelHarness(Harness):
         (only,) = self.rejected_dirs()
         return only
 
+    def interrupted(self) -> Path:
+        (only,) = self.interrupted_dirs()
+        assert self.rejected_dirs() == [], "an interrupted run is no rejection"
+        return only
+
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., ParallelHarness]]:
@@ -271,11 +276,11 @@ def test_interrupt_stops_every_running_trial_and_leaves_nothing_behind(
     assert runtime.all_stopped_and_removed(), "every running engine was stopped and removed"
     assert runtime.alive == {}
     assert harness.store.find(harness.resolved.config_hash) is None
-    evidence = json.loads((harness.rejected() / "evidence.json").read_text())
+    evidence = json.loads((harness.interrupted() / "evidence.json").read_text())
     assert evidence["reasons"] == ["interrupted"]
     assert evidence["interrupted_during"].startswith("trials ")
     assert "4" in evidence["interrupted_during"]
-    assert (harness.rejected() / "tree" / ARTIFACT).is_file()
+    assert (harness.interrupted() / "tree" / ARTIFACT).is_file()
     assert not list((harness.store.root / "staging").iterdir())
 
 

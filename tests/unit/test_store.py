@@ -593,7 +593,11 @@ def test_gc_refuses_while_a_manifest_is_invalid(store: Store) -> None:
 
 
 def test_gc_names_the_evidence_of_an_interrupted_run_it_removes(store: Store) -> None:
-    """An interrupted run is filed with the rejections; gc must not remove it without saying so."""
+    """An interrupted run's evidence is no rejection; gc must not remove it without saying so.
+
+    It is filed under interrupted/; a bless from before that filed it under rejected/, marked by its
+    ``interrupted_during``, and gc names that one the same way.
+    """
     from typer.testing import CliRunner
 
     from bless.cli.main import app
@@ -602,20 +606,25 @@ def test_gc_names_the_evidence_of_an_interrupted_run_it_removes(store: Store) ->
     manifest = make_manifest(staged)
     store.publish(staged, manifest)
 
-    def reject(run_id: str, interrupted: str | None) -> Path:
+    def keep(run_id: str, interrupted: str | None, *, legacy: bool = False) -> Path:
         staged = stage(store, run_id, run_id)
         evidence = {"interrupted_during": interrupted}
-        return store.reject(
+        keep = store.keep_interrupted if interrupted is not None and not legacy else store.reject
+        return keep(
             staged, config_hash=manifest.config_hash, run_id=run_id, candidate=1, summary_md="x", evidence=evidence
         )
 
-    stopped = reject("stopped", "trial 2")
-    rejected = reject("bad", None)
+    stopped = keep("stopped", "trial 2")
+    assert stopped.parent == store.root / "interrupted" / manifest.config_hash
+    legacy = keep("older", "the bootstrap", legacy=True)
+    assert legacy.parent == store.root / "rejected" / manifest.config_hash
+    rejected = keep("bad", None)
 
     runner = CliRunner()
     shown = runner.invoke(app, ["--root", str(store.root), "gc", "--dry-run"], env={"COLUMNS": "400"})
     assert shown.exit_code == 0, shown.output
     assert f"interrupted run (during trial 2): {stopped}" in shown.output
+    assert f"interrupted run (during the bootstrap): {legacy}" in shown.output
     assert f"interrupted run (during trial 2): {rejected}" not in shown.output
 
     result = runner.invoke(app, ["--root", str(store.root), "gc", "--json"])
@@ -623,5 +632,84 @@ def test_gc_names_the_evidence_of_an_interrupted_run_it_removes(store: Store) ->
     actions = {a["path"]: a for a in json.loads(result.stdout)["actions"]}
     assert actions[str(stopped)]["interrupted_during"] == "trial 2"
     assert "interrupted during trial 2" in actions[str(stopped)]["reason"]
+    assert actions[str(legacy)]["interrupted_during"] == "the bootstrap"
     assert actions[str(rejected)]["interrupted_during"] is None
-    assert not stopped.exists() and not rejected.exists()
+    assert not stopped.exists() and not legacy.exists() and not rejected.exists()
+
+
+def test_the_evidence_of_an_interrupted_run_is_filed_apart_from_the_rejections(store: Store) -> None:
+    staged = stage(store, "run1", "a")
+    manifest = make_manifest(staged)
+    evidence = {"reasons": ["interrupted"], "interrupted_during": "trial 2"}
+    kept = store.keep_interrupted(
+        staged,
+        config_hash=manifest.config_hash,
+        run_id="run1",
+        candidate=1,
+        summary_md="# stopped\n",
+        evidence=evidence,
+    )
+    assert kept == store.root / "interrupted" / manifest.config_hash / "run1-c1"
+    assert not (store.root / "rejected" / manifest.config_hash).exists(), "no rejection was filed"
+    assert (kept / "summary.md").read_text() == "# stopped\n"
+    assert json.loads((kept / "evidence.json").read_text()) == evidence
+    assert verify_tree(kept / "tree", manifest.cache.files, manifest.cache.dirs, expect_read_only=False).ok
+    assert not staged.exists() and store.find(manifest.config_hash) is None
+    assert stat.S_IMODE(os.lstat(store.root / "interrupted").st_mode) == 0o755
+    assert leftovers(store.root) == []
+    with pytest.raises(InputInvalidError, match=r"interrupted run .* never overwritten"):
+        store.keep_interrupted(
+            stage(store, "run2", "b"),
+            config_hash=manifest.config_hash,
+            run_id="run1",
+            candidate=1,
+            summary_md="",
+            evidence={},
+        )
+
+
+def test_gc_keeps_the_newest_interrupted_runs_as_it_keeps_rejections_counted_apart(store: Store) -> None:
+    """--keep N keeps N of each: a run of Ctrl-Cs never pushes the last real rejection out."""
+    staged = stage(store, "run0", "a")
+    manifest = make_manifest(staged)
+    store.publish(staged, manifest)
+    h = manifest.config_hash
+
+    def keep(kind: str, run_id: str, age_s: float) -> Path:
+        keep = store.reject if kind == "rejected" else store.keep_interrupted
+        evidence = {"interrupted_during": "trial 1"} if kind == "interrupted" else {}
+        path = keep(stage(store, run_id, run_id), config_hash=h, run_id=run_id, candidate=1, summary_md="",
+                    evidence=evidence)  # fmt: skip
+        stamp = time.time() - age_s
+        os.utime(path, (stamp, stamp))
+        return path
+
+    old_rejection = keep("rejected", "rej-old", 400)
+    new_rejection = keep("rejected", "rej-new", 300)
+    old_stops = [keep("interrupted", f"stop{n}", 200 - n) for n in range(3)]
+    newest_stop = keep("interrupted", "stop-new", 10)
+
+    report = store.gc(keep=1)
+    removed = {action.path: action for action in report.actions}
+    assert set(removed) == {old_rejection, *old_stops}
+    assert removed[old_rejection].interrupted_during is None
+    assert all(removed[p].interrupted_during == "trial 1" for p in old_stops)
+    assert all("(not a rejection)" in removed[p].reason for p in old_stops)
+    assert new_rejection.is_dir() and newest_stop.is_dir()
+
+    store.gc(keep=0)
+    assert not any((store.root / "interrupted" / h).iterdir()) and not any((store.root / "rejected" / h).iterdir())
+
+
+def test_recover_completes_the_evidence_of_an_interrupted_run_a_crash_cut_short(store: Store) -> None:
+    h = make_manifest(stage(store, "run1", "a")).config_hash
+    partial = store.root / "interrupted" / h / f"{PARTIAL_PREFIX}run9-c2-cafe"
+    write_tree(partial / "tree", "r")
+    temp = store.root / "interrupted" / h / "run8-c1" / f".evidence.json{TMP_MARK}1-beef"
+    write_tree(temp.parent / "tree", "s")
+    temp.write_bytes(b"{")
+
+    assert set(store.recover()) == {partial, temp}
+    assert (store.root / "interrupted" / h / "run9-c2" / "tree" / "artifact.bin").exists(), "completed, not deleted"
+    assert not (store.root / "rejected" / h).exists()
+    assert leftovers(store.root) == []

@@ -194,27 +194,32 @@ def test_kill_at_every_point_inside_publish(tmp_path: Path, undo: bool) -> None:
         assert tree.is_dir()  # copied, never consumed
 
 
-def test_kill_at_every_point_of_reject_loses_no_evidence(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "kind"), [("reject", "rejected"), ("keep-interrupted", "interrupted")])
+def test_kill_at_every_point_of_reject_loses_no_evidence(tmp_path: Path, command: str, kind: str) -> None:
+    """A rejection, and the evidence of an interrupted run (filed apart, written the same way)."""
+
     def case(index: int) -> tuple[Store, Path, str]:
         store = Store(fresh(tmp_path, index) / "root")
         tree = write_tree(store.new_staging_dir("bad-run") / "cache", "bad")
         return store, tree, make_manifest(tree).config_hash
 
     store, tree, config_hash = case(0)
-    points = trace("reject", str(store.root), str(tree), config_hash, "bad-run")
+    points = trace(command, str(store.root), str(tree), config_hash, "bad-run")
     assert points[-1] == "reject-done"
     for index in kill_points(points):
         store, tree, config_hash = case(index)
         expected = make_manifest(tree)
-        child = run_child("reject", str(store.root), str(tree), config_hash, "bad-run", "--kill-after", str(index))
+        child = run_child(command, str(store.root), str(tree), config_hash, "bad-run", "--kill-after", str(index))
         assert child.returncode == -signal.SIGKILL, (SEED, points[index - 1], child.stderr)
         store.recover()
         assert leftovers(store.root) == [], (SEED, points[index - 1])
-        kept = store.root / "rejected" / config_hash / "bad-run-c1"
+        kept = store.root / kind / config_hash / "bad-run-c1"
         # The candidate is in exactly one place: still staged, or kept as evidence.
         where = [p for p in (tree, kept / "tree") if p.is_dir()]
         assert len(where) == 1, (SEED, points[index - 1], where)
         assert verify_tree(where[0], expected.cache.files, expected.cache.dirs, expect_read_only=False).ok
+        other = "interrupted" if kind == "rejected" else "rejected"
+        assert not any((store.root / other).rglob("*")), f"nothing is filed under {other}/"
 
 
 def test_kill_at_every_point_of_gc_never_touches_the_live_blessing(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 :class:`Orchestrator` owns the order of things and the outcomes: refusals before any engine starts
 (already blessed, weaker bound, unsafe settings, not enough GPU memory), the candidate loop, the
-cross-device comparison, the manifest a publish writes, and the evidence a rejection keeps. Phase 1 is
+cross-device comparison, the manifest a publish writes, and the evidence a rejection (or an
+interruption, filed apart: it is no verdict) keeps. Phase 1 is
 :mod:`.bootstrap`, phase 2 :mod:`.schedule` and :mod:`.trial`.
 """
 
@@ -148,7 +149,7 @@ class Orchestrator:
             except KeyboardInterrupt:
                 raise InterruptedByUserError(
                     f"run {self.run_id} interrupted; engines stopped, nothing published",
-                    hint=f"evidence is under {self.store.paths.rejected / config_hash}",
+                    hint=f"evidence is under {self.store.paths.interrupted / config_hash}",
                 ) from None
             finally:
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -255,7 +256,7 @@ class Orchestrator:
             missing = self._served_still_missing(listing)
             if missing and self.profile.coverage == "require":
                 reasons: tuple[str, ...] = (missing,)
-                rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
+                rejected = self._keep_evidence(index, tree, evidence, bootstrap, trials, reasons, options)
                 self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
                 return CandidateResult(index, False, bootstrap, (), reasons, str(rejected))
 
@@ -266,12 +267,12 @@ class Orchestrator:
             schedule.run(index, options.trials, one_trial, trials)
             trials_seconds = time.monotonic() - trials_started
         except BootstrapFailedError as exc:
-            self._reject(index, tree, evidence, bootstrap, trials, (exc.message,), options)
+            self._keep_evidence(index, tree, evidence, bootstrap, trials, (exc.message,), options)
             raise
         except KeyboardInterrupt:
-            # What the interruption stopped, said in the rejection's summary: until trials start, the bootstrap.
+            # What the interruption stopped, said in the evidence's summary: until trials start, the bootstrap.
             step = schedule.step if schedule.step is not None else "the bootstrap"
-            self._reject(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=step)
+            self._keep_evidence(index, tree, evidence, bootstrap, trials, ("interrupted",), options, interrupted=step)
             raise
         trials.sort(key=lambda t: t.index)
         reference = {p: (c.text, c.token_ids) for p, c in golden_report.outputs.items()}
@@ -281,7 +282,7 @@ class Orchestrator:
         failed = [t for t in trials if not t.passed]
         if failed or cross_device:
             reasons = tuple([*(f"trial {t.index}: {r}" for t in failed for r in t.reasons), *cross_device])
-            rejected = self._reject(index, tree, evidence, bootstrap, trials, reasons, options)
+            rejected = self._keep_evidence(index, tree, evidence, bootstrap, trials, reasons, options)
             self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
             return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected), trials_seconds)
         manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
@@ -350,7 +351,7 @@ class Orchestrator:
             ),
         )
 
-    def _reject(
+    def _keep_evidence(
         self,
         candidate: int,
         tree: Path,
@@ -362,7 +363,11 @@ class Orchestrator:
         *,
         interrupted: str | None = None,
     ) -> Path:
-        """Hand a rejected candidate's tree, summary and evidence to the store; returns where they went."""
+        """Hand an unpublished candidate's tree, summary and evidence to the store; returns where they went.
+
+        A rejected candidate goes to ``rejected/``; with ``interrupted`` (the step a signal stopped) it has
+        no verdict, and the store files it under ``interrupted/``, apart from the rejections.
+        """
         summary = render_summary(
             self.resolved,
             self.run_id,
@@ -386,7 +391,8 @@ class Orchestrator:
             "trials": [trial.to_dict() for trial in trials],
             "factors": dict(self.resolved.factors),
         }
-        rejected = self.store.reject(
+        keep = self.store.reject if interrupted is None else self.store.keep_interrupted
+        kept = keep(
             tree,
             config_hash=self.resolved.config_hash,
             run_id=self.run_id,
@@ -394,14 +400,14 @@ class Orchestrator:
             summary_md=summary,
             evidence=record,
         )
-        with os_errors(f"keeping the evidence of candidate {candidate} in {rejected}"):
+        with os_errors(f"keeping the evidence of candidate {candidate} in {kept}"):
             for log in sorted(evidence.glob("*.log")):
-                shutil.copy2(log, rejected / log.name)
+                shutil.copy2(log, kept / log.name)
             for outside in sorted(evidence.glob("*-outside")):
                 # What a trial wrote outside the blessing (its private HOME and temp dir): regular files and
                 # links, the evidence of what was compiled; sockets and pipes carry nothing to keep.
-                shutil.copytree(outside, rejected / outside.name, symlinks=True, ignore=_special_files)
-        return rejected
+                shutil.copytree(outside, kept / outside.name, symlinks=True, ignore=_special_files)
+        return kept
 
 
 def _special_files(directory: str, names: list[str]) -> set[str]:

@@ -1,4 +1,5 @@
-"""The ``summary.md`` of a rejected candidate: what a human reads first in its evidence directory."""
+"""The ``summary.md`` of an unpublished candidate (rejected or interrupted): what a human reads first in its
+evidence directory."""
 
 from __future__ import annotations
 
@@ -23,15 +24,17 @@ def render_summary(
     has_tree: bool = True,
     logs: Sequence[str] | None = None,
 ) -> str:
-    """The ``summary.md`` a human reads first in a rejected-evidence dir.
+    """The ``summary.md`` a human reads first in an evidence dir (``rejected/`` or ``interrupted/``).
 
     ``interrupted`` names the step a signal stopped (``"trial 2"``, ``"the bootstrap"``): that step
-    started but has no verdict, so it is not among the finished trials. ``has_tree`` says whether a
-    candidate tree is kept (none when nothing was staged, e.g. a bootstrap interrupted early), and
-    ``logs`` names the engine logs kept next to it (None: the usual bootstrap and trial logs).
+    started but has no verdict, so it is not among the finished trials, and the candidate is not
+    called rejected. ``has_tree`` says whether a candidate tree is kept (none when nothing was staged,
+    e.g. a bootstrap interrupted early), and ``logs`` names the engine logs kept next to it (None: the
+    usual bootstrap and trial logs).
     """
     # The file list names only what is there: a reader told of a tree/ that is missing suspects lost evidence.
-    files = ["`tree/` (the rejected cache)"] if has_tree else []
+    cache = "the rejected cache" if interrupted is None else "the candidate cache, never judged"
+    files = [f"`tree/` ({cache})"] if has_tree else []
     files.append("`evidence.json` (everything above, machine-readable)")
     if logs is None:
         files.append("`bootstrap.log` and `trial-N.log` (engine logs)")
@@ -43,8 +46,9 @@ def render_summary(
     progress = f"- trials finished: {len(trials)} of {options.trials} planned"
     if interrupted is not None:
         progress += f"; interrupted during {interrupted}"
+    title = "Rejected" if interrupted is None else "Interrupted (not a rejection)"
     lines = [
-        f"# Rejected: candidate {candidate} of run {run_id}",
+        f"# {title}: candidate {candidate} of run {run_id}",
         "",
         f"- profile: `{resolved.profile.label}`",
         f"- config hash: `{resolved.config_hash}`",
