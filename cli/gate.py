@@ -24,7 +24,7 @@ from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_m
 from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError, UsageError
 from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
-from bless.system.fsutil import atomic_write_bytes
+from bless.system.durable import atomic_write_bytes
 from bless.system.user_files import check_output_target
 
 

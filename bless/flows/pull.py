@@ -64,7 +64,8 @@ from bless.oci.artifact import (
 from bless.oci.client import CHUNK, Reference, RegistryClient, Transport
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
 from bless.store import FaultHook, Store, staging_owner
-from bless.system.fsutil import NO_SPACE_ERRNOS, full_disk, remove_tree
+from bless.system.os_refusals import NO_SPACE_ERRNOS, full_disk
+from bless.system.trees import remove_tree
 from bless.trust import TrustVerdict
 
 __all__ = ["PULL_STEPS", "PullResult", "pull_blessing"]

@@ -20,7 +20,9 @@ from filelock import FileLock, Timeout
 
 from bless.errors import BlessError, LockHeldError, StoreUnavailableError
 from bless.store.layout import check_hash
-from bless.system.fsutil import FILE_MODE, atomic_write_bytes, ensure_dir, full_disk_error, os_errors, read_json_object
+from bless.system.durable import FILE_MODE, atomic_write_bytes, ensure_dir
+from bless.system.json_files import read_json_object
+from bless.system.os_refusals import full_disk_error, os_errors
 from bless.system.procid import process_alive, process_identity
 
 __all__ = ["HashLocks", "blocking_file_lock", "lock_refusal", "open_file_lock"]

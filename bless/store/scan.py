@@ -24,7 +24,9 @@ from bless.core.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
 from bless.core.untrusted_text import shown
 from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
-from bless.system.fsutil import atomic_write_bytes, listdir, read_json_object
+from bless.system.durable import atomic_write_bytes
+from bless.system.entries import listdir
+from bless.system.json_files import read_json_object
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 

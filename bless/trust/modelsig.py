@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UsageError
-from bless.system.fsutil import atomic_write_bytes, os_errors
+from bless.system.durable import atomic_write_bytes
+from bless.system.os_refusals import os_errors
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
 

@@ -53,7 +53,9 @@ CORE_PACKAGES = ("core", "oci", "replay", "system", "k8s", "store")
 VOCABULARY = ("errors.py", "container_labels.py", "evidence_types.py")
 CORE_MODULES = [
     *VOCABULARY,
-    *sorted(path.relative_to(BLESS).as_posix() for package in CORE_PACKAGES for path in (BLESS / package).rglob("*.py")),
+    *sorted(
+        path.relative_to(BLESS).as_posix() for package in CORE_PACKAGES for path in (BLESS / package).rglob("*.py")
+    ),
 ]
 
 

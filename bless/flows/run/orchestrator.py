@@ -47,7 +47,7 @@ from bless.replay.devices import GpuSlot, check_slot_memory, cross_device_reason
 from bless.replay.trials import failure_rate_bound, golden_from
 from bless.runtime.base import Runtime
 from bless.store import PublishResult, Store
-from bless.system.fsutil import os_errors
+from bless.system.os_refusals import os_errors
 
 
 class Orchestrator:

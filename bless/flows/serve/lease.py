@@ -23,7 +23,7 @@ from bless.flows.serve.snapshot import cache_changed_error
 from bless.runtime.base import Started
 from bless.store import Store
 from bless.store.lease import Lease
-from bless.system.fsutil import os_errors
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_identity
 
 __all__ = ["SERVE_FULL_ROLE", "ServingLease", "serve_full_holder", "serving_lease"]

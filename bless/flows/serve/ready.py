@@ -35,7 +35,8 @@ from bless.errors import BlessError, EngineHttpError, NotServingError
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
-from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
+from bless.system.durable import atomic_write_bytes
+from bless.system.json_files import UnreadableJsonError, load_json_object
 from bless.system.procid import process_alive
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
