@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UsageError
-from bless.system.durable import atomic_write_bytes
+from bless.system.durable import atomic_write_bytes, create_new_file
 from bless.system.os_refusals import os_errors
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
@@ -53,7 +53,7 @@ def _key(keys_dir: Path) -> tuple[Path, Path]:
         pem = private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = create_new_file(private_path, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(pem)
         public = private.public_key().public_bytes(

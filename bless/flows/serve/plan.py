@@ -17,7 +17,7 @@ from bless.core.manifest import Manifest
 from bless.core.profile import HardwareSpec, Profile
 from bless.core.verify import VerifyResult, verify_tree
 from bless.engines.base import EngineAdapter
-from bless.errors import ContainerConflictError, InputInvalidError, InsufficientGpuError, VerifyFailedError
+from bless.errors import ContainerConflictError, InsufficientGpuError, VerifyFailedError
 from bless.flows.engine_start import EngineSession, engine_spec
 from bless.flows.events import new_run_id
 from bless.flows.resolve import no_manifest_error, resolve_profile
@@ -26,11 +26,11 @@ from bless.flows.serve.names import serve_container_name, stop_command
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR, new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.probes import hardware_factor, probe_gpus
+from bless.replay.devices import has_free_memory, required_free_mib
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
+from bless.runtime.upper import check_overlay_path
 from bless.store import Store
 
-# Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
-_OVERLAY_UNSAFE = frozenset(",:\n")
 _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
 
 DEBUG_BANNER = (
@@ -60,10 +60,10 @@ def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
 
 def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
     """Refuse (52) unless the first ``gpu_count`` GPUs each have ``min_gpu_memory_gib`` free."""
-    if spec.accelerator != "cuda" or spec.min_gpu_memory_gib is None:
+    need_mib = required_free_mib(spec)
+    if need_mib is None:
         return
     count = spec.gpu_count or 1
-    need_mib = spec.min_gpu_memory_gib * 1024
     if len(gpus) < count:
         raise InsufficientGpuError(
             f"the profile needs {count} GPU(s) with {spec.min_gpu_memory_gib:g} GiB free each; "
@@ -71,7 +71,7 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
             hint="run on a host with enough GPUs (nvidia-smi lists them)",
             details={"needed_gpus": count, "found_gpus": len(gpus)},
         )
-    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if gpu.memory_free_mib < need_mib]
+    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if not has_free_memory(gpu, need_mib)]
     if short:
         listed = ", ".join(
             f"GPU {index} ({gpu.name}): {gpu.memory_free_mib / 1024:.1f} GiB free of {gpu.memory_total_mib / 1024:.1f}"
@@ -485,12 +485,9 @@ def _cache_mount(
             warnings.append(
                 f"cache.mount = 'ro-bind' but the {adapter.name} engine writes while loading: using an overlay"
             )
-        for path in (blessed_dir, serve_dir):
-            if _OVERLAY_UNSAFE & set(str(path)):
-                raise InputInvalidError(
-                    f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
-                    hint="move the store root (--root / BLESS_ROOT) to a plain path",
-                )
+        move_root = "move the store root (--root / BLESS_ROOT) to a plain path"
+        check_overlay_path(blessed_dir, "lower dir", hint=move_root)
+        check_overlay_path(serve_dir, "scratch dir", hint=move_root)
         mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
     if runtime.copies_mounts:
         # The engine will read a copy, not the tree verified above: verify the copy too, before it starts.
