@@ -10,15 +10,12 @@ docs/reference/exit-codes.md's table (and its test).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from bless.core.untrusted_text import shown
-
-if TYPE_CHECKING:
-    from bless.core.verify import VerifyResult
 
 
 class ExitCode(IntEnum):
@@ -184,6 +181,26 @@ class NoManifestError(BlessError):
     meaning = "no blessed manifest matches the config hash (config drift)"
 
 
+class TreeProblem(Protocol):
+    """One difference between a blessed tree and its manifest, as a refusal names it (the tree check's ``Problem``)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    def to_dict(self) -> dict[str, str]: ...
+
+
+class TreeCheck(Protocol):
+    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.core.verify.VerifyResult``):
+    described here, not imported, so that the vocabulary imports nothing above it."""
+
+    @property
+    def problems(self) -> Sequence[TreeProblem]: ...
+
+
 class VerifyFailedError(BlessError):
     exit_code = ExitCode.VERIFY_FAILED
     title = "verification failed"
@@ -193,7 +210,7 @@ class VerifyFailedError(BlessError):
     NAMED_PROBLEMS: ClassVar[int] = 8
 
     @classmethod
-    def from_result(cls, result: VerifyResult, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
+    def from_result(cls, result: TreeCheck, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
         """The one refusal for a blessed tree that does not match its manifest (verify, serve-full, gate, push)."""
         count = len(result.problems)
         named = "; ".join(

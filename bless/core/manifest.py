@@ -131,11 +131,6 @@ def cache_tree_from_listing(listing: TreeListing, *, mount_path: str, dir_id: st
     )
 
 
-def utc_now() -> str:
-    """ISO-8601 UTC timestamp with a Z suffix, as the schema wants."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def default_provenance(runtime: str, **extra: Any) -> dict[str, Any]:
     """Host + runtime + whatever the caller adds (image ID, run id, timings)."""
     return {"host": socket.gethostname(), "runtime": runtime, **extra}

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.factors import is_config_hash
-from bless.core.manifest import utc_now
 from bless.errors import InputInvalidError
 from bless.store.layout import check_dir_id, check_hash, is_dir_id
-from bless.store.locks import blocking_file_lock
+from bless.system.clock import utc_now
 from bless.system.durable import atomic_write_bytes, ensure_dir, fsync_dir
 from bless.system.entries import listdir
+from bless.system.file_locks import blocking_file_lock
 from bless.system.json_files import read_json_object
 from bless.system.procid import process_alive, process_identity
 

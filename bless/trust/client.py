@@ -25,8 +25,8 @@ from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.core.manifest import Manifest
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
-from bless.store.locks import blocking_file_lock
 from bless.system.entries import unsafe_to_trust
+from bless.system.file_locks import blocking_file_lock
 from bless.system.os_refusals import full_disk, os_errors
 from bless.trust.metadata import (
     ROLE_MAX_BYTES,
