@@ -63,6 +63,7 @@ class TrustVerdict:
     custom: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, by hand: ``signed`` is implied by a verdict, not a field (:mod:`bless.core.json_form`)."""
         return {
             "signed": True,
             "target": self.target,

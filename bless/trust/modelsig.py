@@ -21,6 +21,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UsageError
 from bless.system.durable import atomic_write_bytes, create_new_file
@@ -33,16 +34,12 @@ PUBLIC_KEY = "model-signing-p256.pub.pem"
 
 
 @dataclass(frozen=True)
-class ModelSigningBundle:
+class ModelSigningBundle(JsonForm):
     """Where a tree's OpenSSF Model Signing bundle and its public key were written, and how outside tools check it."""
 
     bundle: Path
     public_key: Path
     verify_command: str
-
-    def to_dict(self) -> dict[str, str]:
-        """The JSON form (``bless sign --model-signing --json``)."""
-        return {"bundle": str(self.bundle), "public_key": str(self.public_key), "verify_command": self.verify_command}
 
 
 def _key(keys_dir: Path) -> tuple[Path, Path]:

@@ -90,7 +90,8 @@ class SignResult:
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless sign --json``, ``bless trust rotate --json``)."""
+        """The JSON form (``bless sign --json``, ``bless trust rotate --json``), by hand: each role's signatures
+        as ``{signed, threshold}`` (:mod:`bless.core.json_form`)."""
         return {
             "target": self.target,
             "length": self.length,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from bless.core.json_form import JsonForm
 
 __all__ = [
     "ROOT_PATH",
@@ -83,7 +85,7 @@ class TreeListing:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(JsonForm):
     """One reason a tree does not match its listing.
 
     ``path`` is the name as it is on disk or in the listing (data: escape it with
@@ -94,26 +96,18 @@ class Problem:
     path: str
     detail: str
 
-    def to_dict(self) -> dict[str, str]:
-        """Return a JSON-ready dict."""
-        return {"kind": self.kind, "path": self.path, "detail": self.detail}
-
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(JsonForm):
     """Something worth saying that is not a failure (e.g. a blessed file is writable)."""
 
     kind: NoticeKind
     path: str
     detail: str
 
-    def to_dict(self) -> dict[str, str]:
-        """Return a JSON-ready dict."""
-        return {"kind": self.kind, "path": self.path, "detail": self.detail}
-
 
 @dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(JsonForm):
     """The outcome of :func:`verify_tree`.
 
     ``ok`` is true exactly when there are no problems (notices do not count).
@@ -127,17 +121,6 @@ class VerifyResult:
     files_checked: int
     bytes_hashed: int
     elapsed_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (problems and notices as lists of dicts)."""
-        return {
-            "ok": self.ok,
-            "problems": [p.to_dict() for p in self.problems],
-            "notices": [n.to_dict() for n in self.notices],
-            "files_checked": self.files_checked,
-            "bytes_hashed": self.bytes_hashed,
-            "elapsed_s": self.elapsed_s,
-        }
 
 
 class TreeError(ValueError):

@@ -6,11 +6,11 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
+from bless.core.json_form import OMIT, JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import AlreadyBlessedError, ArtifactNotFoundError, BlessError, LockHeldError
 from bless.flows.pull.decision import PullDecision, decide_pull
@@ -35,7 +35,7 @@ STAGING_PREFIX = "pull-"
 
 
 @dataclass(frozen=True)
-class PullResult:
+class PullResult(JsonForm):
     """A pull: what was resolved, whether it was installed (False: it was already present)."""
 
     reference: str
@@ -47,20 +47,7 @@ class PullResult:
     blobs_downloaded: int
     bytes_downloaded: int
     blessed_dir: Path
-    trust: TrustVerdict | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "digest": self.digest,
-            "pinned": self.pinned,
-            "config_hash": self.config_hash,
-            "dir_id": self.dir_id,
-            "installed": self.installed,
-            "blobs_downloaded": self.blobs_downloaded,
-            "bytes_downloaded": self.bytes_downloaded,
-            "blessed_dir": str(self.blessed_dir),
-        }
+    trust: TrustVerdict | None = field(metadata=OMIT)  # the command line renders the verdict (trust_report)
 
 
 def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str, bytes] | None:
