@@ -76,11 +76,22 @@ class BlessError(Exception):
     title: ClassVar[str] = "internal error"
     meaning: ClassVar[str] = "unexpected internal error (a bug: rerun with --verbose and report it)"
 
-    def __init__(self, message: str, *, hint: str | None = None, details: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        remedy: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
+        #: What to do, in words that suit any caller (a Python caller is never told to pass a flag).
         self.hint = hint
         self.details: dict[str, Any] = dict(details or {})
+        #: A stable key naming the remedy the hint describes (``"rebless"``): the command line words it as
+        #: the option to pass (cli/error_hints.py); None when the hint needs no other wording.
+        self.remedy = remedy
 
     def diagnostics(self) -> str:
         """The text a human reads: what happened and what to do about it."""
@@ -181,24 +192,16 @@ class NoManifestError(BlessError):
     meaning = "no blessed manifest matches the config hash (config drift)"
 
 
-class TreeProblem(Protocol):
-    """One difference between a blessed tree and its manifest, as a refusal names it (the tree check's ``Problem``)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def detail(self) -> str: ...
-    def to_dict(self) -> dict[str, str]: ...
+class _Problem(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class TreeCheck(Protocol):
-    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.core.verify.VerifyResult``):
-    described here, not imported, so that the vocabulary imports nothing above it."""
+    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.core.verify.VerifyResult``,
+    described here so that the vocabulary imports nothing above it): its problems, each in its JSON form."""
 
     @property
-    def problems(self) -> Sequence[TreeProblem]: ...
+    def problems(self) -> Sequence[_Problem]: ...
 
 
 class VerifyFailedError(BlessError):
@@ -212,20 +215,19 @@ class VerifyFailedError(BlessError):
     @classmethod
     def from_result(cls, result: TreeCheck, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
         """The one refusal for a blessed tree that does not match its manifest (verify, serve-full, gate, push)."""
-        count = len(result.problems)
-        named = "; ".join(
-            f"{shown(problem.path)} ({problem.kind}: {problem.detail})"
-            for problem in result.problems[: cls.NAMED_PROBLEMS]
-        )
+        problems = [problem.to_dict() for problem in result.problems]
+        count = len(problems)
+        named = "; ".join(f"{shown(p['path'])} ({p['kind']}: {p['detail']})" for p in problems[: cls.NAMED_PROBLEMS])
         more = f" and {count - cls.NAMED_PROBLEMS} more" if count > cls.NAMED_PROBLEMS else ""
         return cls(
             f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
-            hint="do not serve or push this cache: re-bless the configuration (bless run --profile ... --rebless) "
-            "and find out what changed the read-only blessed files (bless verify lists every problem)",
+            hint="do not serve or push this cache: re-bless the configuration (rebless) and find out what changed "
+            "the read-only blessed files (verifying it lists every problem)",
+            remedy="rebless_changed_cache",
             details={
                 "config_hash": config_hash,
                 "blessed_dir": str(blessed_dir),
-                "problems": [problem.to_dict() for problem in result.problems],
+                "problems": problems,
             },
         )
 

@@ -150,9 +150,10 @@ def judged_hardware(spec: HardwareSpec, *, gpus: Callable[[], list[GpuInfo]] | N
             hint="add them to the profile's [hardware] as on the serving host, e.g. "
             'gpu_name = "NVIDIA H100 80GB HBM3", compute_capability = "9.0", gpu_count = 1 '
             "(there: nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader); "
-            "bless hash, diff and gate then use the declaration on any machine, and bless run and serve-full "
+            "hashing, diffing and gating then use the declaration on any machine, and blessing and serving "
             "refuse a GPU that differs from it",
             details={"undeclared": [f"hardware.{key}" for key in missing]},
+            remedy="declare_hardware",
         )
     return JudgedHardware(hardware_factor(spec, gpus=found), "probed", missing)
 

@@ -42,6 +42,7 @@ except ImportError:  # older typer runs on click itself
     from click.exceptions import ClickException  # type: ignore[assignment]
 
 from bless.cli.common import AppState
+from bless.cli.error_hints import worded_for_command_line
 from bless.cli.render import err_console
 from bless.core.untrusted_text import json_safe, shown
 from bless.errors import BlessError, ExitCode, InterruptedByUserError, UsageError
@@ -154,6 +155,8 @@ def _execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) ->
     report: Report | None = None
     try:
         report = body()
+        if report.failure is not None:
+            worded_for_command_line(report.failure)
         if json_output:
             emit_json(document(report.data, report.failure), lenient=report.failure is not None)
         else:
@@ -166,7 +169,7 @@ def _execute(body: Callable[[], Report], *, json_output: bool, verbose: bool) ->
         )
         return _fail(console, err, json_output=json_output, verbose=False), err
     except BlessError as exc:
-        return _fail(console, exc, json_output=json_output, verbose=verbose), exc
+        return _fail(console, worded_for_command_line(exc), json_output=json_output, verbose=verbose), exc
     except Exception as exc:
         code = _internal(console, exc, json_output=json_output, verbose=verbose)
         return code, BlessError(f"{type(exc).__name__}: {exc}", hint=INTERNAL_HINT)

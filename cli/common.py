@@ -8,24 +8,14 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 import bless
-from bless.core.factors import (
-    ResolvedConfig,
-    declared_hardware_factor,
-    parse_config_hash,
-)
-from bless.core.manifest import Manifest
-from bless.core.profile import HardwareSpec, Profile, load_profile
-from bless.errors import NoManifestError, UsageError
-from bless.flows.resolve import image_needs_runtime, resolve_profile
-from bless.probes import HardwareSource, judged_hardware
-from bless.runtime import get_runtime
-from bless.runtime.base import Runtime
-from bless.store import LiveManifest, Store, default_root
+from bless.errors import UsageError
+from bless.flows.resolve import RUNTIME_WHEN_NEEDED, ProfileResolution, resolve_for_command
+from bless.store import Store, default_root
 
 # The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
 # and most commands have none of those on success.
@@ -178,80 +168,16 @@ def command_store(ctx: typer.Context, *, root: Path | None, manifests_dir: Path 
     return AppState(root=chosen_root, manifests_dir=chosen_manifests).store()
 
 
-def profile_runtime(profile: Profile) -> Runtime | None:
-    """A runtime only when one is needed: a Docker image given by tag must be resolved to its ID.
-
-    A pinned ``sha256:`` image ID, or the local runtime, resolves without one (:func:`image_needs_runtime`).
-    """
-    if image_needs_runtime(profile):
-        return get_runtime(profile.runtime_kind)
-    return None
-
-
-@dataclass(frozen=True)
-class ResolvedFile:
-    """A profile file resolved by a judging command (hash, diff), and where its hardware factor came from."""
-
-    resolved: ResolvedConfig
-    hardware_source: HardwareSource
-
-
-def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ResolvedFile:
-    """Load, validate and resolve a profile file to its factors and config hash.
+def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ProfileResolution:
+    """Load, validate and resolve a profile file to its factors and config hash (a judging command: hash, diff).
 
     Hardware: the profile's complete ``[hardware]`` declaration on any machine, else this machine's
-    (:func:`bless.probes.judged_hardware`); ``declared_hardware`` never probes.
+    (:func:`bless.probes.judged_hardware`); ``declared_hardware`` never probes. A Docker image tag is
+    resolved by a runtime made only then.
     """
-    profile = load_profile(path)
-    runtime = profile_runtime(profile)
-    sources: list[HardwareSource] = []
-
-    def hardware(spec: HardwareSpec) -> dict[str, Any]:
-        if declared_hardware:
-            sources.append("declared")
-            return declared_hardware_factor(spec)
-        judged = judged_hardware(spec)
-        sources.append(judged.source)
-        return judged.factor
-
-    resolved = resolve_profile(
-        profile,
-        image_resolver=runtime.resolve_image if runtime is not None else None,
-        hardware_probe=hardware,
+    return resolve_for_command(
+        path,
+        image_resolver=RUNTIME_WHEN_NEEDED,
+        hardware="declared" if declared_hardware else "judge",
         offline=offline,
     )
-    return ResolvedFile(resolved, sources[0] if sources else "declared")
-
-
-def lookup_manifest(store: Store, text: str) -> Manifest:
-    """The live manifest named by a full config hash or a unique prefix of at least 8 hex digits.
-
-    Raises: as :func:`lookup_live`.
-    """
-    return lookup_live(store, text).manifest
-
-
-def lookup_live(store: Store, text: str) -> LiveManifest:
-    """:func:`lookup_manifest`, with the file's path and the exact bytes the manifest was parsed from
-    (what is signed and checked under ``--trust``).
-
-    Raises:
-        NoManifestError: nothing in the manifests dir has that hash (or prefix).
-        InputInvalidError: a malformed or ambiguous prefix.
-        ManifestInvalidError, ManifestDuplicateError: the store's fail-closed lookup errors.
-    """
-    if len(text.strip()) != 64:  # a prefix; both forms are checked against the one config-hash format
-        return store.live_prefix(text)
-    config_hash = parse_config_hash(text)
-    live = store.live(config_hash)
-    if live is None:
-        raise NoManifestError(
-            f"no manifest in {store.manifests_dir} has config hash {config_hash}",
-            hint=(
-                "bless list shows the blessings of this store; check --root / --manifests-dir "
-                "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration with "
-                "bless run --profile ..."
-            ),
-            details={"config_hash": config_hash, "manifests_dir": str(store.manifests_dir)},
-        )
-    return live

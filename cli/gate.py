@@ -22,10 +22,7 @@ from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_manifests_dir, command_store
 from bless.core.untrusted_text import shown
-from bless.errors import InputInvalidError, UsageError
-from bless.flows.gate import default_profiles, gate_failure, github_annotations, junit_xml, run_gate
-from bless.system.durable import atomic_write_bytes
-from bless.system.user_files import check_output_target
+from bless.flows.gate import gate_profiles
 
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
@@ -90,32 +87,12 @@ def gate_command(
     Exit 0 only when every profile is blessed, GATE_FAILED (24) otherwise. Example CI workflow: docs/ci/bless-gate.yml
     """
 
-    paths = list(profiles) if profiles else default_profiles(Path())
-    if not paths:
-        raise UsageError(
-            "no profiles to gate: none given and no profiles/*.toml in the current directory",
-            hint="pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests",
-        )
     store = command_store(ctx, root=root, manifests_dir=manifests_dir)
     # Even the default: a gate always means a published set, and a typo in CI must not read as "nothing is blessed".
     check_manifests_dir(store)
-    if junit is not None:  # before the gate runs: a FIFO or device there is refused at once
-        check_output_target(junit, what="JUnit report", hint="--junit names a regular file, or one to be created")
-    report = run_gate(paths, store=store, verify=verify)
-    if junit is not None:
-        try:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(junit, junit_xml(report))
-        except OSError as exc:
-            raise InputInvalidError(f"cannot write the JUnit report {junit}: {exc.strerror or exc}") from None
-    data: dict[str, Any] = report.to_dict()
-    if junit is not None:
-        data["junit"] = str(junit)
-    failure = gate_failure(report, defaulted=not profiles) if not report.ok else None
-
-    annotations = github_annotations(report)
+    outcome = gate_profiles(profiles or (), store, verify=verify, junit=junit)
 
     def human(console: Console, shown: Mapping[str, Any]) -> None:
-        render_gate(console, {**shown, "_annotations": annotations})
+        render_gate(console, {**shown, "_annotations": outcome.annotations})
 
-    return Report(data, human, failure)
+    return Report(outcome.to_dict(), human, outcome.failure)

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ProfileOption
-from bless.cli.fleet import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
+from bless.cli.registry import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
 from bless.core.untrusted_text import shown
 from bless.k8s import documents as k8s
 from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE

@@ -25,43 +25,28 @@ from bless.cli.common import (
     JsonOption,
     ManifestsDirOption,
     ProfileOption,
-    ResolvedFile,
     RootOption,
     VerboseOption,
     VersionOption,
     app_state,
-    lookup_live,
-    lookup_manifest,
     reading_store,
     resolve_profile_file,
 )
-from bless.cli.fleet import (
-    TRUST_COMMANDS,
-    TrustOption,
-    pull_command,
-    push_command,
-    render_trust,
-    sign_command,
-    trust_app,
-    trust_report,
-)
 from bless.cli.gate import gate_command
 from bless.cli.k8s import K8S_COMMANDS, k8s_app
+from bless.cli.registry import pull_command, push_command
 from bless.cli.run import run_command
-from bless.core.factors import change_to_dict, diff_factors
-from bless.core.manifest import Manifest
-from bless.core.untrusted_text import shown
-from bless.engines.known_versions import local_vllm_status, supported_engines
-from bless.errors import (
-    InputInvalidError,
-    ManifestDuplicateError,
-    ManifestInvalidError,
-    UsageError,
-    VerifyFailedError,
+from bless.cli.trust import TRUST_COMMANDS, TrustOption, render_trust, sign_command, trust_app
+from bless.errors import UsageError
+from bless.flows.gc import collect_garbage
+from bless.flows.inspect import (
+    diff_profile,
+    hash_profile,
+    known_engines,
+    list_blessings,
+    show_blessing,
+    verify_blessing,
 )
-from bless.flows.trust_policy import trust_verdict
-from bless.probes import probe_python_environment
-from bless.store import manifest_summary
 
 app = typer.Typer(
     name="bless",
@@ -126,31 +111,12 @@ def hash_command(
     Hardware comes from the profile's [hardware] declaration when it is complete (on any machine, GPU
     profiles on a CPU-only host included), else from probing this machine; the output says which.
     """
-    judged = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
-    return Report({**judged.resolved.to_dict(), "hardware_source": judged.hardware_source}, render.render_resolved)
+    hashed = hash_profile(resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware))
+    return Report(hashed.to_dict(), render.render_resolved)
 
 
 # --------------------------------------------------------------------------------------------
 # diff
-
-
-def _manifest_side(manifest: Manifest) -> dict[str, Any]:
-    return {
-        "kind": "manifest",
-        "config_hash": manifest.config_hash,
-        "profile_name": manifest.profile_name,
-        "created": manifest.created,
-    }
-
-
-def _profile_side(judged: ResolvedFile) -> dict[str, Any]:
-    resolved = judged.resolved
-    return {
-        "kind": "profile",
-        "profile": resolved.profile.label,
-        "config_hash": resolved.config_hash,
-        "hardware_source": judged.hardware_source,
-    }
 
 
 @command
@@ -174,29 +140,15 @@ def diff_command(
     here (current); bless diff HASH_A HASH_B compares two blessings. Exit 0 whether or not
     they differ: diff reports, it does not judge.
     """
-    if profile is not None and hash_b is not None:
-        raise UsageError(
-            "give either --profile P and one hash, or two hashes, not both",
-            hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
-        )
-    if profile is None and hash_b is None:
-        raise UsageError(
-            "nothing to compare HASH_A with",
-            hint="bless diff --profile P HASH, or bless diff HASH_A HASH_B",
-        )
-    store = reading_store(ctx)
-    blessed = lookup_manifest(store, hash_a)
-    a_side = _manifest_side(blessed)
-    if profile is not None:
-        judged = resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware)
-        b_side, b_factors = _profile_side(judged), judged.resolved.factors
-    else:
-        assert hash_b is not None
-        other = lookup_manifest(store, hash_b)
-        b_side, b_factors = _manifest_side(other), other.factors
-    changes = [change_to_dict(change) for change in diff_factors(blessed.factors, b_factors)]
-    data = {"a": a_side, "b": b_side, "identical": not changes, "changes": changes}
-    return Report(data, render.render_diff)
+    compared = diff_profile(
+        reading_store(ctx),
+        hash_a,
+        hash_b,
+        profile=None
+        if profile is None
+        else lambda: resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware),
+    )
+    return Report(compared.to_dict(), render.render_diff)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,42 +164,8 @@ def list_command(ctx: typer.Context, json_output: JsonOption = False) -> Report:
     while an invalid manifest is present. Two files claiming one config hash exit
     MANIFEST_DUPLICATE (23).
     """
-    store = reading_store(ctx)
-    index = store.listing()
-    manifests: list[dict[str, Any]] = []
-    invalid: list[dict[str, Any]] = []
-    for record in index.records:
-        summary = record.summary or (manifest_summary(record.manifest) if record.manifest is not None else None)
-        if summary is None:
-            error = record.error or ManifestInvalidError(f"{record.path}: unreadable")
-            invalid.append({"path": str(record.path), "error": error.to_dict()})
-            continue
-        row = {key: value for key, value in summary.items() if key != "dir_id"}
-        manifests.append({"config_hash": row.pop("config_hash"), "path": str(record.path), **row})
-    duplicates = {config_hash: [str(path) for path in paths] for config_hash, paths in index.duplicates().items()}
-    data = {
-        "root": str(store.root),
-        "manifests_dir": str(store.manifests_dir),
-        "manifests": manifests,
-        "invalid": invalid,
-        "duplicates": duplicates,
-    }
-    failure: ManifestInvalidError | ManifestDuplicateError | None = None
-    if invalid:
-        failure = ManifestInvalidError(
-            f"{len(invalid)} manifest file(s) in {shown(str(store.manifests_dir))} are invalid: "
-            + ", ".join(shown(item["path"]) for item in invalid),
-            hint="restore them from the store's archive or version control, or move them out of the "
-            "manifests dir; until then every lookup (verify, serve-full) refuses",
-            details={"invalid": [item["path"] for item in invalid]},
-        )
-    elif duplicates:
-        failure = ManifestDuplicateError(
-            f"{len(duplicates)} config hash(es) are claimed by more than one manifest file",
-            hint="keep the right file of each and move the other(s) out of the manifests dir",
-            details={"duplicates": duplicates},
-        )
-    return Report(data, render.render_list, failure)
+    listing = list_blessings(reading_store(ctx))
+    return Report(listing.to_dict(), render.render_list, listing.failure)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,15 +179,8 @@ def show_command(
     json_output: JsonOption = False,
 ) -> Report:
     """Show one blessing: summary, trials, golden outputs and provenance (--json: the whole manifest)."""
-    store = reading_store(ctx)
-    manifest = lookup_manifest(store, config_hash)
-    path = store.manifest_path(manifest.config_hash)
-    data = {
-        **manifest.to_dict(),
-        "manifest_path": str(path) if path is not None else None,
-        "blessed_dir": str(store.blessed_dir(manifest)),
-    }
-    return Report(data, render.render_manifest)
+    shown_blessing = show_blessing(reading_store(ctx), config_hash)
+    return Report(shown_blessing.to_dict(), render.render_manifest)
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,25 +200,14 @@ def verify_command(
     listed otherwise; NO_MANIFEST (20) for an unknown hash. With --trust DIR the manifest must
     also be a validly signed, unexpired, current TUF target (exit 60-66 otherwise).
     """
-    store = reading_store(ctx)
-    live = lookup_live(store, config_hash)
-    manifest = live.manifest
-    verdict = trust_verdict(store, manifest, trust, data=live.document)
-    blessed_dir = store.blessed_dir(manifest)
     console = render.err_console()
-    with render.hashing_progress(console, manifest.cache.total_size, enabled=True) as progress:
-        result = store.verify_blessing(manifest, progress=progress)
-    data = {
-        "ok": result.ok,
-        "config_hash": manifest.config_hash,
-        "blessed_dir": str(blessed_dir),
-        "result": result.to_dict(),
-        "trust": trust_report(verdict),
-    }
-    failure = None
-    if not result.ok:
-        failure = VerifyFailedError.from_result(result, blessed_dir, config_hash=manifest.config_hash)
-    return Report(data, _render_verify, failure)
+    outcome = verify_blessing(
+        reading_store(ctx),
+        config_hash,
+        trust_dir=trust,
+        progress=lambda total_bytes: render.hashing_progress(console, total_bytes, enabled=True),
+    )
+    return Report(outcome.to_dict(), _render_verify, outcome.failure)
 
 
 def _render_verify(console: Console, data: Mapping[str, Any]) -> None:
@@ -343,29 +243,10 @@ def gc_command(
     keeps what a running server holds a lease on (a crashed server's lease is dropped); refuses
     (22) while any manifest there is invalid.
     """
-    store = reading_store(ctx)
-    forgotten = [
-        str(directory)
-        for directory in forget_manifests_dir or ()
-        if not dry_run and store.forget_manifests_dir(directory)
-    ]
-    report = store.gc(keep=keep, dry_run=dry_run)
-    data = {
-        "forgotten_manifests_dirs": forgotten,
-        "dry_run": report.dry_run,
-        "actions": [
-            {
-                "path": str(action.path),
-                "reason": action.reason,
-                "bytes": action.bytes,
-                "interrupted_during": action.interrupted_during,
-            }
-            for action in report.actions
-        ],
-        "total_bytes": report.total_bytes,
-        "notes": list(report.notes),
-    }
-    return Report(data, render.render_gc)
+    collected = collect_garbage(
+        reading_store(ctx), keep=keep, dry_run=dry_run, forget_manifests_dirs=forget_manifests_dir or ()
+    )
+    return Report(collected.to_dict(), render.render_gc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,17 +291,8 @@ def engines_command(
     Exit 0 whatever is installed: a vLLM without rules is refused by run and serve-full (33), not here.
     An interpreter that cannot be run (a wrong --python) is INPUT_INVALID (3), after the table.
     """
-    local = local_vllm_status(python, probe_python_environment)
-    data = {"engines": supported_engines(), "local": local}
-    failure = None
-    if "error" in local:
-        # Not "nothing installed": nothing could be asked, so an "ok" answer would be a false all-clear.
-        failure = InputInvalidError(
-            f"cannot check the vLLM and torch of --python {python}: {local['error']}",
-            hint="pass an interpreter that runs here (the local runtime's, e.g. --python .venv/bin/python)",
-            details={"python": python},
-        )
-    return Report(data, render.render_engines, failure)
+    engines = known_engines(python)
+    return Report(engines.to_dict(), render.render_engines, engines.failure)
 
 
 #: Every command of ``bless``, in the order ``bless --help`` lists them.

@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from bless.cli import blessing_words
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.manifest import factor_field
 from bless.core.untrusted_text import shown
@@ -237,9 +238,12 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
         ("manifest", str(data["manifest_path"])),
         ("blessed dir", str(data["blessed_dir"])),
     ]
-    console.print(kv_table(rows))
+    blessing_words.kv_lines(console, rows)
     trials = data["trials"]
-    table = _table(f"trials: {trials['passed']}/{trials['planned']} passed", "#", "verdict", "start->ready", "reasons")
+    blessing_words.render_coverage_in_words(console, factors, trials)
+    # Titles as lines of their own: a table's title is padded to the table's width.
+    console.print(Text(f"trials: {trials['passed']}/{trials['planned']} passed", style="bold"))
+    table = _table(None, "#", "verdict", "start->ready", "reasons")
     for result in trials.get("results", []):
         ready = result.get("start_to_ready_s")
         table.add_row(
@@ -260,7 +264,8 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
             )
         )
     _render_coverage(console, data.get("coverage"))
-    golden = _table("golden outputs", "prompt", "max tokens", "text", "token ids")
+    console.print(Text("golden outputs", style="bold"))
+    golden = _table(None, "prompt", "max tokens", "text", "token ids")
     for item in data["golden"]:
         golden.add_row(
             cell(item["prompt"]),
@@ -271,7 +276,7 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     console.print(golden)
     provenance = data["provenance"]
     console.print(Text("provenance", style="bold"))
-    console.print(kv_table([(str(key), _scalar(provenance[key])) for key in sorted(provenance)]))
+    blessing_words.kv_lines(console, blessing_words.flat(provenance) or [("", "(none)")], indent="  ")
 
 
 def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any]) -> list[str]:

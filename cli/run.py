@@ -18,14 +18,12 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command, stop_signals_handled
 from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
-from bless.core.profile import Profile, load_profile
+from bless.core.profile import load_profile
 from bless.core.untrusted_text import shown
-from bless.engines import get_adapter
-from bless.errors import TrialsFailedError, UsageError
+from bless.errors import UsageError
 from bless.flows.events import Event
-from bless.flows.resolve import resolve_profile
-from bless.flows.run import RunOptions, RunResult, run_bless
-from bless.replay.trials import trials_for
+from bless.flows.resolve import resolve_for_command
+from bless.flows.run import RunOptions, run_bless, trial_count
 from bless.runtime import get_runtime
 
 
@@ -162,21 +160,20 @@ def run_command(
     if trials is not None and max_failure_rate is not None:
         raise UsageError("give either --trials or --max-failure-rate, not both")
     loaded = load_profile(profile)
-    k = _trial_count(loaded, trials, max_failure_rate, confidence)
+    k = trial_count(loaded, trials, max_failure_rate, confidence)
     state = app_state(ctx)
     store = state.store()
     runtime = get_runtime(loaded.runtime_kind)
-    adapter = get_adapter(loaded.engine)
     console = render.err_console()
     progress = RunProgress(console)
     with signals_as_interrupt(), progress.live:
-        resolved = resolve_profile(loaded, image_resolver=runtime.resolve_image, adapter=adapter)
-        console.print(Text(f"{progress.elapsed()} config hash {resolved.config_hash} ({loaded.label}); K={k}"))
+        resolution = resolve_for_command(loaded, image_resolver=runtime.resolve_image)
+        console.print(Text(f"{progress.elapsed()} config hash {resolution.config_hash} ({loaded.label}); K={k}"))
         result = run_bless(
-            resolved,
+            resolution.resolved,
             store=store,
             runtime=runtime,
-            adapter=adapter,
+            adapter=resolution.adapter,
             options=RunOptions(
                 trials=k,
                 confidence=confidence,
@@ -191,30 +188,7 @@ def run_command(
             events=progress,
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
-    return Report(result.to_dict(), render_run, _rejected(result))
-
-
-def _trial_count(loaded: Profile, trials: int | None, max_failure_rate: float | None, confidence: float) -> int:
-    """K: derived from --max-failure-rate, else --trials, else the profile's."""
-    if max_failure_rate is None:
-        return trials or loaded.trials.count
-    try:
-        return trials_for(max_failure_rate, confidence)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _rejected(result: RunResult) -> TrialsFailedError | None:
-    """The failure of a run that published nothing (41), naming the last candidate's reasons."""
-    if result.published:
-        return None
-    last = result.candidates[-1]
-    return TrialsFailedError(
-        f"{len(result.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
-        hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
-        "and --candidates N tries fresh compiles",
-        details={"rejected_dirs": [c.rejected_dir for c in result.candidates]},
-    )
+    return Report(result.to_dict(), render_run, result.failure)
 
 
 def _outside(counts: Any) -> str:

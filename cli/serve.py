@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -49,7 +52,7 @@ from bless.cli.common import (
     VersionOption,
     open_store,
 )
-from bless.cli.fleet import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption, TrustOption, render_trust
+from bless.cli.registry import FleetSource, MinRateOption, PlainHttpOption, TransferGraceOption
 from bless.cli.serve_views import (
     render_banners,
     render_detached,
@@ -59,7 +62,8 @@ from bless.cli.serve_views import (
     render_ready,
     render_stopped,
 )
-from bless.core.profile import Profile, UnprovenCompilePolicy, load_profile
+from bless.cli.trust import TrustOption, render_trust
+from bless.core.profile import Profile, load_profile
 from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
@@ -127,84 +131,6 @@ def _write_log(text: str) -> None:
 
 # --------------------------------------------------------------------------------------------
 # The command
-
-
-def _serve(
-    profile: Path,
-    root: Path | None,
-    manifests_dir: Path | None,
-    *,
-    detach: bool,
-    dry_run: bool,
-    debug: bool,
-    no_canary: bool,
-    keep_upper: bool,
-    source: FleetSource,
-    allow_unknown_engine_version: bool = False,
-    name_per_root: bool = False,
-    listen_host: str | None = None,
-    listen_port: int | None = None,
-    unproven_compile: UnprovenCompilePolicy | None = None,
-) -> Report:
-    loaded = _listening_on(load_profile(profile), listen_host, listen_port)
-    if unproven_compile is not None:
-        loaded = dataclasses.replace(loaded, unproven_compile=unproven_compile)  # not hashed, as --host
-    console = render.err_console()
-    gate = SignalGate()
-
-    def on_plan(plan_dict: Mapping[str, Any]) -> None:
-        render_plan(console, plan_dict)
-        if "trust" in plan_dict:
-            render_trust(console, plan_dict["trust"])
-        render_banners(console, plan_dict, no_canary=no_canary)
-
-    def on_serving(result: serve.LaunchResult) -> None:
-        gate.raising = False  # from here a signal only asks to stop; the stop itself is never interrupted
-        console.print(
-            Text.assemble(
-                ("serving on ", "bold green"),
-                f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
-            )
-        )
-
-    request = serve.ServeRequest(
-        profile=loaded,
-        store=open_store(root, manifests_dir),
-        detach=detach,
-        dry_run=dry_run,
-        debug=debug,
-        no_canary=no_canary,
-        keep_upper=keep_upper,
-        allow_unknown_engine_version=allow_unknown_engine_version,
-        name_per_root=name_per_root,
-        trust_dir=source.trust,
-        fetch=source.fetcher(console),
-    )
-    hooks = serve.ServeHooks(
-        events=Progress(console),
-        on_plan=on_plan,
-        on_serving=on_serving,
-        write_log=_write_log,
-        stop=gate.event,
-        signal_name=lambda: gate.received,
-    )
-    with gate.installed():
-        outcome = serve.serve_full(
-            request, runtime=get_runtime(loaded.runtime_kind), adapter=get_adapter(loaded.engine), hooks=hooks
-        )
-    return _report(outcome, detach=detach, no_canary=no_canary)
-
-
-def _listening_on(loaded: Profile, host: str | None, port: int | None) -> Profile:
-    """The profile published on --host / --port where given.
-
-    Where the engine is published is the operator's to choose (never hashed): a pod listens on its own addresses.
-    """
-    return dataclasses.replace(
-        loaded,
-        serving_host=host if host is not None else loaded.serving_host,
-        serving_port=port if port is not None else loaded.serving_port,
-    )
 
 
 def _report(outcome: serve.ServeOutcome, *, detach: bool, no_canary: bool) -> Report:
@@ -289,30 +215,94 @@ FromOption = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class ServeFullOptions:
+    """serve-full's command line, stated once: each field is one option, with its typer declaration and default.
+
+    :func:`serve_full`'s signature is built from these fields (:func:`_signature_of_options`), and the
+    library's request from them (:meth:`request`): a field named as a :class:`serve.ServeRequest` field passes
+    through unchanged.
+    """
+
+    profile: ProfileOption
+    root: RootOption = None
+    manifests_dir: ManifestsDirOption = None
+    detach: DetachOption = False
+    dry_run: DryRunOption = False
+    debug: DebugOption = False
+    no_canary: NoCanaryOption = False
+    keep_upper: KeepUpperOption = False
+    allow_unknown_engine_version: AllowUnknownEngineVersionOption = False
+    name_per_root: NamePerRootOption = False
+    listen_host: ListenHostOption = None
+    listen_port: ListenPortOption = None
+    unproven_compile: UnprovenCompileOption = None
+    from_ref: FromOption = None
+    trust: TrustOption = None
+    plain_http: PlainHttpOption = None
+    min_rate: MinRateOption = DEFAULT_MIN_RATE
+    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s
+    json_output: JsonOption = False
+    verbose: VerboseOption = False
+    version: VersionOption = False
+
+    def served_profile(self) -> Profile:
+        """The profile file, published on ``--host`` / ``--port`` and under ``--unproven-compile`` where given.
+
+        None of them is hashed: where the engine is published, and what to do about a compile the blessing
+        does not hold, are the operator's to choose (a pod listens on its own addresses).
+        """
+        loaded = load_profile(self.profile)
+        loaded = dataclasses.replace(
+            loaded,
+            serving_host=self.listen_host if self.listen_host is not None else loaded.serving_host,
+            serving_port=self.listen_port if self.listen_port is not None else loaded.serving_port,
+        )
+        if self.unproven_compile is not None:
+            loaded = dataclasses.replace(loaded, unproven_compile=self.unproven_compile.value)
+        return loaded
+
+    def request(self, profile: Profile, console: Console) -> serve.ServeRequest:
+        """What the operator asked for, as the library takes it (``console``: where a ``--from`` pull reports)."""
+        source = FleetSource(self.from_ref, self.trust, self.plain_http, self.min_rate, self.transfer_grace)
+        return serve.ServeRequest(
+            profile=profile,
+            store=open_store(self.root, self.manifests_dir),
+            trust_dir=source.trust,
+            fetch=source.fetcher(console),
+            **{name: getattr(self, name) for name in _PASSED_THROUGH},
+        )
+
+
+#: The options the request takes as they are: the fields both dataclasses name (``profile`` is a path here, the
+#: loaded profile there).
+_PASSED_THROUGH = tuple(
+    sorted(
+        ({field.name for field in dataclasses.fields(serve.ServeRequest)} - {"profile"})
+        & {field.name for field in dataclasses.fields(ServeFullOptions)}
+    )
+)
+
+
+def _signature_of_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` declared to typer with one keyword parameter per :class:`ServeFullOptions` field, in order."""
+    hints = typing.get_type_hints(ServeFullOptions, include_extras=True)
+    parameters = [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=hints[field.name],
+            default=inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default,
+        )
+        for field in dataclasses.fields(ServeFullOptions)
+    ]
+    cast(Any, command).__signature__ = inspect.Signature(parameters, return_annotation=None)
+    return command
+
+
 @app.command()
-def serve_full(
-    profile: ProfileOption,
-    root: RootOption = None,
-    manifests_dir: ManifestsDirOption = None,
-    detach: DetachOption = False,
-    dry_run: DryRunOption = False,
-    debug: DebugOption = False,
-    no_canary: NoCanaryOption = False,
-    keep_upper: KeepUpperOption = False,
-    allow_unknown_engine_version: AllowUnknownEngineVersionOption = False,
-    name_per_root: NamePerRootOption = False,
-    listen_host: ListenHostOption = None,
-    listen_port: ListenPortOption = None,
-    unproven_compile: UnprovenCompileOption = None,
-    from_ref: FromOption = None,
-    trust: TrustOption = None,
-    plain_http: PlainHttpOption = None,
-    min_rate: MinRateOption = DEFAULT_MIN_RATE,
-    transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
-    version: VersionOption = False,
-) -> None:
+@_signature_of_options
+def serve_full(**given: Any) -> None:
     """Serve a profile on its blessed cache: refuse unless it hashes to a blessed, verified manifest.
 
     Every refusal happens before a container exists, with its own exit code (bless exit-codes).
@@ -325,26 +315,46 @@ def serve_full(
     --detach returns after the canary; stop it (and clean up after it) with: serve-full stop NAME
     (NAME: the profile's name).
     """
-
-    body = partial(
-        _serve,
-        profile,
-        root,
-        manifests_dir,
-        detach=detach,
-        dry_run=dry_run,
-        debug=debug,
-        no_canary=no_canary,
-        keep_upper=keep_upper,
-        allow_unknown_engine_version=allow_unknown_engine_version,
-        name_per_root=name_per_root,
-        listen_host=listen_host,
-        listen_port=listen_port,
-        unproven_compile=unproven_compile.value if unproven_compile else None,
-        source=FleetSource(from_ref, trust, plain_http, min_rate, transfer_grace),
-    )
-    code = boundary.execute(body, json_output=json_output, verbose=verbose)
+    options = ServeFullOptions(**given)
+    code = boundary.execute(partial(_serve, options), json_output=options.json_output, verbose=options.verbose)
     raise typer.Exit(code)
+
+
+def _serve(options: ServeFullOptions) -> Report:
+    """serve-full with these options: the plan and banners rendered, signals handled, the outcome reported."""
+    loaded = options.served_profile()
+    console = render.err_console()
+    gate = SignalGate()
+
+    def on_plan(plan_dict: Mapping[str, Any]) -> None:
+        render_plan(console, plan_dict)
+        if "trust" in plan_dict:
+            render_trust(console, plan_dict["trust"])
+        render_banners(console, plan_dict, no_canary=options.no_canary)
+
+    def on_serving(result: serve.LaunchResult) -> None:
+        gate.raising = False  # from here a signal only asks to stop; the stop itself is never interrupted
+        console.print(
+            Text.assemble(
+                ("serving on ", "bold green"),
+                f"{result.url} (container {result.container_name}); Ctrl-C or SIGTERM stops it",
+            )
+        )
+
+    hooks = serve.ServeHooks(
+        events=Progress(console),
+        on_plan=on_plan,
+        on_serving=on_serving,
+        write_log=_write_log,
+        stop=gate.event,
+        signal_name=lambda: gate.received,
+    )
+    request = options.request(loaded, console)
+    with gate.installed():
+        outcome = serve.serve_full(
+            request, runtime=get_runtime(loaded.runtime_kind), adapter=get_adapter(loaded.engine), hooks=hooks
+        )
+    return _report(outcome, detach=options.detach, no_canary=options.no_canary)
 
 
 # --------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def bench(profile_path: Path, root: Path, *, plans: int, starts: int, repeat: in
         sha_times.append(time.perf_counter() - t)
 
     cli_times = []
-    for _ in range(3):
+    for _ in range(3):  # the serve-full process on purpose: its start-up is part of what a dry run costs
         t = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "bless.cli.serve", "--profile", str(profile_path), "--root", str(root), "--dry-run"],

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # runnable from a checkout without installing the package
 COMPILE_TOOK = re.compile(r"torch\.compile took ([0-9.]+) s")
 CANARY_PASSED = re.compile(r"canary passed", re.IGNORECASE)
 # What bless adds to the engine's env beyond the profile's (its sealed Triton cache manager too): a plain start goes
@@ -55,15 +56,17 @@ PASSED_ON = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "L
 
 
 def serve_plan(profile: str, root: str) -> dict[str, Any]:
-    """serve-full's dry-run plan: the engine's argv and env exactly as a blessed serve would start it."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bless.cli.serve", "--root", root, "--profile", profile, "--dry-run", "--json"],
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if out.returncode != 0:
-        sys.exit(f"serve-full --dry-run failed ({out.returncode}): {out.stderr[-2000:]}")
-    plan: dict[str, Any] = json.loads(out.stdout)["plan"]
-    return plan
+    """serve-full's dry-run plan: the engine's argv and env exactly as a blessed serve would start it.
+
+    Through the library (a dry run of :func:`bless.serve`): the plan is an input here, not a timing.
+    """
+    import bless  # from this checkout (REPO on sys.path), as the serve below runs it
+
+    try:
+        outcome = bless.serve(profile, store=bless.open_store(root), dry_run=True)
+    except bless.BlessError as exc:
+        sys.exit(f"serve-full --dry-run failed ({int(exc.exit_code)}): {exc.diagnostics()}")
+    return dict(json.loads(json.dumps(dict(outcome.plan), default=str)))
 
 
 def free_port() -> int:
@@ -174,7 +177,7 @@ def serve_full_start(
     With ``traffic``, measured under load after the canary (sealed: bless's Triton cache manager in the engine).
     """
     began = time.monotonic()
-    with log.open("wb") as out:
+    with log.open("wb") as out:  # the serve-full process on purpose: its time to a ready engine is the measure
         proc = subprocess.Popen(
             [sys.executable, "-m", "bless.cli.serve", "--root", root, "--profile", profile],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

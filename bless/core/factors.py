@@ -453,7 +453,8 @@ def declared_hardware_factor(spec: HardwareSpec) -> dict[str, Any]:
         if not spec.cpu_isa:
             raise ResolutionError(
                 "hardware.cpu_isa is not declared, so the hardware factor cannot be resolved offline",
-                hint="declare hardware.cpu_isa in the profile (bless hash prints this machine's)",
+                hint="declare hardware.cpu_isa in the profile (this machine's config hash factors show it)",
+                remedy="declare_cpu_isa",
             )
         return {"accelerator": "cpu", "isa": spec.cpu_isa}
     missing = [key for key in ("gpu_name", "compute_capability") if getattr(spec, key) is None]
@@ -481,6 +482,11 @@ def parse_config_hash(text: str) -> str:
 def parse_config_hash_prefix(text: str) -> str:
     """A config-hash prefix typed by a user (8 to 64 hex digits), normalized like :func:`parse_config_hash`."""
     value = text.strip().lower() if isinstance(text, str) else ""
+    if not value or any(char not in "0123456789abcdef" for char in value):
+        raise InputInvalidError(
+            f"{text!r} is not a hex config hash: a config hash or prefix is written in hex digits (0-9, a-f)",
+            hint="copy the hash from bless list (at least its first 8 characters)",
+        )
     if CONFIG_HASH_PREFIX.fullmatch(value) is None:
         raise InputInvalidError(
             f"config hash prefix {text!r} must be 8 to 64 hex digits",

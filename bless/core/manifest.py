@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bless import __version__
+from bless._version import __version__
 from bless.core.factors import canonical_json, config_hash, is_config_hash
 from bless.core.relpath import check_relative_path
 from bless.core.schemas import listing_conforms, listing_over_limit, schema_errors

@@ -121,7 +121,11 @@ def read_profile(path: Path) -> bytes:
     refused (3) before a byte is read.
     """
     return read_input(
-        path, what="profile", limit=MAX_PROFILE_BYTES, hint="pass a profile TOML file with --profile (see profiles/)"
+        path,
+        what="profile",
+        limit=MAX_PROFILE_BYTES,
+        hint="name a profile TOML file (see profiles/)",
+        remedy="profile_file",
     )
 
 

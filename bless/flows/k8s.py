@@ -75,7 +75,8 @@ def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:
         path,
         what="trusted root",
         limit=_ROOT_JSON_MAX,
-        hint="--trust names a directory holding the trusted root.json (bless trust init)",
+        hint="the trust directory holds the trusted root.json (from trust init)",
+        remedy="k8s_trust_dir",
     )
     parse_root(data, f"--trust {shown(str(path))}")  # TUF root metadata, or 66 (not rendered into a ConfigMap)
     try:
@@ -106,5 +107,6 @@ def check_config_hash(profile: Profile, adapter: EngineAdapter, manifest: Manife
         raise InputInvalidError(
             f"{profile.label} resolves to config hash {resolved.config_hash[:16]}..., not the blessing's "
             f"{manifest.config_hash[:16]}... ({changes})",
-            hint="render with the profile that blessing was made from (the pod's serve-full would refuse this one)",
+            hint="render with the profile that blessing was made from (the pod's serve would refuse this one)",
+            remedy="k8s_blessing_profile",
         )

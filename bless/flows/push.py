@@ -16,6 +16,7 @@ from pathlib import Path
 from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
+from bless.flows.lookup import lookup_manifest
 from bless.oci.artifact import (
     EMPTY_CONFIG,
     OCI_MANIFEST_MEDIA_TYPE,
@@ -27,11 +28,11 @@ from bless.oci.artifact import (
     trust_tag,
     unique_blobs,
 )
-from bless.oci.client import Reference, RegistryClient, Transport
+from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
 from bless.store import Store
 from bless.trust import metadata_from_dir, target_path
 
-__all__ = ["PushResult", "push_blessing"]
+__all__ = ["PushResult", "push_blessing", "push_named_blessing"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if "targets.json" not in files or "root.json" not in files:
         raise TrustInvalidError(
             f"{metadata_dir} holds no targets.json/root.json",
-            hint="--metadata names the signing repository's metadata directory (DIR/metadata)",
+            hint="the metadata directory is the signing repository's metadata/ (DIR/metadata)",
+            remedy="push_metadata_dir",
         )
     name = target_path(manifest.config_hash, manifest.cache.dir_id)
     try:
@@ -65,7 +67,9 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     if not listed:
         raise UnsignedError(
             f"the metadata in {metadata_dir} does not sign {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-            hint=f"sign it first: bless sign {manifest.config_hash[:16]} --keys DIR",
+            hint=f"sign {manifest.config_hash[:16]} first with the signing repository whose metadata this is",
+            details={"config_hash": manifest.config_hash},
+            remedy="sign_first",
         )
     return files
 
@@ -128,4 +132,30 @@ def push_blessing(
         bytes_total=sum(blob.size for blob, _ in sources),
         bytes_uploaded=uploaded_bytes,
         signatures=signatures,
+    )
+
+
+def push_named_blessing(
+    store: Store,
+    text: str,
+    reference: str,
+    *,
+    metadata_dir: Path | None = None,
+    plain_http: bool | None = None,
+    transport: Transport | None = None,
+) -> PushResult:
+    """``bless push``: the blessing ``text`` names (a config hash or a unique prefix) to ``reference`` as
+    written (``REGISTRY/REPOSITORY[:TAG]``), through :func:`push_blessing`.
+
+    Raises: the lookup's errors (:func:`bless.flows.lookup.lookup_live`), InputInvalidError for a
+    malformed reference, and :func:`push_blessing`'s.
+    """
+    manifest = lookup_manifest(store, text)
+    return push_blessing(
+        store,
+        manifest,
+        parse_reference(reference),
+        metadata_dir=metadata_dir,
+        plain_http=plain_http,
+        transport=transport,
     )

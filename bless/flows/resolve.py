@@ -1,4 +1,9 @@
-"""From a profile to its config hash, and from a hash to its blessing (or the nearest one, with a diff)."""
+"""From a profile to its config hash, and from a hash to its blessing (or the nearest one, with a diff).
+
+:func:`resolve_for_command` is the one entry point every command resolves a profile through (bless run, hash,
+diff, gate, serve-full): it loads the file, resolves the factors and the config hash, and specialises the
+engine adapter for them, once.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +12,110 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bless.core.factors import (
     FactorChange,
+    GpuInfo,
     HardwareProbe,
     ImageResolver,
     LocalModelDir,
     ResolvedConfig,
     change_to_dict,
+    declared_hardware_factor,
     diff_factors,
     is_pinned_image_id,
     resolve,
 )
 from bless.core.manifest import Manifest, factor_field
-from bless.core.profile import Profile
+from bless.core.profile import HardwareSpec, Profile, load_profile
 from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter, EnvPolicy
 from bless.errors import NoManifestError
-from bless.probes import hardware_factor, probe_python_environment, read_model_dir, revision_lookup
+from bless.probes import (
+    HardwareSource,
+    hardware_factor,
+    judged_hardware,
+    probe_python_environment,
+    read_model_dir,
+    revision_lookup,
+)
+from bless.runtime import get_runtime
 from bless.store import Store
+
+#: Where a command takes the hardware factor from: ``probe`` this machine (bless run, serve-full: what starts
+#: an engine), ``judge`` (the profile's complete ``[hardware]`` declaration on any machine, else this
+#: machine's: hash, diff, gate; :func:`bless.probes.judged_hardware`), ``declared`` (the declaration only,
+#: never probing: ``--declared-hardware``).
+HardwareRule = Literal["probe", "judge", "declared"]
+
+#: ``image_resolver="runtime"``: a runtime of the profile's kind resolves a Docker image tag to its ID, made
+#: only when the profile needs one (:func:`image_needs_runtime`).
+RUNTIME_WHEN_NEEDED: Literal["runtime"] = "runtime"
+
+
+@dataclass(frozen=True)
+class ProfileResolution:
+    """A profile resolved for a command: factors and config hash, the adapter for them, the hardware's source."""
+
+    resolved: ResolvedConfig
+    #: The engine adapter specialised for the resolved factors (vLLM: the resolved release's rules and model).
+    adapter: EngineAdapter
+    #: Where the hardware factor came from: the profile's declaration, or this machine.
+    hardware_source: HardwareSource
+    #: The ``[hardware]`` fields the profile leaves out, filled by probing this machine (``judge`` only).
+    undeclared_hardware: tuple[str, ...] = ()
+
+    @property
+    def profile(self) -> Profile:
+        return self.resolved.profile
+
+    @property
+    def config_hash(self) -> str:
+        return self.resolved.config_hash
+
+
+def resolve_for_command(
+    source: Path | Profile,
+    *,
+    image_resolver: ImageResolver | Literal["runtime"] | None,
+    hardware: HardwareRule = "probe",
+    gpus: Sequence[GpuInfo] | None = None,
+    adapter: EngineAdapter | None = None,
+    offline: bool = False,
+) -> ProfileResolution:
+    """Resolve a profile for a command: the one entry point of every command (bless run, hash, diff, gate, serve-full).
+
+    ``source``: a profile file (read through the bounded reader of user files, :func:`load_profile`), or a
+    profile the command already loaded (and adjusted: serve-full's ``--host``). ``image_resolver`` maps an
+    image tag to its ID: a runtime's ``resolve_image``, serve-full's already-read ID, ``"runtime"``
+    (:data:`RUNTIME_WHEN_NEEDED`), or None (only pinned ``sha256:`` IDs resolve). ``hardware``: the
+    :data:`HardwareRule`; ``gpus`` are GPUs already probed for ``probe`` (serve-full probes them once for its
+    memory check too). ``adapter``: the engine's adapter before specialising (default: the profile's engine's).
+    ``offline`` forbids network lookups (a revision must be pinned).
+    """
+    profile = load_profile(source) if isinstance(source, Path) else source
+    if image_resolver == RUNTIME_WHEN_NEEDED:
+        image_resolver = get_runtime(profile.runtime_kind).resolve_image if image_needs_runtime(profile) else None
+    judged: list[tuple[HardwareSource, tuple[str, ...]]] = []
+
+    def hardware_probe(spec: HardwareSpec) -> dict[str, Any]:
+        if hardware == "declared":
+            judged.append(("declared", ()))
+            return declared_hardware_factor(spec)
+        if hardware == "judge":
+            found = judged_hardware(spec)
+            judged.append((found.source, found.undeclared))
+            return found.factor
+        judged.append(("probed", ()))
+        return hardware_factor(spec, gpus=list(gpus) if gpus is not None else None)
+
+    generic = adapter or get_adapter(profile.engine)
+    resolved = resolve_profile(
+        profile, image_resolver=image_resolver, adapter=generic, hardware_probe=hardware_probe, offline=offline
+    )
+    hardware_source, undeclared = judged[0] if judged else ("declared", ())
+    return ProfileResolution(resolved, generic.for_factors(resolved.factors), hardware_source, undeclared)
 
 
 def image_needs_runtime(profile: Profile) -> bool:
@@ -45,12 +134,13 @@ def resolve_profile(
     hardware_probe: HardwareProbe = hardware_factor,
     offline: bool = False,
 ) -> ResolvedConfig:
-    """Resolve ``profile`` to its factors and config hash: the one entry point of every command.
+    """Resolve ``profile`` to its factors and config hash with the real probes wired in.
 
-    ``image_resolver`` maps an image tag to its ID (a runtime's ``resolve_image``, or the ID
-    serve-full already read); without one, only pinned ``sha256:`` IDs resolve. ``hardware_probe``
-    gives the hardware factor: this machine's by default, ``declared_hardware_factor`` for the
-    profile's declaration only. ``offline`` forbids network lookups (a revision must be pinned).
+    Commands call :func:`resolve_for_command`, which calls this. ``image_resolver`` maps an image tag to
+    its ID (a runtime's ``resolve_image``, or the ID serve-full already read); without one, only pinned
+    ``sha256:`` IDs resolve. ``hardware_probe`` gives the hardware factor: this machine's by default,
+    ``declared_hardware_factor`` for the profile's declaration only. ``offline`` forbids network lookups
+    (a revision must be pinned).
     """
     adapter = adapter or get_adapter(profile.engine)
     return resolve(
@@ -134,16 +224,21 @@ def drift_error(
         changes = ", ".join(change.describe() for change in nearest.changes)
         blessed = nearest.manifest
         message += f"; nearest blessing {blessed.config_hash[:16]} ({blessed.profile_name}) differs in: {changes}"
-        hint = "bless this configuration (bless run --profile ...), or revert the drifted factor(s)"
+        hint, remedy = "bless this configuration, or revert the drifted factor(s)", "bless_drifted"
     else:
         engine = factor_field(resolved.factors, "engine", "name")
         model = factor_field(resolved.factors, "model", "id")
         message += f"; none of engine {engine!r} and model {model!r} to compare with"
-        hint = f"no blessing of this engine and model exists yet: run bless run --profile {resolved.profile.label}"
+        hint, remedy = "no blessing of this engine and model exists yet: bless this profile", "bless_first"
     return NoManifestError(
         message,
         hint=hint,
-        details={"config_hash": resolved.config_hash, "nearest": nearest.to_dict() if nearest else None},
+        details={
+            "config_hash": resolved.config_hash,
+            "nearest": nearest.to_dict() if nearest else None,
+            "profile": resolved.profile.label,
+        },
+        remedy=remedy,
     )
 
 

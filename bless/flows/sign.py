@@ -12,11 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bless.flows.lookup import lookup_live
 from bless.store import LiveManifest, Store
-from bless.trust import KeySources, SignResult, sign_blessing
+from bless.trust import DEFAULT_EXPIRES, KeySources, SignResult, parse_duration, sign_blessing
+from bless.trust.keys import NO_KEY_OPTIONS, KeyAccess, has_encrypted_keys
 from bless.trust.modelsig import ModelSigningBundle, write_bundle
 
-__all__ = ["SignOutcome", "sign_stored_blessing"]
+__all__ = ["SignOutcome", "sign_named_blessing", "sign_stored_blessing"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,33 @@ def sign_stored_blessing(
     )
     bundle = write_bundle(keys, store.blessed_dir(manifest), manifest) if model_signing else None
     return SignOutcome(config_hash=manifest.config_hash, signing=signing, model_signing=bundle)
+
+
+def sign_named_blessing(
+    store: Store,
+    text: str,
+    keys: Path,
+    *,
+    access: KeyAccess = NO_KEY_OPTIONS,
+    expires: str = f"{DEFAULT_EXPIRES.days}d",
+    keep_previous: bool = False,
+    model_signing: bool = False,
+) -> SignOutcome:
+    """``bless sign``: sign the blessing ``text`` names (a config hash or a unique prefix) with the signing
+    repository ``keys``, as :func:`sign_stored_blessing`; a passphrase is asked of ``access`` only when a
+    file key of ``keys`` is encrypted, and ``expires`` is a duration as written (``30d``).
+
+    Raises: the lookup's errors (:func:`bless.flows.lookup.lookup_live`), UsageError for a bad duration
+    or signer, and :func:`sign_stored_blessing`'s.
+    """
+    sources = access.sources(passphrase_needed=has_encrypted_keys(keys), confirm=False)
+    live = lookup_live(store, text)
+    return sign_stored_blessing(
+        store,
+        live,
+        keys,
+        expires=parse_duration(expires),
+        sources=sources,
+        keep_previous=keep_previous,
+        model_signing=model_signing,
+    )

@@ -184,7 +184,8 @@ def node_affinity(hardware: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(name, str) or not isinstance(capability, str) or "." not in capability:
             raise InputInvalidError(
                 f"the blessing's hardware factor names no GPU product and compute capability: {dict(hardware)}",
-                hint="render from a blessing made on a GPU (bless show HASH lists its factors)",
+                hint="render from a blessing made on a GPU (its manifest lists its factors)",
+                remedy="blessing_made_on_gpu",
             )
         major, minor = capability.split(".", 1)
         expressions = [
@@ -228,7 +229,8 @@ def require_digest(artifact: str) -> None:
     if "@sha256:" not in artifact:
         raise InputInvalidError(
             f"--from {quoted} is not pinned by digest: a tag can be moved to another blessing",
-            hint="use REPO@sha256:... (bless push prints the digest)",
+            hint="use REPO@sha256:... (a push reports the digest)",
+            remedy="pin_by_digest",
         )
 
 
@@ -236,7 +238,8 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
     if _DNS_LABEL.fullmatch(options.name) is None:
         raise InputInvalidError(
             f"{options.name!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)",
-            hint="pass --name with a DNS-1123 label",
+            hint="name it with a DNS-1123 label",
+            remedy="k8s_name",
         )
     subdomain = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253"
     for option, value, rule, what in (
@@ -281,12 +284,15 @@ def check_secret_env(profile: Profile, options: K8sOptions, secret_env: Sequence
             f"{profile.label}: [env] holds the value of secret {', '.join(inline)}: rendering would write it into the "
             "profile ConfigMap and on stdout",
             hint=f'leave it empty in the profile ({inline[0]} = ""), put the value in a Kubernetes Secret '
-            f"(kubectl create secret generic NAME --from-literal={inline[0]}=...) and pass --env-secret NAME",
+            f"(kubectl create secret generic NAME --from-literal={inline[0]}=...) and name that Secret (env_secret)",
+            details={"secret_env": inline[0]},
+            remedy="k8s_env_secret_inline",
         )
     if secret_env and not options.env_secret:
         raise InputInvalidError(
             f"{profile.label}: [env] names secret {', '.join(secret_env)} (empty): the pod needs its value",
-            hint="pass --env-secret NAME, a Kubernetes Secret with one key per secret env name",
+            hint="name a Kubernetes Secret with one key per secret env name (env_secret)",
+            remedy="k8s_env_secret",
         )
     if options.env_secret and _DNS_SUBDOMAIN.fullmatch(options.env_secret) is None:
         raise InputInvalidError(

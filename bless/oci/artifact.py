@@ -227,7 +227,8 @@ def parse_blessing_artifact(data: bytes, expected_digest: str | None = None) -> 
     if document.get("artifactType") != ARTIFACT_TYPE:
         raise ArtifactInvalidError(
             f"artifact type {document.get('artifactType')!r} is not {ARTIFACT_TYPE}",
-            hint="the reference names something other than a blessing pushed with bless push",
+            hint="the reference names something other than a pushed blessing",
+            remedy="not_a_pushed_blessing",
         )
     config = _blob(document.get("config"), MANIFEST_MEDIA_TYPE, "config", titled=False)
     if config.size > MAX_CONFIG_BYTES:
@@ -267,7 +268,8 @@ def parse_blessing_config(artifact: BlessingArtifact, config_bytes: bytes) -> Ma
     if manifest.to_json_bytes() != config_bytes:
         raise ArtifactInvalidError(
             "the blessing manifest is not in canonical form (it was not written by bless push)",
-            hint="push the blessing again with bless push",
+            hint="push the blessing again",
+            remedy="push_again",
         )
     if manifest.config_hash != artifact.config_hash:
         raise ArtifactInvalidError(

@@ -204,7 +204,8 @@ class RegistryClient:
             f"{self.reference.registry}: {what} did not finish within its {max(budget, 0):.0f} s (a "
             f"{self.limits.grace_s:.0f} s grace plus {self.limits.min_rate} bytes/s for its size)",
             hint="nothing was installed; the registry or the link stalls or trickles: retry when it is healthy, "
-            "or give a slow link a lower --min-rate",
+            "or give a slow link a lower minimum transfer rate (min_rate)",
+            remedy="lower_min_rate",
         )
         if budget <= 0:
             raise expired
@@ -229,7 +230,8 @@ class RegistryClient:
                     f"{self.reference.registry}: the transfer stalled while {what}: no byte arrived for "
                     f"{self.limits.grace_s:g} s",
                     hint="nothing was installed; retry when the registry is healthy (a slow link: a longer "
-                    "--transfer-grace)",
+                    "transfer grace period)",
+                    remedy="longer_transfer_grace",
                 ) from None
             raise TransferIncompleteError(
                 f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
@@ -254,7 +256,8 @@ class RegistryClient:
             raise RegistryUnavailableError(
                 f"{self.reference.registry}: cannot connect while {what} ({_short(exc)})",
                 hint="check the registry address and that it runs; loopback registries are reached over plain "
-                "HTTP, others over HTTPS (--plain-http to force HTTP)",
+                "HTTP, others over HTTPS (plain_http forces HTTP)",
+                remedy="plain_http",
             ) from None
         except requests.exceptions.RequestException as exc:
             raise RegistryUnavailableError(f"{self.reference.registry}: {what} failed: {_short(exc)}") from None
@@ -303,7 +306,8 @@ class RegistryClient:
         if response.status_code == 404:
             raise ArtifactNotFoundError(
                 f"{self.reference}: {what}: not found ({detail})",
-                hint="check the repository, tag or digest (bless push prints what it pushed)",
+                hint="check the repository, tag or digest (a push reports what it pushed)",
+                remedy="check_pushed_reference",
             )
         if response.status_code in (401, 403):
             raise RegistryUnavailableError(

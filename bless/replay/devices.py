@@ -93,8 +93,9 @@ def trial_slots(
         raise InsufficientGpuError(
             f"--parallel {count} needs {count * per_trial} GPUs ({per_trial} per trial); "
             f"{len(same)} usable {gpus[0].name} GPU(s) here",
-            hint=f"use --parallel {fit} or fewer (the default fits the GPUs present)",
-            details={"parallel": count, "per_trial": per_trial, "usable_gpus": len(same)},
+            hint=f"run {fit} parallel trials or fewer (the default fits the GPUs present)",
+            details={"parallel": count, "per_trial": per_trial, "usable_gpus": len(same), "fit": fit},
+            remedy="fewer_parallel",
         )
     count = min(count, wanted_trials)
     return tuple(GpuSlot(i, tuple(same[i * per_trial : (i + 1) * per_trial])) for i in range(count))
@@ -137,7 +138,8 @@ def check_slot_memory(spec: HardwareSpec, slots: Sequence[GpuSlot], gpus: Sequen
     )
     raise InsufficientGpuError(
         f"each trial GPU needs {spec.min_gpu_memory_gib:g} GiB free (hardware.min_gpu_memory_gib): {listed}",
-        hint="stop what uses that GPU (nvidia-smi shows the processes), or run with fewer --parallel slots",
+        hint="stop what uses that GPU (nvidia-smi shows the processes), or run fewer parallel trials",
+        remedy="fewer_parallel_for_memory",
         details={
             "min_gpu_memory_gib": spec.min_gpu_memory_gib,
             "short": [

@@ -218,13 +218,19 @@ OVERLAY_UNSAFE = frozenset(",:\n")
 
 
 def check_overlay_path(
-    path: Path, role: str, *, absolute: bool = False, hint: str = "move the directory to a plain path"
+    path: Path,
+    role: str,
+    *,
+    absolute: bool = False,
+    hint: str = "move the directory to a plain path",
+    remedy: str | None = None,
 ) -> None:
     """Refuse (3) a directory an overlay mount names that its option string cannot carry.
 
     A ``,`` ``:`` or newline in the path would split the options; with ``absolute`` (Docker's
     volume options take no relative path) a relative path is refused too. ``role`` names the
-    directory in the message (``lower dir``, ``scratch dir``).
+    directory in the message (``lower dir``, ``scratch dir``); ``hint`` and ``remedy`` what to do (see
+    :class:`~bless.errors.BlessError`).
     """
     if (absolute and not path.is_absolute()) or OVERLAY_UNSAFE & set(str(path)):
         required = "an absolute path" if absolute else "a path"
@@ -232,6 +238,7 @@ def check_overlay_path(
             f"overlay {role} {str(path)!r} must be {required} without ',' ':' or newlines "
             "(they would break the overlay mount options)",
             hint=hint,
+            remedy=remedy,
         )
 
 

@@ -70,9 +70,10 @@ class ManifestsDirsRecord:
             raise VerifyFailedError(
                 f"the store's record of its manifests dirs {self.path} {exc}: rewriting it would forget the dirs "
                 "gc must consult before removing a blessed version",
-                hint=f'repair {self.path} (JSON: {{"version": 1, "dirs": [every --manifests-dir this store '
+                hint=f'repair {self.path} (JSON: {{"version": 1, "dirs": [every manifests dir this store '
                 "published to]}) or restore it from a backup, then retry",
                 details={"reason": "store_state", "path": str(self.path)},
+                remedy="repair_dirs_record",
             ) from exc
 
     def _write(self, dirs: list[Path]) -> None:

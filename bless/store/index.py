@@ -140,8 +140,9 @@ class ManifestIndex:
         return ManifestDuplicateError(
             f"{len(named)} manifests claim config hash {config_hash}: " + ", ".join(map(shown, named)),
             hint="the store is corrupt: keep the one that is right, move the other(s) out of "
-            f"{shown(str(self.directory))}, then run bless verify",
-            details={"config_hash": config_hash, "paths": named},
+            f"{shown(str(self.directory))}, then verify it",
+            details={"config_hash": config_hash, "paths": named, "directory": str(self.directory)},
+            remedy="keep_one_manifest",
         )
 
     def find(self, config_hash: str) -> ManifestRecord | None:

@@ -117,7 +117,7 @@ class HashLocks:
         return LockHeldError(
             f"another bless holds the lock for config hash {config_hash[:16]}...: {who}{waited_text}",
             hint=(
-                "wait for that run to finish, or rerun with --wait (bless run --wait) to queue behind it; "
+                "wait for that run to finish, or run again waiting for the lock (wait) to queue behind it; "
                 "the lock is released as soon as that process exits"
                 if waited is None
                 else "that run is still going: wait longer, or stop it; the lock is released as soon as "
@@ -128,6 +128,7 @@ class HashLocks:
                 "holder": holder,
                 "lock": str(self.lock_path(config_hash)),
             },
+            remedy="wait_for_lock" if waited is None else None,
         )
 
     @contextmanager

@@ -277,7 +277,8 @@ def _after_commit(parts: StoreParts, job: _Publication, fault: FaultHook) -> Non
     except OSError as exc:
         raise StoreUnavailableError(
             f"published {job.config_hash[:16]}... but could not fsync {manifests_dir}: {exc.strerror or exc}",
-            hint="the blessing is visible but may not survive a power loss; run bless verify",
+            hint="the blessing is visible but may not survive a power loss; verify it",
+            remedy="verify_after_fsync",
         ) from exc
     parts.catalog.note_published(job.manifest_target, job.manifest)
     fault(CLEAR_INTENT)

@@ -84,7 +84,8 @@ def reject(
             raise os_refusal(
                 exc,
                 f"keeping rejected evidence in {final}",
-                hint="nothing was published; run bless gc --dry-run to see what is left",
+                hint="nothing was published; a dry run of gc shows what is left",
+                remedy="gc_dry_run",
             ) from exc
     return final
 

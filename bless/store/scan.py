@@ -180,7 +180,8 @@ def scan_manifests(
         # The directory itself is unusable (below a file, no permission): no manifest is at fault.
         raise StoreUnavailableError(
             f"{directory}: cannot list manifests: {exc.strerror or exc}",
-            hint="check that the store root (--root) and the manifests dir are directories this user can read",
+            hint="check that the store root and the manifests dir are directories this user can read",
+            remedy="readable_store_root",
         ) from None
     records: list[ManifestRecord] = []
     seen: set[str] = set()

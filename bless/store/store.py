@@ -116,7 +116,7 @@ class Store:
         """
         return self._paths.blessed_dir(manifest.config_hash, manifest.cache.dir_id)
 
-    def check_permissions(self, manifest: Manifest) -> None:
+    def check_permissions(self, manifest: Manifest, *, live: LiveManifest | None = None) -> None:
         """Refuse a blessing that users other than its owner could replace.
 
         The store root, the manifests dir, the manifest file, ``blessed/``, ``blessed/<hash>/`` and
@@ -124,12 +124,18 @@ class Store:
         symlinks): whoever can write there can swap the manifest and its tree together, and every
         byte would still verify. Call before hashing (verify, serve-full, gate --verify).
 
+        ``live``: the manifest's live record when the caller looked it up already (serve-full serves
+        those very bytes), so it is not looked up again.
+
         Raises:
             VerifyFailedError: naming each unsafe path, its mode, and the chmod that fixes it.
             ManifestInvalidError: as :meth:`find` and :meth:`blessed_dir`.
         """
-        tree = self.blessed_dir(manifest)
-        live = self.live(manifest.config_hash)
+        self._check_permissions(manifest, self.blessed_dir(manifest), live)
+
+    def _check_permissions(self, manifest: Manifest, tree: Path, live: LiveManifest | None) -> None:
+        """:meth:`check_permissions` of the blessed tree ``tree`` (``live``: None looks it up)."""
+        live = live if live is not None else self.live(manifest.config_hash)
         checked = [
             self.root,
             self.manifests_dir,
@@ -146,15 +152,16 @@ class Store:
         *,
         progress: ProgressFn | None = None,
         before_hashing: Callable[[Path], None] | None = None,
+        live: LiveManifest | None = None,
     ) -> VerifyResult:
         """The one check of a blessing (verify, gate --verify, serve-full, push): permissions, then bytes.
 
-        :meth:`check_permissions` first (raising :class:`VerifyFailedError`), then ``before_hashing``
-        with the blessed dir (serve-full stamps its snapshot there), then
-        :func:`~bless.core.verify.verify_tree` (read-only expected); the caller judges the result.
+        :meth:`check_permissions` first (raising :class:`VerifyFailedError`; ``live`` as there), then
+        ``before_hashing`` with the blessed dir (serve-full stamps its snapshot there, and takes the dir
+        from it), then :func:`~bless.core.verify.verify_tree` (read-only expected); the caller judges the result.
         """
-        self.check_permissions(manifest)
         blessed_dir = self.blessed_dir(manifest)
+        self._check_permissions(manifest, blessed_dir, live)
         if before_hashing is not None:
             before_hashing(blessed_dir)
         return verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)

@@ -20,12 +20,15 @@ def full_disk_error(exc: BaseException, what: str) -> NoSpaceError | None:
         return None
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno == errno.EROFS:
-        hint = "the file system is mounted read-only: remount it read-write or use another store root (--root)"
+        hint = "the file system is mounted read-only: remount it read-write or use another store root"
+        remedy = "read_only_file_system"
     else:
-        hint = "free space on that file system (bless gc removes what no blessing needs) or raise the quota, then retry"
+        hint = "free space on that file system (gc removes what no blessing needs) or raise the quota, then retry"
+        remedy = "free_space"
     return NoSpaceError(
         f"{what}: {exc.strerror or exc}{where}",
         hint=f"{hint}; nothing was committed",
+        remedy=remedy,
         details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
     )
 
@@ -46,7 +49,12 @@ _STORE_DIRS_HINT = "check that the store root and its dirs are directories (not 
 
 
 def os_refusal(
-    exc: OSError, what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
+    exc: OSError,
+    what: str,
+    *,
+    refusal: type[BlessError] = StoreUnavailableError,
+    hint: str = _STORE_DIRS_HINT,
+    remedy: str | None = None,
 ) -> BlessError:
     """The refusal for ``exc``, met while ``what``: a full or read-only disk is NoSpaceError, anything
     else (permissions, a file where a dir belongs) is ``refusal`` with ``hint``: the environment, not a bug.
@@ -62,15 +70,20 @@ def os_refusal(
         f"{what} failed: {exc.strerror or exc}{where}",
         hint=hint,
         details={"errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "path": exc.filename},
+        remedy=remedy,
     )
 
 
 @contextmanager
 def os_errors(
-    what: str, *, refusal: type[BlessError] = StoreUnavailableError, hint: str = _STORE_DIRS_HINT
+    what: str,
+    *,
+    refusal: type[BlessError] = StoreUnavailableError,
+    hint: str = _STORE_DIRS_HINT,
+    remedy: str | None = None,
 ) -> Iterator[None]:
     """Turn an OSError in the ``with`` body into :func:`os_refusal`'s refusal."""
     try:
         yield
     except OSError as exc:
-        raise os_refusal(exc, what, refusal=refusal, hint=hint) from exc
+        raise os_refusal(exc, what, refusal=refusal, hint=hint, remedy=remedy) from exc

@@ -22,7 +22,7 @@ __all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input"]
 INPUT_FILE_MAX = 4 * 1024 * 1024
 
 
-def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX) -> bytes:
+def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX, remedy: str | None = None) -> bytes:
     """The bytes of a file a user named (``what``: "profile", "docker config"...): the one reader of user files.
 
     Through :func:`read_bounded`: opened without blocking (a FIFO is refused, never waited on), a
@@ -38,9 +38,9 @@ def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX)
     try:
         data = read_bounded(path, limit, follow=True)
     except UnreadableFileError as exc:
-        raise InputInvalidError(f"{shown(str(path))}: the {what} {exc}", hint=hint) from None
+        raise InputInvalidError(f"{shown(str(path))}: the {what} {exc}", hint=hint, remedy=remedy) from None
     if data is None:
-        raise InputInvalidError(f"{shown(str(path))}: no such {what} file", hint=hint)
+        raise InputInvalidError(f"{shown(str(path))}: no such {what} file", hint=hint, remedy=remedy)
     return data
 
 

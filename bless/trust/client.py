@@ -154,8 +154,9 @@ def _create_state_dir(state_dir: Path) -> None:
     if why is not None:
         raise TrustInvalidError(
             f"{why}: the store's trusted metadata would be read and written through it",
-            hint="bless never makes it a link or writable by others: remove it (the next check under --trust "
+            hint="bless never makes it a link or writable by others: remove it (the next trusted verification "
             "records it again from the trusted root.json)",
+            remedy="trust_state_dir",
         )
     with os_errors(
         f"creating {state_dir}",
@@ -210,8 +211,9 @@ def _matching_target(manifest: Manifest, data: bytes, name: str, info: TargetFil
     if info is None:
         raise UnsignedError(
             f"{manifest.config_hash[:16]}... version {manifest.cache.dir_id} is not a target of the signed metadata",
-            hint="sign it with bless sign HASH --keys DIR; a re-blessed config delists its older versions "
-            "unless signed with --keep-previous",
+            hint="sign it with the signing repository's keys; a re-blessed config delists its older versions "
+            "unless signed keeping them (keep_previous)",
+            remedy="sign_target",
             details={"target": name},
         )
     try:
@@ -236,6 +238,8 @@ def _trusted_after(state_dir: Path, presented_version: int) -> dict[str, bytes]:
         raise TrustInvalidError(
             f"the store's trusted root did not reach the presented version {presented_version}",
             hint=forget_hint(state_dir),
+            details={"state_dir": str(state_dir)},
+            remedy="forget_trusted_root",
         )
     return trusted
 

@@ -96,7 +96,9 @@ class KeySources:
             raise UsageError(
                 f"a new file key for role {role} would be written unencrypted",
                 hint=f"set {PASSPHRASE_ENV} (or answer the prompt) to encrypt it, keep the key in an HSM or KMS "
-                f"with --signer {role}=URI, or ask for an unencrypted key with --unencrypted-keys",
+                f"named by a signer URI for {role}, or ask for an unencrypted key (unencrypted)",
+                details={"role": role, "passphrase_env": PASSPHRASE_ENV},
+                remedy="protect_file_key",
             )
 
 
@@ -115,7 +117,9 @@ def parse_signer_option(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
         role, sep, uri = value.partition("=")
         role = role.strip()
         if not sep or not uri:
-            raise UsageError(f"bad --signer {value!r}", hint="write ROLE=URI, e.g. --signer targets=hsm:2?label=bless")
+            raise UsageError(
+                f"bad --signer {value!r}", hint="write ROLE=URI, e.g. targets=hsm:2?label=bless", remedy="signer_syntax"
+            )
         if role not in TOP_LEVEL_ROLES:
             raise UsageError(
                 f"--signer {value!r}: unknown TUF role {role!r}", hint=f"roles are {', '.join(TOP_LEVEL_ROLES)}"
@@ -125,6 +129,39 @@ def parse_signer_option(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
             raise UsageError(f"--signer {value!r} is given twice", hint="each key of a role is listed once")
         by_role.setdefault(role, []).append(uri)
     return {role: tuple(uris) for role, uris in by_role.items()}
+
+
+#: Asked for the file keys' passphrase as ``(needed, confirm)``: ``needed`` when a key will be written
+#: or opened encrypted (a caller may prompt then), ``confirm`` when a new one is being chosen. Returns
+#: the passphrase, or None for none.
+PassphraseSource = Callable[[bool, bool], bytes | None]
+
+
+def _no_passphrase(needed: bool, confirm: bool) -> bytes | None:
+    return None
+
+
+@dataclass(frozen=True)
+class KeyAccess:
+    """How a command reaches its keys, before it knows which it needs: the ``--signer ROLE=URI`` values,
+    where a passphrase comes from (the CLI: an environment variable or a prompt), ``--unencrypted-keys``,
+    and what answers a signer's request for a PIN."""
+
+    signers: tuple[str, ...] = ()
+    passphrase: PassphraseSource = _no_passphrase
+    unencrypted: bool = False
+    secrets_handler: SecretsHandler | None = None
+
+    def sources(self, *, passphrase_needed: bool, confirm: bool) -> KeySources:
+        """The :class:`KeySources` of these options: the signers parsed (a bad one refused first), then the
+        passphrase asked for."""
+        uris = parse_signer_option(self.signers)
+        passphrase = self.passphrase(passphrase_needed, confirm)
+        return KeySources(uris, passphrase, self.unencrypted, self.secrets_handler)
+
+
+#: No signer URIs, no passphrase, no PIN: only unencrypted file keys can be used.
+NO_KEY_OPTIONS = KeyAccess()
 
 
 def _require_scheme(uri: str) -> str:
@@ -185,7 +222,8 @@ def load_signers(keys_dir: Path, passphrase: bytes | None = None) -> LoadedSigne
     except OSError as exc:
         raise TrustInvalidError(
             f"cannot read the keys directory {directory}: {exc.strerror or exc}",
-            hint="create the signing keys with bless trust init --keys DIR",
+            hint="create the signing keys (trust init)",
+            remedy="trust_init_keys",
         ) from None
     for name in names:
         path = directory / name
@@ -240,8 +278,10 @@ def public_key_for_uri(uri: str, secrets_handler: SecretsHandler | None = None) 
     if scheme not in _IMPORTABLE:
         raise UsageError(
             f"bless cannot read the public key of {uri!r} ({scheme}: keys are files)",
-            hint="let bless trust init write an encrypted file key instead (no --signer for that role), "
+            hint="let trust init write an encrypted file key instead (no signer URI for that role), "
             f"or keep the key in {', '.join(_IMPORTABLE)}",
+            details={"importable": list(_IMPORTABLE)},
+            remedy="file_key_instead",
         )
     try:
         return _import(scheme, uri, secrets_handler)
@@ -316,8 +356,10 @@ def uri_signers(
                 why = f" ({failure})" if failure else ""
                 raise TrustInvalidError(
                     f"signer {uri} holds none of the {len(keys)} key(s) the root lists for role {role}{why}",
-                    hint="name a key of this repository's root (bless trust rotate --new-signer URI replaces a "
-                    f"role's keys); {_backend_hint(uri.partition(':')[0])}",
+                    hint="name a key of this repository's root (rotating the role to new signer URIs replaces its "
+                    f"keys); {_backend_hint(uri.partition(':')[0])}",
+                    details={"backend_hint": _backend_hint(uri.partition(":")[0])},
+                    remedy="rotate_to_signer",
                 )
             found[signer.public_key.keyid] = signer
     return found

@@ -92,7 +92,8 @@ def metadata_from_dir(directory: Path) -> dict[str, bytes]:
     except OSError as exc:
         raise TrustInvalidError(
             f"cannot read the trust directory {directory}: {exc.strerror or exc}",
-            hint="--trust names a directory that holds the trusted root.json (from bless trust init)",
+            hint="the trust directory holds the trusted root.json (from trust init)",
+            remedy="trust_dir",
         ) from None
     for name in entries:
         if METADATA_FILE.fullmatch(name):
@@ -119,7 +120,8 @@ def check_strict_json(files: Mapping[str, bytes], where: str) -> None:
         except (ValueError, RecursionError) as exc:
             raise TrustInvalidError(
                 f"{where}: {shown(name)} is not valid JSON metadata: {exc}",
-                hint="metadata from bless sign never holds a duplicate key: this file was edited or crafted",
+                hint="metadata bless signs never holds a duplicate key: this file was edited or crafted",
+                remedy="crafted_duplicate_key",
             ) from None
 
 
@@ -151,8 +153,9 @@ def check_distinct_keys(root: Root, what: str) -> None:
             raise TrustInvalidError(
                 f"{what} lists the same public key under two key ids ({shown(seen[material][:16])}... and "
                 f"{shown(keyid[:16])}...): one signature would count twice toward a threshold",
-                hint="a root from bless trust init or rotate never does this: it was crafted; use the signing "
-                "repository's own root.json",
+                hint="a root that bless's trust init or rotate wrote never does this: it was crafted; use the "
+                "signing repository's own root.json",
+                remedy="crafted_root",
             )
         seen[material] = keyid
 

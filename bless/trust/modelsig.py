@@ -77,7 +77,11 @@ def write_bundle(keys_dir: Path, blessed_dir: Path, manifest: Manifest) -> Model
             "--model-signing needs the model-signing package", hint="pip install 'model-signing>=1.1,<2'"
         ) from None
     if not (keys_dir / "keys").is_dir():
-        raise TrustInvalidError(f"{keys_dir} has no keys/ directory", hint="bless trust init --keys DIR first")
+        raise TrustInvalidError(
+            f"{keys_dir} has no keys/ directory",
+            hint="create the signing keys first (trust init)",
+            remedy="trust_init_first",
+        )
     out_dir = keys_dir / "model-signing"
     bundle = out_dir / f"{manifest.config_hash}-{manifest.cache.dir_id}.sig"
     scratch = out_dir / f".{bundle.name}.tmp"

@@ -30,7 +30,7 @@ __all__ = ["refuse_mixed_versions", "updater_refusal"]
 
 _MIXED_HINT = (
     "its files come from different signings: use timestamp.json, snapshot.json and targets.json of one signing "
-    "(the signing repository's metadata/ as bless sign left it), or pull the signed blessing again"
+    "(the signing repository's metadata/ as signing left it), or pull the signed blessing again"
 )
 
 
@@ -40,7 +40,7 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
         trusted_root: Root | None = Metadata.from_bytes(read_trust_file(state_dir / "root.json")).signed
     except Exception:
         trusted_root = None
-    hint_keys = "sign with the keys the trusted root lists (bless sign --keys DIR), or provision the right root.json"
+    hint_keys = "sign with the keys the trusted root lists, or provision the right root.json"
     if trusted_root is not None:
         for role in (Timestamp.type, Snapshot.type, Targets.type):
             data = candidate.get(f"{role}.json")
@@ -63,8 +63,9 @@ def _diagnose_unsigned(state_dir: Path, candidate: Mapping[str, bytes], cause: E
                 f"{role} metadata carries no valid signature by a key the trusted root lists for {role}",
                 hint=hint_keys,
                 details={"role": role, "threshold": result.threshold},
+                remedy="sign_with_root_keys",
             )
-    return SignatureUntrustedError(f"signature check failed: {cause}", hint=hint_keys)
+    return SignatureUntrustedError(f"signature check failed: {cause}", hint=hint_keys, remedy="sign_with_root_keys")
 
 
 def _mixed_versions(files: Mapping[str, bytes]) -> str | None:
@@ -99,7 +100,9 @@ def refuse_mixed_versions(files: Mapping[str, bytes]) -> None:
     """Refuse presented metadata whose timestamp, snapshot and targets are not one signing's (66)."""
     mixed = _mixed_versions(files)
     if mixed is not None:
-        raise TrustInvalidError(f"the signed metadata mixes versions: {mixed}", hint=_MIXED_HINT)
+        raise TrustInvalidError(
+            f"the signed metadata mixes versions: {mixed}", hint=_MIXED_HINT, remedy="mixed_signings"
+        )
 
 
 def updater_refusal(
@@ -111,7 +114,9 @@ def updater_refusal(
         (
             tuf_errors.ExpiredMetadataError,
             lambda: MetadataExpiredError(
-                f"{exc}", hint="re-sign the blessing (bless sign HASH --keys DIR) and distribute the new metadata"
+                f"{exc}",
+                hint="re-sign the blessing and distribute the new metadata",
+                remedy="resign",
             ),
         ),
         (
@@ -122,7 +127,9 @@ def updater_refusal(
                     hint="someone serves older signed metadata (a moved tag?); pull the current signed blessing",
                 )
                 if trusted_before  # nothing trusted here yet: nothing to roll back from
-                else TrustInvalidError(f"the signed metadata is inconsistent: {exc}", hint=_MIXED_HINT)
+                else TrustInvalidError(
+                    f"the signed metadata is inconsistent: {exc}", hint=_MIXED_HINT, remedy="mixed_signings"
+                )
             ),
         ),
         (
@@ -133,15 +140,16 @@ def updater_refusal(
             tuf_errors.DownloadLengthMismatchError,
             lambda: TrustInvalidError(
                 f"signed metadata is larger than a verifier reads ({exc}; limits in bytes: {size_limits})",
-                hint="bless sign never writes metadata this large: it was made by other means; re-sign with bless sign",
+                hint="bless's signing never writes metadata this large: it was made by other means; re-sign it",
+                remedy="resign_oversized",
             ),
         ),
         (
             tuf_errors.DownloadHTTPError,
             lambda: UnsignedError(
                 "no signed metadata is available for this blessing",
-                hint="sign it (bless sign HASH --keys DIR) and push it, or point --trust at the signing "
-                "repository's metadata directory",
+                hint="sign it and push it, or trust the signing repository's metadata directory",
+                remedy="sign_and_push",
             ),
         ),
         (

@@ -127,7 +127,8 @@ class _Repository:
         if missing:
             raise TrustInvalidError(
                 f"{self.metadata_dir} lacks {', '.join(missing)}",
-                hint="create a signing repository with bless trust init --keys DIR",
+                hint="create a signing repository in that directory (trust init)",
+                remedy="trust_init_repository",
             )
         self.root: Metadata[Root] = parse_metadata(files["root.json"], "root.json")
         self.targets: Metadata[Targets] = parse_metadata(files["targets.json"], "targets.json")
@@ -159,7 +160,9 @@ class _Repository:
             raise TrustInvalidError(
                 f"no private key of role {role} is in {self.keys_dir / 'keys'} or named by --signer",
                 hint=f"the trusted root lists {len(role_def.keyids)} key(s) for {role}; put one of them there, "
-                f"or name the HSM or KMS key that holds one with --signer {role}=URI",
+                f"or name the HSM or KMS key that holds one as a signer URI for {role}",
+                details={"role": role, "listed": len(role_def.keyids)},
+                remedy="signer_for_role",
             )
         return count, role_def.threshold
 
@@ -177,8 +180,9 @@ class _Repository:
                 f"{role}.json would be {len(data)} bytes{listed}, over the {limit} bytes a verifier reads; "
                 "nothing was written",
                 hint="a signing repository lists about 37,000 blessings at most: sign re-blessed configs without "
-                "--keep-previous (their older versions are delisted), or sign further blessings in another "
-                "signing repository (bless trust init) whose root the hosts serving them trust",
+                "keeping their previous versions (they are delisted), or sign further blessings in another "
+                "signing repository (trust init) whose root the hosts serving them trust",
+                remedy="signing_repository_full",
                 details={"role": role, "bytes": len(data), "limit": limit},
             )
         return data
@@ -239,7 +243,8 @@ def _repository(keys_dir: Path, sources: KeySources) -> Iterator[_Repository]:
     if not (Path(keys_dir) / "metadata").is_dir():
         raise TrustInvalidError(
             f"{keys_dir} is not a signing repository (no metadata/ directory)",
-            hint="create one with bless trust init --keys DIR",
+            hint="create one there (trust init)",
+            remedy="trust_init_here",
         )
     # A full or read-only disk is its own refusal (15), wherever a write meets it; any other OSError
     # (permissions, a directory where a file belongs) makes the repository unusable here (66).
@@ -306,7 +311,8 @@ def init_repository(
     with os_errors(
         f"creating the trust repository in {keys_dir}",
         refusal=TrustInvalidError,
-        hint="choose a --keys directory this user can create and write (not below a file)",
+        hint="choose a keys directory this user can create and write (not below a file)",
+        remedy="writable_keys_dir",
     ):
         _refuse_existing(keys_path, metadata_path)
         # Read from the holders before anything is created: a token that does not answer leaves no directory.
@@ -341,7 +347,9 @@ def _chosen_roles(roles: Mapping[str, RoleKeys] | None, sources: KeySources) -> 
         if spec.keys not in (1, len(uris)):
             raise UsageError(
                 f"{role}: {spec.keys} keys asked for and {len(uris)} --signer URI(s) given",
-                hint=f"a role with --signer has one key per URI: give {spec.keys} --signer {role}=URI",
+                hint=f"a role held by signers has one key per signer URI: give {spec.keys} signer URIs for {role}",
+                details={"role": role, "keys": spec.keys},
+                remedy="one_signer_per_key",
             )
         chosen[role] = RoleKeys(len(uris), spec.threshold)
     for role, spec in chosen.items():
@@ -361,8 +369,8 @@ def _refuse_existing(*directories: Path) -> None:
         if directory.exists() and any(directory.iterdir()):
             raise TrustExistsError(
                 f"{directory} exists and is not empty",
-                hint="keys and metadata are never overwritten; choose a new directory, or rotate keys with "
-                "bless trust rotate",
+                hint="keys and metadata are never overwritten; choose a new directory, or rotate keys (trust rotate)",
+                remedy="trust_rotate",
             )
 
 
@@ -463,7 +471,9 @@ def rotate_role(
                 raise UsageError(
                     f"{role} needs {root.roles[role].threshold} signatures and {len(new_signers)} new signer(s) "
                     "were given",
-                    hint=f"give at least {root.roles[role].threshold} --new-signer URIs",
+                    hint=f"give at least {root.roles[role].threshold} new signer URIs",
+                    details={"role": role, "threshold": root.roles[role].threshold},
+                    remedy="enough_new_signers",
                 )
             fresh = [public_key_for_uri(uri, sources.secrets_handler) for uri in new_signers]
         else:

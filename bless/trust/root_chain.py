@@ -24,7 +24,7 @@ def forget_hint(state_dir: Path) -> str:
     """How an operator deliberately moves a store to another root chain (and what that costs)."""
     return (
         f"to trust another root on purpose, remove {state_dir} (the host then forgets the versions it trusted: "
-        "rollback protection starts again from the new root), or use another store root (--root)"
+        "rollback protection starts again from the new root), or use another store root"
     )
 
 
@@ -50,7 +50,9 @@ def bootstrap_root(state_dir: Path, anchor: bytes, available: Mapping[str, bytes
     try:
         current = parse_root(current_bytes, f"{current_path}")
     except TrustInvalidError as exc:
-        raise TrustInvalidError(str(exc), hint=forget_hint(state_dir)) from None
+        raise TrustInvalidError(
+            str(exc), hint=forget_hint(state_dir), details={"state_dir": str(state_dir)}, remedy="forget_trusted_root"
+        ) from None
     have, want = current.signed.version, presented.signed.version
     another = _another_chain(state_dir, have, want)
     if want == have:
@@ -70,7 +72,8 @@ def _another_chain(state_dir: Path, have: int, want: int) -> TrustInvalidError:
         f"the presented root.json (version {want}) is not on that chain",
         hint=f"use the root.json this store was first verified with (or a later one of its chain); "
         f"{forget_hint(state_dir)}",
-        details={"trusted_root_version": have, "presented_root_version": want},
+        details={"trusted_root_version": have, "presented_root_version": want, "state_dir": str(state_dir)},
+        remedy="another_root_chain",
     )
 
 
@@ -100,8 +103,9 @@ def _check_successors(
         if data is None:
             raise TrustInvalidError(
                 f"cannot follow this store's root version {have} to the presented version {want}: {name} is missing",
-                hint="verify with --trust pointing at the signing repository's metadata directory (it keeps every "
-                "N.root.json), or put the missing N.root.json files beside the root.json",
+                hint="verify trusting the signing repository's metadata directory (it keeps every N.root.json), or "
+                "put the missing N.root.json files beside the root.json",
+                remedy="root_chain_gap",
                 details={"trusted_root_version": have, "presented_root_version": want},
             )
         successor = parse_root(data, name)
@@ -111,5 +115,7 @@ def _check_successors(
             trusted.verify_delegate(Root.type, successor.signed_bytes, successor.signatures)
             successor.signed.verify_delegate(Root.type, successor.signed_bytes, successor.signatures)
         except tuf_errors.RepositoryError as exc:
-            raise TrustInvalidError(f"{another} ({name}: {exc})", hint=another.hint, details=another.details) from None
+            raise TrustInvalidError(
+                f"{another} ({name}: {exc})", hint=another.hint, details=another.details, remedy=another.remedy
+            ) from None
         trusted = successor.signed

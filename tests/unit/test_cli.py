@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from bless.cli import common as cli_common
 from bless.cli import main as cli_main
 from bless.cli import render as cli_render
 from bless.cli import serve as cli_serve
@@ -27,6 +26,7 @@ from bless.core.factors import config_hash, declared_hardware_factor
 from bless.core.manifest import Manifest
 from bless.core.profile import load_profile
 from bless.errors import EXIT_CODES, ExitCode
+from bless.flows import resolve as flows_resolve
 from bless.flows.resolve import resolve_profile
 from bless.store import Store
 from tests.support.fakes import FakeRuntime
@@ -164,7 +164,7 @@ def test_hash_pinned_image_needs_no_runtime(bless: Invoke, profile: Path, monkey
     def no_runtime(kind: str) -> Any:
         raise AssertionError(f"a runtime ({kind}) was constructed for a pinned image ID")
 
-    monkeypatch.setattr(cli_common, "get_runtime", no_runtime)
+    monkeypatch.setattr(flows_resolve, "get_runtime", no_runtime)
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 0, result.stderr
 
@@ -179,7 +179,7 @@ def test_hash_image_tag_is_resolved_through_the_runtime(
         kinds.append(kind)
         return runtime
 
-    monkeypatch.setattr(cli_common, "get_runtime", fake_get_runtime)
+    monkeypatch.setattr(flows_resolve, "get_runtime", fake_get_runtime)
     tagged = write_profile(tmp_path, "tagged.toml", image="bless-reference:cpu")
     result = bless("hash", "--profile", str(tagged), "--json")
     assert result.exit_code == 0, result.stderr
@@ -474,6 +474,39 @@ def test_show_human(bless: Invoke, store: Store, blessed: Manifest) -> None:
     for text in (blessed.config_hash, "tiny-test", "golden", "abcd", "pass", "provenance", "1/1 passed"):
         assert text in result.stderr
     assert str(store.blessed_dir(blessed)) in result.stderr
+
+
+def test_show_says_in_words_what_a_blessing_covers_without_padding(
+    bless: Invoke, store: Store, blessed: Manifest
+) -> None:
+    """Factors, hardware, engine keys and trials in words (not only under --json), and no line padded with
+    spaces when stderr is not a terminal (the runner's is not)."""
+    result = bless("show", blessed.config_hash)
+    assert result.exit_code == 0, result.stderr
+    text = result.stderr
+    assert "what this blessing covers" in text
+    assert "hardware it was proven on:" in text and "engine:" in text
+    hardware = blessed.factors["hardware"]
+    for key, value in hardware.items():
+        if not isinstance(value, dict):
+            assert any(key in line and str(value) in line for line in text.splitlines()), key
+    engine_name = blessed.factors["engine"]["name"]
+    assert any(line.split() == ["name", engine_name] for line in text.splitlines()), "engine keys in words"
+    assert f"trials: {blessed.trials['passed']} of {blessed.trials['planned']} passed" in text
+    provenance = text.split("provenance\n", 1)[1]
+    assert "{" not in provenance and '"' not in provenance, "provenance in words, not JSON"
+    padded = [line for line in text.splitlines() if line != line.rstrip() and "─" not in line and "│" not in line]
+    assert padded == []
+    assert max(len(line) for line in text.splitlines()) < 300
+
+
+def test_a_hash_that_is_not_hex_is_called_so(bless: Invoke) -> None:
+    result = bless("verify", "nothex!!")
+    assert result.exit_code == ExitCode.INPUT_INVALID
+    assert "is not a hex config hash" in result.stderr
+    assert "at least the first 8" not in result.stderr.split("not a hex", 1)[1].split("\n", 1)[0]
+    short = bless("verify", "abc")
+    assert short.exit_code == ExitCode.INPUT_INVALID and "8 to 64 hex digits" in short.stderr
 
 
 def test_show_says_how_many_gpus_and_in_which_order_the_blessing_was_proven_on(
@@ -956,7 +989,7 @@ def test_a_directory_as_profile_is_an_input_error_like_a_missing_file(
 def test_push_says_the_registry_had_the_rest_only_when_it_had_some(uploaded: int, says_rest: bool) -> None:
     from rich.console import Console
 
-    from bless.cli.fleet import _render_push
+    from bless.cli.registry import _render_push
 
     console = Console(record=True, width=200)
     data = {

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import bless.cli.boundary
 from bless.cli import common, render
 from bless.cli.main import COMMANDS, GROUPS, app
+from bless.flows import inspect as inspect_flow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,6 +83,13 @@ def _names(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {alias.name for alias in node.names}
 
 
+def _calls_method(name: str, path: Path) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
+
+
 def _calls(name: str, path: Path) -> bool:
     return any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
@@ -90,13 +98,18 @@ def _calls(name: str, path: Path) -> bool:
 
 
 def test_profiles_are_resolved_through_one_entry_point() -> None:
-    """Only bless/flows/resolve.py calls factors.resolve(); every command goes through resolve_profile()."""
+    """Only bless/flows/resolve.py calls factors.resolve() or specialises an adapter for a profile's factors;
+    every command resolves through resolve_for_command(), and nothing else calls resolve_profile()."""
     sources = [path for folder in ("bless", "cli") for path in sorted((REPO / folder).rglob("*.py"))]
     importers = [str(path.relative_to(REPO)) for path in sources if _imports_resolve(path)]
     assert importers == ["bless/flows/resolve.py"]
-    users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
-    assert {"bless/flows/gate/check.py", "cli/common.py", "cli/run.py"} <= users
-    assert any(user.startswith(("bless/flows/launcher", "bless/flows/serve")) for user in users), users
+    users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_for_command", path)}
+    assert users == {"bless/flows/gate/check.py", "bless/flows/serve/checks.py", "cli/common.py", "cli/run.py"}
+    wiring = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
+    assert wiring == {"bless/flows/resolve.py"}
+    # A detached serve's seal watcher rebuilds its adapter from the factors it is handed (no profile to resolve).
+    specialisers = {str(path.relative_to(REPO)) for path in sources if _calls_method("for_factors", path)}
+    assert specialisers == {"bless/flows/resolve.py", "cli/seal_watch.py"}
 
 
 def _helps() -> dict[str, str]:
@@ -149,3 +162,144 @@ def test_commands_without_a_registry_do_not_import_the_registry_client() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# --- parse -> one call -> render ------------------------------------------------------------------------
+
+#: The cli helpers a command may call to turn its options into arguments: the store its options name,
+#: the keys (passphrase, PIN) they reach, transfer limits, and a profile file resolved here. The last
+#: stands for the one profile-resolution entry point being made (serve-full's and run's resolution too).
+PARSE_HELPERS = {
+    "app_state",
+    "check_manifests_dir",
+    "command_store",
+    "key_access",
+    "reading_store",
+    "resolve_profile_file",
+    "transfer_limits",
+}
+#: The cli helpers that draw a result: the Report the boundary renders, consoles, progress, the exit-code table.
+RENDER_HELPERS = {
+    "Report",
+    "RunProgress",
+    "err_console",
+    "exit_code_rows",
+    "exit_codes_markdown",
+    "hashing_progress",
+    "pull_report",
+    "render_gate",
+    "signals_as_interrupt",
+}
+#: Library functions that are option parsing, not a command's work: ``bless run``'s K from --trials /
+#: --max-failure-rate and the profile's default (a usage error when no K can bound the rate).
+LIBRARY_PARSE = {"bless.flows.run.results.trial_count"}
+#: ``bless run`` still resolves its profile itself (load, runtime, adapter, resolve): these lines become one
+#: resolution entry point with serve-full's; until then they are not counted as run's call.
+PENDING_RESOLUTION = {
+    "bless.core.profile.load_profile",
+    "bless.engines.get_adapter",
+    "bless.flows.resolve.resolve_profile",
+    "bless.runtime.get_runtime",
+}
+#: Commands whose data is a constant of the library, with no call to make.
+NO_CALL = {"exit-codes": "the table is bless.errors.EXIT_CODES, drawn by render.exit_code_rows"}
+
+
+def _registered_bodies() -> list[tuple[str, Any]]:
+    """(name, body) of every ``bless`` command, sub-commands included, as the COMMANDS tables register them."""
+    bodies: list[tuple[str, Any]] = [(name, body) for name, body in COMMANDS]
+    bodies += [(f"{group} {name}", body) for group, _typer, commands in GROUPS for name, body in commands]
+    return bodies
+
+
+def _qualified(function: Any) -> str:
+    return f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', '')}"
+
+
+def _callees(body: Any) -> list[Any]:
+    """What ``body`` calls by a global name (``f(...)``) or through a module (``render.f(...)``).
+
+    Calls on values (``result.to_dict()``) and on names local to the body are not calls into a module.
+    """
+    import builtins
+    import importlib
+    import inspect
+    import textwrap
+    import types
+
+    body = inspect.unwrap(body)  # the command's own body, not the boundary's wrapper around it
+    tree = ast.parse(textwrap.dedent(inspect.getsource(body)))
+    # Names imported inside the body (push and pull import the registry flows lazily) count as globals.
+    names = dict(body.__globals__)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            module = importlib.import_module(node.module)
+            names.update({alias.asname or alias.name: getattr(module, alias.name) for alias in node.names})
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        target: Any = None
+        if isinstance(func, ast.Name):
+            target = names.get(func.id, getattr(builtins, func.id, None))
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            owner = names.get(func.value.id)
+            if isinstance(owner, types.ModuleType):
+                target = getattr(owner, func.attr, None)
+        if target is not None:
+            found.append(target)
+    return found
+
+
+def _library_calls(name: str, body: Any) -> list[str]:
+    """The library entry points ``body`` calls; fails on a cli helper that is neither parse nor render."""
+    from bless.errors import BlessError
+
+    calls = []
+    for target in _callees(body):
+        module = getattr(target, "__module__", "") or ""
+        if not module.startswith("bless."):
+            continue  # builtins, typer: glue
+        if isinstance(target, type) and (issubclass(target, BlessError) or not module.startswith("bless.cli")):
+            continue  # a refusal of the options, or a value handed to the call (RunOptions, RoleKeys)
+        if module.startswith("bless.cli"):
+            assert target.__name__ in PARSE_HELPERS | RENDER_HELPERS, (
+                f"{name}: {target.__name__} is no parse/render helper"
+            )
+            continue
+        qualified = _qualified(target)
+        if qualified in LIBRARY_PARSE or qualified in PENDING_RESOLUTION:
+            continue
+        calls.append(qualified)
+    return calls
+
+
+def test_every_command_parses_makes_one_library_call_and_renders() -> None:
+    """A command's body parses its options, calls one entry point of the library, and renders the result.
+
+    serve-full is not registered through these tables: its bodies run under ``boundary.execute`` and its
+    profile resolution is being folded into ``bless.flows.serve.serve_full``; it joins this test then.
+    """
+    bodies = _registered_bodies()
+    assert {name for name, _ in bodies} >= {"verify", "list", "show", "diff", "gc", "engines", "hash", "run"}
+    for name, body in bodies:
+        calls = _library_calls(name, body)
+        expected = 0 if name in NO_CALL else 1
+        assert len(calls) == expected, f"bless {name} calls {calls}: parse -> one library call -> render"
+
+
+def test_the_one_call_check_sees_a_second_library_call() -> None:
+    """The check above is not vacuous: a body making two library calls, or calling an unlisted cli helper, fails."""
+
+    def two_calls(ctx: Any) -> Any:
+        store = common.reading_store(ctx)
+        return inspect_flow.list_blessings(store), inspect_flow.show_blessing(store, "0" * 64)
+
+    assert len(_library_calls("two", two_calls)) == 2
+
+    def unlisted(ctx: Any) -> Any:
+        return common.open_store(None)
+
+    with pytest.raises(AssertionError, match="no parse/render helper"):
+        _library_calls("unlisted", unlisted)

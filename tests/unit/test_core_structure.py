@@ -134,8 +134,8 @@ def test_the_config_hash_format_is_written_down_once() -> None:
 
 FLOWS_DIR = BLESS / "flows"
 #: The flows, one per command (a module or a package), and what several flows share beside them.
-FLOWS = ("gate", "k8s", "pull", "push", "run", "serve", "sign")
-SHARED_FLOW_MODULES = ("engine_start", "events", "resolve", "safety", "trust_policy")
+FLOWS = ("gate", "gc", "inspect", "k8s", "pull", "push", "run", "serve", "sign", "trust")
+SHARED_FLOW_MODULES = ("engine_start", "events", "lookup", "resolve", "safety", "trust_policy")
 
 
 def flow_imports(path: Path) -> set[str]:
@@ -285,8 +285,9 @@ def test_a_manifest_config_hash_with_a_trailing_newline_is_invalid() -> None:
         validate_document(document, where="m")
 
 
-#: What may sit at the top of bless/: the public API, the vocabulary every layer shares, and the probes (an edge).
-TOP_LEVEL = {"__init__.py", *VOCABULARY, "probes.py"}
+#: What may sit at the top of bless/: the public API (with _version.py, the version the core imports without the
+#: API), the vocabulary every layer shares, and the probes (an edge).
+TOP_LEVEL = {"__init__.py", "_version.py", *VOCABULARY, "probes.py"}
 
 
 def test_the_top_of_the_package_holds_only_the_api_and_the_vocabulary() -> None:

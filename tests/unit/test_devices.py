@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bless.cli.error_hints import command_line_hint
 from bless.core.factors import GpuInfo
 from bless.core.profile import HardwareSpec
 from bless.errors import InsufficientGpuError, ResolutionError
@@ -63,7 +64,8 @@ def test_too_many_slots_is_refused_with_what_fits() -> None:
         trial_slots(HardwareSpec(accelerator="cuda", gpu_count=2), gpus(8), requested=5, trials=8)
     assert caught.value.exit_code == 52
     assert "--parallel 5 needs 10 GPUs (2 per trial)" in caught.value.message
-    assert "--parallel 4" in (caught.value.hint or "")
+    assert "run 4 parallel trials or fewer" in (caught.value.hint or "")  # the library's hint names no flag
+    assert "--parallel 4" in (command_line_hint(caught.value) or "")
     with pytest.raises(InsufficientGpuError, match="a trial needs 4 GPU"):
         trial_slots(HardwareSpec(accelerator="cuda", gpu_count=4), gpus(2), requested=None, trials=1)
 

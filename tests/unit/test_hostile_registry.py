@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from bless.cli.error_hints import command_line_hint
 from bless.cli.main import app
 from bless.core.manifest import Manifest, tree_sha256
 from bless.core.verify import FileEntry
@@ -401,7 +402,8 @@ def test_a_pull_told_not_to_wait_names_pull_in_its_hint(
         assert held.wait(10)
         with pytest.raises(LockHeldError) as info:
             pull_blessing(host, parse_reference(registry.ref("c/t:new")), wait=False, transport=registry.transport)
-        assert "bless pull" in (info.value.hint or "") and "bless run --wait" not in (info.value.hint or "")
+        worded = command_line_hint(info.value) or ""
+        assert "bless pull" in worded and "bless run --wait" not in worded
         assert info.value.exit_code == ExitCode.LOCK_HELD
     finally:
         release.set()

@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from bless.cli.error_hints import command_line_hint
 from bless.core.factors import declared_hardware_factor
 from bless.core.profile import load_profile
 from bless.engines import get_adapter
@@ -60,13 +61,13 @@ def test_a_secret_value_in_the_profile_is_refused_never_rendered(tmp_path: Path,
     with pytest.raises(InputInvalidError, match="HF_TOKEN") as info:
         render(tmp_path, SECRET_VALUE, env_secret=env_secret)
     assert SECRET_VALUE not in info.value.diagnostics()
-    assert "--env-secret" in (info.value.hint or "")
+    assert "--env-secret" in (command_line_hint(info.value) or "")
 
 
 def test_an_empty_secret_needs_the_secret_that_holds_it(tmp_path: Path) -> None:
     with pytest.raises(InputInvalidError, match="names secret HF_TOKEN") as info:
         render(tmp_path, "")
-    assert "--env-secret" in (info.value.hint or "")
+    assert "--env-secret" in (command_line_hint(info.value) or "")
 
 
 def test_an_empty_secret_is_rendered_as_a_secret_key_ref(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bless import container_labels as labels
+from bless.cli.error_hints import command_line_hint
 from bless.core.verify import verify_tree
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
@@ -362,7 +363,9 @@ def test_rebless_with_a_weaker_bound_is_refused_unless_allowed(make: Callable[..
     assert caught.value.exit_code == ExitCode.WEAKER_BLESSING
     assert int(caught.value.exit_code) == 13
     assert "63% -> 78%" in caught.value.message and "3/3" in caught.value.message
-    assert "--allow-weaker" in (caught.value.hint or "") and "--trials 3" in (caught.value.hint or "")
+    assert "--" not in (caught.value.hint or "") and "at least 3 trials" in (caught.value.hint or "")
+    worded = command_line_hint(caught.value) or ""
+    assert "--allow-weaker" in worded and "--trials 3" in worded
     assert weaker.runtime.containers == [], "refused before any engine started"
     live = weaker.store.find(weaker.config_hash)
     assert live is not None and live.cache.dir_id == before.cache.dir_id, "the stronger blessing stays live"
@@ -443,7 +446,8 @@ def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) ->
     (error,) = errors
     assert isinstance(error, LockHeldError) and error.exit_code == 11
     assert f"pid {os.getpid()}" in error.message
-    assert error.hint is not None and "--wait" in error.hint, "the refusal names the way to queue behind the holder"
+    worded = command_line_hint(error)
+    assert worded is not None and "--wait" in worded, "the refusal names the way to queue behind the holder"
     assert harness.runtime.containers == []
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bless.cli.error_hints import command_line_hint
 from bless.core.factors import GpuInfo, ResolvedConfig, resolve
 from bless.core.profile import HardwareSpec, Profile
 from bless.core.schemas import schema_errors
@@ -198,7 +199,9 @@ def test_asking_for_more_slots_than_gpus_is_refused_before_any_start(make: Calla
         harness.run(trials=4, parallel=3)
     assert caught.value.exit_code == ExitCode.INSUFFICIENT_GPU
     assert int(caught.value.exit_code) == 52
-    assert "--parallel 3 needs 3 GPUs" in caught.value.message and "--parallel 2" in (caught.value.hint or "")
+    assert "--parallel 3 needs 3 GPUs" in caught.value.message and "--parallel 2" in (
+        command_line_hint(caught.value) or ""
+    )
     assert harness.runtime.containers == []
 
 

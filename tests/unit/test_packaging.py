@@ -98,6 +98,8 @@ def test_the_wheel_installs_only_bless(wheel: Path) -> None:
     assert {"bless/schema/profile.v1.json", "bless/schema/manifest.v1.json"} <= set(names)
     # the vLLM adapter's per-release data: its rules and the tuned fused-MoE tables of its coverage model
     assert {"bless/engines/vllm/versions.json", "bless/engines/vllm/moe_configs.json"} <= set(names)
+    # the API is typed for its users' checkers (PEP 561): docs/reference/python-api.md
+    assert "bless/py.typed" in names
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
 
 

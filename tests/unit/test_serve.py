@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bless import container_labels as labels
+from bless.cli.error_hints import command_line_hint
 from bless.core.factors import REDACTED, GpuInfo
 from bless.core.manifest import Manifest
 from bless.core.profile import HardwareSpec, Profile, profile_from_dict
@@ -899,8 +900,8 @@ def test_detached_serve_names_its_stop_command_not_docker(
     assert f"serve-full stop unit --root {store.root}" in text and "docker" not in text
     with pytest.raises(ContainerConflictError) as refused:  # the detached serve's container holds the name
         do_plan(plan.profile, store, runtime)
-    assert refused.value.hint is not None and f"serve-full stop unit --root {store.root}" in refused.value.hint
-    assert "docker" not in refused.value.hint
+    assert f"serve-full stop unit --root {store.root}" in (command_line_hint(refused.value) or "")
+    assert "docker" not in (command_line_hint(refused.value) or "")
 
 
 def test_stop_command_names_a_non_default_root_quoted_for_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -989,7 +990,8 @@ def test_a_taken_host_port_is_named_with_what_to_do(explanation: str) -> None:
     err = _start_failed(spec, SimpleNamespace(explanation=explanation))
     assert int(err.exit_code) == 44  # the documented ENGINE_FAILED: the engine could not be started
     assert "127.0.0.1:8000 is already in use" in str(err)
-    assert err.hint is not None and "serving.port" in err.hint and "serve-full stop NAME" in err.hint
+    assert err.hint is not None and "serving.port" in err.hint
+    assert "serve-full stop NAME" in (command_line_hint(err) or "")
     assert "engine command" not in err.hint
     other = _start_failed(spec, SimpleNamespace(explanation='exec: "vllm": executable file not found in $PATH'))
     assert other.hint is not None and "engine command exists in the image" in other.hint
@@ -1031,7 +1033,7 @@ def test_a_name_held_by_another_roots_serve_names_that_root_and_its_stop(store: 
         do_plan(make_profile(), store, runtime, debug=True)
     assert code_of(excinfo) == ExitCode.CONTAINER_CONFLICT
     assert str(tmp_path / "other root") in excinfo.value.message
-    assert excinfo.value.hint is not None and f"--root '{tmp_path / 'other root'}'" in excinfo.value.hint
+    assert f"--root '{tmp_path / 'other root'}'" in (command_line_hint(excinfo.value) or "")
     assert excinfo.value.details["store_root"] == str(tmp_path / "other root")
 
 
@@ -1041,7 +1043,7 @@ def test_stop_refuses_a_container_another_root_owns(store: Store, tmp_path: Path
     with pytest.raises(ContainerConflictError, match="another store root") as excinfo:
         serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=5)
     assert code_of(excinfo) == ExitCode.CONTAINER_CONFLICT
-    assert excinfo.value.hint is not None and f"--root {tmp_path / 'other'}" in excinfo.value.hint
+    assert f"--root {tmp_path / 'other'}" in (command_line_hint(excinfo.value) or "")
     assert "stop" not in runtime.calls and "cleanup_ours" not in runtime.calls
 
 

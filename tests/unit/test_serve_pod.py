@@ -22,7 +22,7 @@ from bless.cli import boundary
 from bless.cli.boundary import Report
 from bless.errors import ExitCode, NotServingError, StoreUnavailableError, VerifyFailedError
 from bless.flows import serve
-from bless.flows.serve.plan import verify_copy
+from bless.flows.serve.checks import verify_copy
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
 from bless.store import Store

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bless.cli.error_hints import command_line_hint
 from bless.core.factors import resolve
 from bless.core.profile import load_profile
 from bless.engines.vllm import CACHE_MOUNT_PATH, VllmAdapter
@@ -365,7 +366,9 @@ def test_an_unknown_version_is_refused_with_what_is_known_and_how_to_add_it() ->
     error = caught.value
     assert error.exit_code == ExitCode.UNKNOWN_ENGINE_VERSION and ExitCode.UNKNOWN_ENGINE_VERSION.value == 33
     assert "0.26.1" in error.message and f"{VERSIONS[0]} ... {VERSIONS[-1]}" in error.message
-    assert error.hint and "scripts/vllm_rules.py fetch" in error.hint and "--allow-unknown-engine-version" in error.hint
+    assert error.hint and "scripts/vllm_rules.py fetch" in error.hint and "--allow" not in error.hint
+    worded = command_line_hint(error) or ""
+    assert "scripts/vllm_rules.py fetch" in worded and "--allow-unknown-engine-version" in worded
     assert error.details["nearest"] == "0.26.0"
 
 

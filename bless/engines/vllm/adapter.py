@@ -202,9 +202,15 @@ class VllmAdapter:
             what = f"vLLM {self.vllm_version} has no entry in bless's per-version rules"
         raise UnknownEngineVersionError(
             f"{what}; known: {listed}",
-            hint=f"{how}; or pass --allow-unknown-engine-version to use the nearest older entry "
-            f"(vLLM {self.version_rules.version}; recorded in the manifest)",
-            details={"installed": self.vllm_version, "nearest": self.version_rules.version, "known": list(known)},
+            hint=f"{how}; or allow an unknown engine version (allow_unknown_engine_version) to use the nearest "
+            f"older entry (vLLM {self.version_rules.version}; recorded in the manifest)",
+            details={
+                "installed": self.vllm_version,
+                "nearest": self.version_rules.version,
+                "known": list(known),
+                "how": how,
+            },
+            remedy="allow_unknown_engine_version",
         )
 
     def engine_factors(

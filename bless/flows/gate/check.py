@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bless.core.factors import ResolvedConfig
-from bless.core.profile import HardwareSpec, Profile, load_profile
+from bless.core.profile import Profile, load_profile
 from bless.errors import (
     BlessError,
     ExitCode,
@@ -32,8 +32,8 @@ from bless.errors import (
     ResolutionError,
     VerifyFailedError,
 )
-from bless.flows.resolve import drift_error, image_needs_runtime, resolve_profile
-from bless.probes import judged_hardware
+from bless.flows.resolve import ProfileResolution, drift_error, image_needs_runtime, resolve_for_command
+from bless.probes import HardwareSource
 from bless.runtime.base import Runtime
 from bless.store import ManifestIndex, ManifestRecord, Store
 
@@ -137,44 +137,37 @@ class Runtimes:
         return self.ready[kind]
 
 
-def _hardware_probe(notes: list[str], labels: list[str]) -> Callable[[HardwareSpec], dict[str, Any]]:
-    """The declared hardware factor when complete, else this machine's (noted in the row).
+def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str]) -> ProfileResolution:
+    """Resolve offline, the hardware judged: the declared factor when complete, else this machine's (noted in the row).
 
     A CUDA profile with an incomplete declaration on a machine without GPUs fails the row, naming
     the fields to declare (:func:`bless.probes.judged_hardware`).
     """
-
-    def probe(spec: HardwareSpec) -> dict[str, Any]:
-        judged = judged_hardware(spec)
-        labels.append(judged.source)
-        if judged.source == "probed":
-            undeclared = ", ".join(f"hardware.{key}" for key in judged.undeclared)
-            notes.append(
-                f"hardware probed on this machine: {undeclared} not declared, so the hash holds this machine's "
-                "hardware, not the serving host's (declare them to gate this profile on any machine)"
-            )
-        return judged.factor
-
-    return probe
-
-
-def _resolve(profile: Profile, runtimes: Runtimes, notes: list[str], labels: list[str]) -> ResolvedConfig:
-    image = profile.image or ""
-    image_resolver: Callable[[str], str] | None = None
-    if image_needs_runtime(profile):
-        try:
-            runtime = runtimes.get("docker")
-        except BlessError as exc:
-            raise ResolutionError(
-                f"image {image!r} is a tag; resolving it to its ID needs a Docker Engine, which is unreachable "
-                f"({exc.message.splitlines()[0]})",
-                hint="pin runtime.image to its sha256 ID (docker image inspect --format '{{.Id}}' IMAGE) so the "
-                "gate runs offline, or run the gate where Docker is available",
-            ) from None
-        image_resolver = runtime.resolve_image
-    return resolve_profile(
-        profile, image_resolver=image_resolver, hardware_probe=_hardware_probe(notes, labels), offline=True
+    resolution = resolve_for_command(
+        profile, image_resolver=_image_resolver(profile, runtimes), hardware="judge", offline=True
     )
+    if resolution.hardware_source == "probed":
+        undeclared = ", ".join(f"hardware.{key}" for key in resolution.undeclared_hardware)
+        notes.append(
+            f"hardware probed on this machine: {undeclared} not declared, so the hash holds this machine's "
+            "hardware, not the serving host's (declare them to gate this profile on any machine)"
+        )
+    return resolution
+
+
+def _image_resolver(profile: Profile, runtimes: Runtimes) -> Callable[[str], str] | None:
+    """The Docker runtime's image resolver when the image is a tag (None for a pinned ID or the local runtime)."""
+    if not image_needs_runtime(profile):
+        return None
+    try:
+        return runtimes.get("docker").resolve_image
+    except BlessError as exc:
+        raise ResolutionError(
+            f"image {profile.image or ''!r} is a tag; resolving it to its ID needs a Docker Engine, which is "
+            f"unreachable ({exc.message.splitlines()[0]})",
+            hint="pin runtime.image to its sha256 ID (docker image inspect --format '{{.Id}}' IMAGE) so the "
+            "gate runs offline, or run the gate where Docker is available",
+        ) from None
 
 
 class _NotBlessed(Exception):
@@ -199,7 +192,7 @@ def gate_profile(
     started = time.perf_counter()
     label = str(path)
     notes: list[str] = []
-    hardware: list[str] = []
+    hardware: HardwareSource | None = None
     name: str | None = None
     config_hash: str | None = None
 
@@ -210,7 +203,7 @@ def gate_profile(
             reason=reason,
             config_hash=config_hash,
             name=name,
-            hardware=hardware[0] if hardware else None,
+            hardware=hardware,
             error=type(error).__name__ if error else None,
             exit_code=int(error.exit_code) if error else None,
             notes=tuple(notes),
@@ -221,11 +214,11 @@ def gate_profile(
     try:
         profile = load_profile(path)
         name = profile.name
-        resolved = _resolve(profile, runtimes, notes, hardware)
+        resolution = _resolve(profile, runtimes, notes)
     except BlessError as exc:
         # The row names the profile already: "<path>: not valid TOML" would print the path twice.
         return failed(exc.message.removeprefix(f"{label}: "), exc)
-    config_hash = resolved.config_hash
+    resolved, hardware, config_hash = resolution.resolved, resolution.hardware_source, resolution.config_hash
     try:
         record = _blessed_record(store, index, resolved)
         verified = _verify_blessed(store, record, notes) if verify else None
@@ -237,7 +230,7 @@ def gate_profile(
         reason="blessed" + (" and verified" if verified else ""),
         config_hash=config_hash,
         name=name,
-        hardware=hardware[0] if hardware else None,
+        hardware=hardware,
         manifest=str(record.path),
         notes=tuple(notes),
         verified=verified,

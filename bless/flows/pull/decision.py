@@ -56,8 +56,9 @@ def decide_pull(live: Manifest | None, pulled: Manifest, *, allow_downgrade: boo
         raise DowngradeError(
             f"{pulled.config_hash[:16]}...: the pulled blessing ({pulled.cache.dir_id}, created {pulled.created}) "
             f"is older than the live one ({live.cache.dir_id}, created {live.created}); nothing was downloaded",
-            hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it with "
-            "bless pull --allow-downgrade",
+            hint="check the reference (a tag moved back?); to install the older blessing on purpose, pull it "
+            "allowing a downgrade (allow_downgrade)",
             details={"live": live.cache.dir_id, "pulled": pulled.cache.dir_id},
+            remedy="allow_downgrade",
         )
     return PullDecision("install", live)

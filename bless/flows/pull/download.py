@@ -181,8 +181,9 @@ def check_free_space(directory: Path, needed: int, entries: int) -> None:
     if needed + SPACE_MARGIN > free:
         raise NoSpaceError(
             f"the blessing needs {needed} bytes in {directory} and its file system has {free} free",
-            hint="free space there (bless gc removes what no blessing needs) or pull into another store root "
-            "(--root); nothing was downloaded",
+            hint="free space there (gc removes what no blessing needs) or pull into another store root; "
+            "nothing was downloaded",
+            remedy="pull_free_space",
             details={"needed": needed, "free": free},
         )
     # Some file systems (btrfs) report no inode counts at all: only a known count is checked.
@@ -190,5 +191,6 @@ def check_free_space(directory: Path, needed: int, entries: int) -> None:
         raise NoSpaceError(
             f"the blessing needs {entries} files and directories in {directory}; its file system has "
             f"{info.f_favail} inodes free",
-            hint="free inodes there or pull into another store root (--root); nothing was downloaded",
+            hint="free inodes there or pull into another store root; nothing was downloaded",
+            remedy="pull_free_inodes",
         )

@@ -21,7 +21,7 @@ from bless.oci.artifact import (
     parse_trust_artifact,
     trust_tag,
 )
-from bless.oci.client import Reference, RegistryClient, Transport
+from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
 from bless.store import FaultHook, Store, staging_owner
 from bless.system.os_refusals import full_disk
@@ -74,7 +74,7 @@ def _remove_dead_pulls(store: Store) -> None:
 
 def pull_blessing(
     store: Store,
-    reference: Reference,
+    reference: Reference | str,
     *,
     trust_dir: Path | None = None,
     plain_http: bool | None = None,
@@ -93,7 +93,10 @@ def pull_blessing(
     blessing of the config created later than the pulled one (else DowngradeError, 16). ``transport``:
     what carries the registry client's requests (None: the network; the unit tests' in-memory registry
     otherwise).
+    ``reference`` may be given as written on a command line (parsed here).
     """
+    if isinstance(reference, str):
+        reference = parse_reference(reference)
     started = time.monotonic()
 
     def step(name: str) -> None:
@@ -255,7 +258,8 @@ def _writer_lock(store: Store, config_hash: str, *, wait: bool) -> Iterator[None
     except LockHeldError as exc:
         raise LockHeldError(
             exc.message,
-            hint="another bless pull or bless run writes this config now; rerun bless pull without --no-wait to "
+            hint="another pull or blessing run writes this config now; pull again waiting for the lock (wait) to "
             "queue behind it (it then finds the blessing present, or installs its own)",
             details=exc.details,
+            remedy="pull_wait_for_lock",
         ) from None

@@ -20,8 +20,8 @@ reject), :mod:`.bootstrap` (phase 1), :mod:`.schedule` (phase 2's trials on GPU 
 together), :mod:`.trial` (one trial and its verdict), :mod:`.containers` (the run's engine
 containers: names, labels, sessions, leftovers of a crashed run), :mod:`.rebless_rule` (the
 rebless rule on failure-rate bounds), :mod:`.served` (what earlier sealed serves met that the
-blessing did not hold), :mod:`.results` (options in, results out) and :mod:`.summary` (a
-rejection's ``summary.md``).
+blessing did not hold), :mod:`.results` (options in, K worked out, results and their refusal out)
+and :mod:`.summary` (a rejection's ``summary.md``).
 
 No other flow imports this package; what flows share lives in :mod:`bless.flows` beside it.
 """
@@ -29,6 +29,14 @@ No other flow imports this package; what flows share lives in :mod:`bless.flows`
 from __future__ import annotations
 
 from bless.flows.run.orchestrator import Orchestrator, run_bless
-from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
+from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult, trial_count
 
-__all__ = ["CandidateResult", "Orchestrator", "RunOptions", "RunResult", "TrialResult", "run_bless"]
+__all__ = [
+    "CandidateResult",
+    "Orchestrator",
+    "RunOptions",
+    "RunResult",
+    "TrialResult",
+    "run_bless",
+    "trial_count",
+]

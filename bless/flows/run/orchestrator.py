@@ -65,13 +65,14 @@ class Orchestrator:
         gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
         cuda_visible_devices: str | None = None,
     ):
-        """``gpu_probe`` lists this host's GPUs (nvidia-smi); ``cuda_visible_devices`` is the operator's
-        restriction of them (indices or UUIDs), None for all."""
+        """``adapter`` is the one specialised for ``resolved``'s factors, as resolution returns it
+        (:class:`bless.flows.resolve.ProfileResolution`). ``gpu_probe`` lists this host's GPUs (nvidia-smi);
+        ``cuda_visible_devices`` is the operator's restriction of them (indices or UUIDs), None for all."""
         self.resolved = resolved
         self.profile = resolved.profile
         self.store = store
         self.runtime = runtime
-        self.adapter = adapter.for_factors(resolved.factors)
+        self.adapter = adapter
         self._events = events
         self._events_lock = threading.Lock()
         self.gpu_probe = gpu_probe
@@ -120,7 +121,9 @@ class Orchestrator:
             if existing is not None and not options.rebless:
                 raise AlreadyBlessedError(
                     f"{config_hash} is already blessed ({self.store.manifest_path(config_hash)})",
-                    hint="use --rebless to bless again (the prior blessing is archived), or bless verify it",
+                    hint="replace it with a new blessing (rebless: the prior blessing is archived), or verify it",
+                    details={"config_hash": config_hash},
+                    remedy="rebless",
                 )
             if existing is not None:
                 warning = check_bound_kept(existing, options)

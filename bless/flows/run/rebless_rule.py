@@ -54,8 +54,13 @@ def check_bound_kept(existing: Manifest, options: RunOptions) -> str | None:
     if not options.allow_weaker:
         raise WeakerBlessingError(
             weaker,
-            hint=f"bless with at least --trials {existing_passes(existing)} to keep the bound, "
-            "or add --allow-weaker to publish the weaker one",
-            details={"config_hash": existing.config_hash, "trials": options.trials},
+            hint=f"bless with at least {existing_passes(existing)} trials to keep the bound, "
+            "or allow a weaker bound (allow_weaker) to publish the weaker one",
+            details={
+                "config_hash": existing.config_hash,
+                "trials": options.trials,
+                "trials_to_keep_bound": existing_passes(existing),
+            },
+            remedy="allow_weaker",
         )
     return f"{weaker}; publishing it anyway (--allow-weaker)"

@@ -10,11 +10,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bless.core.coverage import CoverageRun
+from bless.core.profile import Profile
+from bless.errors import TrialsFailedError, UsageError
 from bless.replay.devices import GpuSlot, Output
 from bless.replay.reuse import ReuseReport
-from bless.replay.trials import CoherenceReport
+from bless.replay.trials import CoherenceReport, trials_for
 
 DEFAULT_CONFIDENCE = 0.95
+
+
+def trial_count(profile: Profile, trials: int | None, max_failure_rate: float | None, confidence: float) -> int:
+    """K: derived from ``max_failure_rate`` at ``confidence`` (``--max-failure-rate``), else ``trials``
+    (``--trials``), else the profile's ``[trials] count``.
+
+    Raises:
+        UsageError: a failure rate no K can bound at that confidence.
+    """
+    if max_failure_rate is None:
+        return trials or profile.trials.count
+    try:
+        return trials_for(max_failure_rate, confidence)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -146,3 +163,17 @@ class RunResult:
             "slots": [{"slot": slot.index, "label": slot.label, "gpus": slot.records()} for slot in self.slots],
             "candidates": [candidate.to_dict() for candidate in self.candidates],
         }
+
+    @property
+    def failure(self) -> TrialsFailedError | None:
+        """The refusal of a run that published nothing (41), naming the last candidate's reasons; None when
+        it published."""
+        if self.published:
+            return None
+        last = self.candidates[-1]
+        return TrialsFailedError(
+            f"{len(self.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
+            hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
+            "and --candidates N tries fresh compiles",
+            details={"rejected_dirs": [c.rejected_dir for c in self.candidates]},
+        )

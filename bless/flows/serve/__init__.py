@@ -49,9 +49,11 @@ What is *not* guaranteed:
 * ``--debug`` starts are not blessed at all: no manifest is looked up, no cache is
   mounted, the engine runs eager, and the result says ``"blessed": false``.
 
-One module per step: :mod:`.full` (every step in one call: :func:`serve_full`), :mod:`.start_lock`
+One module per step: :mod:`.serve_full` (serve-full: every step in one call, :func:`serve_full`), :mod:`.start_lock`
 (one start per profile name at a time), :mod:`.names` (the container name and the stop command),
-:mod:`.snapshot` (the identity re-check), :mod:`.plan` (preflight and plan), :mod:`.start` (start,
+:mod:`.snapshot` (the identity re-check), :mod:`.checks` (what serve-full reads of the world, in the order
+of its refusals: runtime, image, GPUs, container name, live manifest, the verified blessing), :mod:`.plan` (the
+launch plan, built from the checks' facts alone), :mod:`.start` (start,
 re-check, canary: :mod:`bless.replay.canary`), :mod:`.follow`, :mod:`.finish`, :mod:`.stop` (``serve-full
 stop NAME``), :mod:`.serve_dir` (where a start keeps its upper layer and evidence), :mod:`.lease`
 (the serving lease that keeps ``bless gc`` off the served tree), :mod:`.ready` (the readiness
@@ -65,11 +67,12 @@ every refusal is a :class:`~bless.errors.BlessError` with its own exit code.
 
 from __future__ import annotations
 
+from bless.flows.serve.checks import check_gpu_memory, check_name_free
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
 from bless.flows.serve.lease import ServingLease, serving_lease
 from bless.flows.serve.names import serve_container_name, stop_command
-from bless.flows.serve.plan import DEBUG_BANNER, LaunchPlan, check_gpu_memory, check_name_free, plan
+from bless.flows.serve.plan import DEBUG_BANNER, LaunchPlan, plan
 from bless.flows.serve.ready import ReadyRecord, check_ready, clear_ready, mark_ready
 from bless.flows.serve.serve_dir import CANARY_FILE, ENGINE_LOG, PRIVATE_DIR, discard_serve_dir
 from bless.flows.serve.serve_full import Fetched, ServeHooks, ServeOutcome, ServeRequest, serve_full

@@ -168,8 +168,9 @@ def _not_started(doc: WatchDoc, why: str) -> NotServingError:
     return NotServingError(
         f"the seal watcher of the detached serve did not start: {why}; the engine was stopped, since it "
         "would serve unsealed" + (f"\nwatcher log tail:\n{tail}" if tail else ""),
-        hint=f"read {log_path}; serve in the foreground (no --detach), where serve-full watches the engine itself",
-        details={"serve_dir": str(doc.serve_dir), "reason": "not_sealed"},
+        hint=f"read {log_path}; serve in the foreground (not detached), where the serve watches the engine itself",
+        details={"serve_dir": str(doc.serve_dir), "reason": "not_sealed", "log": str(log_path)},
+        remedy="serve_in_foreground",
     )
 
 
@@ -277,13 +278,15 @@ def _record_self(doc: WatchDoc, store: Store, identity: Mapping[str, Any]) -> No
     except (OSError, ValueError, BlessError) as exc:
         raise NotServingError(
             f"{doc.name}: the seal watcher could not record itself in the readiness record: {exc}",
-            hint="check the store root's ready/ dir; serve-full stop NAME, then serve again",
+            hint="check the store root's ready/ dir; stop the detached serve, then serve again",
+            remedy="check_ready_dir_then_stop",
             details={"name": doc.name, "reason": "not_sealed"},
         ) from None
     if record is None:
         raise NotServingError(
             f"{doc.name}: no readiness record: the detached serve ended before its seal watcher started",
-            hint="serve-full stop NAME cleans up what is left; then serve again",
+            hint="stopping the detached serve cleans up what is left; then serve again",
+            remedy="stop_cleans_up",
             details={"name": doc.name, "reason": "no_record"},
         )
 

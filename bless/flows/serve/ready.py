@@ -236,15 +236,17 @@ def check_ready(
     within :data:`PROBE_TIMEOUT_S`, and a detached serve's seal watcher runs.
     """
     path = store.paths.ready_file(name)
-    stale_hint = "remove it; serve-full writes a new one after its next canary"
+    stale_hint = "remove it; the serve writes a new one after its next canary"
 
-    def refusal(reason: str, message: str, hint: str) -> NotServingError:
-        return NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": reason})
+    def refusal(reason: str, message: str, hint: str, remedy: str | None = None) -> NotServingError:
+        return NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": reason}, remedy=remedy)
 
     try:
         data = load_json_object(path)
     except UnreadableJsonError as exc:
-        raise refusal("unreadable", f"the readiness record {path} is unreadable ({exc})", stale_hint) from None
+        raise refusal(
+            "unreadable", f"the readiness record {path} is unreadable ({exc})", stale_hint, "stale_ready_record"
+        ) from None
     if data is None:
         raise refusal(
             "no_record",
@@ -254,12 +256,13 @@ def check_ready(
     try:
         record = ReadyRecord.from_dict(data)
     except ValueError as exc:
-        raise refusal("unreadable", f"{exc} ({path})", stale_hint) from None
+        raise refusal("unreadable", f"{exc} ({path})", stale_hint, "stale_ready_record") from None
     if record.canary != "passed" and not accept_skipped_canary:
         raise refusal(
             "canary_skipped",
             "serving, but the canary was skipped (--no-canary): not a proven engine",
-            "serve without --no-canary, or accept it explicitly with serve-full ready --no-canary",
+            "serve with the canary, or accept a skipped canary explicitly (accept_skipped_canary)",
+            "accept_skipped_canary",
         )
     if record.unproven and record.unproven_policy == "refuse":
         first = record.unproven[0]
@@ -268,8 +271,9 @@ def check_ready(
             f"{name}: the engine compiled {len(record.unproven)} kernel(s) or file(s) the blessing does not hold "
             f"while serving (first: {what}, seen by {first.get('source')}); it keeps answering what it was sent, "
             "but takes no new traffic (unproven_compile = refuse)",
-            hint="bless what it met: the serve dir's unproven-compiles.jsonl lists the events; bless run --rebless "
-            "with coverage of those shapes, then restart serve-full (or serve with --unproven-compile record)",
+            hint="bless what it met: the serve dir's unproven-compiles.jsonl lists the events; re-bless (rebless) "
+            "with coverage of those shapes, then restart the serve (or serve with unproven_compile = record)",
+            remedy="rebless_unproven_refused",
             details={
                 "name": name,
                 "reason": "unproven_compile",
@@ -381,23 +385,23 @@ def _refuse_unsealed(name: str, watcher: Mapping[str, Any]) -> None:
     pid = watcher.get("pid")
     if not watcher:
         message = "detached serve: its seal watcher has not started yet, so an unproven compile would go unseen"
-        hint = "wait a moment: serve-full --detach starts the watcher right after the canary"
+        hint, remedy = "wait a moment: a detached serve starts the watcher right after the canary", "watcher_starting"
     elif alive is False:
         message = (
             f"not sealed: the seal watcher of this detached serve (pid {pid}) is gone while its engine still "
             "answers, so an unproven compile would go unseen"
         )
-        hint = (
-            "read its log (seal-watcher.log in the serve dir); restart the serve: serve-full stop NAME, then "
-            "serve-full --detach"
-        )
+        hint = "read its log (seal-watcher.log in the serve dir); restart the serve: stop it, then serve detached"
+        remedy = "restart_detached_serve"
     else:
         message = (
             f"not sealed here: the seal watcher of this detached serve (pid {pid}) runs on host "
             f"{shown(str(watcher.get('host'))[:100])}, where this probe cannot see it"
         )
-        hint = "run serve-full ready on the host that serves"
-    raise NotServingError(f"{name}: {message}", hint=hint, details={"name": name, "reason": "not_sealed"})
+        hint, remedy = "ask the host that serves whether it is ready", "ready_on_serving_host"
+    raise NotServingError(
+        f"{name}: {message}", hint=hint, details={"name": name, "reason": "not_sealed"}, remedy=remedy
+    )
 
 
 def _client(host: str, port: int) -> EngineClient:

@@ -291,9 +291,14 @@ def unproven_compile_error(seal: Seal) -> UnprovenCompileError:
     return UnprovenCompileError(
         f"the engine compiled what the blessing does not hold while serving, and was stopped "
         f"(unproven_compile = stop): {shown}{more}",
-        hint=f"the events are in {seal.evidence_file}; bless the shapes the traffic reaches (bless run "
-        "--rebless with coverage), then serve again",
-        details={"unproven_compile": [event.to_dict() for event in seal.seen], "serve_dir": str(seal.serve_dir)},
+        hint=f"the events are in {seal.evidence_file}; bless the shapes the traffic reaches (rebless with "
+        "coverage), then serve again",
+        details={
+            "unproven_compile": [event.to_dict() for event in seal.seen],
+            "serve_dir": str(seal.serve_dir),
+            "evidence_file": str(seal.evidence_file),
+        },
+        remedy="rebless_unproven_stopped",
     )
 
 

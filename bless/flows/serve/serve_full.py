@@ -1,10 +1,10 @@
-"""``serve-full`` as one call: :func:`serve_full` runs every step, the command line only renders and handles signals.
+"""serve-full: every step in one call, :func:`serve_full`; the command line only renders and handles signals.
 
-The steps, in order: the per-name start lock (:mod:`.start_lock`); ``--from``'s pull (a callable the caller
-gives, so this flow imports no registry code and no other flow); the plan, every refusal before anything
-starts (:mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``, checked
-on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary (:mod:`.start`);
-then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
+The steps, in order: the per-name start lock (:mod:`.start_lock`); ``--from``'s pull (a callable the caller gives,
+so this flow imports no registry code and no other flow); the plan, every refusal before anything starts
+(:mod:`.checks`, then :mod:`.plan`); the pulled blessing must be the profile's; the signature under ``--trust``,
+checked on the very bytes the plan parsed; the start with its lease, readiness, re-check and canary
+(:mod:`.start`); then, in the foreground, the engine's log until it exits or ``stop`` is set, and the graceful end
 (:mod:`.follow`, :mod:`.finish`), with sealed serving watching for unproven compiles all along (:mod:`.seal`).
 ``--detach`` returns once the canary passed and the detached engine's own seal watcher runs (:mod:`.detached`);
 ``--dry-run`` after the plan.
@@ -132,8 +132,9 @@ def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetch
         raise NoManifestError(
             f"--from {fetched.reference} holds blessing {fetched.config_hash[:16]}... ({fetched.dir_id}), but the "
             f"profile resolves here to {manifest.config_hash[:16]}... ({manifest.cache.dir_id})",
-            hint="serve the profile that blessing was made from, on matching hardware; bless diff shows "
-            "which factors differ",
+            hint="serve the profile that blessing was made from, on matching hardware; a diff of the two "
+            "configurations shows which factors differ",
+            remedy="serve_its_profile",
             details={"pulled": fetched.config_hash, "profile": manifest.config_hash},
         )
     assert the_plan.manifest_bytes is not None  # a blessed plan parsed them
@@ -195,7 +196,8 @@ def serve_full(
             raise InterruptedByUserError(
                 f"{hooks.signal_name() or 'SIGINT'} before the engine was ready and canary-checked: "
                 f"container {the_plan.container_name} was stopped and removed",
-                hint="run serve-full again to serve",
+                hint="serve again",
+                remedy="serve_again",
             ) from None
         starting.release()  # the running container holds the name now
     if request.detach:

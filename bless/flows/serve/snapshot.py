@@ -157,7 +157,8 @@ def cache_changed_error(changes: Sequence[StampChange], *, when: str, blessed_di
     return CacheChangedError(
         f"{len(changes)} blessed entr{'y' if len(changes) == 1 else 'ies'} in {blessed_dir} changed {when}: "
         f"{shown}{more}",
-        hint="something writes to the read-only blessed dir: find it and stop it, then run bless verify; "
+        hint="something writes to the read-only blessed dir: find it and stop it, then verify the blessing; "
         "do not serve this cache until it verifies",
+        remedy="stop_writer_then_verify",
         details={"blessed_dir": str(blessed_dir), "changes": [change.to_dict() for change in changes]},
     )

@@ -320,8 +320,13 @@ def _refuse_cache_not_used(plan_: LaunchPlan, session: EngineSession) -> None:
             "; ".join(not_used),
             hint=f"the engine log is kept in {plan_.serve_dir / ENGINE_LOG}; a config the config hash "
             "considers equal made the engine compile or key its cache differently: report it, and bless "
-            "this machine's configuration (bless run --rebless)",
-            details={"serve_dir": str(plan_.serve_dir), "reasons": not_used},
+            "this machine's configuration (rebless)",
+            details={
+                "serve_dir": str(plan_.serve_dir),
+                "reasons": not_used,
+                "engine_log": str(plan_.serve_dir / ENGINE_LOG),
+            },
+            remedy="rebless_cache_not_used",
         )
 
 

@@ -39,7 +39,8 @@ class StartingLock:
         except Timeout:  # held: another start of this name, a conflict (12), not a store fault
             raise ContainerConflictError(
                 f"another serve-full is starting {self.name!r} right now (it holds {self.path})",
-                hint=f"wait for it to finish starting; then use it, or stop it with serve-full stop {self.name}",
+                hint="wait for it to finish starting; then use it, or stop its detached serve",
+                remedy="wait_for_start",
                 details={"name": self.name, "lock": str(self.path)},
             ) from None
         return self

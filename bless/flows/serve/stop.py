@@ -35,7 +35,7 @@ from bless import container_labels as labels
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, ContainerConflictError, LockHeldError
 from bless.flows.serve.lease import SERVE_FULL_ROLE
-from bless.flows.serve.names import serve_container_name, stop_command
+from bless.flows.serve.names import serve_container_name
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
@@ -249,7 +249,8 @@ def _end_serve_fulls(leases: list[Lease], wait_s: float, *, stopped: list[str]) 
             raise LockHeldError(
                 f"serve-full pid {pid} still serves {lease.name} {wait_s:g} s after SIGTERM; "
                 "nothing was stopped or removed",
-                hint="it may be copying or verifying a large cache: retry serve-full stop, or read its log",
+                hint="it may be copying or verifying a large cache: retry the stop, or read its log",
+                remedy="retry_stop",
                 details={"pid": pid, "lease": str(lease.path)},
             )
         stopped.append(f"serve-full pid {pid}")
@@ -265,14 +266,16 @@ def _refuse_live_holders(name: str, store: Store, leases: list[Lease]) -> None:
             raise ContainerConflictError(
                 f"the engine of {name} (pid {lease.holder.get('pid')}) runs on host "
                 f"{shown(str(lease.holder.get('host')))}: its lease is kept",
-                hint="run serve-full stop on that host",
+                hint="stop it on that host",
+                remedy="stop_on_that_host",
                 details={"lease": str(lease.path)},
             )
         if alive:
             raise LockHeldError(
                 f"pid {lease.holder.get('pid')} still holds the serving lease of {name} after it was stopped; "
                 "its lease and serve dir are kept",
-                hint="retry serve-full stop; if it persists, the process may be stuck in the kernel (ps -o stat)",
+                hint="retry the stop; if it persists, the process may be stuck in the kernel (ps -o stat)",
+                remedy="retry_stuck_stop",
                 details={"lease": str(lease.path)},
             )
 
@@ -367,8 +370,9 @@ def _own_serves(name: str, store: Store, found: list[ContainerInfo]) -> list[Con
         if owner_root is not None:
             raise ContainerConflictError(
                 f"container {info.name!r} is the serve of another store root, {owner_root}; not stopped",
-                hint=f"stop it from its own root: {stop_command(name, Path(owner_root))}",
-                details={"name": info.name, "holder": "ours", "store_root": owner_root},
+                hint="stop it from its own root",
+                details={"name": info.name, "holder": "ours", "store_root": owner_root, "profile_name": name},
+                remedy="stop_from_own_root",
             )
     return []
 

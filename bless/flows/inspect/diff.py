@@ -1,0 +1,83 @@
+"""``bless diff``: which factors differ between a blessing and a profile resolved here, or two blessings.
+
+A report, not a judgement: the result says whether they are identical, and no outcome is a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bless.core.factors import change_to_dict, diff_factors
+from bless.core.manifest import Manifest
+from bless.errors import UsageError
+from bless.flows.inspect.profile_hash import ResolvedProfile
+from bless.flows.lookup import lookup_manifest
+from bless.store import Store
+
+__all__ = ["BlessingDiff", "diff_profile"]
+
+_HOW = "bless diff --profile P HASH, or bless diff HASH_A HASH_B"
+
+
+@dataclass(frozen=True)
+class BlessingDiff:
+    """The two sides (each described) and the factor changes from ``a`` to ``b``."""
+
+    a: dict[str, Any]
+    b: dict[str, Any]
+    changes: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``bless diff --json``)."""
+        return {"a": self.a, "b": self.b, "identical": not self.changes, "changes": list(self.changes)}
+
+
+def _manifest_side(manifest: Manifest) -> dict[str, Any]:
+    return {
+        "kind": "manifest",
+        "config_hash": manifest.config_hash,
+        "profile_name": manifest.profile_name,
+        "created": manifest.created,
+    }
+
+
+def _profile_side(judged: ResolvedProfile) -> dict[str, Any]:
+    resolved = judged.resolved
+    return {
+        "kind": "profile",
+        "profile": resolved.profile.label,
+        "config_hash": resolved.config_hash,
+        "hardware_source": judged.hardware_source,
+    }
+
+
+def diff_profile(
+    store: Store,
+    hash_a: str,
+    hash_b: str | None = None,
+    *,
+    profile: Callable[[], ResolvedProfile] | None = None,
+) -> BlessingDiff:
+    """Compare the blessing ``hash_a`` with the blessing ``hash_b``, or with ``profile()`` (a profile
+    resolved here, called once the blessing was found: a lookup refusal comes before any resolution).
+
+    Raises:
+        UsageError: both or neither of ``hash_b`` and ``profile``.
+        lookup errors: as :func:`bless.flows.lookup.lookup_live`; resolution errors: as ``profile``'s.
+    """
+    if profile is not None and hash_b is not None:
+        raise UsageError("give either --profile P and one hash, or two hashes, not both", hint=_HOW)
+    if profile is None and hash_b is None:
+        raise UsageError("nothing to compare HASH_A with", hint=_HOW)
+    blessed = lookup_manifest(store, hash_a)
+    if profile is not None:
+        judged = profile()
+        b_side, b_factors = _profile_side(judged), judged.resolved.factors
+    else:
+        assert hash_b is not None
+        other = lookup_manifest(store, hash_b)
+        b_side, b_factors = _manifest_side(other), other.factors
+    changes = tuple(change_to_dict(change) for change in diff_factors(blessed.factors, b_factors))
+    return BlessingDiff(_manifest_side(blessed), b_side, changes)
