@@ -10,15 +10,12 @@ docs/reference/exit-codes.md's table (and its test).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from bless.core.untrusted_text import shown
-
-if TYPE_CHECKING:
-    from bless.core.verify import VerifyResult
 
 
 class ExitCode(IntEnum):
@@ -195,6 +192,18 @@ class NoManifestError(BlessError):
     meaning = "no blessed manifest matches the config hash (config drift)"
 
 
+class _Problem(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class TreeCheck(Protocol):
+    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.core.verify.VerifyResult``,
+    described here so that the vocabulary imports nothing above it): its problems, each in its JSON form."""
+
+    @property
+    def problems(self) -> Sequence[_Problem]: ...
+
+
 class VerifyFailedError(BlessError):
     exit_code = ExitCode.VERIFY_FAILED
     title = "verification failed"
@@ -204,13 +213,11 @@ class VerifyFailedError(BlessError):
     NAMED_PROBLEMS: ClassVar[int] = 8
 
     @classmethod
-    def from_result(cls, result: VerifyResult, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
+    def from_result(cls, result: TreeCheck, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
         """The one refusal for a blessed tree that does not match its manifest (verify, serve-full, gate, push)."""
-        count = len(result.problems)
-        named = "; ".join(
-            f"{shown(problem.path)} ({problem.kind}: {problem.detail})"
-            for problem in result.problems[: cls.NAMED_PROBLEMS]
-        )
+        problems = [problem.to_dict() for problem in result.problems]
+        count = len(problems)
+        named = "; ".join(f"{shown(p['path'])} ({p['kind']}: {p['detail']})" for p in problems[: cls.NAMED_PROBLEMS])
         more = f" and {count - cls.NAMED_PROBLEMS} more" if count > cls.NAMED_PROBLEMS else ""
         return cls(
             f"{count} problem(s) in {shown(str(blessed_dir))}: {named}{more}",
@@ -220,7 +227,7 @@ class VerifyFailedError(BlessError):
             details={
                 "config_hash": config_hash,
                 "blessed_dir": str(blessed_dir),
-                "problems": [problem.to_dict() for problem in result.problems],
+                "problems": problems,
             },
         )
 

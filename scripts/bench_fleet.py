@@ -45,12 +45,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bless.core.factors import config_hash  # noqa: E402
-from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now  # noqa: E402
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance  # noqa: E402
 from bless.core.verify import hash_tree  # noqa: E402
 from bless.flows.pull import pull_blessing  # noqa: E402
 from bless.flows.push import push_blessing  # noqa: E402
 from bless.oci.client import parse_reference  # noqa: E402
 from bless.store import Store  # noqa: E402
+from bless.system.clock import utc_now  # noqa: E402
 from bless.trust import KeySources, check_blessing, init_repository, sign_blessing  # noqa: E402
 
 MIB = 1 << 20

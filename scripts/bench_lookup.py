@@ -39,9 +39,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bless.core.factors import config_hash
-from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
 from bless.core.verify import FileEntry, TreeListing, hash_tree
 from bless.store import Store
+from bless.system.clock import utc_now
 
 
 def factors(name: str) -> dict[str, object]:

@@ -18,12 +18,14 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bless.core.json_form import JsonForm
+
 #: Prompt token ids start here: low ids are special tokens in most vocabularies (BOS, EOS, padding).
 FIRST_PROMPT_TOKEN = 1000
 
 
 @dataclass(frozen=True)
-class CoverageClass:
+class CoverageClass(JsonForm):
     """Token counts that compile the same kernels; ``token_count`` is the one the bootstrap sends.
 
     ``key`` describes the compile key in words (the tile configuration, the specializations);
@@ -46,18 +48,6 @@ class CoverageClass:
     def drive(self) -> Drive:
         """The requests that reach this class."""
         return Drive(self.token_count, self.max_tokens, tuple(sorted(self.sampling.items())), self.burst)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "token_count": self.token_count,
-            "members": self.members,
-            "first": self.first,
-            "last": self.last,
-            "sampling": dict(self.sampling),
-            "burst": self.burst,
-            "max_tokens": self.max_tokens,
-        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoverageClass:
@@ -93,7 +83,7 @@ class Drive:
 
 
 @dataclass(frozen=True)
-class CoverageFamily:
+class CoverageFamily(JsonForm):
     """One kernel family of the engine: whether this configuration can reach it, and its classes.
 
     ``reachable`` False: serving never compiles it here (``reason`` says why). ``modeled`` False: it
@@ -113,16 +103,6 @@ class CoverageFamily:
     def gap(self) -> bool:
         """Reachable but not enumerated: serving may compile kernels no request of the bootstrap reached."""
         return self.reachable and not self.modeled
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "reachable": self.reachable,
-            "modeled": self.modeled,
-            "reason": self.reason,
-            "source": self.source,
-            "classes": [c.to_dict() for c in self.classes],
-        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoverageFamily:

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import socket
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from bless.core.schemas import listing_conforms, listing_over_limit, schema_erro
 from bless.core.untrusted_text import shown
 from bless.core.verify import FileEntry, TreeListing
 from bless.errors import ManifestInvalidError
+from bless.system.bounded_read import NotRegularFileError, open_regular
 
 SCHEMA_VERSION = 1
 MAX_MANIFEST_BYTES = 256 << 20
@@ -129,11 +129,6 @@ def cache_tree_from_listing(listing: TreeListing, *, mount_path: str, dir_id: st
         total_size=listing.total_size,
         tree_sha256=tree_sha256(listing.files, listing.dirs),
     )
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC timestamp with a Z suffix, as the schema wants."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_provenance(runtime: str, **extra: Any) -> dict[str, Any]:
@@ -313,15 +308,15 @@ def read_manifest(path: Path) -> tuple[Manifest, bytes]:
     """:func:`load_manifest`, and the exact bytes it parsed (what a signature covers: checked without a re-read)."""
     where = shown(str(path))  # a file name is data: messages show it escaped, on one line
     try:
-        # O_NONBLOCK: a FIFO named *.json must not hang a reader; O_NOFOLLOW: a manifest is never a link.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        # Never blocking (a FIFO named *.json must not hang a reader), never through a link (a manifest is never one).
+        handle = open_regular(path)
+    except NotRegularFileError:
+        raise ManifestInvalidError(f"{where}: not a regular file") from None
     except OSError as exc:
         raise ManifestInvalidError(f"{where}: cannot open: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "rb") as handle:
+        with handle:
             info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise ManifestInvalidError(f"{where}: not a regular file")
             if info.st_size > MAX_MANIFEST_BYTES:
                 raise ManifestInvalidError(f"{where}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
             raw = handle.read(MAX_MANIFEST_BYTES + 1)

@@ -24,7 +24,7 @@ from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence_types import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
 from bless.replay.engine_client import EngineClient, wait_ready
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
-from bless.system.fsutil import os_errors
+from bless.system.os_refusals import os_errors
 
 DEFAULT_ENGINE_PORT = 8000
 LOG_TAIL_LINES = 40

@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UnsignedError, VerifyFailedError
 from bless.flows.lookup import lookup_manifest
@@ -36,31 +36,18 @@ __all__ = ["PushResult", "push_blessing", "push_named_blessing"]
 
 
 @dataclass(frozen=True)
-class PushResult:
+class PushResult(JsonForm):
     """What a push did: the artifact's digest, and how much of it the registry did not have yet."""
 
     reference: str
-    pinned: str
     digest: str
+    pinned: str
     config_hash: str
     blobs_total: int
     blobs_uploaded: int
     bytes_total: int
     bytes_uploaded: int
     signatures: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference,
-            "digest": self.digest,
-            "pinned": self.pinned,
-            "config_hash": self.config_hash,
-            "blobs_total": self.blobs_total,
-            "blobs_uploaded": self.blobs_uploaded,
-            "bytes_total": self.bytes_total,
-            "bytes_uploaded": self.bytes_uploaded,
-            "signatures": self.signatures,
-        }
 
 
 def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes]:

@@ -38,6 +38,7 @@ class CanaryCheck:
         return f"expected text {self.expected_text!r} got {self.got_text!r}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, by hand: ``match`` is computed, not a field (:mod:`bless.core.json_form`)."""
         return {
             "prompt": self.prompt,
             "max_tokens": self.max_tokens,
@@ -59,6 +60,7 @@ class CanaryResult:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, by hand: ``seconds`` is rounded (:mod:`bless.core.json_form`)."""
         return {
             "status": self.status,
             "reason": self.reason,

@@ -101,20 +101,33 @@ def trial_slots(
     return tuple(GpuSlot(i, tuple(same[i * per_trial : (i + 1) * per_trial])) for i in range(count))
 
 
+def required_free_mib(spec: HardwareSpec) -> float | None:
+    """The free memory (MiB) each GPU must have now: ``hardware.min_gpu_memory_gib``; None when no rule applies
+    (no CUDA, or no minimum). The one rule for trials (:func:`check_slot_memory`) and serving alike."""
+    if spec.accelerator != "cuda" or spec.min_gpu_memory_gib is None:
+        return None
+    return spec.min_gpu_memory_gib * 1024
+
+
+def has_free_memory(gpu: GpuInfo, need_mib: float) -> bool:
+    """Whether ``gpu`` has ``need_mib`` (from :func:`required_free_mib`) free now."""
+    return gpu.memory_free_mib >= need_mib
+
+
 def check_slot_memory(spec: HardwareSpec, slots: Sequence[GpuSlot], gpus: Sequence[GpuInfo]) -> None:
     """Refuse (52) unless every GPU of every slot has ``hardware.min_gpu_memory_gib`` free now.
 
     ``gpus`` is a fresh probe (free memory changes); the message names each short GPU by index and UUID.
     """
-    if spec.accelerator != "cuda" or spec.min_gpu_memory_gib is None:
+    need_mib = required_free_mib(spec)
+    if need_mib is None:
         return
-    need_mib = spec.min_gpu_memory_gib * 1024
     now = {gpu.uuid or str(gpu.index): gpu for gpu in gpus}
     short: list[tuple[GpuSlot, GpuInfo]] = []
     for slot in slots:
         for planned in slot.gpus:
             current = now.get(planned.uuid or str(planned.index), planned)
-            if current.memory_free_mib < need_mib:
+            if not has_free_memory(current, need_mib):
                 short.append((slot, current))
     if not short:
         return

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from bless.core.json_form import JsonForm
 from bless.core.verify import VerifyResult
 from bless.evidence_types import LogSignals, OutsideVerdict, UpperVerdict
 
 
 @dataclass(frozen=True)
-class ReuseReport:
+class ReuseReport(JsonForm):
     passed: bool
     reasons: tuple[str, ...]
     load_markers: int
@@ -28,21 +28,6 @@ class ReuseReport:
     tree_unchanged: bool | None
     drift: tuple[str, ...] = ()
     outside: OutsideVerdict | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "reasons": list(self.reasons),
-            "load_markers": self.load_markers,
-            "compile_markers": self.compile_markers,
-            "fatal_markers": self.fatal_markers,
-            "upper_expected_rewrites": self.upper_expected_rewrites,
-            "upper_new_artifacts": list(self.upper_new_artifacts),
-            "upper_unexpected": list(self.upper_unexpected),
-            "tree_unchanged": self.tree_unchanged,
-            "drift": list(self.drift),
-            "outside": self.outside.to_dict() if self.outside is not None else None,
-        }
 
 
 def classify_reuse(

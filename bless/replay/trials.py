@@ -47,6 +47,7 @@ class CoherenceReport:
     observations: tuple[Observation, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, by hand: not every field, in its own order (:mod:`bless.core.json_form`)."""
         return {
             "passed": self.passed,
             "reasons": list(self.reasons),

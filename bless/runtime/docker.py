@@ -66,8 +66,6 @@ _HINT_IMAGE = "build it (scripts/build-reference-image.sh for the reference engi
 _KILLED_EXIT_CODE = 137
 # Where Docker puts the init process of a container started with ``init`` (its diff lists the file as added).
 DOCKER_INIT = "/usr/sbin/docker-init"
-# Characters that would break the overlay mount's comma/colon separated option string.
-_OVERLAY_UNSAFE = frozenset(",:\n")
 # Where normalize_ownership's helper container sees the tree.
 _HELPER_TARGET = "/t"
 _HELPER_WAIT_S = 600
@@ -202,15 +200,6 @@ def _overlay_scratch(mount: Mount) -> Path:
             hint="set Mount.scratch to a host directory (the runtime creates upper/ and work/ in it)",
         )
     return mount.scratch
-
-
-def _check_overlay_path(path: Path, role: str) -> None:
-    if not path.is_absolute() or _OVERLAY_UNSAFE & set(str(path)):
-        raise InputInvalidError(
-            f"overlay {role} {str(path)!r} must be an absolute path without ',' ':' or newlines "
-            "(they would break the overlay mount options)",
-            hint="move the directory to a plain path",
-        )
 
 
 def _remove(thing: Container | Volume, *, in_use: BlessError | Literal["keep"] | None = None) -> bool:
@@ -356,8 +345,8 @@ class DockerRuntime:
         scratch = _overlay_scratch(mount)
         source = mount.source.resolve()
         scratch = scratch.resolve()
-        _check_overlay_path(source, "lower dir")
-        _check_overlay_path(scratch, "scratch dir")
+        upper_layer.check_overlay_path(source, "lower dir", absolute=True)
+        upper_layer.check_overlay_path(scratch, "scratch dir", absolute=True)
         if not source.is_dir():
             raise InputInvalidError(
                 f"overlay lower dir {source} does not exist or is not a directory",

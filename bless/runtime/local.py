@@ -87,8 +87,6 @@ MOUNT_SETUP_FAILED = 121
 _MOUNT_FAILED_PREFIX = "bless-local: mount setup failed:"
 # Exit code when the engine binary is missing inside the namespace (as sh reports it).
 COMMAND_NOT_FOUND = 127
-# Characters that would break the overlay mount's comma/colon separated option string.
-_OVERLAY_UNSAFE = frozenset(",:\n")
 _POLL_S = 0.05
 #: Seconds a SIGKILLed detached engine is given to disappear before stop_detached returns.
 _KILL_WAIT_S = 10.0
@@ -363,12 +361,8 @@ class LocalRuntime:
                 hint="set Mount.scratch to a host directory (the runtime creates upper/ and work/ in it)",
             )
         scratch = mount.scratch.resolve()
-        for path, role in ((source, "lower dir"), (scratch, "scratch dir")):
-            if _OVERLAY_UNSAFE & set(str(path)):
-                raise InputInvalidError(
-                    f"overlay {role} {str(path)!r} contains ',' ':' or a newline (breaks the mount options)",
-                    hint="move the directory to a plain path",
-                )
+        upper_layer.check_overlay_path(source, "lower dir")
+        upper_layer.check_overlay_path(scratch, "scratch dir")
         upper, work = upper_layer.make_overlay_dirs(scratch)
         return upper, work
 

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 
 from bless.errors import BlessError, RuntimeUnavailableError
-from bless.system.fsutil import NO_SPACE_ERRNOS, full_disk_error
+from bless.system.os_refusals import NO_SPACE_ERRNOS, full_disk_error
 
 __all__ = ["PARTIAL", "clear_contents", "copy_whole", "holds_partial_copy"]
 

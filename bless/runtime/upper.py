@@ -25,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-from bless.errors import RuntimeUnavailableError
+from bless.errors import InputInvalidError, RuntimeUnavailableError
 from bless.evidence_types import UpperEntry, UpperKind
 
 # overlayfs marks a directory that replaced (rather than merged with) a lower directory
@@ -211,6 +211,35 @@ def combine(per_mount: list[tuple[str, list[UpperEntry]]]) -> list[UpperEntry]:
         prefix = target.strip("/") + "/"
         merged.extend(UpperEntry(path=prefix + e.path, kind=e.kind, size=e.size) for e in entries)
     return sorted(merged, key=lambda e: e.path)
+
+
+#: Characters that would break an overlay mount's comma/colon separated option string (lowerdir=...,upperdir=...).
+OVERLAY_UNSAFE = frozenset(",:\n")
+
+
+def check_overlay_path(
+    path: Path,
+    role: str,
+    *,
+    absolute: bool = False,
+    hint: str = "move the directory to a plain path",
+    remedy: str | None = None,
+) -> None:
+    """Refuse (3) a directory an overlay mount names that its option string cannot carry.
+
+    A ``,`` ``:`` or newline in the path would split the options; with ``absolute`` (Docker's
+    volume options take no relative path) a relative path is refused too. ``role`` names the
+    directory in the message (``lower dir``, ``scratch dir``); ``hint`` and ``remedy`` what to do (see
+    :class:`~bless.errors.BlessError`).
+    """
+    if (absolute and not path.is_absolute()) or OVERLAY_UNSAFE & set(str(path)):
+        required = "an absolute path" if absolute else "a path"
+        raise InputInvalidError(
+            f"overlay {role} {str(path)!r} must be {required} without ',' ':' or newlines "
+            "(they would break the overlay mount options)",
+            hint=hint,
+            remedy=remedy,
+        )
 
 
 def make_overlay_dirs(scratch: Path) -> tuple[Path, Path]:

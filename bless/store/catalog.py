@@ -20,7 +20,8 @@ from bless.store.dirs_record import ManifestsDirsRecord
 from bless.store.index import LiveManifest, ManifestIndex, manifest_summary
 from bless.store.layout import StorePaths, check_hash
 from bless.store.scan import Candidate, ClaimCache, ManifestReader, scan_manifests
-from bless.system.fsutil import listdir, os_errors
+from bless.system.entries import listdir
+from bless.system.os_refusals import os_errors
 
 __all__ = ["ManifestCatalog"]
 

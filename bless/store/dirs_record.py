@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bless.errors import VerifyFailedError
-from bless.store.locks import blocking_file_lock
-from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, ensure_dir, load_json_object
+from bless.system.durable import atomic_write_bytes, ensure_dir
+from bless.system.file_locks import blocking_file_lock
+from bless.system.json_files import UnreadableJsonError, load_json_object
 
 __all__ = ["ManifestsDirsRecord"]
 

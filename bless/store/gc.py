@@ -28,18 +28,12 @@ from bless.errors import InputInvalidError
 from bless.store.faults import FaultHook
 from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
 from bless.store.lease import Lease
-from bless.system.fsutil import (
-    TMP_MARK,
-    age_s,
-    fsync_dir,
-    listdir,
-    os_errors,
-    read_json_object,
-    remove_tree,
-    symlink_on_the_way,
-    tree_bytes,
-)
+from bless.system.durable import TMP_MARK, fsync_dir
+from bless.system.entries import age_s, listdir
+from bless.system.json_files import read_json_object
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_alive
+from bless.system.trees import remove_tree, symlink_on_the_way, tree_bytes
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

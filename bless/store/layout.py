@@ -12,7 +12,8 @@ from pathlib import Path
 
 from bless.core.factors import is_config_hash
 from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
-from bless.system.fsutil import ensure_dir, os_errors
+from bless.system.durable import ensure_dir
+from bless.system.os_refusals import os_errors
 
 __all__ = [
     "NEW_STAGING_PREFIX",

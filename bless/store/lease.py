@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.factors import is_config_hash
-from bless.core.manifest import utc_now
+from bless.core.json_form import JsonForm
 from bless.errors import InputInvalidError
 from bless.store.layout import check_dir_id, check_hash, is_dir_id
-from bless.store.locks import blocking_file_lock
-from bless.system.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, listdir, read_json_object
+from bless.system.clock import utc_now
+from bless.system.durable import atomic_write_bytes, ensure_dir, fsync_dir
+from bless.system.entries import listdir
+from bless.system.file_locks import blocking_file_lock
+from bless.system.json_files import read_json_object
 from bless.system.procid import process_alive, process_identity
 
 __all__ = ["Lease", "LeaseBook"]
@@ -36,7 +39,7 @@ _NAME_MAX = 200
 
 
 @dataclass(frozen=True)
-class Lease:
+class Lease(JsonForm):
     """One lease file and what it says. ``alive``: is its holder running (None: cannot tell)."""
 
     path: Path
@@ -47,19 +50,6 @@ class Lease:
     serve_dir: str | None
     created: str | None
     alive: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``--json`` outputs)."""
-        return {
-            "path": str(self.path),
-            "config_hash": self.config_hash,
-            "dir_id": self.dir_id,
-            "name": self.name,
-            "holder": self.holder,
-            "serve_dir": self.serve_dir,
-            "created": self.created,
-            "alive": self.alive,
-        }
 
 
 class LeaseBook:

@@ -39,21 +39,18 @@ from bless.store.faults import FaultHook
 from bless.store.gc import recover
 from bless.store.index import LiveManifest
 from bless.store.layout import PARTIAL_PREFIX, PUBLISHING_PREFIX, StorePaths, check_hash
-from bless.system.fsutil import (
+from bless.system.durable import (
     FILE_MODE,
     READ_ONLY_DIR_MODE,
     READ_ONLY_FILE_MODE,
     atomic_write_bytes,
     ensure_dir,
     fsync_dir,
-    fsync_tree,
-    holds,
-    os_errors,
-    os_refusal,
-    remove_tree,
-    set_tree_modes,
     write_tmp,
 )
+from bless.system.entries import holds
+from bless.system.os_refusals import os_errors, os_refusal
+from bless.system.trees import fsync_tree, remove_tree, set_tree_modes
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

@@ -23,7 +23,8 @@ from bless.store.faults import FaultHook
 from bless.store.gc import recover
 from bless.store.layout import PARTIAL_PREFIX, check_hash, check_run_id
 from bless.store.publish import rename_staged
-from bless.system.fsutil import atomic_write_bytes, ensure_dir, fsync_dir, os_refusal
+from bless.system.durable import atomic_write_bytes, ensure_dir, fsync_dir
+from bless.system.os_refusals import os_refusal
 
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts

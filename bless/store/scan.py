@@ -24,7 +24,10 @@ from bless.core.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
 from bless.core.untrusted_text import shown
 from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
-from bless.system.fsutil import atomic_write_bytes, listdir, read_json_object
+from bless.system.bounded_read import UnreadableFileError, read_bounded
+from bless.system.durable import atomic_write_bytes
+from bless.system.entries import listdir
+from bless.system.json_files import read_json_object
 
 __all__ = ["ClaimCache", "ManifestReader", "scan_manifests"]
 
@@ -50,14 +53,9 @@ class ManifestReader:
     def claim(self, path: Path) -> str | None:
         """The ``config_hash`` a file claims, without schema validation; None when it cannot be told."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "rb") as handle:
-                raw = handle.read(MAX_MANIFEST_BYTES + 1)
-            document = json.loads(raw)
-        except (OSError, ValueError, RecursionError):
+            raw = read_bounded(path, MAX_MANIFEST_BYTES)
+            document = json.loads(raw) if raw is not None else None
+        except (UnreadableFileError, ValueError, RecursionError):
             return None
         claimed = document.get("config_hash") if isinstance(document, dict) else None
         return claimed if is_config_hash(claimed) else None

@@ -36,15 +36,10 @@ from bless.store.reject import keep_interrupted as run_keep_interrupted
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ManifestReader
 from bless.store.trusted_paths import refuse_untrusted_paths
-from bless.system.fsutil import (
-    atomic_write_bytes,
-    ensure_dir,
-    fsync_dir,
-    os_errors,
-    os_refusal,
-    remove_tree,
-)
+from bless.system.durable import atomic_write_bytes, ensure_dir, fsync_dir
+from bless.system.os_refusals import os_errors, os_refusal
 from bless.system.procid import process_identity
+from bless.system.trees import remove_tree
 
 __all__ = ["Store", "default_root"]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bless.errors import VerifyFailedError
-from bless.system.fsutil import unsafe_to_trust
+from bless.system.entries import unsafe_to_trust
 
 _WRITABLE_HINT = (
     "remove group/other write permission (chmod go-w PATH) from those store paths; bless creates them 0755/0644 "

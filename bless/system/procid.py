@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bless.core.manifest import utc_now
+from bless.system.clock import utc_now
 
 __all__ = ["PID_MAX", "process_alive", "process_identity"]
 

@@ -1,6 +1,6 @@
 """Files a user names (a profile, a model's config.json, a docker config, a trusted root, a report to write).
 
-Each is read through the one bounded reader, :func:`bless.system.fsutil.read_bounded` (no blocking open, a
+Each is read through the one bounded reader, :func:`bless.system.bounded_read.read_bounded` (no blocking open, a
 regular file within a limit, never read past it), and what it refuses is invalid input (3) naming the
 file and why; a report is written only over a regular file or where none is.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError
-from bless.system.fsutil import UnreadableFileError, file_kind, read_bounded
+from bless.system.bounded_read import UnreadableFileError, file_kind, read_bounded
 
 __all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input"]
 

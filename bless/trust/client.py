@@ -25,8 +25,9 @@ from tuf.ngclient.fetcher import FetcherInterface
 
 from bless.core.manifest import Manifest
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
-from bless.store.locks import blocking_file_lock
-from bless.system.fsutil import full_disk, os_errors, unsafe_to_trust
+from bless.system.entries import unsafe_to_trust
+from bless.system.file_locks import blocking_file_lock
+from bless.system.os_refusals import full_disk, os_errors
 from bless.trust.metadata import (
     ROLE_MAX_BYTES,
     check_strict_json,
@@ -62,6 +63,7 @@ class TrustVerdict:
     custom: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, by hand: ``signed`` is implied by a verdict, not a field (:mod:`bless.core.json_form`)."""
         return {
             "signed": True,
             "target": self.target,

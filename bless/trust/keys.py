@@ -31,6 +31,7 @@ from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 from tuf.api.metadata import Key
 
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
+from bless.system.durable import create_new_file
 from bless.trust.metadata import TOP_LEVEL_ROLES, read_trust_file
 
 __all__ = [
@@ -189,7 +190,7 @@ def new_key(keys_dir: Path, role: str, *, passphrase: bytes | None) -> tuple[Key
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     path = _key_file(keys_dir, role, public.keyid)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = create_new_file(path, 0o600)
     except FileExistsError:
         raise TrustExistsError(f"{path} exists", hint="keys are never overwritten") from None
     with os.fdopen(fd, "wb") as handle:

@@ -21,7 +21,7 @@ from tuf.api.metadata import Metadata, Root, Snapshot, Targets, Timestamp
 from bless.core.manifest import strict_json
 from bless.core.untrusted_text import shown
 from bless.errors import TrustInvalidError
-from bless.system.fsutil import UnreadableFileError, read_bounded
+from bless.system.bounded_read import UnreadableFileError, read_bounded
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -61,7 +61,7 @@ def iso_utc(moment: datetime) -> str:
 
 
 def read_trust_file(path: Path, *, limit: int = MAX_METADATA_BYTES) -> bytes:
-    """A trust file's bytes through the bounded reader (:func:`bless.system.fsutil.read_bounded`).
+    """A trust file's bytes through the bounded reader (:func:`bless.system.bounded_read.read_bounded`).
 
     Opened without blocking and checked to be a regular file of at most ``limit`` bytes before a
     byte is read: a FIFO named ``root.json`` would hang the reader, /dev/zero or a huge file would be

@@ -21,9 +21,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import TrustInvalidError, UsageError
-from bless.system.fsutil import atomic_write_bytes, os_errors
+from bless.system.durable import atomic_write_bytes, create_new_file
+from bless.system.os_refusals import os_errors
 
 __all__ = ["ModelSigningBundle", "write_bundle"]
 
@@ -32,16 +34,12 @@ PUBLIC_KEY = "model-signing-p256.pub.pem"
 
 
 @dataclass(frozen=True)
-class ModelSigningBundle:
+class ModelSigningBundle(JsonForm):
     """Where a tree's OpenSSF Model Signing bundle and its public key were written, and how outside tools check it."""
 
     bundle: Path
     public_key: Path
     verify_command: str
-
-    def to_dict(self) -> dict[str, str]:
-        """The JSON form (``bless sign --model-signing --json``)."""
-        return {"bundle": str(self.bundle), "public_key": str(self.public_key), "verify_command": self.verify_command}
 
 
 def _key(keys_dir: Path) -> tuple[Path, Path]:
@@ -52,7 +50,7 @@ def _key(keys_dir: Path) -> tuple[Path, Path]:
         pem = private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = create_new_file(private_path, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(pem)
         public = private.public_key().public_bytes(

@@ -23,7 +23,7 @@ from bless.errors import (
     TrustInvalidError,
     UnsignedError,
 )
-from bless.system.fsutil import full_disk_error
+from bless.system.os_refusals import full_disk_error
 from bless.trust.metadata import ROLE_MAX_BYTES, read_trust_file
 
 __all__ = ["refuse_mixed_versions", "updater_refusal"]

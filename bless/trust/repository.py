@@ -30,8 +30,9 @@ from tuf.api.metadata import Key, Metadata, MetaFile, Role, Root, Snapshot, Targ
 
 from bless.core.manifest import Manifest
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
-from bless.store.locks import blocking_file_lock
-from bless.system.fsutil import atomic_write_bytes, os_errors
+from bless.system.durable import atomic_write_bytes
+from bless.system.file_locks import blocking_file_lock
+from bless.system.os_refusals import os_errors
 from bless.trust.keys import KeySources, load_signers, new_key, public_key_for_uri, uri_signers
 from bless.trust.metadata import ROLE_MAX_BYTES, TOP_LEVEL_ROLES, iso_utc, metadata_from_dir, parse_metadata
 from bless.trust.target import blessing_target, config_target_prefix
@@ -89,7 +90,8 @@ class SignResult:
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless sign --json``, ``bless trust rotate --json``)."""
+        """The JSON form (``bless sign --json``, ``bless trust rotate --json``), by hand: each role's signatures
+        as ``{signed, threshold}`` (:mod:`bless.core.json_form`)."""
         return {
             "target": self.target,
             "length": self.length,

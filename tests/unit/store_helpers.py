@@ -16,9 +16,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from bless.core.factors import config_hash
-from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
 from bless.core.verify import hash_tree
 from bless.store import Store
+from bless.system.clock import utc_now
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "store_child.py"

@@ -24,12 +24,12 @@ from bless.core.manifest import (
     manifest_from_dict,
     new_dir_id,
     tree_sha256,
-    utc_now,
     validate_document,
 )
 from bless.core.schemas import listing_conforms, validator
 from bless.core.verify import FileEntry, TreeListing, hash_tree
 from bless.errors import ExitCode, ManifestInvalidError
+from bless.system.clock import utc_now
 from tests.unit.store_helpers import mutate_json
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"

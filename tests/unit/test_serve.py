@@ -48,7 +48,7 @@ from bless.flows.events import Event
 from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
-from bless.system.fsutil import remove_tree
+from bless.system.trees import remove_tree
 from tests.support.fakes import (
     ARTIFACT_KEY,
     IMAGE,

@@ -27,7 +27,7 @@ from bless.errors import (
 )
 from bless.store import PARTIAL_PREFIX, GcReport, Store, default_root
 from bless.store import publish as publish_module
-from bless.system.fsutil import TMP_MARK, atomic_write_bytes
+from bless.system.durable import TMP_MARK, atomic_write_bytes
 from tests.unit.store_helpers import PREFIX_TWINS, make_factors, make_manifest, run_child, start_child, write_tree
 
 

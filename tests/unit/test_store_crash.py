@@ -22,7 +22,7 @@ from bless.errors import AlreadyBlessedError
 from bless.store import PARTIAL_PREFIX, PUBLISH_STEPS, Store
 from bless.store.layout import PUBLISHING_PREFIX
 from bless.store.publish import COMMIT_STEP, MOVE_TREE, RENAME_MANIFEST, VALIDATE
-from bless.system.fsutil import TMP_MARK
+from bless.system.durable import TMP_MARK
 from tests.unit.store_helpers import make_manifest, run_child, write_tree
 
 

@@ -20,7 +20,8 @@ from bless.core.verify import verify_tree
 from bless.errors import ExitCode, StoreUnavailableError, VerifyFailedError
 from bless.store import Store
 from bless.store.layout import PUBLISHING_PREFIX
-from bless.system.fsutil import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object, remove_tree
+from bless.system.json_files import JSON_SIDE_FILE_MAX, UnreadableJsonError, load_json_object, read_json_object
+from bless.system.trees import remove_tree
 from tests.unit.store_helpers import held_lease, make_factors, make_manifest, write_tree
 
 OLD_ID = "20240101T000000Z-000000000001"

@@ -13,7 +13,7 @@ from bless.cli.main import app
 from bless.errors import ExitCode, StoreUnavailableError
 from bless.flows.serve.start_lock import StartingLock
 from bless.store import Store
-from bless.system.fsutil import os_errors
+from bless.system.os_refusals import os_errors
 from bless.trust import init_repository
 from tests.support.trust_keys import TEST_KEYS
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree

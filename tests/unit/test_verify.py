@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bless.core import verify as verify_mod
 from bless.core.relpath import check_relative_path
 from bless.core.untrusted_text import shown
 from bless.core.verify import (
@@ -31,6 +30,8 @@ from bless.core.verify import (
     hash_tree,
     verify_tree,
 )
+from bless.core.verify import check as verify_check
+from bless.core.verify import walk as verify_walk
 
 BIG = 8 << 20  # 8 MiB: several read chunks, so start/middle/end flips hit different chunks
 SMALL_FILES = {
@@ -402,7 +403,7 @@ def test_bad_paths_in_listing_are_reported_and_never_opened(
         opened.append(os.fsdecode(path))  # type: ignore[arg-type]
         return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "open", spy)  # the module bless.core.verify uses
+    monkeypatch.setattr(os, "open", spy)  # the module bless.core.verify's walk uses
     result = verify_tree(root, [*listing.files, sneaky], listing.dirs)
     monkeypatch.undo()
     assert found(result) == {("bad_path", bad)}
@@ -494,14 +495,14 @@ def test_extra_file_with_unrecordable_name_is_still_extra(root: Path, listing: T
 
 
 def _after_scan(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> None:
-    real_scan = verify_mod._scan
+    real_scan = verify_walk.scan_tree
 
-    def scan_then_swap(root_fd: int) -> verify_mod._Scan:
+    def scan_then_swap(root_fd: int) -> verify_walk.Scan:
         result = real_scan(root_fd)
         action()
         return result
 
-    monkeypatch.setattr(verify_mod, "_scan", scan_then_swap)
+    monkeypatch.setattr(verify_check, "scan_tree", scan_then_swap)  # the name verify_tree calls
 
 
 def test_file_swapped_for_symlink_after_scan(

@@ -11,7 +11,7 @@ from bless.errors import GateFailedError, InputInvalidError, UsageError
 from bless.flows.gate.check import GateReport, default_profiles, gate_failure, run_gate
 from bless.flows.gate.formats import github_annotations, junit_xml
 from bless.store import Store
-from bless.system.fsutil import atomic_write_bytes
+from bless.system.durable import atomic_write_bytes
 from bless.system.user_files import check_output_target
 
 __all__ = ["GateOutcome", "gate_profiles"]

@@ -21,7 +21,7 @@ from bless.flows.run.containers import RunContainers, write_log
 from bless.replay.devices import GpuSlot
 from bless.replay.trials import CoherenceReport, drive_coverage, warm_up
 from bless.runtime.base import Mount
-from bless.system.fsutil import os_errors
+from bless.system.os_refusals import os_errors
 
 
 def run_bootstrap(

@@ -22,7 +22,8 @@ from bless.flows.engine_start import EngineSession, engine_spec
 from bless.replay.devices import GpuSlot
 from bless.replay.trials import CoherenceReport
 from bless.runtime.base import ContainerInfo, Mount, Runtime
-from bless.system.fsutil import atomic_write_bytes, os_errors
+from bless.system.durable import atomic_write_bytes
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_alive, process_identity
 
 

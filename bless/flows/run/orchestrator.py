@@ -21,7 +21,7 @@ from typing import Any
 from bless import __version__
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.factors import GpuInfo, ResolvedConfig
-from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance, utc_now
+from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
 from bless.core.verify import TreeListing
 from bless.engines.base import EngineAdapter
 from bless.errors import AlreadyBlessedError, BootstrapFailedError, CoverageIncompleteError, InterruptedByUserError
@@ -48,7 +48,8 @@ from bless.replay.devices import GpuSlot, check_slot_memory, cross_device_reason
 from bless.replay.trials import failure_rate_bound, golden_from
 from bless.runtime.base import Runtime
 from bless.store import PublishResult, Store
-from bless.system.fsutil import os_errors
+from bless.system.clock import utc_now
+from bless.system.os_refusals import os_errors
 
 
 class Orchestrator:

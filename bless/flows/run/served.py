@@ -19,7 +19,7 @@ from typing import Any
 
 from bless.core.verify import TreeListing
 from bless.store.layout import StorePaths
-from bless.system.fsutil import UnreadableFileError, read_bounded
+from bless.system.bounded_read import UnreadableFileError, read_bounded
 
 #: A serve dir is ``<profile name>-<UTC stamp>-<6 hex>`` (bless.flows.serve.serve_dir.new_serve_dir).
 _SERVE_DIR_SUFFIX = re.compile(r"-\d{8}T\d{6}Z-[0-9a-f]{6}$")

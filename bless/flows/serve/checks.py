@@ -27,6 +27,7 @@ from bless.flows.serve.names import serve_container_name
 from bless.flows.serve.serve_dir import new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.probes import probe_gpus
+from bless.replay.devices import has_free_memory, required_free_mib
 from bless.runtime.base import Runtime
 from bless.store import LiveManifest, Store
 
@@ -53,10 +54,10 @@ def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
 
 def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
     """Refuse (52) unless the first ``gpu_count`` GPUs each have ``min_gpu_memory_gib`` free."""
-    if spec.accelerator != "cuda" or spec.min_gpu_memory_gib is None:
+    need_mib = required_free_mib(spec)
+    if need_mib is None:
         return
     count = spec.gpu_count or 1
-    need_mib = spec.min_gpu_memory_gib * 1024
     if len(gpus) < count:
         raise InsufficientGpuError(
             f"the profile needs {count} GPU(s) with {spec.min_gpu_memory_gib:g} GiB free each; "
@@ -64,7 +65,7 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
             hint="run on a host with enough GPUs (nvidia-smi lists them)",
             details={"needed_gpus": count, "found_gpus": len(gpus)},
         )
-    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if gpu.memory_free_mib < need_mib]
+    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if not has_free_memory(gpu, need_mib)]
     if short:
         listed = ", ".join(
             f"GPU {index} ({gpu.name}): {gpu.memory_free_mib / 1024:.1f} GiB free of {gpu.memory_total_mib / 1024:.1f}"

@@ -47,7 +47,9 @@ from bless.runtime.base import Runtime, StopResult
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.layout import StorePaths
-from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object, os_errors
+from bless.system.durable import atomic_write_bytes
+from bless.system.json_files import UnreadableJsonError, load_json_object
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_alive, process_identity
 
 __all__ = [

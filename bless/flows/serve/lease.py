@@ -17,13 +17,13 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from bless.core.manifest import utc_now
 from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.snapshot import cache_changed_error
 from bless.runtime.base import Started
 from bless.store import Store
 from bless.store.lease import Lease
-from bless.system.fsutil import os_errors
+from bless.system.clock import utc_now
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_identity
 
 __all__ = ["SERVE_FULL_ROLE", "ServingLease", "serve_full_holder", "serving_lease"]

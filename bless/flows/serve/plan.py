@@ -20,17 +20,15 @@ from bless.core.manifest import Manifest
 from bless.core.profile import Profile
 from bless.core.verify import VerifyResult
 from bless.engines.base import EngineAdapter
-from bless.errors import InputInvalidError
 from bless.flows.engine_start import EngineSession, engine_spec
 from bless.flows.serve.checks import ServeFacts, VerifiedBlessing, check_world, verify_copy
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR
 from bless.flows.serve.snapshot import Snapshot
 from bless.probes import probe_gpus
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
+from bless.runtime.upper import check_overlay_path
 from bless.store import Store
 
-# Characters that would break Docker's overlay option string (lowerdir=...,upperdir=...).
-_OVERLAY_UNSAFE = frozenset(",:\n")
 _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
 
 DEBUG_BANNER = (
@@ -309,13 +307,8 @@ def _cache_mount(profile: Profile, adapter: EngineAdapter, facts: ServeFacts, wa
             warnings.append(
                 f"cache.mount = 'ro-bind' but the {adapter.name} engine writes while loading: using an overlay"
             )
-        for path in (blessed_dir, serve_dir):
-            if _OVERLAY_UNSAFE & set(str(path)):
-                raise InputInvalidError(
-                    f"{path} contains ',' ':' or a newline, which the overlay mount options cannot carry",
-                    hint="move the store root to a plain path",
-                    remedy="plain_store_root",
-                )
+        for path, role in ((blessed_dir, "lower dir"), (serve_dir, "scratch dir")):
+            check_overlay_path(path, role, hint="move the store root to a plain path", remedy="plain_store_root")
         mount = Mount("overlay", blessed_dir, adapter.cache_mount_path, scratch=serve_dir)
     if facts.copies_mounts:
         # The engine will read a copy, not the tree verified: verify the copy too, before it starts.

@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from bless.container_labels import PHASE, PHASE_SERVE, PROFILE
-from bless.core.manifest import utc_now
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
-from bless.system.fsutil import UnreadableJsonError, atomic_write_bytes, load_json_object
+from bless.system.clock import utc_now
+from bless.system.durable import atomic_write_bytes
+from bless.system.json_files import UnreadableJsonError, load_json_object
 from bless.system.procid import process_alive
 
 __all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]

@@ -41,7 +41,7 @@ from bless.flows.serve.ready import clear_ready, record_unproven
 from bless.runtime.base import Runtime, Started
 from bless.store import Store
 from bless.store.layout import StorePaths
-from bless.system.fsutil import atomic_write_bytes
+from bless.system.durable import atomic_write_bytes
 
 __all__ = [
     "LINE_PREFIX",

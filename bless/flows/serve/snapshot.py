@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bless.core.json_form import JsonForm
 from bless.core.verify import ROOT_PATH
 from bless.errors import CacheChangedError
 
@@ -60,14 +61,11 @@ def identity(stamp: Stamp) -> Stamp:
 
 
 @dataclass(frozen=True)
-class StampChange:
+class StampChange(JsonForm):
     """One blessed entry that differs from its snapshot, and how."""
 
     path: str
     detail: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "detail": self.detail}
 
 
 def describe_change(before: Stamp, after: Stamp) -> str | None:

@@ -32,7 +32,7 @@ from bless.flows.serve.snapshot import cache_changed_error
 from bless.replay.canary import CanaryResult, run_canary
 from bless.replay.reuse import compiled_outside_reasons
 from bless.runtime.base import Runtime, Started
-from bless.system.fsutil import os_errors, os_refusal
+from bless.system.os_refusals import os_errors, os_refusal
 from bless.system.procid import process_identity
 
 _MAX_PROBLEMS_IN_MESSAGE = 8

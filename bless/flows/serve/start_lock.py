@@ -15,8 +15,8 @@ from filelock import FileLock, Timeout
 
 from bless.errors import ContainerConflictError
 from bless.store import Store
-from bless.store.locks import lock_refusal, open_file_lock
-from bless.system.fsutil import ensure_dir
+from bless.system.durable import ensure_dir
+from bless.system.file_locks import lock_refusal, open_file_lock
 
 __all__ = ["StartingLock"]
 

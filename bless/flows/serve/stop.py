@@ -43,7 +43,8 @@ from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.layout import StorePaths
 from bless.store.lease import Lease
-from bless.system.fsutil import os_errors, read_json_object
+from bless.system.json_files import read_json_object
+from bless.system.os_refusals import os_errors
 from bless.system.procid import process_alive
 
 __all__ = ["SERVE_FULL_SLACK_S", "WATCHER_STOP_S", "StopOutcome", "stop_serving"]

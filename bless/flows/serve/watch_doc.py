@@ -17,7 +17,7 @@ from bless.flows.serve.start import LaunchResult
 from bless.runtime.base import ContainerSpec, Mount, MountKind, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store.layout import StorePaths
-from bless.system.fsutil import UnreadableJsonError, load_json_object
+from bless.system.json_files import UnreadableJsonError, load_json_object
 from bless.system.procid import process_identity
 
 __all__ = ["WATCH_DOC_FORMAT", "WatchDoc", "load_watch_doc", "watch_doc"]
