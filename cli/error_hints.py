@@ -43,6 +43,13 @@ def _config(err: BlessError) -> str:
     return str(config_hash)[:16] if isinstance(config_hash, str) and config_hash else "HASH"
 
 
+def _last(rejected_dirs: object) -> str:
+    """The last candidate's rejected dir a refusal names (``<root>/rejected/...`` when it names none)."""
+    if isinstance(rejected_dirs, list) and rejected_dirs:
+        return str(rejected_dirs[-1])
+    return "<root>/rejected/..."
+
+
 #: remedy key -> the command-line hint for a refusal carrying it (from its details where it names values).
 COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
     "rebless": lambda err: "use --rebless to bless again (the prior blessing is archived), or bless verify it",
@@ -73,6 +80,10 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
     "rebless_changed_cache": _said(
         "do not serve or push this cache: re-bless the configuration (bless run --profile ... --rebless) "
         "and find out what changed the read-only blessed files (bless verify lists every problem)"
+    ),
+    "read_rejection_summary": lambda err: (
+        f"read {_last(err.details.get('rejected_dirs'))}/summary.md; a nondeterministic engine cannot be blessed, "
+        "and --candidates N tries fresh compiles"
     ),
     "profile_file": _said("pass a profile TOML file with --profile (see profiles/)"),
     "fewer_parallel_for_memory": _said(
@@ -186,6 +197,15 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
     "pull_free_inodes": _said("free inodes there or pull into another store root (--root); nothing was downloaded"),
     "verify_after_fsync": _said("the blessing is visible but may not survive a power loss; run bless verify"),
     "gc_dry_run": _said("nothing was published; run bless gc --dry-run to see what is left"),
+    "copy_hash_from_list": _said("copy the hash from bless list (at least its first 8 characters)"),
+    "no_such_blessing": _said(
+        "bless list shows the blessings of this store; check --root / --manifests-dir "
+        "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration with bless run --profile ..."
+    ),
+    "restore_invalid_manifests": _said(
+        "restore them from the store's archive or version control, or move them out of the "
+        "manifests dir; until then every lookup (verify, serve-full) refuses"
+    ),
     "readable_store_root": _said(
         "check that the store root (--root) and the manifests dir are directories this user can read"
     ),
@@ -210,6 +230,14 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
         "(there: nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader); "
         "bless hash, diff and gate then use the declaration on any machine, and bless run and serve-full "
         "refuse a GPU that differs from it"
+    ),
+    # gating and engines
+    "gate_profile_files": _said(
+        "pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests"
+    ),
+    "junit_regular_file": _said("--junit names a regular file, or one to be created"),
+    "python_that_runs": _said(
+        "pass an interpreter that runs here (the local runtime's, e.g. --python .venv/bin/python)"
     ),
     # serving
     "serve_in_foreground": lambda err: (

@@ -485,7 +485,8 @@ def parse_config_hash_prefix(text: str) -> str:
     if not value or any(char not in "0123456789abcdef" for char in value):
         raise InputInvalidError(
             f"{text!r} is not a hex config hash: a config hash or prefix is written in hex digits (0-9, a-f)",
-            hint="copy the hash from bless list (at least its first 8 characters)",
+            hint="copy the config hash from the store's list of blessings (at least its first 8 characters)",
+            remedy="copy_hash_from_list",
         )
     if CONFIG_HASH_PREFIX.fullmatch(value) is None:
         raise InputInvalidError(

@@ -39,10 +39,10 @@ def lookup_live(store: Store, text: str) -> LiveManifest:
         raise NoManifestError(
             f"no manifest in {store.manifests_dir} has config hash {config_hash}",
             hint=(
-                "bless list shows the blessings of this store; check --root / --manifests-dir "
-                "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration with "
-                "bless run --profile ..."
+                "the store's list of blessings shows what it holds; check the store root and the manifests dir "
+                "(or $BLESS_ROOT / $BLESS_MANIFESTS_DIR), or bless the configuration"
             ),
+            remedy="no_such_blessing",
             details={"config_hash": config_hash, "manifests_dir": str(store.manifests_dir)},
         )
     return live

@@ -44,12 +44,12 @@ def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX,
     return data
 
 
-def check_output_target(path: Path, *, what: str, hint: str) -> None:
+def check_output_target(path: Path, *, what: str, hint: str, remedy: str | None = None) -> None:
     """Refuse to write ``what`` (a report a user named, such as ``--junit``) over anything but a regular file.
 
     The write itself is atomic (a temp file renamed over ``path``): over a FIFO or a device it would
     replace the node (``/dev/null`` as root), over a symlink the link and not what it names. Missing
-    is fine.
+    is fine. ``remedy``: the refusal's remedy key, for a hint the command line words as its option.
 
     Raises:
         InputInvalidError: ``path`` is a FIFO, a device, a directory, a socket or a symlink (3).
@@ -60,9 +60,12 @@ def check_output_target(path: Path, *, what: str, hint: str) -> None:
         return
     except OSError as exc:
         why = exc.strerror or exc
-        raise InputInvalidError(f"{shown(str(path))}: cannot write the {what} ({why})", hint=hint) from None
+        raise InputInvalidError(
+            f"{shown(str(path))}: cannot write the {what} ({why})", hint=hint, remedy=remedy
+        ) from None
     if not stat.S_ISREG(st.st_mode):
         raise InputInvalidError(
             f"{shown(str(path))} is {file_kind(st.st_mode)}, not a regular file: the {what} is not written there",
             hint=hint,
+            remedy=remedy,
         )

@@ -58,10 +58,16 @@ def gate_profiles(
     if not paths:
         raise UsageError(
             "no profiles to gate: none given and no profiles/*.toml in the current directory",
-            hint="pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests",
+            hint="name the profile files to gate, and the manifests dir to gate them against",
+            remedy="gate_profile_files",
         )
     if junit is not None:
-        check_output_target(junit, what="JUnit report", hint="--junit names a regular file, or one to be created")
+        check_output_target(
+            junit,
+            what="JUnit report",
+            hint="the JUnit report's path names a regular file, or one to be created",
+            remedy="junit_regular_file",
+        )
     report = run_gate(paths, store=store, verify=verify)
     if junit is not None:
         try:

@@ -32,7 +32,8 @@ class EngineSupport:
         # Not "nothing installed": nothing could be asked, so an "ok" answer would be a false all-clear.
         return InputInvalidError(
             f"cannot check the vLLM and torch of --python {self.python}: {self.local['error']}",
-            hint="pass an interpreter that runs here (the local runtime's, e.g. --python .venv/bin/python)",
+            hint="name an interpreter that runs here (the local runtime's, e.g. .venv/bin/python)",
+            remedy="python_that_runs",
             details={"python": self.python},
         )
 

@@ -41,7 +41,8 @@ class BlessingList:
                 f"{len(self.invalid)} manifest file(s) in {shown(str(self.manifests_dir))} are invalid: "
                 + ", ".join(shown(item["path"]) for item in self.invalid),
                 hint="restore them from the store's archive or version control, or move them out of the "
-                "manifests dir; until then every lookup (verify, serve-full) refuses",
+                "manifests dir; until then every lookup (verifying, serving) refuses",
+                remedy="restore_invalid_manifests",
                 details={"invalid": [item["path"] for item in self.invalid]},
             )
         if self.duplicates:

@@ -174,6 +174,7 @@ class RunResult:
         return TrialsFailedError(
             f"{len(self.candidates)} candidate(s) rejected; nothing published. Last: " + "; ".join(last.reasons[:3]),
             hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
-            "and --candidates N tries fresh compiles",
+            "and more candidates try fresh compiles",
+            remedy="read_rejection_summary",
             details={"rejected_dirs": [c.rejected_dir for c in self.candidates]},
         )
