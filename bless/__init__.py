@@ -124,18 +124,13 @@ def run_blessing(
     Nothing published is no error: ``result.published`` is False and ``result.candidates`` say why.
     ``events``: called with each progress event. Runs on the GPUs ``$CUDA_VISIBLE_DEVICES`` leaves.
     """
-    from bless.engines import get_adapter
+    from bless.core.profile import Profile
     from bless.flows.events import ignore_events
-    from bless.flows.resolve import resolve_profile as resolve
-    from bless.flows.run import RunOptions, run_bless
+    from bless.flows.run import RunOptions, bless_profile
     from bless.flows.run.results import DEFAULT_CONFIDENCE
 
-    loaded = _profile(profile)
-    engine_runtime = _runtime(loaded, runtime)
-    adapter = get_adapter(loaded.engine)
-    resolved = resolve(loaded, image_resolver=engine_runtime.resolve_image, adapter=adapter)
     options = RunOptions(
-        trials=trials or loaded.trials.count,
+        trials=trials,
         confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
         candidates=candidates,
         rebless=rebless,
@@ -144,12 +139,11 @@ def run_blessing(
         allow_unknown_engine_version=allow_unknown_engine_version,
         parallel=parallel,
     )
-    return run_bless(
-        resolved,
+    return bless_profile(
+        profile if isinstance(profile, Profile) else Path(profile),
+        options,
         store=store or open_store(),
-        runtime=engine_runtime,
-        adapter=adapter,
-        options=options,
+        runtime=runtime,
         events=events or ignore_events,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
@@ -189,7 +183,6 @@ def serve(
     Every refusal before serving is a :class:`BlessError`; a failure once serving began is
     ``outcome.failure``.
     """
-    from bless.engines import get_adapter
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
     loaded = _profile(profile)
@@ -202,7 +195,7 @@ def serve(
         allow_unknown_engine_version=allow_unknown_engine_version,
         trust_dir=Path(trust_dir) if trust_dir else None,
     )
-    return serve_full(request, runtime=_runtime(loaded, runtime), adapter=get_adapter(loaded.engine), hooks=hooks)
+    return serve_full(request, runtime=runtime, hooks=hooks)
 
 
 def pull(

@@ -18,13 +18,10 @@ from rich.text import Text
 from bless.cli import render
 from bless.cli.boundary import Report, command, stop_signals_handled
 from bless.cli.common import AllowUnknownEngineVersionOption, JsonOption, ProfileOption, app_state
-from bless.core.profile import load_profile
 from bless.core.untrusted_text import shown
 from bless.errors import UsageError
 from bless.flows.events import Event
-from bless.flows.resolve import resolve_for_command
-from bless.flows.run import RunOptions, run_bless, trial_count
-from bless.runtime import get_runtime
+from bless.flows.run import RunOptions, bless_profile
 
 
 @contextmanager
@@ -160,32 +157,26 @@ def run_command(
         raise UsageError(f"--confidence must lie strictly between 0 and 1, not {confidence}")
     if trials is not None and max_failure_rate is not None:
         raise UsageError("give either --trials or --max-failure-rate, not both")
-    loaded = load_profile(profile)
-    k = trial_count(loaded, trials, max_failure_rate, confidence)
     state = app_state(ctx)
+    options = RunOptions(
+        trials=trials,
+        max_failure_rate=max_failure_rate,
+        confidence=confidence,
+        candidates=candidates,
+        rebless=rebless,
+        wait_lock=wait,
+        allow_weaker=allow_weaker,
+        allow_unknown_engine_version=allow_unknown_engine_version,
+        allow_test_knobs=state.allow_test_knobs,
+        parallel=parallel,
+    )
     store = state.store()
-    runtime = get_runtime(loaded.runtime_kind)
-    console = render.err_console()
-    progress = RunProgress(console)
+    progress = RunProgress(render.err_console())
     with signals_as_interrupt(), progress.live:
-        resolution = resolve_for_command(loaded, image_resolver=runtime.resolve_image)
-        console.print(Text(f"{progress.elapsed()} config hash {resolution.config_hash} ({loaded.label}); K={k}"))
-        result = run_bless(
-            resolution.resolved,
+        result = bless_profile(
+            profile,
+            options,
             store=store,
-            runtime=runtime,
-            adapter=resolution.adapter,
-            options=RunOptions(
-                trials=k,
-                confidence=confidence,
-                candidates=candidates,
-                rebless=rebless,
-                wait_lock=wait,
-                allow_weaker=allow_weaker,
-                allow_unknown_engine_version=allow_unknown_engine_version,
-                allow_test_knobs=state.allow_test_knobs,
-                parallel=parallel,
-            ),
             events=progress,
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )

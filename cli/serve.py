@@ -64,7 +64,6 @@ from bless.cli.serve_views import (
 )
 from bless.cli.trust import TrustOption, render_trust
 from bless.core.profile import Profile, load_profile
-from bless.engines import get_adapter
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE
@@ -351,9 +350,7 @@ def _serve(options: ServeFullOptions) -> Report:
     )
     request = options.request(loaded, console)
     with gate.installed():
-        outcome = serve.serve_full(
-            request, runtime=get_runtime(loaded.runtime_kind), adapter=get_adapter(loaded.engine), hooks=hooks
-        )
+        outcome = serve.serve_full(request, hooks=hooks)
     return _report(outcome, detach=options.detach, no_canary=options.no_canary)
 
 

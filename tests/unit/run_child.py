@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-import bless.cli.run
+import bless.runtime
 from bless.cli.main import main
 
 
@@ -30,7 +30,7 @@ class BlockingRuntime:
 
 
 if __name__ == "__main__":
-    bless.cli.run.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[attr-defined,assignment,return-value]
+    bless.runtime.get_runtime = lambda kind: BlockingRuntime()  # type: ignore[assignment,return-value]
     root, profile = sys.argv[1:3]
     sys.argv = ["bless", "--root", root, "run", "--profile", profile]
     main()

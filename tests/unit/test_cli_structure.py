@@ -104,7 +104,12 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
     importers = [str(path.relative_to(REPO)) for path in sources if _imports_resolve(path)]
     assert importers == ["bless/flows/resolve.py"]
     users = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_for_command", path)}
-    assert users == {"bless/flows/gate/check.py", "bless/flows/serve/checks.py", "cli/common.py", "cli/run.py"}
+    assert users == {
+        "bless/flows/gate/check.py",
+        "bless/flows/run/orchestrator.py",
+        "bless/flows/serve/checks.py",
+        "cli/common.py",
+    }
     wiring = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
     assert wiring == {"bless/flows/resolve.py"}
     # A detached serve's seal watcher rebuilds its adapter from the factors it is handed (no profile to resolve).
@@ -167,8 +172,7 @@ def test_commands_without_a_registry_do_not_import_the_registry_client() -> None
 # --- parse -> one call -> render ------------------------------------------------------------------------
 
 #: The cli helpers a command may call to turn its options into arguments: the store its options name,
-#: the keys (passphrase, PIN) they reach, transfer limits, and a profile file resolved here. The last
-#: stands for the one profile-resolution entry point being made (serve-full's and run's resolution too).
+#: the keys (passphrase, PIN) they reach, transfer limits, and a profile file resolved here (hash, diff).
 PARSE_HELPERS = {
     "app_state",
     "check_manifests_dir",
@@ -178,37 +182,37 @@ PARSE_HELPERS = {
     "resolve_profile_file",
     "transfer_limits",
 }
-#: The cli helpers that draw a result: the Report the boundary renders, consoles, progress, the exit-code table.
+#: The cli helpers that draw a result: the Report the boundary renders, consoles, progress, the exit-code table,
+#: serve-full's plan, banners and trust verdict, and the signal handling around a run or a serve.
 RENDER_HELPERS = {
+    "Progress",
     "Report",
     "RunProgress",
+    "SignalGate",
+    "_report",
     "err_console",
     "exit_code_rows",
     "exit_codes_markdown",
     "hashing_progress",
     "pull_report",
+    "render_banners",
     "render_gate",
+    "render_plan",
+    "render_trust",
     "signals_as_interrupt",
-}
-#: Library functions that are option parsing, not a command's work: ``bless run``'s K from --trials /
-#: --max-failure-rate and the profile's default (a usage error when no K can bound the rate).
-LIBRARY_PARSE = {"bless.flows.run.results.trial_count"}
-#: ``bless run`` still resolves its profile itself (load, runtime, adapter, resolve): these lines become one
-#: resolution entry point with serve-full's; until then they are not counted as run's call.
-PENDING_RESOLUTION = {
-    "bless.core.profile.load_profile",
-    "bless.engines.get_adapter",
-    "bless.flows.resolve.resolve_profile",
-    "bless.runtime.get_runtime",
 }
 #: Commands whose data is a constant of the library, with no call to make.
 NO_CALL = {"exit-codes": "the table is bless.errors.EXIT_CODES, drawn by render.exit_code_rows"}
 
 
 def _registered_bodies() -> list[tuple[str, Any]]:
-    """(name, body) of every ``bless`` command, sub-commands included, as the COMMANDS tables register them."""
+    """(name, body) of every ``bless`` command, sub-commands included, as the COMMANDS tables register them,
+    and serve-full's body (it runs under ``boundary.execute``; its options are parsed into ServeFullOptions)."""
+    import bless.cli.serve
+
     bodies: list[tuple[str, Any]] = [(name, body) for name, body in COMMANDS]
     bodies += [(f"{group} {name}", body) for group, _typer, commands in GROUPS for name, body in commands]
+    bodies.append(("serve-full", bless.cli.serve._serve))
     return bodies
 
 
@@ -268,21 +272,24 @@ def _library_calls(name: str, body: Any) -> list[str]:
                 f"{name}: {target.__name__} is no parse/render helper"
             )
             continue
-        qualified = _qualified(target)
-        if qualified in LIBRARY_PARSE or qualified in PENDING_RESOLUTION:
-            continue
-        calls.append(qualified)
+        calls.append(_qualified(target))
     return calls
 
 
 def test_every_command_parses_makes_one_library_call_and_renders() -> None:
-    """A command's body parses its options, calls one entry point of the library, and renders the result.
-
-    serve-full is not registered through these tables: its bodies run under ``boundary.execute`` and its
-    profile resolution is being folded into ``bless.flows.serve.serve_full``; it joins this test then.
-    """
+    """A command's body parses its options, calls one entry point of the library, and renders the result."""
     bodies = _registered_bodies()
-    assert {name for name, _ in bodies} >= {"verify", "list", "show", "diff", "gc", "engines", "hash", "run"}
+    assert {name for name, _ in bodies} >= {
+        "verify",
+        "list",
+        "show",
+        "diff",
+        "gc",
+        "engines",
+        "hash",
+        "run",
+        "serve-full",
+    }
     for name, body in bodies:
         calls = _library_calls(name, body)
         expected = 0 if name in NO_CALL else 1

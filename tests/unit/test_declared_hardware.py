@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import bless.cli.run as cli_run
 import bless.probes as probes
+import bless.runtime
 from bless.cli.main import app
 from bless.core.factors import GpuInfo, declared_hardware_factor
 from bless.core.profile import HardwareSpec, load_profile
@@ -248,7 +248,7 @@ def test_run_refuses_a_live_gpu_unlike_the_declaration_before_any_start(
 ) -> None:
     monkeypatch.setattr(probes, "probe_gpus", lambda: [H200])
     runtime = FakeRuntime()
-    monkeypatch.setattr(cli_run, "get_runtime", lambda kind: runtime)
+    monkeypatch.setattr(bless.runtime, "get_runtime", lambda kind: runtime)
     profile = cuda_profile(tmp_path)
     result = runner.invoke(app, ["--root", str(tmp_path / "root"), "run", "--profile", str(profile)])
     assert result.exit_code == ExitCode.HARDWARE_MISMATCH, result.stderr

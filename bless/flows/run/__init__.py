@@ -28,8 +28,8 @@ No other flow imports this package; what flows share lives in :mod:`bless.flows`
 
 from __future__ import annotations
 
-from bless.flows.run.orchestrator import Orchestrator, run_bless
-from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult, trial_count
+from bless.flows.run.orchestrator import Orchestrator, bless_profile
+from bless.flows.run.results import CandidateResult, RunOptions, RunResult, TrialResult
 
 __all__ = [
     "CandidateResult",
@@ -37,6 +37,5 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "TrialResult",
-    "run_bless",
-    "trial_count",
+    "bless_profile",
 ]

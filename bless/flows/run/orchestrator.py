@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from bless import __version__
+from bless import runtime as runtimes  # get_runtime looked up at call time (a test may swap it)
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
+from bless.core.profile import Profile, load_profile
 from bless.core.verify import TreeListing
 from bless.engines.base import EngineAdapter
 from bless.errors import AlreadyBlessedError, BootstrapFailedError, CoverageIncompleteError, InterruptedByUserError
 from bless.flows.engine_start import compile_locations
 from bless.flows.events import Event, EventSink, ignore_events, new_run_id
+from bless.flows.resolve import resolve_for_command
 from bless.flows.run.bootstrap import run_bootstrap
 from bless.flows.run.containers import RunContainers
 from bless.flows.run.rebless_rule import check_bound_kept
@@ -101,15 +104,19 @@ class Orchestrator:
         """Trial slots on this host's GPUs, each with enough free memory now (else 52, naming the GPU)."""
         hardware = self.profile.hardware
         if hardware.accelerator != "cuda":
-            return trial_slots(hardware, [], requested=options.parallel, trials=options.trials)
+            return trial_slots(hardware, [], requested=options.parallel, trials=options.k)
         gpus = visible_gpus(self.gpu_probe(), self.cuda_visible_devices)
-        slots = trial_slots(hardware, gpus, requested=options.parallel, trials=options.trials)
+        slots = trial_slots(hardware, gpus, requested=options.parallel, trials=options.k)
         check_slot_memory(hardware, slots, gpus)
         return slots
 
     def run(self, options: RunOptions) -> RunResult:
-        """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates."""
+        """Bless the profile: lock, refuse if blessed (unless rebless), try up to N candidates.
+
+        K is worked out from the profile here when ``options`` leave it open (:meth:`RunOptions.planned`).
+        """
         started = time.monotonic()
+        options = options.planned(self.profile)
         self.adapter.require_known_version(allow_unknown=options.allow_unknown_engine_version)
         allowed_unsafe = check_unsafe(self.resolved, self.adapter, allow_test_knobs=options.allow_test_knobs)
         self._plan_coverage()
@@ -166,7 +173,7 @@ class Orchestrator:
             run_id=self.run_id,
             published=published,
             candidates=tuple(candidates),
-            trials_planned=options.trials,
+            trials_planned=options.k,
             confidence=options.confidence,
             failure_rate_bound=failure_rate_bound(passes, options.confidence) if published else None,
             manifest_path=str(publish.manifest_path) if publish else None,
@@ -265,7 +272,7 @@ class Orchestrator:
                 return run_trial(proof, trial, slot, containers=self.containers, schedule=schedule, events=self.events)
 
             trials_started = time.monotonic()
-            schedule.run(index, options.trials, one_trial, trials)
+            schedule.run(index, options.k, one_trial, trials)
             trials_seconds = time.monotonic() - trials_started
         except BootstrapFailedError as exc:
             self._keep_evidence(index, tree, evidence, bootstrap, trials, (exc.message,), options)
@@ -317,7 +324,7 @@ class Orchestrator:
             cache=cache_tree_from_listing(listing, mount_path=self.adapter.cache_mount_path),
             artifacts={"items": list(artifacts.artifacts), "engine_keys": dict(artifacts.engine_keys)},
             trials={
-                "planned": options.trials,
+                "planned": options.k,
                 "passed": sum(t.passed for t in trials),
                 "failure_rate_bound": {"confidence": options.confidence, "max_failure_rate": round(bound, 6)},
                 "protocol": {
@@ -421,23 +428,44 @@ def _special_files(directory: str, names: list[str]) -> set[str]:
     return special
 
 
-def run_bless(
-    resolved: ResolvedConfig,
+def bless_profile(
+    source: Path | Profile,
+    options: RunOptions,
     *,
     store: Store,
-    runtime: Runtime,
-    adapter: EngineAdapter,
-    options: RunOptions,
     events: EventSink = ignore_events,
+    runtime: Runtime | None = None,
     cuda_visible_devices: str | None = None,
 ) -> RunResult:
-    """Convenience entry point: one orchestrator, one run (on the GPUs ``cuda_visible_devices`` leaves)."""
+    """Bless a profile (``bless run``, :func:`bless.run_blessing`): the command's one call.
+
+    Loads ``source`` (a profile file, or a profile already loaded), works out K (:meth:`RunOptions.planned`),
+    makes the profile's runtime (``runtime``: another one), resolves the profile through
+    :func:`~bless.flows.resolve.resolve_for_command` (this machine's hardware, the image's ID from the
+    runtime), reports ``config hash HASH (LABEL); K=K`` as a note, and runs one orchestrator on the GPUs
+    ``cuda_visible_devices`` leaves.
+
+    Raises:
+        UsageError: a failure rate no K can bound at that confidence.
+        BlessError: the profile's, resolution's and the run's refusals (each its own exit code).
+    """
+    profile = load_profile(source) if isinstance(source, Path) else source
+    planned = options.planned(profile)
+    engine_runtime = runtime if runtime is not None else runtimes.get_runtime(profile.runtime_kind)
+    resolution = resolve_for_command(profile, image_resolver=engine_runtime.resolve_image)
+    events(
+        Event(
+            "note",
+            f"config hash {resolution.config_hash} ({profile.label}); K={planned.k}",
+            {"config_hash": resolution.config_hash, "trials": planned.k},
+        )
+    )
     orchestrator = Orchestrator(
-        resolved,
+        resolution.resolved,
         store=store,
-        runtime=runtime,
-        adapter=adapter,
+        runtime=engine_runtime,
+        adapter=resolution.adapter,
         events=events,
         cuda_visible_devices=cuda_visible_devices,
     )
-    return orchestrator.run(options)
+    return orchestrator.run(planned)

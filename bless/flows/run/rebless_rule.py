@@ -32,11 +32,11 @@ def weaker_than(existing: Manifest, options: RunOptions) -> str | None:
         confidence = DEFAULT_CONFIDENCE
     passes = existing_passes(existing)
     before = failure_rate_bound(passes, confidence)
-    after = failure_rate_bound(options.trials, confidence)
+    after = failure_rate_bound(options.k, confidence)
     if after <= before:
         return None
     return (
-        f"--rebless with K={options.trials} would replace a {passes}/{passes} blessing of "
+        f"--rebless with K={options.k} would replace a {passes}/{passes} blessing of "
         f"{existing.config_hash[:16]}: failure-rate bound {before:.0%} -> {after:.0%} per start "
         f"at {confidence:.0%} confidence (weaker)"
     )
@@ -58,7 +58,7 @@ def check_bound_kept(existing: Manifest, options: RunOptions) -> str | None:
             "or allow a weaker bound (allow_weaker) to publish the weaker one",
             details={
                 "config_hash": existing.config_hash,
-                "trials": options.trials,
+                "trials": options.k,
                 "trials_to_keep_bound": existing_passes(existing),
             },
             remedy="allow_weaker",

@@ -6,6 +6,7 @@ and a manifest's trial results record, so their keys are part of the tool's outp
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,26 +20,14 @@ from bless.replay.trials import CoherenceReport, trials_for
 DEFAULT_CONFIDENCE = 0.95
 
 
-def trial_count(profile: Profile, trials: int | None, max_failure_rate: float | None, confidence: float) -> int:
-    """K: derived from ``max_failure_rate`` at ``confidence`` (``--max-failure-rate``), else ``trials``
-    (``--trials``), else the profile's ``[trials] count``.
-
-    Raises:
-        UsageError: a failure rate no K can bound at that confidence.
-    """
-    if max_failure_rate is None:
-        return trials or profile.trials.count
-    try:
-        return trials_for(max_failure_rate, confidence)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """How one ``bless run`` goes: K trials at a confidence, how many candidates, what it may override."""
 
-    trials: int
+    #: K, as asked (``--trials``); None: the profile's ``[trials] count``, unless ``max_failure_rate`` derives it.
+    trials: int | None = None
+    #: Derive K so that K/K passes bound the per-start failure rate at ``confidence`` (``--max-failure-rate``).
+    max_failure_rate: float | None = None
     confidence: float = DEFAULT_CONFIDENCE
     candidates: int = 1
     rebless: bool = False
@@ -51,6 +40,28 @@ class RunOptions:
     allow_test_knobs: bool = False
     #: Trials at once, one per GPU slot; None: as many slots as the GPUs present fit (CPU: 1).
     parallel: int | None = None
+
+    def planned(self, profile: Profile) -> RunOptions:
+        """These options with K worked out for ``profile``: derived from ``max_failure_rate`` at ``confidence``,
+        else ``trials``, else the profile's ``[trials] count``.
+
+        Raises:
+            UsageError: a failure rate no K can bound at that confidence.
+        """
+        if self.max_failure_rate is None:
+            return dataclasses.replace(self, trials=self.trials or profile.trials.count)
+        try:
+            k = trials_for(self.max_failure_rate, self.confidence)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return dataclasses.replace(self, trials=k, max_failure_rate=None)
+
+    @property
+    def k(self) -> int:
+        """K, the trials planned (once worked out: :meth:`planned`)."""
+        if self.trials is None:
+            raise ValueError("K is not worked out yet: RunOptions.planned(profile) works it out")
+        return self.trials
 
 
 @dataclass(frozen=True)

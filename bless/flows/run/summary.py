@@ -43,7 +43,7 @@ def render_summary(
     files_line = "Files here: " + ", ".join(files) + "."
     if not has_tree:
         files_line += " No `tree/`: nothing was staged before the run stopped."
-    progress = f"- trials finished: {len(trials)} of {options.trials} planned"
+    progress = f"- trials finished: {len(trials)} of {options.k} planned"
     if interrupted is not None:
         progress += f"; interrupted during {interrupted}"
     title = "Rejected" if interrupted is None else "Interrupted (not a rejection)"

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless import runtime as runtimes  # get_runtime looked up at call time (a test may swap it)
 from bless.core.profile import Profile
+from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, EngineFailedError, InterruptedByUserError, NoManifestError
 from bless.flows.events import Event, EventSink, ignore_events
@@ -149,11 +151,14 @@ def _blessing_checks(request: ServeRequest, the_plan: LaunchPlan, fetched: Fetch
 def serve_full(
     request: ServeRequest,
     *,
-    runtime: Runtime,
-    adapter: EngineAdapter,
+    runtime: Runtime | None = None,
+    adapter: EngineAdapter | None = None,
     hooks: ServeHooks | None = None,
 ) -> ServeOutcome:
     """Serve ``request.profile`` on its blessed cache, fail closed (the module docstring lists the steps).
+
+    ``runtime``: the profile's runtime kind's by default; ``adapter``: the profile's engine's by default
+    (resolution specialises it for the resolved factors).
 
     Raises a :class:`~bless.errors.BlessError` for every refusal before serving began (each its own exit
     code) and InterruptedByUserError (130) for a signal before the engine was ready and canary-checked.
@@ -161,6 +166,8 @@ def serve_full(
     """
     hooks = hooks or ServeHooks()
     profile, store = request.profile, request.store
+    runtime = runtime if runtime is not None else runtimes.get_runtime(profile.runtime_kind)
+    adapter = adapter if adapter is not None else get_adapter(profile.engine)
     with StartingLock(store, profile.name) as starting:
         fetched = request.fetch(store) if request.fetch is not None else None
         the_plan = plan(
