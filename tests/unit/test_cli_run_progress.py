@@ -41,3 +41,10 @@ def test_live_table_lists_every_running_trial_with_gpu_phase_and_elapsed() -> No
     assert "t1" not in table and "t2" in table
     progress(Event("trial-end", "trial 2/4: pass", {"candidate": 1, "trial": 2, "gpus": "1", "result": result}))
     assert "phase" not in rendered(progress), "no table once nothing runs"
+
+
+def test_the_resolution_note_prints_as_the_line_bless_run_always_printed() -> None:
+    out = io.StringIO()
+    progress = RunProgress(Console(file=out, width=200, force_terminal=False, color_system=None))
+    progress(Event("note", "config hash " + "ab" * 32 + " (reference-cpu); K=3", {"trials": 3}))
+    assert out.getvalue().splitlines()[0] == "[00:00] config hash " + "ab" * 32 + " (reference-cpu); K=3"

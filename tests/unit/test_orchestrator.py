@@ -22,6 +22,7 @@ import pytest
 
 from bless import container_labels as labels
 from bless.cli.error_hints import command_line_hint
+from bless.core.profile import load_profile
 from bless.core.verify import verify_tree
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
 from bless.engines.reference import ReferenceAdapter
@@ -34,12 +35,16 @@ from bless.errors import (
     LockHeldError,
     UnknownEngineVersionError,
     UnsafeEnvError,
+    UsageError,
     WeakerBlessingError,
 )
 from bless.evidence_types import UpperEntry
-from bless.flows.run import RunResult
-from bless.replay.trials import failure_rate_bound
-from tests.support.fakes import ARTIFACT, META, Behavior, UnknownVersionAdapter, key_line, tokens_for
+from bless.flows.events import Event
+from bless.flows.run import RunOptions, RunResult, bless_profile
+from bless.flows.run.results import DEFAULT_CONFIDENCE
+from bless.replay.trials import failure_rate_bound, trials_for
+from bless.store import Store
+from tests.support.fakes import ARTIFACT, META, Behavior, FakeRuntime, UnknownVersionAdapter, key_line, tokens_for
 from tests.unit.run_harness import Harness, make_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,6 +289,47 @@ def test_candidates_all_rejected_publishes_nothing(make: Callable[..., Harness])
     assert not result.published and [c.accepted for c in result.candidates] == [False, False]
     assert [p.name for p in harness.rejected_dirs()] == [f"{result.run_id}-c1", f"{result.run_id}-c2"]
     assert harness.store.find(harness.config_hash) is None
+    refusal = result.failure
+    assert refusal is not None and "--" not in (refusal.hint or "")
+    # The command line words the remedy as the option to pass, naming the last candidate's evidence.
+    assert command_line_hint(refusal) == (
+        f"read {result.candidates[-1].rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
+        "and --candidates N tries fresh compiles"
+    )
+
+
+# --- the command's one call --------------------------------------------------------------------------
+
+
+def test_bless_profile_works_out_k_reports_the_hash_then_runs(tmp_path: Path) -> None:
+    """bless_profile loads the profile, derives K, resolves on this machine and reports the line bless run prints."""
+    profile = REPO / "profiles" / "reference-cpu.toml"
+    runtime = FakeRuntime()
+    events: list[Event] = []
+    try:
+        result = bless_profile(
+            profile, RunOptions(max_failure_rate=0.5), store=Store(tmp_path / "root"), runtime=runtime,
+            events=events.append,
+        )  # fmt: skip
+    finally:
+        runtime.close()
+    k = trials_for(0.5, DEFAULT_CONFIDENCE)
+    assert result.published and result.trials_planned == k
+    label = load_profile(profile).label
+    notes = [event for event in events if event.kind == "note"]
+    assert notes[0].message == f"config hash {result.config_hash} ({label}); K={k}"
+    assert notes[0].data == {"config_hash": result.config_hash, "trials": k}
+
+
+def test_k_is_the_asked_count_else_the_profiles_else_derived_from_a_failure_rate() -> None:
+    profile = make_profile()
+    assert RunOptions().planned(profile).k == profile.trials.count
+    assert RunOptions(trials=7).planned(profile).k == 7
+    assert RunOptions(max_failure_rate=0.1, confidence=0.9).planned(profile).k == trials_for(0.1, 0.9)
+    with pytest.raises(UsageError):
+        RunOptions(max_failure_rate=1.5).planned(profile)
+    with pytest.raises(ValueError, match="not worked out"):
+        _ = RunOptions().k
 
 
 # --- bootstrap failures --------------------------------------------------------------------------------
