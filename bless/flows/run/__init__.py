@@ -16,11 +16,12 @@ compared across devices: a cache that answers differently on another GPU than wh
 compiled is rejected.
 
 One module per concern: :mod:`.orchestrator` (the run and its candidates: refusals, publish,
-reject; :func:`bless_profile`, the command's one call: profile, K, runtime, resolution, run), :mod:`.bootstrap` (phase 1), :mod:`.schedule` (phase 2's trials on GPU slots, stopped
-together), :mod:`.trial` (one trial and its verdict), :mod:`.containers` (the run's engine
-containers: names, labels, sessions, leftovers of a crashed run), :mod:`.rebless_rule` (the
-rebless rule on failure-rate bounds), :mod:`.served` (what earlier sealed serves met that the
-blessing did not hold), :mod:`.results` (options in, K worked out, results and their refusal out)
+reject; :func:`bless_profile`, the command's one call: profile, K, runtime, resolution, run),
+:mod:`.bootstrap` (phase 1), :mod:`.schedule` (phase 2's trials on GPU slots, stopped together),
+:mod:`.trial` (one trial and its verdict), :mod:`.containers` (the run's engine containers: names,
+labels, sessions, leftovers of a crashed run), :mod:`.rebless_rule` (the rebless rule on
+failure-rate bounds), :mod:`.served` (what earlier sealed serves met that the blessing did not
+hold), :mod:`.results` (options in, K worked out, results and their refusal out)
 and :mod:`.summary` (a rejection's ``summary.md``).
 
 No other flow imports this package; what flows share lives in :mod:`bless.flows` beside it.
