@@ -178,6 +178,7 @@ PARSE_HELPERS = {
     "check_manifests_dir",
     "command_store",
     "key_access",
+    "open_store",
     "reading_store",
     "resolve_profile_file",
     "transfer_limits",
@@ -212,7 +213,11 @@ def _registered_bodies() -> list[tuple[str, Any]]:
 
     bodies: list[tuple[str, Any]] = [(name, body) for name, body in COMMANDS]
     bodies += [(f"{group} {name}", body) for group, _typer, commands in GROUPS for name, body in commands]
-    bodies.append(("serve-full", bless.cli.serve._serve))
+    bodies += [
+        ("serve-full", bless.cli.serve._serve),
+        ("serve-full stop", bless.cli.serve._stop),
+        ("serve-full ready", bless.cli.serve._ready),
+    ]
     return bodies
 
 
@@ -289,6 +294,8 @@ def test_every_command_parses_makes_one_library_call_and_renders() -> None:
         "hash",
         "run",
         "serve-full",
+        "serve-full stop",
+        "serve-full ready",
     }
     for name, body in bodies:
         calls = _library_calls(name, body)
@@ -306,7 +313,7 @@ def test_the_one_call_check_sees_a_second_library_call() -> None:
     assert len(_library_calls("two", two_calls)) == 2
 
     def unlisted(ctx: Any) -> Any:
-        return common.open_store(None)
+        return common.installed_version()
 
     with pytest.raises(AssertionError, match="no parse/render helper"):
         _library_calls("unlisted", unlisted)
