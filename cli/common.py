@@ -14,7 +14,6 @@ import typer
 
 import bless
 from bless.errors import UsageError
-from bless.flows.resolve import RUNTIME_WHEN_NEEDED, ProfileResolution, resolve_for_command
 from bless.store import Store, default_root
 
 # The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
@@ -166,18 +165,3 @@ def command_store(ctx: typer.Context, *, root: Path | None, manifests_dir: Path 
         else manifests_dir
     )
     return AppState(root=chosen_root, manifests_dir=chosen_manifests).store()
-
-
-def resolve_profile_file(path: Path, *, offline: bool, declared_hardware: bool) -> ProfileResolution:
-    """Load, validate and resolve a profile file to its factors and config hash (a judging command: hash, diff).
-
-    Hardware: the profile's complete ``[hardware]`` declaration on any machine, else this machine's
-    (:func:`bless.probes.judged_hardware`); ``declared_hardware`` never probes. A Docker image tag is
-    resolved by a runtime made only then.
-    """
-    return resolve_for_command(
-        path,
-        image_resolver=RUNTIME_WHEN_NEEDED,
-        hardware="declared" if declared_hardware else "judge",
-        offline=offline,
-    )

@@ -30,7 +30,6 @@ from bless.cli.common import (
     VersionOption,
     app_state,
     reading_store,
-    resolve_profile_file,
 )
 from bless.cli.gate import gate_command
 from bless.cli.k8s import K8S_COMMANDS, k8s_app
@@ -111,7 +110,7 @@ def hash_command(
     Hardware comes from the profile's [hardware] declaration when it is complete (on any machine, GPU
     profiles on a CPU-only host included), else from probing this machine; the output says which.
     """
-    hashed = hash_profile(resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware))
+    hashed = hash_profile(profile, offline=offline, declared_hardware=declared_hardware)
     return Report(hashed.to_dict(), render.render_resolved)
 
 
@@ -144,9 +143,9 @@ def diff_command(
         reading_store(ctx),
         hash_a,
         hash_b,
-        profile=None
-        if profile is None
-        else lambda: resolve_profile_file(profile, offline=offline, declared_hardware=declared_hardware),
+        profile=profile,
+        offline=offline,
+        declared_hardware=declared_hardware,
     )
     return Report(compared.to_dict(), render.render_diff)
 

@@ -757,7 +757,7 @@ def test_keyboard_interrupt_exits_130(bless: Invoke, profile: Path, monkeypatch:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_main, "resolve_profile_file", interrupted)
+    monkeypatch.setattr(cli_main, "hash_profile", interrupted)
     result = bless("hash", "--profile", str(profile))
     assert result.exit_code == 130  # INTERRUPTED (a stable number: scripts rely on it)
     assert "interrupted" in result.stderr
@@ -837,7 +837,7 @@ def test_error_details_that_json_cannot_hold_are_still_reported(
     def unresolvable(*args: Any, **kwargs: Any) -> Any:
         raise ResolutionError("no image", details={"where": Path("/somewhere")})
 
-    monkeypatch.setattr(cli_main, "resolve_profile_file", unresolvable)
+    monkeypatch.setattr(cli_main, "hash_profile", unresolvable)
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 31  # RESOLUTION_FAILED
     assert parse(result)["error"]["details"] == {"where": "/somewhere"}

@@ -107,8 +107,8 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
     assert users == {
         "bless/flows/gate/check.py",
         "bless/flows/run/orchestrator.py",
+        "bless/flows/inspect/profile_hash.py",
         "bless/flows/serve/checks.py",
-        "cli/common.py",
     }
     wiring = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
     assert wiring == {"bless/flows/resolve.py"}
@@ -180,7 +180,6 @@ PARSE_HELPERS = {
     "key_access",
     "open_store",
     "reading_store",
-    "resolve_profile_file",
     "transfer_limits",
 }
 #: The cli helpers that draw a result: the Report the boundary renders, consoles, progress, the exit-code table,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bless.flows.inspect.diff import BlessingDiff, diff_profile
 from bless.flows.inspect.engines import EngineSupport, known_engines
 from bless.flows.inspect.listing import BlessingList, list_blessings
-from bless.flows.inspect.profile_hash import ProfileHash, ResolvedProfile, hash_profile
+from bless.flows.inspect.profile_hash import ProfileHash, hash_profile, judge_profile
 from bless.flows.inspect.show import ShownBlessing, show_blessing
 from bless.flows.inspect.verify import ProgressFactory, VerifyOutcome, verify_blessing
 
@@ -24,11 +24,11 @@ __all__ = [
     "EngineSupport",
     "ProfileHash",
     "ProgressFactory",
-    "ResolvedProfile",
     "ShownBlessing",
     "VerifyOutcome",
     "diff_profile",
     "hash_profile",
+    "judge_profile",
     "known_engines",
     "list_blessings",
     "show_blessing",

@@ -5,20 +5,21 @@ A report, not a judgement: the result says whether they are identical, and no ou
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bless.core.factors import change_to_dict, diff_factors
 from bless.core.manifest import Manifest
 from bless.errors import UsageError
-from bless.flows.inspect.profile_hash import ResolvedProfile
+from bless.flows.inspect.profile_hash import judge_profile
 from bless.flows.lookup import lookup_manifest
+from bless.flows.resolve import ProfileResolution
 from bless.store import Store
 
 __all__ = ["BlessingDiff", "diff_profile"]
 
-_HOW = "bless diff --profile P HASH, or bless diff HASH_A HASH_B"
+_HOW = "compare a blessing with a profile resolved here, or two blessings"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def _manifest_side(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _profile_side(judged: ResolvedProfile) -> dict[str, Any]:
+def _profile_side(judged: ProfileResolution) -> dict[str, Any]:
     resolved = judged.resolved
     return {
         "kind": "profile",
@@ -58,22 +59,28 @@ def diff_profile(
     hash_a: str,
     hash_b: str | None = None,
     *,
-    profile: Callable[[], ResolvedProfile] | None = None,
+    profile: Path | None = None,
+    offline: bool = False,
+    declared_hardware: bool = False,
 ) -> BlessingDiff:
-    """Compare the blessing ``hash_a`` with the blessing ``hash_b``, or with ``profile()`` (a profile
-    resolved here, called once the blessing was found: a lookup refusal comes before any resolution).
+    """Compare the blessing ``hash_a`` with the blessing ``hash_b``, or with the profile file ``profile``
+    resolved here (:func:`~bless.flows.inspect.profile_hash.judge_profile`, once the blessing was found: a
+    lookup refusal comes before any resolution).
 
     Raises:
         UsageError: both or neither of ``hash_b`` and ``profile``.
-        lookup errors: as :func:`bless.flows.lookup.lookup_live`; resolution errors: as ``profile``'s.
+        lookup errors: as :func:`bless.flows.lookup.lookup_live`; resolution errors: as
+        :func:`bless.flows.resolve.resolve_for_command`.
     """
     if profile is not None and hash_b is not None:
-        raise UsageError("give either --profile P and one hash, or two hashes, not both", hint=_HOW)
+        raise UsageError(
+            "give either --profile P and one hash, or two hashes, not both", hint=_HOW, remedy="diff_usage"
+        )
     if profile is None and hash_b is None:
-        raise UsageError("nothing to compare HASH_A with", hint=_HOW)
+        raise UsageError("nothing to compare HASH_A with", hint=_HOW, remedy="diff_usage")
     blessed = lookup_manifest(store, hash_a)
     if profile is not None:
-        judged = profile()
+        judged = judge_profile(profile, offline=offline, declared_hardware=declared_hardware)
         b_side, b_factors = _profile_side(judged), judged.resolved.factors
     else:
         assert hash_b is not None
