@@ -88,13 +88,13 @@ run_step "making a Docker Engine reachable (scripts/ensure-docker.sh)" bash scri
 # What ensure-docker did, when it did something the user may want to undo (docs/getting-started.md, "Clean up").
 step_said '^ensure-docker: (installed docker.io|dockerd started|Docker Engine is reachable)' | sed 's/^ensure-docker: /setup:   /' >&2
 run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes)" \
-  bash scripts/build-reference-image.sh
+  bash scripts/images/build-reference-image.sh
 step_said '^build-reference-image: (.* is up to date|using path|built )' | sed 's/^build-reference-image: /setup:   /' >&2
 run_step "building the bless image (bless alone, no torch: a pod's init container) unless it is up to date" \
-  bash scripts/build-bless-image.sh
+  bash scripts/images/build-bless-image.sh
 step_said '^build-bless-image: (.* is up to date|using path|built )' | sed 's/^build-bless-image: /setup:   /' >&2
 run_step "building bless-reference-serve:0.1.0 (the reference image plus bless: a pod's serving container) unless it is up to date" \
-  bash scripts/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
+  bash scripts/images/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
 step_said '^build-engine-image: (.* is up to date|built )' | sed 's/^build-engine-image: /setup:   /' >&2
 if [ "$(id -u)" = 0 ] || command -v podman >/dev/null 2>&1; then
   run_step "making podman usable for the pod tests (scripts/ensure-podman.sh)" bash scripts/ensure-podman.sh

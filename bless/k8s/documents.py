@@ -96,7 +96,7 @@ class K8sOptions:
     artifact: str
     #: The engine image (the user's engine image plus bless: deploy/images/engine.Dockerfile).
     engine_image: str
-    #: The init container's image (scripts/build-bless-image.sh).
+    #: The init container's image (scripts/images/build-bless-image.sh).
     bless_image: str
     #: The Deployment's name; empty: :func:`default_name` of the profile's name.
     name: str = ""

@@ -68,14 +68,14 @@ def free_port() -> int:
 def pod_images(docker_client: Any) -> dict[str, str]:
     """The bless image and the engine image, built (or found up to date) by their scripts, then in podman's store."""
     for script in ("build-bless-image.sh", "build-engine-image.sh"):
-        args = ["bash", str(REPO / "scripts" / script)]
+        args = ["bash", str(REPO / "scripts" / "images" / script)]
         if script == "build-engine-image.sh":
             args += ["bless-reference:0.1.0", ENGINE_IMAGE]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
     _podman()
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "podman-load-image.sh"), BLESS_IMAGE, ENGINE_IMAGE],
+        ["bash", str(REPO / "scripts" / "images" / "podman-load-image.sh"), BLESS_IMAGE, ENGINE_IMAGE],
         capture_output=True,
         text=True,
         timeout=1800,

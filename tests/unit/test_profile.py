@@ -121,10 +121,10 @@ def test_tensor_parallel_profiles_declare_one_gpu_per_rank(name: str, ranks: int
 
 
 def test_the_70b_shape_is_llama_3_1_70b() -> None:
-    """scripts/make_vllm_model.py writes the published Llama-3.1-70B config (issue 26)."""
+    """scripts/gpu/make_vllm_model.py writes the published Llama-3.1-70B config (issue 26)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_vllm_model", ROOT / "scripts" / "make_vllm_model.py")
+    spec = importlib.util.spec_from_file_location("make_vllm_model", ROOT / "scripts" / "gpu" / "make_vllm_model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

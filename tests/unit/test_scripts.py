@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROOF_SCRIPTS = sorted((REPO / "scripts").glob("gpu-proof-*.sh"))
+PROOF_SCRIPTS = sorted((REPO / "scripts" / "gpu").glob("gpu-proof-*.sh"))
 
 
 def _load_script(name: str) -> ModuleType:
@@ -25,6 +25,21 @@ def _load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# What a newcomer runs sits at the top of scripts/; benchmarks, GPU proofs and image builds each have a folder.
+TOP_LEVEL_SCRIPTS = {
+    "setup.sh", "main.sh", "test.sh", "ensure-docker.sh", "ensure-podman.sh", "start-registry.sh", "common.sh",
+    "gen_docs.py", "vllm_rules.py",
+}  # fmt: skip
+SCRIPT_FOLDERS = {"bench": "bench_*.py", "gpu": "gpu-proof-*.sh", "images": "build-*-image.sh"}
+
+
+def test_scripts_are_grouped_in_folders() -> None:
+    top = {p.name for p in (REPO / "scripts").iterdir() if p.name != "__pycache__"}
+    assert top == TOP_LEVEL_SCRIPTS | set(SCRIPT_FOLDERS), "a new script belongs in bench/, gpu/ or images/"
+    for folder, pattern in SCRIPT_FOLDERS.items():
+        assert list((REPO / "scripts" / folder).glob(pattern)), f"scripts/{folder} holds no {pattern}"
 
 
 def test_there_are_proof_scripts() -> None:
@@ -42,7 +57,7 @@ def test_every_captured_exit_code_is_checked(script: Path) -> None:
     """A step run as ``|| rc=$?`` goes on past a failure; ``expect_rc`` must then say what it had to be (issue 26:
     gpu-proof-parallel.sh exited 0 while every trial was rejected)."""
     lines = script.read_text().splitlines()
-    assert "source scripts/proof-lib.sh" in lines, f"{script.name} does not source scripts/proof-lib.sh"
+    assert "source scripts/gpu/proof-lib.sh" in lines, f"{script.name} does not source scripts/gpu/proof-lib.sh"
     for number, line in enumerate(lines):
         captured = re.search(r"\|\| (\w+)=\$\?", line)
         if captured is None or line.lstrip().startswith("#"):
@@ -58,7 +73,7 @@ def test_every_captured_exit_code_is_checked(script: Path) -> None:
 
 
 def _proof(body: str) -> subprocess.CompletedProcess[str]:
-    script = f"set -euo pipefail\nsource scripts/proof-lib.sh\n{body}\necho reached the end"
+    script = f"set -euo pipefail\nsource scripts/gpu/proof-lib.sh\n{body}\necho reached the end"
     return subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=30)
 
 
@@ -95,7 +110,7 @@ def test_tar_options_come_before_member_names(script: Path) -> None:
 def test_bench_serve_describes_a_host_without_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GPU hosts run the local runtime with no docker binary: describing the machine must not crash."""
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty dir: no docker here
-    bench_serve = _load_script("bench_serve.py")
+    bench_serve = _load_script("bench/bench_serve.py")
     assert bench_serve.machine()["docker"] == "none"
 
 
@@ -232,7 +247,7 @@ def test_the_build_cache_follows_the_store_root(env: dict[str, str], expected: s
     """The wheelhouse (a torch wheel) goes where BLESS_ROOT puts the store, not always to ~/.cache."""
     base = {k: v for k, v in os.environ.items() if k not in ("BLESS_ROOT", "BLESS_BUILD_CACHE", "XDG_CACHE_HOME")}
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build-reference-image.sh"), "--cache-dir"],
+        ["bash", str(REPO / "scripts" / "images" / "build-reference-image.sh"), "--cache-dir"],
         cwd=tmp_path,
         env=base | env,
         capture_output=True,
@@ -311,14 +326,19 @@ def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
 
 # ------------------------------------------------------------------ the image scripts and podman
 
-IMAGE_SCRIPTS = ["build-bless-image.sh", "build-engine-image.sh", "ensure-podman.sh", "podman-load-image.sh"]
+IMAGE_SCRIPTS = [
+    "images/build-bless-image.sh",
+    "images/build-engine-image.sh",
+    "ensure-podman.sh",
+    "images/podman-load-image.sh",
+]
 
 
-@pytest.mark.parametrize("script", [*IMAGE_SCRIPTS, "image-lib.sh", "build-reference-image.sh"])
+@pytest.mark.parametrize("script", [*IMAGE_SCRIPTS, "images/image-lib.sh", "images/build-reference-image.sh"])
 def test_image_scripts_parse_and_stop_at_a_failure(script: str) -> None:
     text = (REPO / "scripts" / script).read_text()
     subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
-    if script != "image-lib.sh":  # sourced: the scripts that source it set the options
+    if script != "images/image-lib.sh":  # sourced: the scripts that source it set the options
         assert re.search(r"^set -euo pipefail$", text, re.MULTILINE), f"{script} lacks set -euo pipefail"
 
 
@@ -331,19 +351,19 @@ def test_image_scripts_answer_help_without_docker(script: str, tmp_path: Path) -
 
 
 def test_the_engine_image_script_checks_its_arguments_before_docker(tmp_path: Path) -> None:
-    few = _script("build-engine-image.sh", "bless-reference:0.1.0", cwd=tmp_path)
+    few = _script("images/build-engine-image.sh", "bless-reference:0.1.0", cwd=tmp_path)
     assert few.returncode == 1 and "need ENGINE_IMAGE and TAG (got 1 arguments)" in few.stderr
-    same = _script("build-engine-image.sh", "bless-reference:0.1.0", "bless-reference:0.1.0", cwd=tmp_path)
+    same = _script("images/build-engine-image.sh", "bless-reference:0.1.0", "bless-reference:0.1.0", cwd=tmp_path)
     assert same.returncode == 1 and "the engine image's own tag is never replaced" in same.stderr
-    untagged = _script("build-engine-image.sh", "bless-reference:0.1.0", "my-engine", cwd=tmp_path)
+    untagged = _script("images/build-engine-image.sh", "bless-reference:0.1.0", "my-engine", cwd=tmp_path)
     assert untagged.returncode == 1 and "TAG must be a lowercase image name with a tag" in untagged.stderr
 
 
 def _lib(script: str, tmp_path: Path, path: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (bash) with scripts/image-lib.sh sourced, the cache in ``tmp_path``."""
+    """Run ``script`` (bash) with scripts/images/image-lib.sh sourced, the cache in ``tmp_path``."""
     env = {"PATH": path or os.environ["PATH"], "HOME": str(tmp_path), "BLESS_BUILD_CACHE": str(tmp_path / "cache")}
     return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", f'PROG=test; source "{REPO}/scripts/image-lib.sh"\n{script}'],
+        ["bash", "-euo", "pipefail", "-c", f'PROG=test; source "{REPO}/scripts/images/image-lib.sh"\n{script}'],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -398,7 +418,7 @@ def test_a_proof_on_another_gpu_product_proves_a_copy_declaring_it(tmp_path: Pat
     fake = bin_dir / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
     fake.chmod(0o755)
-    script = 'set -euo pipefail\nsource scripts/proof-lib.sh\nfor_this_gpu profiles/reference-cuda-local.toml "$1"'
+    script = 'set -euo pipefail\nsource scripts/gpu/proof-lib.sh\nfor_this_gpu profiles/reference-cuda-local.toml "$1"'
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     result = subprocess.run(
         ["bash", "-c", script, "x", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30

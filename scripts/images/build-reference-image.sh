@@ -25,14 +25,14 @@
 # stdout: only the image ID (sha256:...). Everything else goes to stderr.
 #
 # What the image scripts share (the debootstrap base, pip, the build and its clean-up) is in
-# scripts/image-lib.sh.
+# scripts/images/image-lib.sh.
 set -euo pipefail
 
 PROG="build-reference-image"
 RECIPE_VERSION=1   # bump to force rebuilds when the recipe changes outside the hashed files
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 ENGINE_DIR="$REPO_ROOT/bless/engines/reference_engine"
 DOCKERFILE_DIR="$SCRIPT_DIR/reference-image"
 
@@ -48,13 +48,13 @@ PIP_TARGET_ARGS=(--only-binary=:all: --platform manylinux_2_28_x86_64
                  --python-version 3.11 --implementation cp --abi cp311)
 
 # Messages, hashing, the debootstrap base, pip and the build: shared with the other image scripts.
-# shellcheck source=scripts/image-lib.sh
+# shellcheck source=scripts/images/image-lib.sh
 source "$SCRIPT_DIR/image-lib.sh"
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/build-reference-image.sh [--path auto|online|offline] [--force] [VERSION]
-       scripts/build-reference-image.sh --cache-dir
+usage: scripts/images/build-reference-image.sh [--path auto|online|offline] [--force] [VERSION]
+       scripts/images/build-reference-image.sh --cache-dir
 
 Build the CPU image of the reference engine as $IMAGE_NAME:VERSION (default 0.1.0).
 Prints the image ID on stdout; progress goes to stderr.

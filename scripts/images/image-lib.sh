@@ -1,5 +1,5 @@
 # image-lib.sh - what the image build scripts share. Sourced (never run) by
-# scripts/build-reference-image.sh, scripts/build-bless-image.sh and scripts/build-engine-image.sh.
+# scripts/images/build-reference-image.sh, scripts/images/build-bless-image.sh and scripts/images/build-engine-image.sh.
 #
 # The caller sets, before sourcing: PROG (the prefix of its messages) and runs under `set -euo pipefail`.
 # Before calling the build helpers it sets: IMAGE (name:tag), version (the tag, for messages), CACHE_DIR exists.
@@ -31,7 +31,7 @@ PULL_TIMEOUT="${BLESS_PULL_TIMEOUT:-30}"
 CACHE_DIR="${BLESS_BUILD_CACHE:-${BLESS_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/bless}/build}"
 
 IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$IMAGE_LIB_DIR/.." && pwd)"
+REPO_ROOT="$(cd "$IMAGE_LIB_DIR/../.." && pwd)"
 
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
