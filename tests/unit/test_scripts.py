@@ -6,12 +6,15 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from bless import container_labels
 
 REPO = Path(__file__).resolve().parents[2]
 PROOF_SCRIPTS = sorted((REPO / "scripts" / "gpu").glob("gpu-proof-*.sh"))
@@ -233,6 +236,68 @@ def test_ensure_docker_records_the_pid_of_the_dockerd_it_starts() -> None:
     start = text.index("setsid nohup dockerd")
     assert text.index('echo "$pid" >"$PIDFILE"') > start
     assert text.index('echo "$pid" >"$PIDFILE"') < text.index("wait_for_docker", start)
+
+
+def test_ensure_docker_knows_bless_containers_by_the_label_bless_puts_on_them() -> None:
+    text = (REPO / "scripts" / "ensure-docker.sh").read_text()
+    assert f'BLESS_OWNER_LABEL="{container_labels.OWNER}"' in text
+    assert f'BLESS_OWNER_VALUE="{container_labels.OWNER_VALUE}"' in text
+
+
+def _started_dockerd(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A real process named dockerd (a copy of sleep), as the one ensure-docker.sh started would be."""
+    binary = tmp_path / "dockerd"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
+    return subprocess.Popen([str(binary), "60"])
+
+
+def _stop_with_containers(tmp_path: Path, docker_ps: str) -> tuple[subprocess.CompletedProcess[str], bool, bool]:
+    """``ensure-docker.sh --stop`` against a started dockerd whose ``docker ps`` answers ``docker_ps`` (a shell
+    snippet); the result, whether the daemon still runs and whether its pid file is still there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"#!/bin/sh\n{docker_ps}\n")
+    (bin_dir / "docker").chmod(0o755)
+    daemon = _started_dockerd(tmp_path)
+    pidfile = tmp_path / "dockerd.pid"
+    pidfile.write_text(f"{daemon.pid}\n")
+    try:
+        env = {"BLESS_DOCKERD_PIDFILE": str(pidfile), "PATH": f"{bin_dir}:/usr/bin:/bin", "BLESS_DOCKERD_TIMEOUT": "10"}
+        result = _script("ensure-docker.sh", "--stop", cwd=tmp_path, env=env)
+        return result, _running(daemon.pid), pidfile.exists()
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_ensure_docker_stop_leaves_a_dockerd_others_run_containers_on(tmp_path: Path) -> None:
+    """Setup started it, but a container someone else started since runs on it: stopping it would stop theirs."""
+    listing = "printf 'bless-run-1\\tbless-reference:0.1.0\\tbless\\nwebapp\\tnginx:1\\t\\n'"
+    result, running, recorded = _stop_with_containers(tmp_path, listing)
+    assert result.returncode == 0, result.stderr
+    assert running and recorded, "a daemon others use was stopped (or forgotten)"
+    assert "left running: the dockerd this script started" in result.stderr
+    assert "containers other than bless's run on it: webapp (nginx:1)" in result.stderr
+    assert "bless-run-1" not in result.stderr
+    assert "run this again" in result.stderr
+
+
+def test_ensure_docker_stop_leaves_a_dockerd_whose_containers_cannot_be_listed(tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(
+        tmp_path, "echo 'Cannot connect to the Docker daemon' >&2; exit 1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert running and recorded
+    assert "its containers cannot be listed ('docker ps' failed: Cannot connect to the Docker daemon)" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stopping the daemon is root's (the script refuses otherwise)")
+@pytest.mark.parametrize("docker_ps", ["true", "printf 'bless-serve-x\\tbless-reference:0.1.0\\tbless\\n'"])
+def test_ensure_docker_stop_stops_its_dockerd_when_only_bless_uses_it(docker_ps: str, tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(tmp_path, docker_ps)
+    assert result.returncode == 0, result.stderr
+    assert not running and not recorded
+    assert "stopped dockerd (pid" in result.stderr
 
 
 @pytest.mark.parametrize(
