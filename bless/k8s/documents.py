@@ -139,9 +139,15 @@ class Rendered:
 
     documents: tuple[Mapping[str, Any], ...]
     warnings: tuple[str, ...] = field(default=())
+    #: Where the blessing's manifest was read (the local store or the registry), for the operator.
+    blessing_read_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"documents": [dict(doc) for doc in self.documents], "warnings": list(self.warnings)}
+        return {
+            "documents": [dict(doc) for doc in self.documents],
+            "warnings": list(self.warnings),
+            "blessing_read_from": self.blessing_read_from,
+        }
 
 
 def default_name(profile_name: str) -> str:
