@@ -487,3 +487,53 @@ def test_the_command_renders_from_the_store_under_root(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "kind: Deployment" in result.stdout
     assert f"the blessing's manifest was read from the local store {store.root}" in result.stderr
+
+
+# -- the rendered pod under podman (scripts/images/podman_pod.py) ---------------------------------------------
+
+
+def test_the_podman_edits_change_only_what_podman_needs(tmp_path: Path) -> None:
+    """What the Kubernetes guide pipes rendered YAML through before podman kube play, run as the guide runs it."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from bless.cli.k8s import to_yaml
+
+    result = rendered(tmp_path)
+    original = [dict(doc) for doc in yaml.safe_load_all(to_yaml(result.documents))]
+    script = Path(__file__).resolve().parents[2] / "scripts" / "images" / "podman_pod.py"
+    terminations = tmp_path / "term"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--termination-dir", str(terminations)],
+        input=to_yaml(result.documents), capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    changed = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    assert [doc["kind"] for doc in changed] == [doc["kind"] for doc in original]
+    assert changed[:-1] == original[:-1], "only the Deployment changes"
+    (before, after) = (original[-1], changed[-1])
+    annotation = "io.podman.annotations.init.container.type"
+    assert after["metadata"]["annotations"][annotation] == "always"
+    assert after["spec"]["template"]["metadata"]["annotations"][annotation] == "always"
+    pod = after["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and "restartPolicy" not in pod
+    containers = pod["initContainers"] + pod["containers"]
+    assert all("ports" not in container for container in containers)
+    assert {"name": "termination", "hostPath": {"path": str(terminations), "type": "Directory"}} in pod["volumes"]
+    for container in containers:
+        env = {variable["name"]: variable.get("value") for variable in container["env"]}
+        assert env["BLESS_TERMINATION_LOG"] == f"/var/run/termination/{container['name']}"
+    # Everything else is as rendered: undo the edits and the Deployment is the original.
+    for metadata in (after["metadata"], after["spec"]["template"]["metadata"]):
+        del metadata["annotations"][annotation]
+    del pod["hostNetwork"]
+    pod["volumes"].remove({"name": "termination", "hostPath": {"path": str(terminations), "type": "Directory"}})
+    before_pod = before["spec"]["template"]["spec"]
+    for mine, theirs in zip(containers, before_pod["initContainers"] + before_pod["containers"], strict=True):
+        mine["volumeMounts"].remove({"name": "termination", "mountPath": "/var/run/termination"})
+        for variable in mine["env"]:
+            if variable["name"] == "BLESS_TERMINATION_LOG":
+                variable["value"] = next(v for v in theirs["env"] if v["name"] == "BLESS_TERMINATION_LOG")["value"]
+        theirs.pop("ports", None)
+    assert after == before
