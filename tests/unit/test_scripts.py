@@ -386,7 +386,19 @@ def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
     for tool in ("apt-get install", "apt-get update", "pip install"):
         assert tool not in outside, f"setup.sh runs {tool} outside a logged step"
     assert "STEP_LOG=$PWD/.venv/setup.log" in text
-    assert 'say "the output of each step goes to $STEP_LOG"' in text
+    assert 'say "the output of each step goes to $STEP_LOG (the previous run\'s: $STEP_LOG.1)"' in text
+    assert text.index("start_step_log") < text.index("run_step")
+
+
+def test_each_setup_run_keeps_the_previous_runs_log(tmp_path: Path) -> None:
+    """A failed run's log must survive the re-run that follows it (the first thing a user does after a failure)."""
+    log = tmp_path / ".venv" / "setup.log"
+    for run in ("first", "second", "third"):
+        result = _steps(f"start_step_log\nrun_step '{run} run' echo {run}-output\n", log)
+        assert result.returncode == 0, result.stderr
+    assert "third-output" in log.read_text() and "second" not in log.read_text()
+    previous = log.with_name("setup.log.1").read_text()
+    assert "second-output" in previous and "first" not in previous
 
 
 # ------------------------------------------------------------------ the image scripts and podman
@@ -497,3 +509,42 @@ def test_a_proof_on_another_gpu_product_proves_a_copy_declaring_it(tmp_path: Pat
         cwd=REPO, env={**env, "PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert same.stdout.strip() == "profiles/reference-cuda-local.toml"  # no nvidia-smi here: the profile as it is
+
+
+def _fake_docker(tmp_path: Path) -> tuple[str, Path]:
+    """A docker CLI that knows no image and whose pulls fail; each call logged. The PATH that finds it first."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "docker-calls"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexit 1\n')
+    (bin_dir / "docker").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", calls
+
+
+def test_auto_prefers_the_offline_inputs_on_the_machine_to_a_pull(tmp_path: Path) -> None:
+    path, calls = _fake_docker(tmp_path)
+    result = _lib(
+        "ONLINE_BASE=python:3.11-slim PULL_TIMEOUT=5\n"
+        "offline_inputs_local() { echo 'the torch wheel t.whl and the base image b are local'; }\n"
+        'choose_path auto; echo "$path"\n',
+        tmp_path,
+        path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "offline\n"
+    assert "because the torch wheel t.whl and the base image b are local: the offline path's inputs" in result.stderr
+    assert not calls.exists(), "docker was asked (a pull tried) though everything was here"
+
+
+def test_auto_says_it_tries_a_pull_before_falling_back_to_offline(tmp_path: Path) -> None:
+    path, calls = _fake_docker(tmp_path)
+    result = _lib(
+        "ONLINE_BASE=python:3.11-slim PULL_TIMEOUT=5\n"
+        "offline_inputs_local() { return 1; }\n"
+        'choose_path auto; echo "$path"\n',
+        tmp_path,
+        path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "offline\n"
+    assert "trying 'docker pull python:3.11-slim' (timeout 5s; the offline path if that fails)" in result.stderr
+    assert "pull python:3.11-slim" in calls.read_text()
