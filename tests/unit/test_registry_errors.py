@@ -142,7 +142,12 @@ def test_an_untrusted_certificate_is_said_so(tmp_path: Path) -> None:
 
 def test_no_reply_in_time_is_said_so() -> None:
     """The session's read timeout, as the client's exchanges meet it (the watchdog's deadline is tested apart)."""
-    never_replies = _server(lambda conn: (conn.recv(4096), conn.recv(4096)))
+
+    def read_only(conn: socket.socket) -> None:  # reads the request, never replies
+        conn.recv(4096)
+        conn.recv(4096)
+
+    never_replies = _server(read_only)
     with never_replies as port, pytest.raises(requests.exceptions.ReadTimeout) as info:
         requests.get(f"http://127.0.0.1:{port}/v2/", timeout=(5, 0.3))
     failure = describe_failure(info.value, read_timeout=0.3)
