@@ -24,6 +24,10 @@ from bless.cli.common import JsonOption, ManifestsDirOption, RootOption, check_m
 from bless.core.untrusted_text import shown
 from bless.flows.gate import gate_profiles
 
+#: The gate's table in a CI log (not a terminal) is at most this wide: its cells fold instead of writing lines of
+#: hundreds of columns (a long drift reason, a deep profile path).
+LOG_TABLE_WIDTH = 160
+
 
 def render_gate(console: Console, data: Mapping[str, Any]) -> None:
     """The gate table (profile, hash, status, reason), notes, a summary; annotations under GitHub Actions."""
@@ -43,7 +47,7 @@ def render_gate(console: Console, data: Mapping[str, Any]) -> None:
             Text("blessed" if ok else "FAILED", style="bold green" if ok else "bold red"),
             render.cell(reason),
         )
-    console.print(table)
+    console.print(table, width=None if console.is_terminal else min(console.width, LOG_TABLE_WIDTH))
     for row in rows:
         for note in row["notes"]:
             console.print(Text.assemble(("note", "bold yellow"), shown(f": {row['profile']}: {note}")))

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bless.cli.boundary import Report, command
-from bless.cli.common import JsonOption, ProfileOption
+from bless.cli.common import JsonOption, ProfileOption, app_state
 from bless.cli.registry import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
 from bless.core.untrusted_text import shown
 from bless.k8s import documents as k8s
@@ -46,6 +46,8 @@ def render_manifests(console: Console, data: Mapping[str, Any]) -> None:
     sys.stdout.flush()
     kinds = ", ".join(f"{doc['kind']}/{doc['metadata']['name']}" for doc in data["documents"])
     console.print(Text.assemble(("rendered ", "bold green"), shown(kinds)))
+    if data.get("blessing_read_from"):
+        console.print(f"the blessing's manifest was read from {data['blessing_read_from']}", markup=False)
     for warning in data["warnings"]:
         console.print(Text.assemble(("warning", "bold yellow"), ": ", shown(warning)))
 
@@ -93,6 +95,7 @@ ContainerPortOption = Annotated[int, typer.Option("--port", min=1, max=65535, he
 
 @command
 def render_command(
+    ctx: typer.Context,
     profile: ProfileOption,
     from_ref: FromDigestOption,
     image: EngineImageOption,
@@ -115,7 +118,9 @@ def render_command(
     An init container pulls it under --trust into an emptyDir store; the engine container runs serve-full
     (verify, a verified copy at the cache path, the engine as its child, the canary); the readiness probe
     is serve-full ready NAME, so no traffic reaches an engine that was not canary-checked. Node affinity
-    comes from the blessing's hardware factor. YAML goes to stdout: bless k8s render ... | kubectl apply -f -
+    comes from the blessing's hardware factor. The blessing's manifest is read from the store (--root) when
+    it holds the blessing --from pins (the one bless push pushed: no registry is needed), else from the
+    registry. YAML goes to stdout: bless k8s render ... | kubectl apply -f -
     """
     from bless.flows.k8s import render_blessing
 
@@ -135,6 +140,7 @@ def render_command(
         profile,
         options,
         trust_dir=trust,
+        store=app_state(ctx).store(),
         plain_http=plain_http,
         limits=transfer_limits(min_rate, transfer_grace),
     )

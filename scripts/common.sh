@@ -20,6 +20,16 @@ activation_hint() {
 # The caller sets STEP_LOG (a file) and STEP_PROG (the prefix of its lines).
 STEP_PROG=${STEP_PROG:-setup}
 
+# start_step_log: a new, empty $STEP_LOG for this run, the previous run's kept beside it as $STEP_LOG.1 (one run
+# back: a failed run's log survives the re-run that follows it).
+start_step_log() {
+    mkdir -p "$(dirname "$STEP_LOG")"
+    if [ -s "$STEP_LOG" ]; then
+        mv -f "$STEP_LOG" "$STEP_LOG.1"
+    fi
+    : >"$STEP_LOG"
+}
+
 # run_step WHAT COMMAND...: say WHAT, run COMMAND with its output in $STEP_LOG; on failure show the log's tail and
 # exit with COMMAND's status. COMMAND may be a shell function: chain its commands with && (under `||`, which
 # this needs to catch the status, bash ignores set -e inside it).

@@ -7,7 +7,9 @@
 #   4. start `dockerd` detached (setsid nohup), log to $BLESS_DOCKERD_LOG, record its pid in
 #      $BLESS_DOCKERD_PIDFILE, and wait up to $BLESS_DOCKERD_TIMEOUT seconds for `docker info`.
 #
-# `ensure-docker.sh --stop` stops the dockerd that step 4 started (and only that one).
+# `ensure-docker.sh --stop` stops the dockerd that step 4 started (its pid file is the record that this script
+# started it), and only while no container other than bless's runs on it: a daemon others have since put
+# containers on is theirs too, so it is left running and the script says why.
 #
 # Everything this script says goes to stderr, prefixed "ensure-docker:".
 #
@@ -37,9 +39,11 @@ pid: \$BLESS_DOCKERD_PIDFILE, default /run/bless-dockerd.pid) and wait up to
 \$BLESS_DOCKERD_TIMEOUT (default 60) seconds for it.
 Extra daemon flags can be given in \$BLESS_DOCKERD_ARGS.
 
---stop: stop the dockerd this script started (containers still running stop
-with it). A Docker Engine started any other way (systemd, by hand, by the
-docker.io package) is left alone.
+--stop: stop the dockerd this script started, when no container other than
+bless's runs on it (bless's stop with it). One that runs other containers, or
+whose containers cannot be listed, is left running, and the script says why.
+A Docker Engine started any other way (systemd, by hand, by the docker.io
+package) is left alone.
 EOF
 }
 
@@ -102,14 +106,47 @@ show_log_tail() {
     fi
 }
 
-# Whether pid $1 is a process named dockerd: a pid file can outlive its daemon, and the pid be reused.
+# Whether pid $1 is a live process named dockerd: a pid file can outlive its daemon, and the pid be reused; a zombie
+# (exited, not yet reaped by its parent) runs no more.
 is_dockerd() {
-    [[ "$1" =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == dockerd ]]
+    [[ "$1" =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == dockerd ]] \
+        && [[ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]]
 }
 
-# --stop: only the daemon whose pid step 4 recorded; anything else running Docker is not ours to stop.
+# The owner label bless puts on every container it creates (bless/container_labels.py OWNER and OWNER_VALUE; a unit
+# test holds the two equal).
+BLESS_OWNER_LABEL="org.bless.owner"
+BLESS_OWNER_VALUE="bless"
+
+# Running containers that are not bless's, one "name (image)" a line, read from `docker ps` lines
+# "name<TAB>image<TAB>owner label" on stdin. Empty: nothing but bless uses the daemon.
+foreign_containers() {
+    local name image owner
+    while IFS=$'\t' read -r name image owner; do
+        [[ -n "$name" ]] || continue
+        [[ "$owner" == "$BLESS_OWNER_VALUE" ]] || printf '%s (%s)\n' "$name" "$image"
+    done
+}
+
+# Why the dockerd this script started must keep running (empty: it may be stopped): someone else's container runs
+# on it, or its containers cannot be listed, so nobody can say that nothing else uses it.
+reason_to_keep_running() {
+    local listing foreign
+    if ! listing="$(docker ps --format "{{.Names}}\t{{.Image}}\t{{.Label \"$BLESS_OWNER_LABEL\"}}" 2>&1)"; then
+        printf "its containers cannot be listed ('docker ps' failed: %s), so it may serve someone else" \
+            "$(printf '%s' "$listing" | head -n 1)"
+        return 0
+    fi
+    foreign="$(printf '%s\n' "$listing" | foreign_containers)"
+    if [[ -n "$foreign" ]]; then
+        printf 'containers other than bless'"'"'s run on it: %s' "$(printf '%s' "$foreign" | paste -sd, - | sed 's/,/, /g')"
+    fi
+}
+
+# --stop: only the daemon whose pid step 4 recorded, and only while nothing but bless uses it; anything else running
+# Docker is not ours to stop.
 stop_dockerd() {
-    local pid waited=0
+    local pid reason waited=0
     if [[ ! -f "$PIDFILE" ]]; then
         say "no $PIDFILE: this script started no dockerd; a Docker Engine started otherwise is left alone"
         return 0
@@ -120,8 +157,14 @@ stop_dockerd() {
         say "the dockerd this script started (pid $pid) is not running; removed $PIDFILE"
         return 0
     fi
+    reason="$(reason_to_keep_running)"
+    if [[ -n "$reason" ]]; then
+        say "left running: the dockerd this script started (pid $pid), because $reason."
+        say "stop those containers (docker ps lists them) and run this again, or, once nobody needs it: sudo kill $pid"
+        return 0
+    fi
     is_root || die "stopping dockerd (pid $pid) needs root; run: sudo $0 --stop"
-    say "stopping dockerd (pid $pid, started by this script); containers still running stop with it"
+    say "stopping dockerd (pid $pid, started by this script; only bless's containers, if any, ran on it)"
     kill -TERM "$pid"
     while is_dockerd "$pid" && (( waited < TIMEOUT )); do
         sleep 1

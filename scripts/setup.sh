@@ -16,16 +16,18 @@
 #      apt-get)
 # Set BLESS_SKIP_DOCKER=1 to skip steps 3 to 5 (e.g. on a GPU host that uses the local runtime).
 # One line per step on stderr; what pip, apt-get, dockerd's setup and the image build print goes to
-# .venv/setup.log (rewritten by each run), whose last lines are shown when a step fails.
+# .venv/setup.log (the previous run's moved to .venv/setup.log.1), whose last lines are shown when a step fails.
+# What needs the network is said before it is tried, and what is on the machine is used first: a torch CPU wheel
+# on disk before the PyTorch CPU index; for the reference image, its offline inputs when they are all here before
+# `docker pull python:3.11-slim` (scripts/images/build-reference-image.sh says which path it took and why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-mkdir -p .venv
 STEP_LOG=$PWD/.venv/setup.log
-: >"$STEP_LOG"
-say "the output of each step goes to $STEP_LOG"
+start_step_log
+say "the output of each step goes to $STEP_LOG (the previous run's: $STEP_LOG.1)"
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -45,19 +47,32 @@ else
 fi
 
 # torch: any build already there is left alone (a GPU host's venv may hold its CUDA build). Else the
-# CPU build: first a local wheel (pip's find-links; `+cpu` matches nothing on PyPI, so this can never
-# fetch the CUDA build), then the PyTorch CPU index for a machine with internet and no such wheel.
-# numpy beside it, as in the reference image: torch warns on every import without it.
+# CPU build, from what is on the machine first: the wheel file the reference image's offline path uses
+# ($BLESS_TORCH_WHEEL), then a wheel in pip's find-links (`+cpu` matches nothing on PyPI, so this can never
+# fetch the CUDA build), and only then the PyTorch CPU index (the network). numpy beside it, as in the
+# reference image: torch warns on every import without it. Each attempt says what it tries ("torch: ...").
 TORCH_VERSION=${BLESS_TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${BLESS_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
+TORCH_WHEEL=${BLESS_TORCH_WHEEL:-/opt/wheels/torch-$TORCH_VERSION+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}
 install_torch() {
-  .venv/bin/python -m pip install "torch==$TORCH_VERSION+cpu" numpy && return 0
-  echo "no local CPU wheel of torch $TORCH_VERSION: installing it from $TORCH_INDEX_URL"
+  if [ -f "$TORCH_WHEEL" ]; then
+    echo "torch: installing the local wheel $TORCH_WHEEL"
+    .venv/bin/python -m pip install "$TORCH_WHEEL" numpy && return 0
+    echo "torch: the local wheel $TORCH_WHEEL did not install (see above)"
+  fi
+  echo "torch: looking for a CPU wheel of torch $TORCH_VERSION in pip's find-links (its dependencies: pip's indexes)"
+  if .venv/bin/python -m pip install "torch==$TORCH_VERSION+cpu" numpy; then
+    echo "torch: installed from a local wheel (pip's find-links)"
+    return 0
+  fi
+  echo "torch: no local CPU wheel of torch $TORCH_VERSION: trying the PyTorch CPU index $TORCH_INDEX_URL (network)"
   .venv/bin/python -m pip install "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL" \
-    && .venv/bin/python -m pip install numpy
+    && .venv/bin/python -m pip install numpy \
+    && echo "torch: installed from $TORCH_INDEX_URL"
 }
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  run_step "installing torch $TORCH_VERSION (CPU build) into .venv (a local wheel, else the PyTorch CPU index)" install_torch
+  run_step "installing torch $TORCH_VERSION (CPU build) into .venv: a wheel on this machine first, the PyTorch CPU index ($TORCH_INDEX_URL) only without one" install_torch
+  step_said '^torch: ' | sed 's/^/setup:   /' >&2
 fi
 
 # apt-get update only when the package lists cannot serve the install (a fresh image has none).
@@ -87,14 +102,14 @@ fi
 run_step "making a Docker Engine reachable (scripts/ensure-docker.sh)" bash scripts/ensure-docker.sh
 # What ensure-docker did, when it did something the user may want to undo (docs/getting-started.md, "Clean up").
 step_said '^ensure-docker: (installed docker.io|dockerd started|Docker Engine is reachable)' | sed 's/^ensure-docker: /setup:   /' >&2
-run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes)" \
-  bash scripts/build-reference-image.sh
-step_said '^build-reference-image: (.* is up to date|using path|built )' | sed 's/^build-reference-image: /setup:   /' >&2
+run_step "building the reference image bless-reference:0.1.0 unless it is up to date (the first time: several minutes; its offline inputs when they are on this machine, else python:3.11-slim, local or by docker pull, with torch from the PyTorch CPU index, else offline)" \
+  bash scripts/images/build-reference-image.sh
+step_said '^build-reference-image: (.* is up to date|trying |using path|built )' | sed 's/^build-reference-image: /setup:   /' >&2
 run_step "building the bless image (bless alone, no torch: a pod's init container) unless it is up to date" \
-  bash scripts/build-bless-image.sh
+  bash scripts/images/build-bless-image.sh
 step_said '^build-bless-image: (.* is up to date|using path|built )' | sed 's/^build-bless-image: /setup:   /' >&2
 run_step "building bless-reference-serve:0.1.0 (the reference image plus bless: a pod's serving container) unless it is up to date" \
-  bash scripts/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
+  bash scripts/images/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
 step_said '^build-engine-image: (.* is up to date|built )' | sed 's/^build-engine-image: /setup:   /' >&2
 if [ "$(id -u)" = 0 ] || command -v podman >/dev/null 2>&1; then
   run_step "making podman usable for the pod tests (scripts/ensure-podman.sh)" bash scripts/ensure-podman.sh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any, Literal
 from bless.core.schemas import SCHEMA_DIR, schema_errors
 from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError
-from bless.system.user_files import read_input
+from bless.system.user_files import read_input, similar_files
 
 MAX_PROFILE_BYTES = 1 << 20
 DEFAULT_PROMPTS = (
@@ -113,20 +114,30 @@ def load_profile(path: Path) -> Profile:
     return parse_profile(read_profile(path), path)
 
 
+#: Where the shipped profiles are, relative to a checkout (the working directory the README's commands run in).
+SHIPPED_PROFILES_DIR = Path("profiles")
+
+
 def read_profile(path: Path) -> bytes:
     """A profile file's bytes, through the one bounded reader of user files
     (:func:`bless.system.user_files.read_input`).
 
     A FIFO, a device such as /dev/zero, a directory or a file over :data:`MAX_PROFILE_BYTES` is
-    refused (3) before a byte is read.
+    refused (3) before a byte is read. A path that does not exist is refused with the nearest names beside it
+    and in ``profiles/`` ("did you mean ...?").
     """
-    return read_input(
-        path,
-        what="profile",
-        limit=MAX_PROFILE_BYTES,
-        hint="name a profile TOML file (see profiles/)",
-        remedy="profile_file",
-    )
+    hint = "name a profile TOML file (see profiles/)"
+    try:
+        return read_input(path, what="profile", limit=MAX_PROFILE_BYTES, hint=hint, remedy="profile_file")
+    except InputInvalidError as exc:
+        if os.path.lexists(path):
+            raise
+        near = similar_files(path, directories=[SHIPPED_PROFILES_DIR], suffix=".toml")
+        if not near:
+            raise
+        # No remedy key: the suggestion is the hint, in the same words for every caller.
+        others = f" (or {', '.join(near[1:])})" if near[1:] else ""
+        raise InputInvalidError(exc.message, hint=f"did you mean {near[0]}{others}? Else {hint}") from None
 
 
 def parse_profile(raw: bytes, path: Path) -> Profile:

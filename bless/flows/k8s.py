@@ -1,8 +1,10 @@
 """``bless k8s render``: the Kubernetes manifests that serve one blessing (see :mod:`bless.k8s.documents`).
 
-The blessing's manifest is read from the registry by digest (the OCI manifest and its config blob
-only, not the cache's files): the hardware factor it was proven on becomes the pods' node affinity,
-and the profile must be the one it was made from. Nothing is written anywhere.
+The blessing's manifest comes from the local store when it holds the pushed blessing (a stored manifest whose
+reproducible OCI manifest has the digest of ``--from``: the same bytes the registry serves), and otherwise from the
+registry by digest (the OCI manifest and its config blob only, not the cache's files). The hardware factor it was
+proven on becomes the pods' node affinity, and the profile must be the one it was made from. Nothing is written
+anywhere.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from bless.core.profile import Profile, parse_profile, read_profile
 from bless.core.untrusted_text import shown
 from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
-from bless.errors import BlessError, InputInvalidError
+from bless.errors import BlessError, InputInvalidError, RegistryUnavailableError
 from bless.flows.resolve import resolve_as_blessed
 from bless.k8s.documents import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
-from bless.oci.client import RegistryClient, Transport, parse_reference
+from bless.oci.artifact import blessing_artifact
+from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
+from bless.store import Store
 from bless.system.user_files import read_input
 from bless.trust.metadata import parse_root
 
@@ -35,6 +39,7 @@ def render_blessing(
     options: K8sOptions,
     *,
     trust_dir: Path | None = None,
+    store: Store | None = None,
     plain_http: bool | None = None,
     limits: TransferLimits = DEFAULT_LIMITS,
     transport: Transport | None = None,
@@ -42,8 +47,10 @@ def render_blessing(
     """Render ``options.artifact`` served with the profile at ``profile_path``.
 
     ``trust_dir``: a directory holding the trusted ``root.json``, rendered as the trust ConfigMap
-    (without it the Deployment names an existing one, ``options.trust_configmap``). ``transport``:
-    what carries the registry client's requests (None: the network).
+    (without it the Deployment names an existing one, ``options.trust_configmap``). ``store``: where to
+    look for the blessing first (a stored manifest whose OCI manifest digest is the one pinned: no
+    registry is contacted); None, or not there: the registry. ``transport``: what carries the registry
+    client's requests (None: the network).
     """
     raw = read_profile(profile_path)  # read once: the ConfigMap holds the bytes that were validated
     profile = parse_profile(raw, profile_path)
@@ -55,11 +62,15 @@ def render_blessing(
     check_secret_env(profile, options, secret_env)  # before any request: a secret is refused offline too
     require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
-    client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
-    _artifact, manifest, _bytes = client.resolve_blessing(reference)
+    manifest = _stored_blessing(store, reference) if store is not None else None
+    if manifest is not None and store is not None:
+        read_from = f"the local store {shown(str(store.root))} (no registry contacted)"
+    else:
+        manifest = _registry_blessing(reference, store, plain_http=plain_http, limits=limits, transport=transport)
+        read_from = f"the registry {shown(reference.registry)}"
     if manifest.profile_name == profile.name:  # another name: render's own refusal says so
         check_config_hash(profile, adapter, manifest, artifact=options.artifact)
-    return render(
+    rendered = render(
         profile,
         profile_text,
         Blessing.of(manifest),
@@ -67,6 +78,48 @@ def render_blessing(
         cache_path=adapter.cache_mount_path,
         secret_env=secret_env,
     )
+    return dataclasses.replace(rendered, blessing_read_from=read_from)
+
+
+def _registry_blessing(
+    reference: Reference,
+    store: Store | None,
+    *,
+    plain_http: bool | None,
+    limits: TransferLimits,
+    transport: Transport | None,
+) -> Manifest:
+    """The blessing's manifest from the registry; a registry that cannot be reached says where else it could be."""
+    try:
+        client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
+        return client.resolve_blessing(reference)[1]
+    except RegistryUnavailableError as exc:
+        not_stored = f"; the store {shown(str(store.root))} holds no blessing pushed as it" if store else ""
+        raise RegistryUnavailableError(
+            f"{exc.message}{not_stored}",
+            hint=f"{exc.hint + '; ' if exc.hint else ''}or render where the blessing is stored (the store it was "
+            "pushed from, or one it was pulled into): that needs no registry",
+            details=exc.details,
+            remedy=exc.remedy,
+        ) from None
+
+
+def _stored_blessing(store: Store, reference: Reference) -> Manifest | None:
+    """The stored blessing whose OCI artifact is the one ``reference`` pins, or None.
+
+    The artifact is reproducible (:mod:`bless.oci.artifact`): a stored manifest whose OCI manifest hashes to the
+    pinned digest is byte for byte what the registry serves under it, so reading it here is reading it there.
+    A manifest that does not validate is never a match (it could not have been pushed), and a store that cannot be
+    read holds nothing here: the registry is asked, as without a store.
+    """
+    try:
+        records = store.index().records
+    except BlessError:
+        return None
+    for record in records:
+        if record.manifest is not None and blessing_artifact(record.manifest).digest == reference.digest:
+            return record.manifest
+    return None
 
 
 def _with_trust_root(options: K8sOptions, trust_dir: Path) -> K8sOptions:

@@ -96,7 +96,7 @@ class K8sOptions:
     artifact: str
     #: The engine image (the user's engine image plus bless: deploy/images/engine.Dockerfile).
     engine_image: str
-    #: The init container's image (scripts/build-bless-image.sh).
+    #: The init container's image (scripts/images/build-bless-image.sh).
     bless_image: str
     #: The Deployment's name; empty: :func:`default_name` of the profile's name.
     name: str = ""
@@ -139,9 +139,15 @@ class Rendered:
 
     documents: tuple[Mapping[str, Any], ...]
     warnings: tuple[str, ...] = field(default=())
+    #: Where the blessing's manifest was read (the local store or the registry), for the operator.
+    blessing_read_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"documents": [dict(doc) for doc in self.documents], "warnings": list(self.warnings)}
+        return {
+            "documents": [dict(doc) for doc in self.documents],
+            "warnings": list(self.warnings),
+            "blessing_read_from": self.blessing_read_from,
+        }
 
 
 def default_name(profile_name: str) -> str:

@@ -59,7 +59,7 @@ from bless.oci.artifact import (
     parse_blessing_artifact,
     parse_blessing_config,
 )
-from bless.oci.http import Transport, bounded_session, guarded, read_upto
+from bless.oci.http import Transport, bounded_session, describe_failure, guarded, read_upto
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
 from bless.system.user_files import read_input
 
@@ -234,33 +234,39 @@ class RegistryClient:
                     remedy="longer_transfer_grace",
                 ) from None
             raise TransferIncompleteError(
-                f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
+                f"{self.reference.registry}: the transfer broke off while {what}: {_broken_body(exc)}",
                 hint="nothing was installed; retry when the registry is healthy",
             ) from None
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
+        """Requests' failures as refusals that say, in words, what failed while ``what`` (no urllib3 reprs)."""
         try:
             yield
-        except requests.exceptions.Timeout as exc:
-            raise RegistryUnavailableError(
-                f"{self.reference.registry}: timed out {what} ({type(exc).__name__})",
-                hint="check that the registry is up and reachable from here, then retry",
-            ) from None
         except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
             raise TransferIncompleteError(
-                f"{self.reference.registry}: the transfer broke off while {what}: {type(exc).__name__}",
+                f"{self.reference.registry}: the transfer broke off while {what}: {_broken_body(exc)}",
                 hint="nothing was installed; retry when the registry is healthy",
             ) from None
-        except requests.exceptions.ConnectionError as exc:
+        except requests.exceptions.Timeout as exc:
+            failure = describe_failure(exc, read_timeout=self.limits.grace_s)
             raise RegistryUnavailableError(
-                f"{self.reference.registry}: cannot connect while {what} ({_short(exc)})",
-                hint="check the registry address and that it runs; loopback registries are reached over plain "
-                "HTTP, others over HTTPS (plain_http forces HTTP)",
-                remedy="plain_http",
+                f"{self.reference.registry}: timed out while {what}: {failure.reason}",
+                hint=failure.hint,
+                remedy=failure.remedy,
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            failure = describe_failure(exc, read_timeout=self.limits.grace_s)
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: cannot connect while {what}: {failure.reason}",
+                hint=failure.hint,
+                remedy=failure.remedy,
             ) from None
         except requests.exceptions.RequestException as exc:
-            raise RegistryUnavailableError(f"{self.reference.registry}: {what} failed: {_short(exc)}") from None
+            failure = describe_failure(exc, read_timeout=self.limits.grace_s)
+            raise RegistryUnavailableError(
+                f"{self.reference.registry}: {what} failed: {failure.reason}", hint=failure.hint, remedy=failure.remedy
+            ) from None
         except ValueError as exc:  # oras: "Cannot respond to request for authentication."
             raise RegistryUnavailableError(
                 f"{self.reference.registry}: {what} failed: {exc}",
@@ -285,13 +291,13 @@ class RegistryClient:
         with self._errors(what):
             try:
                 response = self._oras.do_request(url, method, **kwargs)
-            except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            except (AttributeError, TypeError, KeyError, IndexError):
                 # oras reads the bearer challenge and the token reply as well-formed: a registry (or token
                 # service) that sends a challenge without a realm, or a token reply that is no JSON object,
                 # makes it fail on a None or a list. That is the registry's malformed reply, not a bug here.
                 raise RegistryUnavailableError(
                     f"{self.reference.registry}: {what}: its authentication challenge or token reply is malformed "
-                    f"({type(exc).__name__}: {_short(exc)})",
+                    "(a challenge without a realm, or a token reply that is not a JSON object with a token)",
                     hint="the registry or its token service answers outside the distribution spec; check what "
                     "serves it (and docker login REGISTRY for credentials)",
                 ) from None
@@ -514,6 +520,15 @@ def _docker_auth_config() -> dict[str, Any]:
                 into.update(value)
         store = document.get("credsStore", store)
     return {"auths": auths, "credsStore": store, "credHelpers": helpers}
+
+
+def _broken_body(exc: requests.exceptions.RequestException) -> str:
+    """Why a reply's body broke off, in words."""
+    if isinstance(exc, requests.exceptions.ContentDecodingError):
+        return "its body could not be decompressed"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "the connection closed before the whole body arrived"
+    return f"the connection failed mid-body ({type(exc).__name__})"
 
 
 def _short(exc: BaseException | str) -> str:

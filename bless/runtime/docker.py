@@ -60,7 +60,9 @@ _HINT_DAEMON = (
     "check DOCKER_HOST (now: {docker_host}), and that your user may use the Docker socket "
     "(root or the docker group)"
 )
-_HINT_IMAGE = "build it (scripts/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
+_HINT_IMAGE = (
+    "build it (scripts/images/build-reference-image.sh for the reference engine) or `docker pull {ref}`, then retry"
+)
 
 # 128 + SIGKILL: what Docker reports for a container killed by `docker stop` after its timeout.
 _KILLED_EXIT_CODE = 137

@@ -7,15 +7,17 @@ file and why; a report is written only over a regular file or where none is.
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError
 from bless.system.bounded_read import UnreadableFileError, file_kind, read_bounded
 
-__all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input"]
+__all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input", "similar_files"]
 
 #: The most a file a user names may be unless its reader sets a smaller limit: a profile, a local
 #: model's config.json, a docker config with its pull secrets. Bigger is not one of these.
@@ -42,6 +44,30 @@ def read_input(path: Path, *, what: str, hint: str, limit: int = INPUT_FILE_MAX,
     if data is None:
         raise InputInvalidError(f"{shown(str(path))}: no such {what} file", hint=hint, remedy=remedy)
     return data
+
+
+#: At most this many entries of a directory are looked at for a suggestion (a huge directory is not listed whole).
+_SUGGESTION_SCAN_MAX = 10_000
+
+
+def similar_files(path: Path, *, directories: Sequence[Path] = (), suffix: str = "") -> list[str]:
+    """Existing files whose names are close to ``path``'s (a typo's likely intent), best first, at most three.
+
+    Looked for beside ``path`` and in ``directories`` (e.g. the checkout's ``profiles/``), among names ending in
+    ``suffix``; each as a path to type (``path``'s directory, or the directory as given), shown safely.
+    """
+    found: dict[str, str] = {}
+    for directory in (path.parent, *directories):
+        try:
+            with os.scandir(directory) as entries:
+                names = [entry.name for _, entry in zip(range(_SUGGESTION_SCAN_MAX), entries, strict=False)]
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(suffix) and name != path.name:
+                found.setdefault(name, str(directory / name))
+    close = difflib.get_close_matches(path.name, list(found), n=3, cutoff=0.6)
+    return [shown(found[name]) for name in close]
 
 
 def check_output_target(path: Path, *, what: str, hint: str, remedy: str | None = None) -> None:

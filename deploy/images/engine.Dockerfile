@@ -15,9 +15,9 @@
 #
 #   BLESS_FROM=wheelhouse (default, offline): the build context is a directory holding wheelhouse/ with bless's
 #   wheel and every dependency as a wheel for the engine image's Python (CPython version, glibc, arch). pip
-#   installs with --no-index, so the build runs with --network none. scripts/build-engine-image.sh makes that
+#   installs with --no-index, so the build runs with --network none. scripts/images/build-engine-image.sh makes that
 #   wheelhouse on the host and builds:
-#       bash scripts/build-engine-image.sh vllm/vllm-openai:v0.26.0 my-vllm-bless:0.26.0
+#       bash scripts/images/build-engine-image.sh vllm/vllm-openai:v0.26.0 my-vllm-bless:0.26.0
 #   or by hand, from a wheelhouse made the same way:
 #       docker build --network none -f deploy/images/engine.Dockerfile \
 #           --build-arg ENGINE_IMAGE=vllm/vllm-openai:v0.26.0 -t my-vllm-bless:0.26.0 CONTEXT_DIR
@@ -34,7 +34,7 @@
 ARG ENGINE_IMAGE
 
 # Stage 1: the venv, in a stage of its own, so the wheelhouse or the source never becomes a layer of the image.
-# The label marks its untagged leftover under the legacy builder (scripts/build-engine-image.sh removes it).
+# The label marks its untagged leftover under the legacy builder (scripts/images/build-engine-image.sh removes it).
 FROM ${ENGINE_IMAGE} AS bless-venv
 LABEL org.bless.build-stage=engine-image
 ARG BLESS_FROM=wheelhouse
@@ -47,7 +47,7 @@ RUN set -eu; \
     ctx=/tmp/bless-context; \
     case "$BLESS_FROM" in \
       wheelhouse) \
-        [ -d "$ctx/wheelhouse" ] || { echo "engine.Dockerfile: BLESS_FROM=wheelhouse needs wheelhouse/ in the build context (scripts/build-engine-image.sh makes one); for pip from PyPI use --build-arg BLESS_FROM=source with the repository as context" >&2; exit 1; }; \
+        [ -d "$ctx/wheelhouse" ] || { echo "engine.Dockerfile: BLESS_FROM=wheelhouse needs wheelhouse/ in the build context (scripts/images/build-engine-image.sh makes one); for pip from PyPI use --build-arg BLESS_FROM=source with the repository as context" >&2; exit 1; }; \
         set -- --no-index --find-links "$ctx/wheelhouse" bless ;; \
       source) \
         [ -f "$ctx/pyproject.toml" ] || { echo "engine.Dockerfile: BLESS_FROM=source needs bless's repository as the build context" >&2; exit 1; }; \

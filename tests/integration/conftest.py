@@ -30,7 +30,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 def reference_image(docker_client: Any) -> str:
     """bless-reference:0.1.0, built (or found up to date) by the real build script; its image ID."""
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build-reference-image.sh")], capture_output=True, text=True, timeout=1800
+        ["bash", str(REPO / "scripts" / "images" / "build-reference-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]

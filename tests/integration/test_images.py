@@ -1,12 +1,12 @@
 """The images of a Kubernetes pod, against a real Docker Engine: bless alone, and the reference engine plus bless.
 
-``bless:<version>`` (scripts/build-bless-image.sh) is the init container's: bless and its dependencies in a venv
-at /opt/bless, no torch. ``bless-reference-serve:0.1.0`` (scripts/build-engine-image.sh over
+``bless:<version>`` (scripts/images/build-bless-image.sh) is the init container's: bless and its dependencies in a venv
+at /opt/bless, no torch. ``bless-reference-serve:0.1.0`` (scripts/images/build-engine-image.sh over
 deploy/images/engine.Dockerfile) is the serving container's: the reference engine image with bless in a venv of
 its own, which the engine's Python must not see. scripts/setup.sh builds both; here the scripts run again and
 must find them up to date (seconds), so these tests build nothing themselves on a set-up machine.
 
-podman (scripts/ensure-podman.sh, scripts/podman-load-image.sh) is what the pod tests run on: one pod with an
+podman (scripts/ensure-podman.sh, scripts/images/podman-load-image.sh) is what the pod tests run on: one pod with an
 init container, as those tests start theirs, shows it works here.
 """
 
@@ -63,14 +63,14 @@ def _run(image: str, *command: str, entrypoint: str | None = None) -> subprocess
 @pytest.fixture(scope="session")
 def bless_image(docker_client: Any) -> str:
     """bless:<version>, built (or found up to date) by the real build script; its name."""
-    _built("build-bless-image.sh")
+    _built("images/build-bless-image.sh")
     return f"bless:{_project_version()}"
 
 
 @pytest.fixture(scope="session")
 def serve_image(reference_image: str) -> str:
     """bless-reference-serve:0.1.0 = the reference image + bless, built (or found up to date); its name."""
-    _built("build-engine-image.sh", "bless-reference:0.1.0", SERVE_IMAGE)
+    _built("images/build-engine-image.sh", "bless-reference:0.1.0", SERVE_IMAGE)
     return SERVE_IMAGE
 
 
@@ -128,7 +128,7 @@ def test_blesss_python_imports_bless_and_not_torch(serve_image: str) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("build-bless-image.sh",), ("build-engine-image.sh", "bless-reference:0.1.0", SERVE_IMAGE)],
+    [("images/build-bless-image.sh",), ("images/build-engine-image.sh", "bless-reference:0.1.0", SERVE_IMAGE)],
     ids=["bless", "engine"],
 )
 def test_a_second_build_is_up_to_date(args: tuple[str, ...], bless_image: str, serve_image: str) -> None:
@@ -141,7 +141,7 @@ def test_a_second_build_is_up_to_date(args: tuple[str, ...], bless_image: str, s
     assert " is up to date (path " in proc.stderr, proc.stderr[-3000:]
     assert time.monotonic() - started < 30, "an up-to-date check builds nothing and pulls nothing"
     assert proc.stdout.strip() == first
-    image = bless_image if args[0] == "build-bless-image.sh" else serve_image
+    image = bless_image if args[0] == "images/build-bless-image.sh" else serve_image
     inspected = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, check=True
     )
@@ -149,7 +149,7 @@ def test_a_second_build_is_up_to_date(args: tuple[str, ...], bless_image: str, s
 
 
 def test_the_engine_image_script_wants_a_local_engine_image(docker_client: Any) -> None:
-    missing = _script("build-engine-image.sh", "bless-test-no-such-engine:1", "bless-test-x:1", timeout=60)
+    missing = _script("images/build-engine-image.sh", "bless-test-no-such-engine:1", "bless-test-x:1", timeout=60)
     assert missing.returncode == 1
     assert "is not in the local image store; docker pull it (or build it) first" in missing.stderr
 
@@ -202,10 +202,10 @@ spec:
 def test_podman_runs_a_pod_with_an_init_container_from_a_loaded_image(
     podman: str, bless_image: str, tmp_path: Path
 ) -> None:
-    loaded = _script("podman-load-image.sh", bless_image, timeout=600)
+    loaded = _script("images/podman-load-image.sh", bless_image, timeout=600)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert loaded.stdout.split() == [f"localhost/{bless_image}"]
-    again = _script("podman-load-image.sh", bless_image, timeout=60)
+    again = _script("images/podman-load-image.sh", bless_image, timeout=60)
     assert again.returncode == 0 and "is in podman already" in again.stderr
 
     name = f"bless-test-pod-{uuid.uuid4().hex[:8]}"

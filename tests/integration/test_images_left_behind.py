@@ -50,7 +50,10 @@ def test_the_build_script_removes_leftover_build_stages(docker_client: Any, refe
     try:
         assert stage.id not in before
         proc = subprocess.run(
-            ["bash", str(REPO / "scripts" / "build-reference-image.sh")], capture_output=True, text=True, timeout=1800
+            ["bash", str(REPO / "scripts" / "images" / "build-reference-image.sh")],
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.strip().splitlines()[-1] == reference_image, "up to date: not rebuilt"

@@ -14,6 +14,7 @@ init-container annotation podman 4.3 needs, and the termination message written 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -38,7 +39,6 @@ pytestmark = pytest.mark.integration
 POD_PROFILE = REPO / "profiles" / "reference-cpu-pod.toml"
 BLESS_IMAGE = "bless:0.1.0"
 ENGINE_IMAGE = "bless-reference-serve:0.1.0"
-INIT_ANNOTATION = "io.podman.annotations.init.container.type"
 
 
 def _podman() -> str:
@@ -68,14 +68,14 @@ def free_port() -> int:
 def pod_images(docker_client: Any) -> dict[str, str]:
     """The bless image and the engine image, built (or found up to date) by their scripts, then in podman's store."""
     for script in ("build-bless-image.sh", "build-engine-image.sh"):
-        args = ["bash", str(REPO / "scripts" / script)]
+        args = ["bash", str(REPO / "scripts" / "images" / script)]
         if script == "build-engine-image.sh":
             args += ["bless-reference:0.1.0", ENGINE_IMAGE]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
     _podman()
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "podman-load-image.sh"), BLESS_IMAGE, ENGINE_IMAGE],
+        ["bash", str(REPO / "scripts" / "images" / "podman-load-image.sh"), BLESS_IMAGE, ENGINE_IMAGE],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -159,27 +159,16 @@ def render(published: Published, pod_images: Mapping[str, str], port: int, trust
 
 
 def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
-    """The rendered documents, changed only where podman (or this machine) is not a cluster (module docstring)."""
-    (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
-    template = deployment["spec"]["template"]
-    # podman 4.3's default, "once", removes an init container when it ends (its exit code with it). For a
-    # Deployment podman reads the Deployment's own annotations, not the template's: set both.
-    for metadata in (deployment["metadata"], template["metadata"]):
-        metadata["annotations"][INIT_ANNOTATION] = "always"
-    spec = template["spec"]
-    spec["hostNetwork"] = True  # the loopback registry and the engine's port, on 127.0.0.1
-    # A cluster restarts a failed container with back-off (the pod shows its last termination message); the
-    # test watches the first failure itself.
-    spec["restartPolicy"] = "Never"
-    spec["volumes"].append({"name": "termination", "hostPath": {"path": str(termination_dir), "type": "Directory"}})
-    for container in spec["initContainers"] + spec["containers"]:
-        # podman 4.3 turns containerPort into a port mapping, which host networking refuses: the port is the host's.
-        container.pop("ports", None)
-        container["volumeMounts"].append({"name": "termination", "mountPath": "/var/run/termination"})
-        for variable in container["env"]:
-            if variable["name"] == "BLESS_TERMINATION_LOG":  # what the kubelet would show from /dev/termination-log
-                variable["value"] = f"/var/run/termination/{container['name']}"
-    return documents
+    """The rendered documents, changed only where podman (or this machine) is not a cluster: the edits the
+    Kubernetes guide gives users (scripts/images/podman_pod.py), and restartPolicy Never: a cluster restarts a
+    failed container with back-off (the pod shows its last termination message); the test watches the first
+    failure itself."""
+    spec = importlib.util.spec_from_file_location("podman_pod", REPO / "scripts" / "images" / "podman_pod.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    changed: list[Any] = module.for_podman(documents, termination_dir=termination_dir, restart_never=True)
+    return changed
 
 
 @dataclass

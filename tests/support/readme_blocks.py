@@ -39,7 +39,7 @@ MARKER = re.compile(r"<!-- readme-test: (offline|docker) -->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 PROGRAMS = {"bless": "bless.cli.main", "serve-full": "bless.cli.serve"}
 #: Programs that are not bless's, which README lines may use around it (copying metadata, Docker, cleaning up).
-OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git", "kubectl")
+OTHER_TOOLS = ("scp", "rsync", "cp", "mkdir", "rm", "docker", "git", "kubectl", "podman")
 #: Shell redirections a line may end with (``bless k8s render ... > serve.yaml``): the operator and its target.
 REDIRECTIONS = (">", ">>", "2>", "<")
 #: The one file a README line may ``source``: the activation script of the venv scripts/setup.sh creates.

@@ -43,6 +43,7 @@ process that cannot be handed a transport).
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import http
 import io
@@ -229,7 +230,9 @@ class RegistrySimulator(HTTPAdapter):
             refused = self._down or url.netloc != self.host
             lie = lie_for(self._lies, self._used, method, url.path)
         if refused:
-            raise requests.exceptions.ConnectionError(f"{url.netloc}: [Errno 111] Connection refused", request=request)
+            # Chained as urllib3 chains it: the client words a refusal from the OSError under it.
+            refusal = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+            raise requests.exceptions.ConnectionError(f"{url.netloc}: {refusal}", request=request) from refusal
         if lie is not None and isinstance(lie.answer, Delayed):
             time.sleep(lie.answer.seconds)
             lie = None

@@ -18,7 +18,7 @@ import pytest
 from bless.core.factors import resolve
 from bless.core.profile import Profile, load_profile
 from bless.engines import get_adapter
-from bless.errors import DigestMismatchError, InputInvalidError
+from bless.errors import DigestMismatchError, InputInvalidError, RegistryUnavailableError
 from bless.flows.k8s import render_blessing
 from bless.flows.push import push_blessing
 from bless.k8s import documents as k8s
@@ -414,8 +414,126 @@ def test_the_flow_renders_the_blessing_it_reads_from_the_registry(tmp_path: Path
     direct = k8s.render(
         profile, profile_text(), k8s.Blessing.of(manifest), options(artifact=pushed.pinned), cache_path=cache_path
     )
-    assert result == direct
+    assert dataclasses.replace(result, blessing_read_from="") == direct
+    assert result.blessing_read_from == f"the registry {registry.host}"
     config = digest_of(manifest.to_json_bytes())
     registry.tamper(config, registry.stored(config).replace(b"H100", b"H200"))
     with pytest.raises(DigestMismatchError):
         render_blessing(path, options(artifact=pushed.pinned), transport=registry)
+
+
+# -- rendering without the registry -----------------------------------------------------------------
+
+
+def _pushed_and_stored(tmp_path: Path) -> tuple[Store, Path, str, k8s.Rendered]:
+    """A blessing published in a store and pushed to an in-memory registry: the store, the profile, the pushed
+    digest reference, and what render makes of the blessing."""
+    registry = RegistrySimulator(host="registry.example.com")
+    store = Store(tmp_path / "root")
+    tree = write_tree(tmp_path / "tree")
+    manifest = make_manifest(tree, resolved_factors(profile_text(), tmp_path))
+    store.publish(tree, manifest)
+    pushed = push_blessing(store, manifest, parse_reference(registry.ref("blessings/tiny:v1")), transport=registry)
+    path = tmp_path / "profile.toml"
+    path.write_text(profile_text())
+    profile = load(tmp_path, profile_text())
+    direct = k8s.render(
+        profile,
+        profile_text(),
+        k8s.Blessing.of(manifest),
+        options(artifact=pushed.pinned),
+        cache_path=get_adapter(profile.engine).cache_mount_path,
+    )
+    return store, path, pushed.pinned, direct
+
+
+def test_a_stored_blessing_renders_without_the_registry(tmp_path: Path) -> None:
+    """The store that pushed the blessing holds the bytes the registry serves under its digest: render reads them
+    there, and a registry that is down (every request refused) is never asked."""
+    store, path, pinned, direct = _pushed_and_stored(tmp_path)
+    down = RegistrySimulator(host="registry.example.com")
+    down.kill()
+    result = render_blessing(path, options(artifact=pinned), store=store, transport=down)
+    assert dataclasses.replace(result, blessing_read_from="") == direct
+    assert result.blessing_read_from == f"the local store {store.root} (no registry contacted)"
+
+
+def test_a_blessing_the_store_does_not_hold_is_read_from_the_registry_and_its_absence_said(tmp_path: Path) -> None:
+    """Another digest (a rebless pushed from elsewhere, say) is not in the store: the registry is asked, and when
+    it cannot be reached the refusal says the store holds no such blessing and where one renders offline."""
+    store, path, pinned, _direct = _pushed_and_stored(tmp_path)
+    other = pinned.rsplit("@", 1)[0] + "@sha256:" + "cd" * 32
+    down = RegistrySimulator(host="registry.example.com")
+    down.kill()
+    with pytest.raises(RegistryUnavailableError) as info:
+        render_blessing(path, options(artifact=other), store=store, transport=down)
+    assert f"the store {store.root} holds no blessing pushed as it" in info.value.message
+    assert "refused the connection" in info.value.message
+    assert info.value.hint and "render where the blessing is stored" in info.value.hint
+
+
+def test_the_command_renders_from_the_store_under_root(tmp_path: Path) -> None:
+    """bless --root R k8s render: the blessing pushed from R renders with no registry anywhere (its host does
+    not even resolve here)."""
+    store, path, pinned, _direct = _pushed_and_stored(tmp_path)
+    offline = pinned.replace("registry.example.com", "no-such-registry.invalid")
+    from typer.testing import CliRunner
+
+    from bless.cli.main import app
+
+    args = ["--root", str(store.root), "k8s", "render", "--profile", str(path), "--from", offline]
+    args += ["--image", options().engine_image, "--bless-image", options().bless_image]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "kind: Deployment" in result.stdout
+    assert f"the blessing's manifest was read from the local store {store.root}" in result.stderr
+
+
+# -- the rendered pod under podman (scripts/images/podman_pod.py) ---------------------------------------------
+
+
+def test_the_podman_edits_change_only_what_podman_needs(tmp_path: Path) -> None:
+    """What the Kubernetes guide pipes rendered YAML through before podman kube play, run as the guide runs it."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from bless.cli.k8s import to_yaml
+
+    result = rendered(tmp_path)
+    original = [dict(doc) for doc in yaml.safe_load_all(to_yaml(result.documents))]
+    script = Path(__file__).resolve().parents[2] / "scripts" / "images" / "podman_pod.py"
+    terminations = tmp_path / "term"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--termination-dir", str(terminations)],
+        input=to_yaml(result.documents), capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    changed = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    assert [doc["kind"] for doc in changed] == [doc["kind"] for doc in original]
+    assert changed[:-1] == original[:-1], "only the Deployment changes"
+    (before, after) = (original[-1], changed[-1])
+    annotation = "io.podman.annotations.init.container.type"
+    assert after["metadata"]["annotations"][annotation] == "always"
+    assert after["spec"]["template"]["metadata"]["annotations"][annotation] == "always"
+    pod = after["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and "restartPolicy" not in pod
+    containers = pod["initContainers"] + pod["containers"]
+    assert all("ports" not in container for container in containers)
+    assert {"name": "termination", "hostPath": {"path": str(terminations), "type": "Directory"}} in pod["volumes"]
+    for container in containers:
+        env = {variable["name"]: variable.get("value") for variable in container["env"]}
+        assert env["BLESS_TERMINATION_LOG"] == f"/var/run/termination/{container['name']}"
+    # Everything else is as rendered: undo the edits and the Deployment is the original.
+    for metadata in (after["metadata"], after["spec"]["template"]["metadata"]):
+        del metadata["annotations"][annotation]
+    del pod["hostNetwork"]
+    pod["volumes"].remove({"name": "termination", "hostPath": {"path": str(terminations), "type": "Directory"}})
+    before_pod = before["spec"]["template"]["spec"]
+    for mine, theirs in zip(containers, before_pod["initContainers"] + before_pod["containers"], strict=True):
+        mine["volumeMounts"].remove({"name": "termination", "mountPath": "/var/run/termination"})
+        for variable in mine["env"]:
+            if variable["name"] == "BLESS_TERMINATION_LOG":
+                variable["value"] = next(v for v in theirs["env"] if v["name"] == "BLESS_TERMINATION_LOG")["value"]
+        theirs.pop("ports", None)
+    assert after == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import tomllib
 from datetime import date, datetime, time
 from pathlib import Path
@@ -121,10 +122,10 @@ def test_tensor_parallel_profiles_declare_one_gpu_per_rank(name: str, ranks: int
 
 
 def test_the_70b_shape_is_llama_3_1_70b() -> None:
-    """scripts/make_vllm_model.py writes the published Llama-3.1-70B config (issue 26)."""
+    """scripts/gpu/make_vllm_model.py writes the published Llama-3.1-70B config (issue 26)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_vllm_model", ROOT / "scripts" / "make_vllm_model.py")
+    spec = importlib.util.spec_from_file_location("make_vllm_model", ROOT / "scripts" / "gpu" / "make_vllm_model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -516,3 +517,19 @@ def test_toml_dates_are_rejected_with_the_field():
     for value in (date(2024, 1, 1), datetime(2024, 1, 1, 12, 0), time(12, 0)):
         with pytest.raises(InputInvalidError, match=r"name"):
             profile_from_dict(mutated(lambda d, v=value: d.update(name=v)))
+
+
+def test_the_shipped_profiles_point_to_sections_that_exist() -> None:
+    """A comment saying where to read more (``docs/....md, "Heading"``) names a page and a heading that exist."""
+    pointer = re.compile(r'(docs/[\w./-]+\.md), "([^"]+)"')
+    found = 0
+    for profile in sorted((ROOT / "profiles").glob("*.toml")):
+        text = " ".join(line.lstrip("# ").strip() for line in profile.read_text().splitlines())
+        assert 'README, "' not in text, f"{profile.name} points to a README section"
+        for page, heading in pointer.findall(text):
+            found += 1
+            headings = [
+                line.lstrip("#").strip() for line in (ROOT / page).read_text().splitlines() if line.startswith("#")
+            ]
+            assert any(h.startswith(heading) for h in headings), f"{profile.name}: no {heading!r} in {page}"
+    assert found >= 3

@@ -91,7 +91,7 @@ def test_clean_up_undoes_what_setup_and_the_examples_start() -> None:
         "bash scripts/start-registry.sh --stop ",
         "bash scripts/ensure-docker.sh --stop",
         "docker image rm bless-reference:0.1.0",
-        'rm -rf "$(bash scripts/build-reference-image.sh --cache-dir)"',
+        'rm -rf "$(bash scripts/images/build-reference-image.sh --cache-dir)"',
         "rm -rf ~/.cache/bless ",
     ):
         assert any(line.startswith(expected) for line in commands), expected

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ from types import ModuleType
 
 import pytest
 
+from bless import container_labels
+
 REPO = Path(__file__).resolve().parents[2]
-PROOF_SCRIPTS = sorted((REPO / "scripts").glob("gpu-proof-*.sh"))
+PROOF_SCRIPTS = sorted((REPO / "scripts" / "gpu").glob("gpu-proof-*.sh"))
 
 
 def _load_script(name: str) -> ModuleType:
@@ -25,6 +28,21 @@ def _load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# What a newcomer runs sits at the top of scripts/; benchmarks, GPU proofs and image builds each have a folder.
+TOP_LEVEL_SCRIPTS = {
+    "setup.sh", "main.sh", "test.sh", "ensure-docker.sh", "ensure-podman.sh", "start-registry.sh", "common.sh",
+    "gen_docs.py", "vllm_rules.py",
+}  # fmt: skip
+SCRIPT_FOLDERS = {"bench": "bench_*.py", "gpu": "gpu-proof-*.sh", "images": "build-*-image.sh"}
+
+
+def test_scripts_are_grouped_in_folders() -> None:
+    top = {p.name for p in (REPO / "scripts").iterdir() if p.name != "__pycache__"}
+    assert top == TOP_LEVEL_SCRIPTS | set(SCRIPT_FOLDERS), "a new script belongs in bench/, gpu/ or images/"
+    for folder, pattern in SCRIPT_FOLDERS.items():
+        assert list((REPO / "scripts" / folder).glob(pattern)), f"scripts/{folder} holds no {pattern}"
 
 
 def test_there_are_proof_scripts() -> None:
@@ -42,7 +60,7 @@ def test_every_captured_exit_code_is_checked(script: Path) -> None:
     """A step run as ``|| rc=$?`` goes on past a failure; ``expect_rc`` must then say what it had to be (issue 26:
     gpu-proof-parallel.sh exited 0 while every trial was rejected)."""
     lines = script.read_text().splitlines()
-    assert "source scripts/proof-lib.sh" in lines, f"{script.name} does not source scripts/proof-lib.sh"
+    assert "source scripts/gpu/proof-lib.sh" in lines, f"{script.name} does not source scripts/gpu/proof-lib.sh"
     for number, line in enumerate(lines):
         captured = re.search(r"\|\| (\w+)=\$\?", line)
         if captured is None or line.lstrip().startswith("#"):
@@ -58,7 +76,7 @@ def test_every_captured_exit_code_is_checked(script: Path) -> None:
 
 
 def _proof(body: str) -> subprocess.CompletedProcess[str]:
-    script = f"set -euo pipefail\nsource scripts/proof-lib.sh\n{body}\necho reached the end"
+    script = f"set -euo pipefail\nsource scripts/gpu/proof-lib.sh\n{body}\necho reached the end"
     return subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=30)
 
 
@@ -95,7 +113,7 @@ def test_tar_options_come_before_member_names(script: Path) -> None:
 def test_bench_serve_describes_a_host_without_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GPU hosts run the local runtime with no docker binary: describing the machine must not crash."""
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty dir: no docker here
-    bench_serve = _load_script("bench_serve.py")
+    bench_serve = _load_script("bench/bench_serve.py")
     assert bench_serve.machine()["docker"] == "none"
 
 
@@ -220,6 +238,68 @@ def test_ensure_docker_records_the_pid_of_the_dockerd_it_starts() -> None:
     assert text.index('echo "$pid" >"$PIDFILE"') < text.index("wait_for_docker", start)
 
 
+def test_ensure_docker_knows_bless_containers_by_the_label_bless_puts_on_them() -> None:
+    text = (REPO / "scripts" / "ensure-docker.sh").read_text()
+    assert f'BLESS_OWNER_LABEL="{container_labels.OWNER}"' in text
+    assert f'BLESS_OWNER_VALUE="{container_labels.OWNER_VALUE}"' in text
+
+
+def _started_dockerd(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A real process named dockerd (a copy of sleep), as the one ensure-docker.sh started would be."""
+    binary = tmp_path / "dockerd"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
+    return subprocess.Popen([str(binary), "60"])
+
+
+def _stop_with_containers(tmp_path: Path, docker_ps: str) -> tuple[subprocess.CompletedProcess[str], bool, bool]:
+    """``ensure-docker.sh --stop`` against a started dockerd whose ``docker ps`` answers ``docker_ps`` (a shell
+    snippet); the result, whether the daemon still runs and whether its pid file is still there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"#!/bin/sh\n{docker_ps}\n")
+    (bin_dir / "docker").chmod(0o755)
+    daemon = _started_dockerd(tmp_path)
+    pidfile = tmp_path / "dockerd.pid"
+    pidfile.write_text(f"{daemon.pid}\n")
+    try:
+        env = {"BLESS_DOCKERD_PIDFILE": str(pidfile), "PATH": f"{bin_dir}:/usr/bin:/bin", "BLESS_DOCKERD_TIMEOUT": "10"}
+        result = _script("ensure-docker.sh", "--stop", cwd=tmp_path, env=env)
+        return result, _running(daemon.pid), pidfile.exists()
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_ensure_docker_stop_leaves_a_dockerd_others_run_containers_on(tmp_path: Path) -> None:
+    """Setup started it, but a container someone else started since runs on it: stopping it would stop theirs."""
+    listing = "printf 'bless-run-1\\tbless-reference:0.1.0\\tbless\\nwebapp\\tnginx:1\\t\\n'"
+    result, running, recorded = _stop_with_containers(tmp_path, listing)
+    assert result.returncode == 0, result.stderr
+    assert running and recorded, "a daemon others use was stopped (or forgotten)"
+    assert "left running: the dockerd this script started" in result.stderr
+    assert "containers other than bless's run on it: webapp (nginx:1)" in result.stderr
+    assert "bless-run-1" not in result.stderr
+    assert "run this again" in result.stderr
+
+
+def test_ensure_docker_stop_leaves_a_dockerd_whose_containers_cannot_be_listed(tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(
+        tmp_path, "echo 'Cannot connect to the Docker daemon' >&2; exit 1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert running and recorded
+    assert "its containers cannot be listed ('docker ps' failed: Cannot connect to the Docker daemon)" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stopping the daemon is root's (the script refuses otherwise)")
+@pytest.mark.parametrize("docker_ps", ["true", "printf 'bless-serve-x\\tbless-reference:0.1.0\\tbless\\n'"])
+def test_ensure_docker_stop_stops_its_dockerd_when_only_bless_uses_it(docker_ps: str, tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(tmp_path, docker_ps)
+    assert result.returncode == 0, result.stderr
+    assert not running and not recorded
+    assert "stopped dockerd (pid" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -232,7 +312,7 @@ def test_the_build_cache_follows_the_store_root(env: dict[str, str], expected: s
     """The wheelhouse (a torch wheel) goes where BLESS_ROOT puts the store, not always to ~/.cache."""
     base = {k: v for k, v in os.environ.items() if k not in ("BLESS_ROOT", "BLESS_BUILD_CACHE", "XDG_CACHE_HOME")}
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build-reference-image.sh"), "--cache-dir"],
+        ["bash", str(REPO / "scripts" / "images" / "build-reference-image.sh"), "--cache-dir"],
         cwd=tmp_path,
         env=base | env,
         capture_output=True,
@@ -306,19 +386,36 @@ def test_setup_runs_apt_get_and_pip_only_as_logged_steps() -> None:
     for tool in ("apt-get install", "apt-get update", "pip install"):
         assert tool not in outside, f"setup.sh runs {tool} outside a logged step"
     assert "STEP_LOG=$PWD/.venv/setup.log" in text
-    assert 'say "the output of each step goes to $STEP_LOG"' in text
+    assert 'say "the output of each step goes to $STEP_LOG (the previous run\'s: $STEP_LOG.1)"' in text
+    assert text.index("start_step_log") < text.index("run_step")
+
+
+def test_each_setup_run_keeps_the_previous_runs_log(tmp_path: Path) -> None:
+    """A failed run's log must survive the re-run that follows it (the first thing a user does after a failure)."""
+    log = tmp_path / ".venv" / "setup.log"
+    for run in ("first", "second", "third"):
+        result = _steps(f"start_step_log\nrun_step '{run} run' echo {run}-output\n", log)
+        assert result.returncode == 0, result.stderr
+    assert "third-output" in log.read_text() and "second" not in log.read_text()
+    previous = log.with_name("setup.log.1").read_text()
+    assert "second-output" in previous and "first" not in previous
 
 
 # ------------------------------------------------------------------ the image scripts and podman
 
-IMAGE_SCRIPTS = ["build-bless-image.sh", "build-engine-image.sh", "ensure-podman.sh", "podman-load-image.sh"]
+IMAGE_SCRIPTS = [
+    "images/build-bless-image.sh",
+    "images/build-engine-image.sh",
+    "ensure-podman.sh",
+    "images/podman-load-image.sh",
+]
 
 
-@pytest.mark.parametrize("script", [*IMAGE_SCRIPTS, "image-lib.sh", "build-reference-image.sh"])
+@pytest.mark.parametrize("script", [*IMAGE_SCRIPTS, "images/image-lib.sh", "images/build-reference-image.sh"])
 def test_image_scripts_parse_and_stop_at_a_failure(script: str) -> None:
     text = (REPO / "scripts" / script).read_text()
     subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
-    if script != "image-lib.sh":  # sourced: the scripts that source it set the options
+    if script != "images/image-lib.sh":  # sourced: the scripts that source it set the options
         assert re.search(r"^set -euo pipefail$", text, re.MULTILINE), f"{script} lacks set -euo pipefail"
 
 
@@ -331,19 +428,19 @@ def test_image_scripts_answer_help_without_docker(script: str, tmp_path: Path) -
 
 
 def test_the_engine_image_script_checks_its_arguments_before_docker(tmp_path: Path) -> None:
-    few = _script("build-engine-image.sh", "bless-reference:0.1.0", cwd=tmp_path)
+    few = _script("images/build-engine-image.sh", "bless-reference:0.1.0", cwd=tmp_path)
     assert few.returncode == 1 and "need ENGINE_IMAGE and TAG (got 1 arguments)" in few.stderr
-    same = _script("build-engine-image.sh", "bless-reference:0.1.0", "bless-reference:0.1.0", cwd=tmp_path)
+    same = _script("images/build-engine-image.sh", "bless-reference:0.1.0", "bless-reference:0.1.0", cwd=tmp_path)
     assert same.returncode == 1 and "the engine image's own tag is never replaced" in same.stderr
-    untagged = _script("build-engine-image.sh", "bless-reference:0.1.0", "my-engine", cwd=tmp_path)
+    untagged = _script("images/build-engine-image.sh", "bless-reference:0.1.0", "my-engine", cwd=tmp_path)
     assert untagged.returncode == 1 and "TAG must be a lowercase image name with a tag" in untagged.stderr
 
 
 def _lib(script: str, tmp_path: Path, path: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (bash) with scripts/image-lib.sh sourced, the cache in ``tmp_path``."""
+    """Run ``script`` (bash) with scripts/images/image-lib.sh sourced, the cache in ``tmp_path``."""
     env = {"PATH": path or os.environ["PATH"], "HOME": str(tmp_path), "BLESS_BUILD_CACHE": str(tmp_path / "cache")}
     return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", f'PROG=test; source "{REPO}/scripts/image-lib.sh"\n{script}'],
+        ["bash", "-euo", "pipefail", "-c", f'PROG=test; source "{REPO}/scripts/images/image-lib.sh"\n{script}'],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -398,7 +495,7 @@ def test_a_proof_on_another_gpu_product_proves_a_copy_declaring_it(tmp_path: Pat
     fake = bin_dir / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
     fake.chmod(0o755)
-    script = 'set -euo pipefail\nsource scripts/proof-lib.sh\nfor_this_gpu profiles/reference-cuda-local.toml "$1"'
+    script = 'set -euo pipefail\nsource scripts/gpu/proof-lib.sh\nfor_this_gpu profiles/reference-cuda-local.toml "$1"'
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     result = subprocess.run(
         ["bash", "-c", script, "x", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
@@ -412,3 +509,42 @@ def test_a_proof_on_another_gpu_product_proves_a_copy_declaring_it(tmp_path: Pat
         cwd=REPO, env={**env, "PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert same.stdout.strip() == "profiles/reference-cuda-local.toml"  # no nvidia-smi here: the profile as it is
+
+
+def _fake_docker(tmp_path: Path) -> tuple[str, Path]:
+    """A docker CLI that knows no image and whose pulls fail; each call logged. The PATH that finds it first."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "docker-calls"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexit 1\n')
+    (bin_dir / "docker").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}", calls
+
+
+def test_auto_prefers_the_offline_inputs_on_the_machine_to_a_pull(tmp_path: Path) -> None:
+    path, calls = _fake_docker(tmp_path)
+    result = _lib(
+        "ONLINE_BASE=python:3.11-slim PULL_TIMEOUT=5\n"
+        "offline_inputs_local() { echo 'the torch wheel t.whl and the base image b are local'; }\n"
+        'choose_path auto; echo "$path"\n',
+        tmp_path,
+        path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "offline\n"
+    assert "because the torch wheel t.whl and the base image b are local: the offline path's inputs" in result.stderr
+    assert not calls.exists(), "docker was asked (a pull tried) though everything was here"
+
+
+def test_auto_says_it_tries_a_pull_before_falling_back_to_offline(tmp_path: Path) -> None:
+    path, calls = _fake_docker(tmp_path)
+    result = _lib(
+        "ONLINE_BASE=python:3.11-slim PULL_TIMEOUT=5\n"
+        "offline_inputs_local() { return 1; }\n"
+        'choose_path auto; echo "$path"\n',
+        tmp_path,
+        path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "offline\n"
+    assert "trying 'docker pull python:3.11-slim' (timeout 5s; the offline path if that fails)" in result.stderr
+    assert "pull python:3.11-slim" in calls.read_text()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bless.core.profile import load_profile
-from bless.errors import ExitCode
+from bless.core.profile import load_profile, read_profile
+from bless.errors import ExitCode, InputInvalidError
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "reference-cpu.toml"
@@ -155,3 +155,31 @@ def test_junit_target_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind
     assert proc.returncode == ExitCode.INPUT_INVALID, proc.stderr[-2000:]
     assert "JUnit report" in proc.stderr and "not a regular file" in proc.stderr
     assert os.lstat(target).st_mode == before
+
+
+# -- a mistyped profile path: did you mean ...? --------------------------------------------------------------
+
+
+def test_a_mistyped_profile_path_suggests_the_near_names_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "vllm-llama-8b.toml").write_text("profile_version = 1\n")
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(InputInvalidError) as info:
+        read_profile(tmp_path / "vllm-lama-8b.toml")
+    assert info.value.message.endswith("vllm-lama-8b.toml: no such profile file")
+    assert info.value.hint is not None
+    assert info.value.hint.startswith(f"did you mean {tmp_path / 'vllm-llama-8b.toml'}")
+    assert "notes.txt" not in info.value.hint
+
+
+def test_a_mistyped_profile_name_suggests_the_shipped_profiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a checkout (the README's working directory), a typo of a shipped profile names it."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    with pytest.raises(InputInvalidError) as info:
+        read_profile(Path("profiles/refrence-cpu.toml"))
+    assert info.value.hint is not None and info.value.hint.startswith("did you mean profiles/reference-cpu.toml")
+
+
+def test_nothing_near_keeps_the_plain_hint(tmp_path: Path) -> None:
+    with pytest.raises(InputInvalidError) as info:
+        read_profile(tmp_path / "zzzz.toml")
+    assert info.value.hint == "name a profile TOML file (see profiles/)" and info.value.remedy == "profile_file"

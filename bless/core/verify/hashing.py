@@ -33,7 +33,7 @@ def default_workers() -> int:
     """The default hashing thread count: one per usable CPU, at least 2, at most 32.
 
     SHA-256 of page-cached data is CPU-bound, so one thread per CPU is the sweet spot. Measured
-    with ``scripts/bench_verify.py`` (many-file set, warm cache) on a 16-vCPU Xeon: 1/2/4/8/16
+    with ``scripts/bench/bench_verify.py`` (many-file set, warm cache) on a 16-vCPU Xeon: 1/2/4/8/16
     threads gave 1.1/2.2/4.2/7.9/12.2 GB/s (so a cap of 8 would leave 1.5x on the table), while
     32 threads fell back to 7.0 GB/s: oversubscription hurts (GIL hand-offs between many
     threads), so this is not "2 x CPUs". On the 2-vCPU dev VM, whose two vCPUs together hash no

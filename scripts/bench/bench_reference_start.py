@@ -23,7 +23,7 @@ start writes into those dirs (what a read-only mount would have to take).
 ``--concurrent ROUNDS``: blessed starts alone vs two spawned together (what parallel trials do on one
 host), with the shipped env and with Inductor's compile worker pool off, next to a cold start per round.
 
-    python3 scripts/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--dirs 3]
+    python3 scripts/bench/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--dirs 3]
         [--concurrent 3] [--json]
 """
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 READY = "bless-reference: ready on port "
 COMPILE_TIME = "bless-reference: torch.compile took "
 # The GPU profile's model (profiles/reference-cuda-local.toml); BENCH_TINY_MODEL=1: one small layer, to check

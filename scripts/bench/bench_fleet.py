@@ -18,9 +18,9 @@ a free port with a temp storage dir; ``skopeo`` is Debian's too; scripts/setup.s
    host's trusted metadata), median of ``--repeat``; the byte verification itself is not included.
 
 Usage:
-    python3 scripts/bench_fleet.py                    # 1 GiB
-    python3 scripts/bench_fleet.py --size-gib 0.25    # quicker
-    python3 scripts/bench_fleet.py --json
+    python3 scripts/bench/bench_fleet.py                    # 1 GiB
+    python3 scripts/bench/bench_fleet.py --size-gib 0.25    # quicker
+    python3 scripts/bench/bench_fleet.py --json
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 # Runnable from a checkout without installing the package.
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bless.core.factors import config_hash  # noqa: E402

@@ -1,5 +1,5 @@
 # image-lib.sh - what the image build scripts share. Sourced (never run) by
-# scripts/build-reference-image.sh, scripts/build-bless-image.sh and scripts/build-engine-image.sh.
+# scripts/images/build-reference-image.sh, scripts/images/build-bless-image.sh and scripts/images/build-engine-image.sh.
 #
 # The caller sets, before sourcing: PROG (the prefix of its messages) and runs under `set -euo pipefail`.
 # Before calling the build helpers it sets: IMAGE (name:tag), version (the tag, for messages), CACHE_DIR exists.
@@ -31,7 +31,7 @@ PULL_TIMEOUT="${BLESS_PULL_TIMEOUT:-30}"
 CACHE_DIR="${BLESS_BUILD_CACHE:-${BLESS_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/bless}/build}"
 
 IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$IMAGE_LIB_DIR/.." && pwd)"
+REPO_ROOT="$(cd "$IMAGE_LIB_DIR/../.." && pwd)"
 
 say() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
@@ -189,18 +189,23 @@ exit_if_up_to_date() {
     fi
 }
 
-# Choose the path for $1 (auto, online, offline): sets path; says why. auto: online when $ONLINE_BASE is local
-# or `docker pull` gets it within $PULL_TIMEOUT seconds, else offline.
+# Choose the path for $1 (auto, online, offline): sets path; says why. auto prefers what is on this machine:
+# offline when the calling script defines offline_inputs_local and it succeeds (it prints why: every big input of
+# the offline path is here, so no registry is tried), online when $ONLINE_BASE is local; then it says it tries
+# `docker pull` (online when that gets it within $PULL_TIMEOUT seconds), else offline.
 choose_path() {
-    local path_choice="$1" reason pull_out rc last
+    local path_choice="$1" reason pull_out rc last local_inputs
     if [[ "$path_choice" != auto ]]; then
         path="$path_choice"
         reason="it was requested (--path / BLESS_IMAGE_PATH)"
+    elif declare -F offline_inputs_local >/dev/null && local_inputs="$(offline_inputs_local)"; then
+        path=offline
+        reason="$local_inputs: the offline path's inputs are on this machine (no registry tried)"
     elif image_id "$ONLINE_BASE" >/dev/null; then
         path=online
         reason="$ONLINE_BASE is present locally"
     else
-        say "trying 'docker pull $ONLINE_BASE' (timeout ${PULL_TIMEOUT}s)"
+        say "trying 'docker pull $ONLINE_BASE' (timeout ${PULL_TIMEOUT}s; the offline path if that fails)"
         if pull_out="$(timeout "$PULL_TIMEOUT" docker pull "$ONLINE_BASE" 2>&1)"; then
             path=online
             reason="docker pull $ONLINE_BASE succeeded"

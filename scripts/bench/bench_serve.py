@@ -22,8 +22,8 @@ serve-full does (the *warm* column is the median of the later plans). Ratios are
 engine's boot (start->ready minus create).
 
 Usage:
-    python3 scripts/bench_serve.py                    # fresh blessing, 5 plans, 2 starts
-    python3 scripts/bench_serve.py --root ~/.cache/bless --starts 1 --json
+    python3 scripts/bench/bench_serve.py                    # fresh blessing, 5 plans, 2 starts
+    python3 scripts/bench/bench_serve.py --root ~/.cache/bless --starts 1 --json
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # Runnable from a checkout without installing the package.
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bless.core.profile import load_profile  # noqa: E402

@@ -8,7 +8,7 @@
 #     (/opt/bless/bin itself is not on PATH)
 # Its use: the init container of a Kubernetes pod that runs `bless pull REF@sha256:... --trust DIR --root DIR`.
 #
-# Two paths, chosen automatically (or with --path / $BLESS_IMAGE_PATH), as for scripts/build-reference-image.sh:
+# Two paths, chosen automatically (or with --path / $BLESS_IMAGE_PATH), as for scripts/images/build-reference-image.sh:
 #   online : python:3.11-slim is local or `docker pull` works -> build FROM it, pip builds bless from the
 #            source in the context and takes its dependencies from PyPI.
 #   offline: no registry -> FROM the debootstrap'ed Debian base bless-base:bookworm-<hash> (the one
@@ -21,7 +21,7 @@
 # prints "up to date" and exits at once.
 #
 # stdout: only the image ID (sha256:...). Everything else goes to stderr.
-# Shared with the other image scripts: scripts/image-lib.sh.
+# Shared with the other image scripts: scripts/images/image-lib.sh.
 set -euo pipefail
 
 PROG="build-bless-image"
@@ -31,7 +31,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DOCKERFILE_DIR="$SCRIPT_DIR/bless-image"
 IMAGE_NAME="bless"
 
-# shellcheck source=scripts/image-lib.sh
+# shellcheck source=scripts/images/image-lib.sh
 source "$SCRIPT_DIR/image-lib.sh"
 
 # The version in pyproject.toml ([project] version = "..."), the default tag.
@@ -42,7 +42,7 @@ project_version() {
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/build-bless-image.sh [--path auto|online|offline] [--force] [VERSION]
+usage: scripts/images/build-bless-image.sh [--path auto|online|offline] [--force] [VERSION]
 
 Build the image of bless (no torch, no engine) as $IMAGE_NAME:VERSION (default: the
 version in pyproject.toml, $(project_version)): a venv at /opt/bless, bless and serve-full
@@ -87,7 +87,7 @@ while (( $# > 0 )); do
 done
 if [[ -z "$version" ]]; then
     version="$(project_version)"
-    [[ -n "$version" ]] || die "no version in $REPO_ROOT/pyproject.toml; give one: scripts/build-bless-image.sh VERSION"
+    [[ -n "$version" ]] || die "no version in $REPO_ROOT/pyproject.toml; give one: scripts/images/build-bless-image.sh VERSION"
 fi
 valid_tag "$version" || die "invalid image tag '$version'"
 case "$path_choice" in auto|online|offline) ;; *) die "--path must be auto, online or offline (got '$path_choice')" ;; esac

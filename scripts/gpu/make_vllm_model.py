@@ -4,10 +4,10 @@
 ``tiny`` is the recorded 2-layer random Llama (weights saved, bf16, seed 0); the production shapes
 carry a config only and are served with ``--load-format dummy`` (vLLM fills seeded random weights):
 
-    python3 scripts/make_vllm_model.py tiny /tmp/tiny-llama
-    python3 scripts/make_vllm_model.py llama-3.1-8b /tmp/models/llama-3.1-8b     # dense, 32 layers
-    python3 scripts/make_vllm_model.py llama-3.1-70b /tmp/models/llama-3.1-70b   # dense, 80 layers (TP=4)
-    python3 scripts/make_vllm_model.py qwen3-30b-a3b /tmp/models/qwen3-30b-a3b   # MoE, 128 experts
+    python3 scripts/gpu/make_vllm_model.py tiny /tmp/tiny-llama
+    python3 scripts/gpu/make_vllm_model.py llama-3.1-8b /tmp/models/llama-3.1-8b     # dense, 32 layers
+    python3 scripts/gpu/make_vllm_model.py llama-3.1-70b /tmp/models/llama-3.1-70b   # dense, 80 layers (TP=4)
+    python3 scripts/gpu/make_vllm_model.py qwen3-30b-a3b /tmp/models/qwen3-30b-a3b   # MoE, 128 experts
 
 The configs follow the published ``config.json`` of Llama-3.1-8B, Llama-3.1-70B and Qwen3-30B-A3B (layers, widths,
 heads, vocabulary, RoPE); only the token ids come from the small tokenizer. Needs ``tokenizers`` and

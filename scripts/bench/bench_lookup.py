@@ -18,8 +18,8 @@ one run and side by side, median of --repeat:
   (the big file read and validated).
 
 Usage:
-    python3 scripts/bench_lookup.py                  # 100k entries
-    python3 scripts/bench_lookup.py --entries 1000000
+    python3 scripts/bench/bench_lookup.py                  # 100k entries
+    python3 scripts/bench/bench_lookup.py --entries 1000000
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bless.core.factors import config_hash
 from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance

@@ -8,7 +8,7 @@ phase 2 (the K trials, which is what --parallel shortens; the bootstrap compile 
 in both). Ratios are parallel / serial, per pair, then the median. A first, untimed run warms
 the interpreter's bytecode and the driver so neither side pays for it.
 
-    python3 scripts/bench_parallel.py [--profile P] [--trials 4] [--parallel 2] [--pairs 1] [--json]
+    python3 scripts/bench/bench_parallel.py [--profile P] [--trials 4] [--parallel 2] [--pairs 1] [--json]
 
 Goal (issue 12, 2 GPUs): K=4 trials with --parallel 2 take <= 0.6x the wall time of --parallel 1.
 """
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOAL_RATIO = 0.6
 
 

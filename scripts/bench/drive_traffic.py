@@ -12,7 +12,7 @@ Two phases, each optional:
 Prints one JSON object: requests, errors, seconds, per-phase latency p50/p99. Stdlib only: it runs on the
 GPU host beside the engine. Only loopback: the port is the engine's published port on 127.0.0.1.
 
-    python3 scripts/drive_traffic.py --port 8000 --model m --vocab 151936 --sweep 2048 --seconds 120 \\
+    python3 scripts/bench/drive_traffic.py --port 8000 --model m --vocab 151936 --sweep 2048 --seconds 120 \\
         --concurrency 16 --max-prompt 3900
 """
 

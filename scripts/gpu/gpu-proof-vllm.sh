@@ -4,12 +4,12 @@
 #   default TERM) -> serve-full on a tampered copy (refused).
 # Expects vLLM importable by python3 (e.g. a site tree at /tmp/site on PYTHONPATH, see docs/evidence/vllm-h100*/)
 # and the profile's model directory (the tiny model at /tmp/tiny-llama by default; MODEL_KIND=KIND builds the
-# profile's model.path with scripts/make_vllm_model.py KIND when it is missing). Writes everything into $OUT
+# profile's model.path with scripts/gpu/make_vllm_model.py KIND when it is missing). Writes everything into $OUT
 # (default ./gpu-proof-vllm).
 # -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/proof-lib.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-vllm}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -21,7 +21,7 @@ serve_full() { python3 -m bless.cli.serve --root "$1" "${@:2}"; }
 
 if [ -n "${MODEL_KIND:-}" ]; then
   model_dir=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["model"]["path"])' "$PROFILE")
-  [ -d "$model_dir" ] || python3 scripts/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
+  [ -d "$model_dir" ] || python3 scripts/gpu/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
 fi
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
 rc=0; bless "$ROOT" engines --json > "$OUT/engines.json" 2> "$OUT/engines.stderr" || rc=$?

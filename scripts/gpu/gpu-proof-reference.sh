@@ -5,11 +5,11 @@
 # Needs: python3 with torch (CUDA), typer, rich, filelock, huggingface_hub; jsonschema from .whl/ if missing.
 # -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/proof-lib.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof}
 mkdir -p "$OUT"
-source scripts/gpu-host-env.sh
+source scripts/gpu/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
 PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 ROOT=${BLESS_ROOT:-/tmp/bless-gpu-root}

@@ -18,9 +18,9 @@ instructions), so a ratio against one tool alone says little. The machine (CPU, 
 printed with the figures.
 
 Usage:
-    python3 scripts/bench_verify.py                 # full scale (3 GiB of data)
-    python3 scripts/bench_verify.py --scale 0.05    # quick run
-    python3 scripts/bench_verify.py --workers 1,2,default --json
+    python3 scripts/bench/bench_verify.py                 # full scale (3 GiB of data)
+    python3 scripts/bench/bench_verify.py --scale 0.05    # quick run
+    python3 scripts/bench/bench_verify.py --workers 1,2,default --json
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # Runnable from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bless.core.verify import default_workers, hash_tree, verify_tree
 

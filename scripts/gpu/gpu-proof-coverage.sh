@@ -3,17 +3,17 @@
 # with its coverage warm-up, then served and driven through every token count and varied traffic; every file the
 # engine writes while serving is listed (the overlay's upper layer, its private HOME and temp dir).
 #   STEP=run    bless run (K=$TRIALS), verify, show              -> $OUT/run.json, manifest.json, verify.json
-#   STEP=serve  serve-full, then scripts/drive_traffic.py: --sweep $SWEEP (every token count once) and
+#   STEP=serve  serve-full, then scripts/bench/drive_traffic.py: --sweep $SWEEP (every token count once) and
 #               $SECONDS_VARIED s of varied traffic at concurrency $CONCURRENCY; new files after ready
 #               -> $OUT/serve-*.txt, traffic.json, new-files.txt (compiled ones in new-compiled.txt)
 # A blessing made with [coverage] mode = "off" (COVERAGE=off: a copy of the profile) shows the other side.
 # Expects vLLM importable by python3 (a site tree on PYTHONPATH) and root (the overlay). Model: MODEL_KIND.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/proof-lib.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-coverage}
 mkdir -p "$OUT"
-source scripts/gpu-host-env.sh
+source scripts/gpu/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/vllm-0.26-qwen3-30b-a3b-dummy-local.toml}
 ROOT=${BLESS_ROOT:-/tmp/bless-coverage-root}
 STEP=${STEP:-run}
@@ -27,7 +27,7 @@ fi
 PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
 model_dir=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["model"]["path"])' "$PROFILE")
 if [ -n "${MODEL_KIND:-}" ] && [ ! -d "$model_dir" ]; then
-  python3 scripts/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
+  python3 scripts/gpu/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
 fi
 
 if [ "$STEP" = run ]; then
@@ -85,7 +85,7 @@ port=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb
 vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model_dir/config.json")
 rc=0
 model=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["serve"].get("served_model_name", "m"))' "$PROFILE")
-python3 scripts/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "${SWEEP:-2048}" \
+python3 scripts/bench/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "${SWEEP:-2048}" \
   --seconds "${SECONDS_VARIED:-120}" --concurrency "${CONCURRENCY:-16}" --max-prompt "${MAX_PROMPT:-3900}" \
   > "$OUT/traffic.json" 2> "$OUT/traffic.stderr" || rc=$?
 echo "traffic exit $rc" | tee "$OUT/traffic.rc"

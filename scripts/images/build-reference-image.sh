@@ -9,7 +9,9 @@
 #     so `python3 -m bless_reference --help` works
 #   - gcc, g++ and the Python headers (Inductor's C++ backend needs them)
 #
-# Two paths, chosen automatically (or with --path / $BLESS_IMAGE_PATH):
+# Two paths, chosen automatically (or with --path / $BLESS_IMAGE_PATH), what is on the machine first: offline when
+# its torch wheel and base image are both local, else online when python:3.11-slim is local, else (said first) a
+# `docker pull` of it, else offline:
 #   online : python:3.11-slim is local or `docker pull` works -> build FROM it,
 #            apt-get gcc g++, pip install torch from the PyTorch CPU index.
 #   offline: no registry -> debootstrap a Debian bookworm rootfs, `docker import`
@@ -25,14 +27,14 @@
 # stdout: only the image ID (sha256:...). Everything else goes to stderr.
 #
 # What the image scripts share (the debootstrap base, pip, the build and its clean-up) is in
-# scripts/image-lib.sh.
+# scripts/images/image-lib.sh.
 set -euo pipefail
 
 PROG="build-reference-image"
 RECIPE_VERSION=1   # bump to force rebuilds when the recipe changes outside the hashed files
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/../.." && pwd)"
 ENGINE_DIR="$REPO_ROOT/bless/engines/reference_engine"
 DOCKERFILE_DIR="$SCRIPT_DIR/reference-image"
 
@@ -48,13 +50,13 @@ PIP_TARGET_ARGS=(--only-binary=:all: --platform manylinux_2_28_x86_64
                  --python-version 3.11 --implementation cp --abi cp311)
 
 # Messages, hashing, the debootstrap base, pip and the build: shared with the other image scripts.
-# shellcheck source=scripts/image-lib.sh
+# shellcheck source=scripts/images/image-lib.sh
 source "$SCRIPT_DIR/image-lib.sh"
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/build-reference-image.sh [--path auto|online|offline] [--force] [VERSION]
-       scripts/build-reference-image.sh --cache-dir
+usage: scripts/images/build-reference-image.sh [--path auto|online|offline] [--force] [VERSION]
+       scripts/images/build-reference-image.sh --cache-dir
 
 Build the CPU image of the reference engine as $IMAGE_NAME:VERSION (default 0.1.0).
 Prints the image ID on stdout; progress goes to stderr.
@@ -63,7 +65,8 @@ Prints the image ID on stdout; progress goes to stderr.
                        $TORCH_INDEX_URL (needs Docker Hub and internet)
              offline : debootstrap'ed Debian $DEBIAN_SUITE base (docker import, cached)
                        + torch from the local wheel, built with --network none
-             auto    : online if $ONLINE_BASE is local or pullable, else offline (default)
+             auto    : offline if its torch wheel and base image are local, else
+                       online if $ONLINE_BASE is local or pullable, else offline (default)
   --force    rebuild even if the image is up to date
   --cache-dir  print the build cache dir (see BLESS_BUILD_CACHE) and exit: no Docker needed
   -h, --help this help
@@ -154,7 +157,13 @@ fi
 exit_if_up_to_date "$path_choice"
 
 # ---------------------------------------------------------------------------
-# Choose the path.
+# Choose the path. auto prefers the offline path when its big inputs are here: the torch wheel and the
+# debootstrapped base image (a registry and the PyTorch index are then never tried).
+offline_inputs_local() {
+    [[ -f "$TORCH_WHEEL" ]] || return 1
+    image_id "$(base_tag)" >/dev/null || return 1
+    echo "the torch wheel $(basename "$TORCH_WHEEL") and the base image $(base_tag) are local"
+}
 choose_path "$path_choice"
 
 mkdir -p "$CACHE_DIR"

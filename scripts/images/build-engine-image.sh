@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-engine-image.sh - build an engine image plus bless (deploy/images/engine.Dockerfile).
 #
-#   scripts/build-engine-image.sh [--path offline|online] [--force] ENGINE_IMAGE TAG
+#   scripts/images/build-engine-image.sh [--path offline|online] [--force] ENGINE_IMAGE TAG
 #
 # TAG (name:tag) = ENGINE_IMAGE (local; e.g. vllm/vllm-openai:v0.26.0, or bless-reference:0.1.0) with bless in
 # its own venv at /opt/bless, /usr/local/bin/{bless,serve-full} linked to it, ENTRYPOINT ["serve-full"]: the
@@ -18,7 +18,7 @@
 # the script prints "up to date" and exits at once. A new ENGINE_IMAGE under the same name rebuilds.
 #
 # stdout: only the image ID (sha256:...). Everything else goes to stderr.
-# Shared with the other image scripts: scripts/image-lib.sh.
+# Shared with the other image scripts: scripts/images/image-lib.sh.
 set -euo pipefail
 
 PROG="build-engine-image"
@@ -26,14 +26,14 @@ RECIPE_VERSION=1   # bump to force rebuilds when the recipe changes outside the 
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# shellcheck source=scripts/image-lib.sh
+# shellcheck source=scripts/images/image-lib.sh
 source "$SCRIPT_DIR/image-lib.sh"
 DOCKERFILE="$REPO_ROOT/deploy/images/engine.Dockerfile"
 ENGINE_PYTHON="${BLESS_ENGINE_PYTHON:-python3}"
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/build-engine-image.sh [--path offline|online] [--force] ENGINE_IMAGE TAG
+usage: scripts/images/build-engine-image.sh [--path offline|online] [--force] ENGINE_IMAGE TAG
 
 Build TAG (name:tag) from deploy/images/engine.Dockerfile: ENGINE_IMAGE (which must be
 in the local image store: docker pull it first) plus bless from this checkout in its own
@@ -52,7 +52,7 @@ Environment:
   BLESS_BUILD_CACHE      cache dir for the wheelhouse and scratch (default \$BLESS_ROOT/build
                          when BLESS_ROOT is set, else \${XDG_CACHE_HOME:-\$HOME/.cache}/bless/build)
 
-Example: scripts/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
+Example: scripts/images/build-engine-image.sh bless-reference:0.1.0 bless-reference-serve:0.1.0
 Needs a reachable Docker Engine (see scripts/ensure-docker.sh) and, offline, a package
 index for pip (PyPI or a mirror) on the host, or in the engine image when the host has no pip.
 EOF

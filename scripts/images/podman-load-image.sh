@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # podman-load-image.sh - copy images from the Docker Engine into podman's store (for `podman kube play`).
 #
-#   scripts/podman-load-image.sh IMAGE...
+#   scripts/images/podman-load-image.sh IMAGE...
 #
 # For each IMAGE (a name:tag the Docker Engine has): `docker save IMAGE | podman load`, unless podman already
 # has that image ID under that name. podman names what it loads fully: a name without a registry gets
@@ -20,7 +20,7 @@ die() { say "ERROR: $*"; exit 1; }
 
 usage() {
     cat >&2 <<EOF
-usage: scripts/podman-load-image.sh IMAGE...
+usage: scripts/images/podman-load-image.sh IMAGE...
 
 Copy each IMAGE from the Docker Engine into podman's store (docker save | podman load),
 skipping one podman already has (same image ID under the same name). Prints podman's

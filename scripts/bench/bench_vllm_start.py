@@ -11,7 +11,7 @@ plan builds them), each timed from process launch until ``GET /v1/models`` answe
   a fresh private HOME: a fresh fleet host); its canary time is recorded beside.
 
 With ``--traffic-seconds S``, plain warm and serve-full are each measured under the same varied traffic
-(``scripts/drive_traffic.py``: an untimed pass, then S timed seconds) before they stop: request latency
+(``scripts/bench/drive_traffic.py``: an untimed pass, then S timed seconds) before they stop: request latency
 p50/p99 with bless's Triton cache manager in the engine (serve-full) and without it (plain warm).
 
 One untimed plain cold start first (it writes the interpreter's bytecode of the site tree, which the
@@ -19,7 +19,7 @@ first process on a fresh host pays for), then ``--rounds`` rounds, the order alt
 cold, warm, serve-full; round 2: serve-full, cold, warm; ...). Reported: every start, each side's
 median and range, the ratios of the medians, and each start's ``torch.compile took`` seconds.
 
-    python3 scripts/bench_vllm_start.py --profile profiles/vllm-0.26-llama-3.1-8b-dummy-local.toml \\
+    python3 scripts/bench/bench_vllm_start.py --profile profiles/vllm-0.26-llama-3.1-8b-dummy-local.toml \\
         --root /tmp/bless-vllm-root [--rounds 2] [--json OUT]
 
 Needs a blessing of the profile in ``--root`` (``bless run``), vLLM importable by the profile's python,
@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # runnable from a checkout without installing the package
 COMPILE_TOOK = re.compile(r"torch\.compile took ([0-9.]+) s")
 CANARY_PASSED = re.compile(r"canary passed", re.IGNORECASE)
@@ -103,7 +103,7 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = 120) -> int | None:
 
 
 def under_load(port: int, traffic: argparse.Namespace | None) -> dict[str, Any]:
-    """Request latency of the ready engine on ``port`` under ``scripts/drive_traffic.py``'s varied traffic.
+    """Request latency of the ready engine on ``port`` under ``scripts/bench/drive_traffic.py``'s varied traffic.
 
     An untimed pass first (``--traffic-warmup-seconds``, another seed), then the timed one: both sides of the
     comparison meet the same requests in the same order. Empty without ``--traffic-seconds``.
@@ -115,7 +115,7 @@ def under_load(port: int, traffic: argparse.Namespace | None) -> dict[str, Any]:
         if not seconds:
             continue
         out = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "drive_traffic.py"), "--port", str(port), "--model",
+            [sys.executable, str(REPO / "scripts" / "bench" / "drive_traffic.py"), "--port", str(port), "--model",
              traffic.model, "--vocab", str(traffic.vocab), "--seconds", str(seconds), "--concurrency",
              str(traffic.traffic_concurrency), "--max-prompt", str(traffic.max_prompt), "--seed", str(seed)],
             capture_output=True, text=True, check=False,

@@ -6,7 +6,7 @@ start->ready, request and stop times summed over the bootstrap and every trial. 
 else (resolution, locking, hashing the staged tree, overlay volumes, publishing) is ours.
 Goal: overhead <= 10%.
 
-    .venv/bin/python scripts/bench_run.py [--profile P] [--trials K] [--json]
+    .venv/bin/python scripts/bench/bench_run.py [--profile P] [--trials K] [--json]
 
 It blesses into a throw-away store root (a temp dir) and prints a table of phases.
 """
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cpu_model() -> str:

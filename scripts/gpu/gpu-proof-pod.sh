@@ -8,13 +8,13 @@
 # kubelet would. What is recorded in $OUT: run.json, verify.json, serve.stderr, probe.txt, request.txt,
 # serve.rc, termination-log (empty unless something was refused).
 #
-#   PROFILE=profiles/vllm-0.26-tiny-llama-local.toml OUT=/tmp/pod bash scripts/gpu-proof-pod.sh
-#   PROFILE=profiles/reference-cpu-pod.toml bash scripts/gpu-proof-pod.sh     # the same on CPU, anywhere
+#   PROFILE=profiles/vllm-0.26-tiny-llama-local.toml OUT=/tmp/pod bash scripts/gpu/gpu-proof-pod.sh
+#   PROFILE=profiles/reference-cpu-pod.toml bash scripts/gpu/gpu-proof-pod.sh     # the same on CPU, anywhere
 #
-# MODEL_KIND builds the profile's model directory first (scripts/make_vllm_model.py), as gpu-proof-vllm.sh does.
+# MODEL_KIND builds the profile's model directory first (scripts/gpu/make_vllm_model.py), as gpu-proof-vllm.sh does.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/proof-lib.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/proof-lib.sh
 OUT=${OUT:-$PWD/gpu-proof-pod}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -29,7 +29,7 @@ serve_full() { python3 -m bless.cli.serve "$@"; }
 
 if [ -n "${MODEL_KIND:-}" ]; then
   model_dir=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["model"]["path"])' "$PROFILE")
-  [ -d "$model_dir" ] || python3 scripts/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
+  [ -d "$model_dir" ] || python3 scripts/gpu/make_vllm_model.py "$MODEL_KIND" "$model_dir" > "$OUT/model.txt"
 fi
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1 || true
 
