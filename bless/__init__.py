@@ -78,13 +78,6 @@ def _profile(profile: Profile | StrPath) -> Profile:
     return profile if isinstance(profile, Profile) else load_profile(profile)
 
 
-def _runtime(profile: Profile, runtime: Runtime | None) -> Runtime:
-    # Looked up through the module at call time: the profile's runtime kind decides (Docker or local).
-    from bless import runtime as runtimes
-
-    return runtime if runtime is not None else runtimes.get_runtime(profile.runtime_kind)
-
-
 def resolve_profile(
     profile: Profile | StrPath, *, offline: bool = False, runtime: Runtime | None = None
 ) -> ResolvedConfig:
@@ -93,12 +86,11 @@ def resolve_profile(
     An image given by tag is resolved to its ID through the profile's runtime (``runtime``: another one);
     a pinned ``sha256:`` ID needs none. ``offline`` forbids network lookups (model revisions must be pinned).
     """
-    from bless.flows.resolve import image_needs_runtime
-    from bless.flows.resolve import resolve_profile as resolve
+    from bless.flows.resolve import RUNTIME_WHEN_NEEDED, resolve_for_command
 
     loaded = _profile(profile)
-    resolver = _runtime(loaded, runtime).resolve_image if image_needs_runtime(loaded) else None
-    return resolve(loaded, image_resolver=resolver, offline=offline)
+    resolver = runtime.resolve_image if runtime is not None else RUNTIME_WHEN_NEEDED
+    return resolve_for_command(loaded, image_resolver=resolver, offline=offline).resolved
 
 
 def run_blessing(

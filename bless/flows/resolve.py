@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bless import runtime as runtimes
 from bless.core.factors import (
     FactorChange,
     GpuInfo,
@@ -40,7 +41,6 @@ from bless.probes import (
     read_model_dir,
     revision_lookup,
 )
-from bless.runtime import get_runtime
 from bless.store import Store
 
 #: Where a command takes the hardware factor from: ``probe`` this machine (bless run, serve-full: what starts
@@ -96,7 +96,9 @@ def resolve_for_command(
     """
     profile = load_profile(source) if isinstance(source, Path) else source
     if image_resolver == RUNTIME_WHEN_NEEDED:
-        image_resolver = get_runtime(profile.runtime_kind).resolve_image if image_needs_runtime(profile) else None
+        # Looked up through the module when called: the runtime kind is the profile's (Docker or local).
+        runtime = runtimes.get_runtime(profile.runtime_kind) if image_needs_runtime(profile) else None
+        image_resolver = runtime.resolve_image if runtime is not None else None
     judged: list[tuple[HardwareSource, tuple[str, ...]]] = []
 
     def hardware_probe(spec: HardwareSpec) -> dict[str, Any]:

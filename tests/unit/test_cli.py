@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+import bless.runtime as runtimes
 from bless.cli import main as cli_main
 from bless.cli import render as cli_render
 from bless.cli import serve as cli_serve
@@ -26,7 +27,6 @@ from bless.core.factors import config_hash, declared_hardware_factor
 from bless.core.manifest import Manifest
 from bless.core.profile import load_profile
 from bless.errors import EXIT_CODES, ExitCode
-from bless.flows import resolve as flows_resolve
 from bless.flows.resolve import resolve_profile
 from bless.store import Store
 from tests.support.fakes import FakeRuntime
@@ -164,7 +164,7 @@ def test_hash_pinned_image_needs_no_runtime(bless: Invoke, profile: Path, monkey
     def no_runtime(kind: str) -> Any:
         raise AssertionError(f"a runtime ({kind}) was constructed for a pinned image ID")
 
-    monkeypatch.setattr(flows_resolve, "get_runtime", no_runtime)
+    monkeypatch.setattr(runtimes, "get_runtime", no_runtime)
     result = bless("hash", "--profile", str(profile), "--json")
     assert result.exit_code == 0, result.stderr
 
@@ -179,7 +179,7 @@ def test_hash_image_tag_is_resolved_through_the_runtime(
         kinds.append(kind)
         return runtime
 
-    monkeypatch.setattr(flows_resolve, "get_runtime", fake_get_runtime)
+    monkeypatch.setattr(runtimes, "get_runtime", fake_get_runtime)
     tagged = write_profile(tmp_path, "tagged.toml", image="bless-reference:cpu")
     result = bless("hash", "--profile", str(tagged), "--json")
     assert result.exit_code == 0, result.stderr

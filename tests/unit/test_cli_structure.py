@@ -90,6 +90,14 @@ def _calls_method(name: str, path: Path) -> bool:
     )
 
 
+def _imports_name(module: str, name: str, path: Path) -> bool:
+    """Whether ``path`` imports ``name`` from ``module`` under any alias (a renamed import is still a use)."""
+    return any(
+        isinstance(node, ast.ImportFrom) and node.module == module and any(a.name == name for a in node.names)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )
+
+
 def _calls(name: str, path: Path) -> bool:
     return any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
@@ -109,8 +117,12 @@ def test_profiles_are_resolved_through_one_entry_point() -> None:
         "bless/flows/run/orchestrator.py",
         "bless/flows/inspect/profile_hash.py",
         "bless/flows/serve/checks.py",
+        "bless/__init__.py",
     }
     wiring = {str(path.relative_to(REPO)) for path in sources if _calls("resolve_profile", path)}
+    wiring |= {
+        str(path.relative_to(REPO)) for path in sources if _imports_name("bless.flows.resolve", "resolve_profile", path)
+    }
     assert wiring == {"bless/flows/resolve.py"}
     # A detached serve's seal watcher rebuilds its adapter from the factors it is handed (no profile to resolve).
     specialisers = {str(path.relative_to(REPO)) for path in sources if _calls_method("for_factors", path)}
