@@ -102,6 +102,7 @@ class BlessError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for ``--json`` output."""
+        # By hand (not JsonForm): an exception; its class gives the error's name, title and exit code.
         return {
             "error": type(self).__name__,
             "title": self.title,

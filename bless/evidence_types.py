@@ -105,4 +105,5 @@ class OutsideVerdict:
 
     def to_dict(self, limit: int = 200) -> dict[str, Any]:
         """The counts, then the first ``limit`` named paths of each kind (``path: reason``)."""
+        # By hand (not JsonForm): counts, and the lists cut to ``limit``.
         return {**self.counts(), "compiled_files": list(self.compiled[:limit]), "noise_files": list(self.noise[:limit])}

@@ -117,12 +117,14 @@ class CoverageFamily(JsonForm):
 
 
 @dataclass(frozen=True)
-class CoveragePlan:
+class CoveragePlan(JsonForm):
     """What a configuration can compile lazily and the requests that reach every class.
 
     ``token_range`` is the span of token counts one engine step can schedule (1..max batched tokens);
     ``prompt_tokens`` the span of token ids prompts are drawn from (the vocabulary, less special ids).
     """
+
+    json_keys = ("engine", "model", "token_range", "prompt_tokens", "families", "notes")
 
     engine: str
     model: str
@@ -150,16 +152,6 @@ class CoveragePlan:
         """The prompt of ``token_count`` token ids sent for one class (see :func:`coverage_prompt`)."""
         return coverage_prompt(token_count, self.prompt_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "model": self.model,
-            "token_range": list(self.token_range),
-            "prompt_tokens": list(self.prompt_tokens),
-            "families": [f.to_dict() for f in self.families],
-            "notes": list(self.notes),
-        }
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoveragePlan:
         low, high = data["token_range"]
@@ -183,6 +175,7 @@ class CoverageRun:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): the shapes sent summarized (a count, greedy token counts, others described).
         return {
             "mode": self.mode,
             "requests": sum(d.burst for d in self.sent),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bless.core.json_form import OMIT, JsonForm, as_json
 from bless.core.profile import HardwareSpec, ModelSpec, Profile
 from bless.errors import HardwareMismatchError, InputInvalidError, ResolutionError
 
@@ -136,15 +137,17 @@ def change_to_dict(change: FactorChange) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class ResolvedConfig:
+class ResolvedConfig(JsonForm):
     """A profile resolved against a machine: the factors, their hash, and what was left out."""
 
-    profile: Profile
-    factors: Mapping[str, Any]
+    json_keys = ("profile", "config_hash", "factors", "ignored_env")
+
+    profile: Profile = field(metadata=as_json(to_json=lambda profile: profile.label))
+    factors: Mapping[str, Any] = field(metadata=as_json(to_json=canonicalize))
     config_hash: str
-    recorded_env: Mapping[str, str] = field(default_factory=dict)
+    recorded_env: Mapping[str, str] = field(default_factory=dict, metadata=as_json(name="ignored_env"))
     #: Secret values, kept only to be passed to the engine: never hashed, never in :meth:`to_dict`.
-    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, metadata=OMIT)
 
     def engine_env(self) -> dict[str, str]:
         """The env an engine start gets: the hashed env, the recorded-but-ignored env, and the secrets.
@@ -154,14 +157,6 @@ class ResolvedConfig:
         """
         hashed = self.factors.get("env")
         return {**self.recorded_env, **self.secret_env, **(dict(hashed) if isinstance(hashed, Mapping) else {})}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile.label,
-            "config_hash": self.config_hash,
-            "factors": canonicalize(self.factors),
-            "ignored_env": dict(self.recorded_env),
-        }
 
 
 # --- resolution ------------------------------------------------------------------------------------

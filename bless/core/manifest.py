@@ -73,6 +73,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (schema ``manifest.v1``)."""
+        # By hand (not JsonForm): the manifest.v1 shape (``tool``, ``cache``), ``coverage`` only when recorded.
         return {
             "schema_version": SCHEMA_VERSION,
             "config_hash": self.config_hash,

@@ -21,6 +21,7 @@ class GcOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless gc --json``)."""
+        # By hand (not JsonForm): the store's report flattened into it, beside the forgotten dirs.
         report = self.report
         return {
             "forgotten_manifests_dirs": list(self.forgotten_manifests_dirs),

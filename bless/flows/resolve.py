@@ -179,6 +179,7 @@ class Nearest:
     changes: tuple[FactorChange, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): the manifest reduced to its hash and profile name.
         return {
             "config_hash": self.manifest.config_hash,
             "profile_name": self.manifest.profile_name,

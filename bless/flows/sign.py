@@ -31,6 +31,7 @@ class SignOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless sign --json``)."""
+        # By hand (not JsonForm): the signing's JSON with the config hash first, the bundle only when made.
         data = {"config_hash": self.config_hash, **self.signing.to_dict()}
         if self.model_signing is not None:
             data["model_signing"] = self.model_signing.to_dict()

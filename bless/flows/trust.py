@@ -30,6 +30,7 @@ class TrustInit:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless trust init --json``)."""
+        # By hand (not JsonForm): the InitResult re-shaped (``root``: the root.json path, ``encrypted_keys``).
         result = self.result
         return {
             "keys_dir": str(result.keys_dir),

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.core.profile import Profile, engine_gpu_count
 from bless.core.untrusted_text import shown, without_credentials
@@ -134,20 +135,13 @@ class Blessing:
 
 
 @dataclass(frozen=True)
-class Rendered:
+class Rendered(JsonForm):
     """The documents, in apply order, and what the operator should know about them."""
 
     documents: tuple[Mapping[str, Any], ...]
     warnings: tuple[str, ...] = field(default=())
     #: Where the blessing's manifest was read (the local store or the registry), for the operator.
     blessing_read_from: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "documents": [dict(doc) for doc in self.documents],
-            "warnings": list(self.warnings),
-            "blessing_read_from": self.blessing_read_from,
-        }
 
 
 def default_name(profile_name: str) -> str:

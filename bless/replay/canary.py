@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bless.core.json_form import JsonForm, as_json, rounded
 from bless.replay.engine_client import EngineClient
 from bless.replay.trials import golden_token_map
 
 
 @dataclass(frozen=True)
-class CanaryCheck:
+class CanaryCheck(JsonForm):
     """One golden prompt replayed against the served engine."""
+
+    json_keys = ("prompt", "max_tokens", "match", "expected_token_ids", "got_token_ids", "expected_text", "got_text")
 
     prompt: str
     max_tokens: int
@@ -37,36 +40,21 @@ class CanaryCheck:
             return f"expected {list(self.expected_token_ids)} got {list(self.got_token_ids)}"
         return f"expected text {self.expected_text!r} got {self.got_text!r}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form, by hand: ``match`` is computed, not a field (:mod:`bless.core.json_form`)."""
-        return {
-            "prompt": self.prompt,
-            "max_tokens": self.max_tokens,
-            "match": self.match,
-            "expected_token_ids": list(self.expected_token_ids),
-            "got_token_ids": list(self.got_token_ids),
-            "expected_text": self.expected_text,
-            "got_text": self.got_text,
-        }
+    def json_extra(self) -> dict[str, Any]:
+        """Whether the engine answered as the blessing recorded."""
+        return {"match": self.match}
 
 
 @dataclass(frozen=True)
-class CanaryResult:
+class CanaryResult(JsonForm):
     """``status``: passed, failed, or skipped (with ``reason``)."""
+
+    json_keys = ("status", "reason", "seconds", "checks")
 
     status: str
     checks: tuple[CanaryCheck, ...] = ()
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(to_json=rounded(4)))
     reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form, by hand: ``seconds`` is rounded (:mod:`bless.core.json_form`)."""
-        return {
-            "status": self.status,
-            "reason": self.reason,
-            "seconds": round(self.seconds, 4),
-            "checks": [check.to_dict() for check in self.checks],
-        }
 
 
 def run_canary(client: EngineClient, golden: Sequence[Mapping[str, Any]]) -> CanaryResult:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bless.core.coverage import CoveragePlan, CoverageRun, Drive
+from bless.core.json_form import OMIT, JsonForm, as_json, rounded
 from bless.core.profile import TrialSettings
 from bless.replay.engine_client import Completion, EngineClient
 
@@ -34,28 +35,25 @@ class Observation:
     latency_s: float
 
 
+def _outputs_form(outputs: Mapping[str, Completion]) -> dict[str, dict[str, Any]]:
+    """Each prompt's output as its text and token ids."""
+    return {prompt: {"text": c.text, "token_ids": list(c.token_ids)} for prompt, c in outputs.items()}
+
+
 @dataclass(frozen=True)
-class CoherenceReport:
+class CoherenceReport(JsonForm):
     """The verdict of the protocol and the outputs it saw (one per prompt when coherent)."""
+
+    json_keys = ("passed", "reasons", "unique_outputs", "requests", "request_seconds", "outputs")
 
     passed: bool
     reasons: tuple[str, ...]
-    outputs: Mapping[str, Completion]
+    outputs: Mapping[str, Completion] = field(metadata=as_json(to_json=_outputs_form))
     unique_outputs: Mapping[str, int]
     requests: int
-    request_seconds: float
-    observations: tuple[Observation, ...] = field(default=(), repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form, by hand: not every field, in its own order (:mod:`bless.core.json_form`)."""
-        return {
-            "passed": self.passed,
-            "reasons": list(self.reasons),
-            "unique_outputs": dict(self.unique_outputs),
-            "requests": self.requests,
-            "request_seconds": round(self.request_seconds, 4),
-            "outputs": {p: {"text": c.text, "token_ids": list(c.token_ids)} for p, c in self.outputs.items()},
-        }
+    request_seconds: float = field(metadata=as_json(to_json=rounded(4)))
+    #: Every completion seen, for comparing across devices: the JSON holds the distinct outputs only.
+    observations: tuple[Observation, ...] = field(default=(), repr=False, metadata=OMIT)
 
 
 def golden_from(report: CoherenceReport, max_tokens: int) -> list[dict[str, Any]]:

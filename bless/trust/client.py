@@ -23,6 +23,7 @@ from tuf.api.metadata import Metadata, Root, Snapshot, TargetFile, Targets, Time
 from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import TargetMismatchError, TrustInvalidError, UnsignedError
 from bless.system.entries import unsafe_to_trust
@@ -54,23 +55,19 @@ _BASE_URL = "https://metadata.bless.invalid/"
 
 
 @dataclass(frozen=True)
-class TrustVerdict:
+class TrustVerdict(JsonForm):
     """A blessing verified against trusted metadata: which target, at which versions, until when."""
+
+    json_keys = ("signed", "target", "versions", "expires", "custom")
 
     target: str
     versions: Mapping[str, int]
     expires: str
     custom: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form, by hand: ``signed`` is implied by a verdict, not a field (:mod:`bless.core.json_form`)."""
-        return {
-            "signed": True,
-            "target": self.target,
-            "versions": dict(self.versions),
-            "expires": self.expires,
-            "custom": dict(self.custom),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        """``signed``: a verdict is only ever of a signed blessing (:func:`trust_report` says when unsigned)."""
+        return {"signed": True}
 
 
 def trust_report(verdict: TrustVerdict | None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 from securesystemslib.signer import Signer
 from tuf.api.metadata import Key, Metadata, MetaFile, Role, Root, Snapshot, TargetFile, Targets, Timestamp
 
+from bless.core.json_form import JsonForm, as_json
 from bless.core.manifest import Manifest
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
 from bless.system.durable import atomic_write_bytes
@@ -76,9 +77,16 @@ class InitResult:
     encrypted: bool = True
 
 
+def _signatures_form(signatures: Mapping[str, tuple[int, int]]) -> dict[str, dict[str, int]]:
+    """Each role's signatures as ``{signed, threshold}``."""
+    return {role: {"signed": signed, "threshold": threshold} for role, (signed, threshold) in signatures.items()}
+
+
 @dataclass(frozen=True)
-class SignResult:
-    """A signing: the target written, the new versions, and signatures per role (count, threshold)."""
+class SignResult(JsonForm):
+    """A signing: the target written, the new versions, and signatures per role (count, threshold).
+
+    Its JSON form is ``bless sign --json``'s and ``bless trust rotate --json``'s."""
 
     target: str
     length: int
@@ -86,22 +94,8 @@ class SignResult:
     versions: Mapping[str, int]
     expires: str
     removed_targets: tuple[str, ...]
-    signatures: Mapping[str, tuple[int, int]]
+    signatures: Mapping[str, tuple[int, int]] = dataclass_field(metadata=as_json(to_json=_signatures_form))
     warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless sign --json``, ``bless trust rotate --json``), by hand: each role's signatures
-        as ``{signed, threshold}`` (:mod:`bless.core.json_form`)."""
-        return {
-            "target": self.target,
-            "length": self.length,
-            "sha256": self.sha256,
-            "versions": dict(self.versions),
-            "expires": self.expires,
-            "removed_targets": list(self.removed_targets),
-            "signatures": {role: {"signed": s, "threshold": t} for role, (s, t) in self.signatures.items()},
-            "warnings": list(self.warnings),
-        }
 
 
 def parse_duration(text: str) -> timedelta:

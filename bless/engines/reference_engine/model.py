@@ -50,6 +50,7 @@ class ModelArgs:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for the artifact key and meta.json)."""
+        # By hand (not JsonForm): the reference engine runs standalone and imports nothing of bless.
         return asdict(self)
 
 

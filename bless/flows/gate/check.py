@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bless.core.factors import ResolvedConfig
+from bless.core.json_form import JsonForm, as_json, rounded
 from bless.core.profile import Profile, load_profile
 from bless.errors import (
     BlessError,
@@ -42,8 +43,24 @@ RuntimeFactory = Callable[[str], Runtime]
 
 
 @dataclass(frozen=True)
-class GateRow:
+class GateRow(JsonForm):
     """The verdict for one profile. ``reason`` is one human sentence (or a few lines for drift)."""
+
+    json_keys = (
+        "profile",
+        "name",
+        "status",
+        "reason",
+        "config_hash",
+        "hardware",
+        "manifest",
+        "error",
+        "exit_code",
+        "drift",
+        "notes",
+        "verified",
+        "seconds",
+    )
 
     profile: str
     status: Status
@@ -57,40 +74,35 @@ class GateRow:
     drift: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
     verified: bool | None = None
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(to_json=rounded(4)))
 
     @property
     def ok(self) -> bool:
         return self.status == "blessed"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "name": self.name,
-            "status": self.status,
-            "reason": self.reason,
-            "config_hash": self.config_hash,
-            "hardware": self.hardware,
-            "manifest": self.manifest,
-            "error": self.error,
-            "exit_code": self.exit_code,
-            "drift": list(self.drift),
-            "notes": list(self.notes),
-            "verified": self.verified,
-            "seconds": round(self.seconds, 4),
-        }
-
 
 @dataclass(frozen=True)
-class GateReport:
+class GateReport(JsonForm):
     """Every row, and where the manifests came from."""
+
+    json_keys = (
+        "passed",
+        "manifests_dir",
+        "root",
+        "verify",
+        "profiles",
+        "failed",
+        "invalid_manifests",
+        "seconds",
+        "rows",
+    )
 
     rows: tuple[GateRow, ...]
     manifests_dir: str
     root: str
     verify: bool
     invalid_manifests: tuple[str, ...] = ()
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(to_json=rounded(4)))
 
     @property
     def ok(self) -> bool:
@@ -101,18 +113,9 @@ class GateReport:
     def failed(self) -> tuple[GateRow, ...]:
         return tuple(row for row in self.rows if not row.ok)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.ok,
-            "manifests_dir": self.manifests_dir,
-            "root": self.root,
-            "verify": self.verify,
-            "profiles": len(self.rows),
-            "failed": len(self.failed),
-            "invalid_manifests": list(self.invalid_manifests),
-            "seconds": round(self.seconds, 4),
-            "rows": [row.to_dict() for row in self.rows],
-        }
+    def json_extra(self) -> dict[str, Any]:
+        """The verdict and the counts of profiles and failed ones."""
+        return {"passed": self.ok, "profiles": len(self.rows), "failed": len(self.failed)}
 
 
 @dataclass

@@ -27,6 +27,7 @@ class GateOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless gate --json``)."""
+        # By hand (not JsonForm): the report's JSON, with a ``junit`` key only when one was written.
         data = self.report.to_dict()
         if self.junit is not None:
             data["junit"] = str(self.junit)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.factors import change_to_dict, diff_factors
+from bless.core.json_form import JsonForm
 from bless.core.manifest import Manifest
 from bless.errors import UsageError
 from bless.flows.inspect.profile_hash import judge_profile
@@ -23,16 +24,18 @@ _HOW = "compare a blessing with a profile resolved here, or two blessings"
 
 
 @dataclass(frozen=True)
-class BlessingDiff:
-    """The two sides (each described) and the factor changes from ``a`` to ``b``."""
+class BlessingDiff(JsonForm):
+    """The two sides (each described) and the factor changes from ``a`` to ``b`` (``bless diff --json``)."""
+
+    json_keys = ("a", "b", "identical", "changes")
 
     a: dict[str, Any]
     b: dict[str, Any]
     changes: tuple[dict[str, Any], ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless diff --json``)."""
-        return {"a": self.a, "b": self.b, "identical": not self.changes, "changes": list(self.changes)}
+    def json_extra(self) -> dict[str, Any]:
+        """Whether no factor differs."""
+        return {"identical": not self.changes}
 
 
 def _manifest_side(manifest: Manifest) -> dict[str, Any]:

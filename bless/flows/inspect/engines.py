@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bless.core.json_form import OMIT, JsonForm
 from bless.engines.known_versions import local_vllm_status, supported_engines
 from bless.errors import InputInvalidError
 from bless.probes import probe_python_environment
@@ -13,16 +14,13 @@ __all__ = ["EngineSupport", "known_engines"]
 
 
 @dataclass(frozen=True)
-class EngineSupport:
-    """The supported engines (versions, torch pins, how proven) and what ``python`` has installed."""
+class EngineSupport(JsonForm):
+    """The supported engines (versions, torch pins, how proven) and what ``python`` has installed (its JSON
+    form is ``bless engines --json``'s)."""
 
-    python: str
+    python: str = field(metadata=OMIT)  # what was asked, named only in the failure
     engines: tuple[dict[str, Any], ...]
     local: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless engines --json``)."""
-        return {"engines": list(self.engines), "local": self.local}
 
     @property
     def failure(self) -> InputInvalidError | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bless.core.json_form import JsonForm
 from bless.core.untrusted_text import shown
 from bless.errors import ManifestDuplicateError, ManifestInvalidError
 from bless.store import Store, manifest_summary
@@ -14,24 +15,15 @@ __all__ = ["BlessingList", "list_blessings"]
 
 
 @dataclass(frozen=True)
-class BlessingList:
-    """The valid blessings (summaries), the invalid manifest files (with their error), and duplicate claims."""
+class BlessingList(JsonForm):
+    """The valid blessings (summaries), the invalid manifest files (with their error), and duplicate claims
+    (its JSON form is ``bless list --json``'s)."""
 
     root: Path
     manifests_dir: Path
     manifests: tuple[dict[str, Any], ...]
     invalid: tuple[dict[str, Any], ...]
     duplicates: dict[str, list[str]]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless list --json``)."""
-        return {
-            "root": str(self.root),
-            "manifests_dir": str(self.manifests_dir),
-            "manifests": list(self.manifests),
-            "invalid": list(self.invalid),
-            "duplicates": self.duplicates,
-        }
 
     @property
     def failure(self) -> ManifestInvalidError | ManifestDuplicateError | None:

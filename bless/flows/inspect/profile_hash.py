@@ -38,6 +38,7 @@ class ProfileHash:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless hash --json``)."""
+        # By hand (not JsonForm): the resolved config's JSON with the hardware's source added.
         return {**self.resolved.to_dict(), "hardware_source": self.hardware_source}
 
 

@@ -23,6 +23,7 @@ class ShownBlessing:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless show --json``): the manifest's fields and the two paths."""
+        # By hand (not JsonForm): the manifest document with the two paths added.
         return {
             **self.manifest.to_dict(),
             "manifest_path": str(self.manifest_path) if self.manifest_path is not None else None,

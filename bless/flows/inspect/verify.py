@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.json_form import JsonForm, as_json
 from bless.core.verify import VerifyResult
 from bless.errors import VerifyFailedError
 from bless.flows.lookup import lookup_live
@@ -23,23 +24,21 @@ ProgressFactory = Callable[[int], AbstractContextManager[Callable[[int], None] |
 
 
 @dataclass(frozen=True)
-class VerifyOutcome:
-    """A verified blessing: the tree check, and the trust verdict (None: unsigned, no ``--trust``)."""
+class VerifyOutcome(JsonForm):
+    """A verified blessing: the tree check, and the trust verdict (None: unsigned, no ``--trust``).
+
+    Its JSON form is ``bless verify --json``'s: the verdict first, the trust section as :func:`trust_report`."""
+
+    json_keys = ("ok", "config_hash", "blessed_dir", "result", "trust")
 
     config_hash: str
     blessed_dir: Path
     result: VerifyResult
-    trust: TrustVerdict | None
+    trust: TrustVerdict | None = field(metadata=as_json(to_json=trust_report))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless verify --json``)."""
-        return {
-            "ok": self.result.ok,
-            "config_hash": self.config_hash,
-            "blessed_dir": str(self.blessed_dir),
-            "result": self.result.to_dict(),
-            "trust": trust_report(self.trust),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        """The verdict: whether the tree matches its manifest."""
+        return {"ok": self.result.ok}
 
     @property
     def failure(self) -> VerifyFailedError | None:

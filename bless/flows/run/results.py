@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bless.core.coverage import CoverageRun
+from bless.core.json_form import JsonForm, as_json, rounded
 from bless.core.profile import Profile
 from bless.errors import TrialsFailedError, UsageError
 from bless.replay.devices import GpuSlot, Output
@@ -89,6 +90,7 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The trial as JSON: verdict, slot and GPUs, engine facts, timings, coherence, reuse, upper layer."""
+        # By hand (not JsonForm): the engine facts are spread into the trial's keys, the slot as its index and GPUs.
         return {
             "index": self.index,
             "passed": self.passed,
@@ -105,8 +107,10 @@ class TrialResult:
 
 
 @dataclass(frozen=True)
-class CandidateResult:
+class CandidateResult(JsonForm):
     """One candidate cache: its bootstrap, its trials, and whether it was accepted or where its evidence is."""
+
+    json_keys = ("index", "accepted", "reasons", "trials_seconds", "bootstrap", "trials", "rejected_dir")
 
     index: int
     accepted: bool
@@ -115,24 +119,36 @@ class CandidateResult:
     reasons: tuple[str, ...]
     rejected_dir: str | None = None
     #: Wall time of phase 2 (all K trials, parallel ones overlapping): what --parallel shortens.
-    trials_seconds: float | None = None
+    trials_seconds: float | None = field(default=None, metadata=as_json(to_json=rounded(3)))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The candidate as JSON, its trials included."""
-        return {
-            "index": self.index,
-            "accepted": self.accepted,
-            "reasons": list(self.reasons),
-            "trials_seconds": round(self.trials_seconds, 3) if self.trials_seconds is not None else None,
-            "bootstrap": self.bootstrap,
-            "trials": [trial.to_dict() for trial in self.trials],
-            "rejected_dir": self.rejected_dir,
-        }
+
+def _slot_records(slots: tuple[GpuSlot, ...]) -> list[dict[str, Any]]:
+    return [{"slot": slot.index, "label": slot.label, "gpus": slot.records()} for slot in slots]
 
 
 @dataclass(frozen=True)
-class RunResult:
-    """Everything a run did. ``published`` is False when every candidate was rejected."""
+class RunResult(JsonForm):
+    """Everything a run did (its JSON form is ``bless run --json``'s). ``published`` is False when every
+    candidate was rejected."""
+
+    json_keys = (
+        "config_hash",
+        "run_id",
+        "published",
+        "warnings",
+        "trials_planned",
+        "confidence",
+        "failure_rate_bound",
+        "manifest_path",
+        "blessed_dir",
+        "archived_manifest",
+        "wall_seconds",
+        "engine_seconds",
+        "orchestration_overhead",
+        "parallel",
+        "slots",
+        "candidates",
+    )
 
     config_hash: str
     run_id: str
@@ -144,36 +160,18 @@ class RunResult:
     manifest_path: str | None
     blessed_dir: str | None
     archived_manifest: str | None
-    wall_seconds: float
-    engine_seconds: float
+    wall_seconds: float = field(metadata=as_json(to_json=rounded(3)))
+    engine_seconds: float = field(metadata=as_json(to_json=rounded(3)))
     warnings: tuple[str, ...] = ()
-    slots: tuple[GpuSlot, ...] = (GpuSlot(0),)
+    slots: tuple[GpuSlot, ...] = field(default=(GpuSlot(0),), metadata=as_json(to_json=_slot_records))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The run as ``bless run --json`` prints it."""
+    def json_extra(self) -> dict[str, Any]:
+        """The share of wall time not spent in the engine, and how many trials ran at once."""
         # Parallel trials overlap: their summed engine time can exceed the wall time, so the
         # overhead ratio only means something when trials ran one at a time.
         serial = len(self.slots) <= 1
-        return {
-            "config_hash": self.config_hash,
-            "run_id": self.run_id,
-            "published": self.published,
-            "warnings": list(self.warnings),
-            "trials_planned": self.trials_planned,
-            "confidence": self.confidence,
-            "failure_rate_bound": self.failure_rate_bound,
-            "manifest_path": self.manifest_path,
-            "blessed_dir": self.blessed_dir,
-            "archived_manifest": self.archived_manifest,
-            "wall_seconds": round(self.wall_seconds, 3),
-            "engine_seconds": round(self.engine_seconds, 3),
-            "orchestration_overhead": round(1 - self.engine_seconds / self.wall_seconds, 4)
-            if self.wall_seconds and serial
-            else None,
-            "parallel": len(self.slots),
-            "slots": [{"slot": slot.index, "label": slot.label, "gpus": slot.records()} for slot in self.slots],
-            "candidates": [candidate.to_dict() for candidate in self.candidates],
-        }
+        overhead = 1 - self.engine_seconds / self.wall_seconds if self.wall_seconds and serial else None
+        return {"orchestration_overhead": rounded(4)(overhead), "parallel": len(self.slots)}
 
     @property
     def failure(self) -> TrialsFailedError | None:

@@ -28,11 +28,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bless.core.factors import config_hash
+from bless.core.json_form import OMIT, JsonForm, as_json
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, NotServingError, UnprovenCompileError
 from bless.flows.engine_start import EngineSession
@@ -177,28 +178,26 @@ def _not_started(doc: WatchDoc, why: str) -> NotServingError:
 # -- the watcher process's body -----------------------------------------------------------------------
 
 
+def _stopped_gracefully(stop: StopResult | None) -> bool | None:
+    return None if stop is None else stop.graceful
+
+
 @dataclass(frozen=True)
-class WatchOutcome:
+class WatchOutcome(JsonForm):
     """How a detached serve's watcher ended: the engine gone, a signal, or the policy ``stop``."""
 
     ended_by: EndedBy
-    seen: tuple[UnprovenCompile, ...] = ()
+    seen: tuple[UnprovenCompile, ...] = field(default=(), metadata=as_json(name="unproven_compile"))
     #: Under ``stop``: the engine's graceful stop (a container; None for a local engine) and the serve's end.
-    engine_stop: StopResult | None = None
-    stopped: StopOutcome | None = None
-    failure: UnprovenCompileError | None = None
+    engine_stop: StopResult | None = field(
+        default=None, metadata=as_json(name="engine_stopped_gracefully", to_json=_stopped_gracefully)
+    )
+    stopped: StopOutcome | None = field(default=None, metadata=as_json(name="stop"))
+    failure: UnprovenCompileError | None = field(default=None, metadata=OMIT)  # its exit code ends the watcher
 
     @property
     def exit_code(self) -> int:
         return int(self.failure.exit_code) if self.failure is not None else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ended_by": self.ended_by,
-            "unproven_compile": [event.to_dict() for event in self.seen],
-            "engine_stopped_gracefully": self.engine_stop.graceful if self.engine_stop is not None else None,
-            "stop": self.stopped.to_dict() if self.stopped is not None else None,
-        }
 
 
 def run_watcher(

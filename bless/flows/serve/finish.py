@@ -26,6 +26,7 @@ class FinishResult:
     outside: OutsideVerdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): the stop flattened into three keys, the upper entries as a count and a summary.
         return {
             "stopped_gracefully": self.stop.graceful if self.stop else None,
             "exit_code": self.stop.exit_code if self.stop else None,

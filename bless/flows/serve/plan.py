@@ -150,6 +150,7 @@ class LaunchPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plan; secret env values (and secret-looking flags) are ``<redacted>``."""
+        # By hand (not JsonForm): a redacted view of the profile, the mount and the container spec.
         spec = self.spec
         policy = self.adapter.env_policy
         return {

@@ -76,6 +76,7 @@ class ReadyRecord:
     watcher: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): a file format (read back by from_dict), the policy and the events nested as one key.
         return {
             "name": self.name,
             "config_hash": self.config_hash,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core.json_form import JsonForm, as_json
 from bless.core.profile import UnprovenCompilePolicy
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, UnprovenCompileError
@@ -64,20 +65,22 @@ _MAX_IN_MESSAGE = 5
 
 
 @dataclass(frozen=True)
-class UnprovenCompile:
+class UnprovenCompile(JsonForm):
     """One compile the blessing does not hold, seen while serving.
 
     ``source``: ``triton-cache-manager`` (a lookup the blessed tree missed: ``kernel``, ``key``, ``file``)
     or ``watcher`` (a new compiled file: ``path`` as the adapter shows it, ``reason`` its judgement).
     """
 
+    json_keys = ("event", "source", "time", "kernel", "key", "file", "path", "reason")
+
     source: str
     time: float
-    kernel: str | None = None
-    key: str | None = None
-    file: str | None = None
-    path: str | None = None
-    reason: str | None = None
+    kernel: str | None = field(default=None, metadata=as_json(omit_if_none=True))
+    key: str | None = field(default=None, metadata=as_json(omit_if_none=True))
+    file: str | None = field(default=None, metadata=as_json(omit_if_none=True))
+    path: str | None = field(default=None, metadata=as_json(omit_if_none=True))
+    reason: str | None = field(default=None, metadata=as_json(omit_if_none=True))
 
     def describe(self) -> str:
         """One line for people: the kernel (and its cache key) or the path, and who saw it."""
@@ -86,13 +89,9 @@ class UnprovenCompile:
             return f"kernel {self.kernel} ({self.file or '?'}{key}; seen by the {self.source})"
         return f"{self.path or '?'} ({self.reason or 'new compiled file'}; seen by the {self.source})"
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"event": "unproven_compile", "source": self.source, "time": self.time}
-        for name in ("kernel", "key", "file", "path", "reason"):
-            value = getattr(self, name)
-            if value is not None:
-                data[name] = value
-        return data
+    def json_extra(self) -> dict[str, Any]:
+        """What the record is, for a reader of mixed event lines."""
+        return {"event": "unproven_compile"}
 
 
 def _text(value: object) -> str | None:

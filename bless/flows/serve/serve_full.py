@@ -111,6 +111,7 @@ class ServeOutcome:
     unproven: tuple[sealing.UnprovenCompile, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): the result, finish and unproven keys appear only once serving got that far.
         data: dict[str, Any] = {"dry_run": self.dry_run, "plan": dict(self.plan)}
         if self.result is not None:
             data["result"] = self.result.to_dict()

@@ -147,6 +147,7 @@ class Snapshot:
         return found
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): a summary: the stamps counted, not listed.
         return {"root": str(self.root), "entries": len(self.stamps), "ancestors": len(self.ancestors)}
 
 

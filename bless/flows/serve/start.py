@@ -84,6 +84,7 @@ class LaunchResult:
         return mount.scratch / "upper" if mount is not None and mount.scratch is not None else None
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): a view of the plan, the handle and the canary, not of the fields.
         warnings = list(self.plan.warnings) + list(self.warnings)
         if self.canary.status == "skipped" and self.plan.blessed:
             warnings.append(NO_CANARY_BANNER)

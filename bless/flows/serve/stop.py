@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bless import container_labels as labels
+from bless.core.json_form import JsonForm
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, ContainerConflictError, LockHeldError
 from bless.flows.serve.lease import SERVE_FULL_ROLE
@@ -57,8 +58,10 @@ _POLL_S = 0.05
 
 
 @dataclass(frozen=True)
-class StopOutcome:
+class StopOutcome(JsonForm):
     """What ``serve-full stop`` found and removed."""
+
+    json_keys = ("name", "found", "stopped", "serve_dirs_removed", "leases_released", "notes")
 
     name: str
     stopped: tuple[str, ...]
@@ -70,15 +73,9 @@ class StopOutcome:
     def found(self) -> bool:
         return bool(self.stopped or self.serve_dirs_removed or self.leases_released)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "found": self.found,
-            "stopped": list(self.stopped),
-            "serve_dirs_removed": list(self.serve_dirs_removed),
-            "leases_released": self.leases_released,
-            "notes": list(self.notes),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        """Whether anything of the serve was found."""
+        return {"found": self.found}
 
 
 def _alive(holder: Mapping[str, Any]) -> bool:

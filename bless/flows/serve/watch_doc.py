@@ -57,6 +57,7 @@ class WatchDoc:
         return StorePaths.seal_watch_doc(self.serve_dir)
 
     def to_dict(self) -> dict[str, Any]:
+        # By hand (not JsonForm): a file format (read back by load_watch_doc), the runtime and the start nested.
         started = self.started
         spec = started.spec
         return {
