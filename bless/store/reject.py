@@ -29,7 +29,7 @@ from bless.system.os_refusals import os_refusal
 if TYPE_CHECKING:
     from bless.store.parts import StoreParts
 
-__all__ = ["keep_interrupted", "reject"]
+__all__ = ["reject"]
 
 
 def reject(
@@ -42,38 +42,17 @@ def reject(
     summary_md: str,
     evidence: Mapping[str, Any],
     fault: FaultHook,
+    interrupted: bool = False,
 ) -> Path:
     """See :meth:`bless.store.Store.reject`."""
+    if interrupted:
+        base, what = parts.paths.interrupted, "the evidence of an interrupted run"
+    else:
+        base, what = parts.paths.rejected, "rejected evidence"
     return _keep_evidence(
         parts,
-        parts.paths.rejected,
-        "rejected evidence",
-        staged_dir,
-        config_hash=config_hash,
-        run_id=run_id,
-        candidate=candidate,
-        summary_md=summary_md,
-        evidence=evidence,
-        fault=fault,
-    )
-
-
-def keep_interrupted(
-    parts: StoreParts,
-    staged_dir: Path,
-    *,
-    config_hash: str,
-    run_id: str,
-    candidate: int,
-    summary_md: str,
-    evidence: Mapping[str, Any],
-    fault: FaultHook,
-) -> Path:
-    """See :meth:`bless.store.Store.keep_interrupted`."""
-    return _keep_evidence(
-        parts,
-        parts.paths.interrupted,
-        "the evidence of an interrupted run",
+        base,
+        what,
         staged_dir,
         config_hash=config_hash,
         run_id=run_id,

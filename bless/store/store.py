@@ -32,7 +32,6 @@ from bless.store.locks import HashLocks
 from bless.store.parts import StoreParts
 from bless.store.publish import PublishResult
 from bless.store.publish import publish as run_publish
-from bless.store.reject import keep_interrupted as run_keep_interrupted
 from bless.store.reject import reject as run_reject
 from bless.store.scan import ManifestReader
 from bless.store.trusted_paths import refuse_untrusted_paths
@@ -313,6 +312,7 @@ class Store:
         summary_md: str,
         evidence: Mapping[str, Any],
         fault: FaultHook | None = None,
+        interrupted: bool = False,
     ) -> Path:
         """Keep a rejected candidate as evidence; publish nothing.
 
@@ -321,6 +321,11 @@ class Store:
         ``evidence.json`` there. The directory is assembled under a ``.partial-`` name and renamed
         into place, so it appears complete. A missing ``staged_dir`` (nothing was staged) gives a
         directory without ``tree/``. Returns the directory; the caller may add files to it.
+
+        ``interrupted``: the candidate's run was stopped by a signal and got no verdict: its evidence goes to
+        ``interrupted/<hash>/<run_id>-c<candidate>/`` instead, so nothing that reads ``rejected/`` counts it as
+        a rejection (gc keeps the ``keep`` newest of these per hash, apart from rejected evidence). Same
+        atomicity, durability, crash recovery and refusals.
 
         Raises:
             InputInvalidError: bad hash / run id / candidate, evidence not JSON-serializable, or
@@ -336,35 +341,7 @@ class Store:
             summary_md=summary_md,
             evidence=evidence,
             fault=fault or no_fault,
-        )
-
-    def keep_interrupted(
-        self,
-        staged_dir: Path,
-        *,
-        config_hash: str,
-        run_id: str,
-        candidate: int,
-        summary_md: str,
-        evidence: Mapping[str, Any],
-        fault: FaultHook | None = None,
-    ) -> Path:
-        """Keep the evidence of a candidate whose run a signal stopped; publish nothing.
-
-        As :meth:`reject`, in ``interrupted/<hash>/<run_id>-c<candidate>/`` instead of ``rejected/``:
-        the candidate got no verdict, so nothing that reads ``rejected/`` may count it as a rejection.
-        gc keeps the ``keep`` newest of these per hash, as it does rejected evidence. Same atomicity,
-        durability, crash recovery and refusals as :meth:`reject`.
-        """
-        return run_keep_interrupted(
-            self._parts,
-            staged_dir,
-            config_hash=config_hash,
-            run_id=run_id,
-            candidate=candidate,
-            summary_md=summary_md,
-            evidence=evidence,
-            fault=fault or no_fault,
+            interrupted=interrupted,
         )
 
     def recover(self, *, fault: FaultHook | None = None) -> list[Path]:

@@ -84,8 +84,16 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # the undo-path cases fail on purpose
             print(f"failed: {exc}", flush=True)
     elif args.command in ("reject", "keep-interrupted"):
-        keep = store.reject if args.command == "reject" else store.keep_interrupted
-        keep(Path(rest[0]), config_hash=rest[1], run_id=rest[2], candidate=1, summary_md="no", evidence={}, fault=crash)
+        store.reject(
+            Path(rest[0]),
+            config_hash=rest[1],
+            run_id=rest[2],
+            candidate=1,
+            summary_md="no",
+            evidence={},
+            fault=crash,
+            interrupted=args.command == "keep-interrupted",
+        )
     elif args.command == "gc":
         store.gc(keep=0, fault=crash)
     elif args.command == "make-staging":

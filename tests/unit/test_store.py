@@ -609,9 +609,14 @@ def test_gc_names_the_evidence_of_an_interrupted_run_it_removes(store: Store) ->
     def keep(run_id: str, interrupted: str | None, *, legacy: bool = False) -> Path:
         staged = stage(store, run_id, run_id)
         evidence = {"interrupted_during": interrupted}
-        keep = store.keep_interrupted if interrupted is not None and not legacy else store.reject
-        return keep(
-            staged, config_hash=manifest.config_hash, run_id=run_id, candidate=1, summary_md="x", evidence=evidence
+        return store.reject(
+            staged,
+            config_hash=manifest.config_hash,
+            run_id=run_id,
+            candidate=1,
+            summary_md="x",
+            evidence=evidence,
+            interrupted=interrupted is not None and not legacy,
         )
 
     stopped = keep("stopped", "trial 2")
@@ -641,13 +646,14 @@ def test_the_evidence_of_an_interrupted_run_is_filed_apart_from_the_rejections(s
     staged = stage(store, "run1", "a")
     manifest = make_manifest(staged)
     evidence = {"reasons": ["interrupted"], "interrupted_during": "trial 2"}
-    kept = store.keep_interrupted(
+    kept = store.reject(
         staged,
         config_hash=manifest.config_hash,
         run_id="run1",
         candidate=1,
         summary_md="# stopped\n",
         evidence=evidence,
+        interrupted=True,
     )
     assert kept == store.root / "interrupted" / manifest.config_hash / "run1-c1"
     assert not (store.root / "rejected" / manifest.config_hash).exists(), "no rejection was filed"
@@ -658,13 +664,14 @@ def test_the_evidence_of_an_interrupted_run_is_filed_apart_from_the_rejections(s
     assert stat.S_IMODE(os.lstat(store.root / "interrupted").st_mode) == 0o755
     assert leftovers(store.root) == []
     with pytest.raises(InputInvalidError, match=r"interrupted run .* never overwritten"):
-        store.keep_interrupted(
+        store.reject(
             stage(store, "run2", "b"),
             config_hash=manifest.config_hash,
             run_id="run1",
             candidate=1,
             summary_md="",
             evidence={},
+            interrupted=True,
         )
 
 
@@ -676,10 +683,9 @@ def test_gc_keeps_the_newest_interrupted_runs_as_it_keeps_rejections_counted_apa
     h = manifest.config_hash
 
     def keep(kind: str, run_id: str, age_s: float) -> Path:
-        keep = store.reject if kind == "rejected" else store.keep_interrupted
         evidence = {"interrupted_during": "trial 1"} if kind == "interrupted" else {}
-        path = keep(stage(store, run_id, run_id), config_hash=h, run_id=run_id, candidate=1, summary_md="",
-                    evidence=evidence)  # fmt: skip
+        path = store.reject(stage(store, run_id, run_id), config_hash=h, run_id=run_id, candidate=1, summary_md="",
+                            evidence=evidence, interrupted=kind == "interrupted")  # fmt: skip
         stamp = time.time() - age_s
         os.utime(path, (stamp, stamp))
         return path

@@ -399,14 +399,14 @@ class Orchestrator:
             "trials": [trial.to_dict() for trial in trials],
             "factors": dict(self.resolved.factors),
         }
-        keep = self.store.reject if interrupted is None else self.store.keep_interrupted
-        kept = keep(
+        kept = self.store.reject(
             tree,
             config_hash=self.resolved.config_hash,
             run_id=self.run_id,
             candidate=candidate,
             summary_md=summary,
             evidence=record,
+            interrupted=interrupted is not None,
         )
         with os_errors(f"keeping the evidence of candidate {candidate} in {kept}"):
             for log in sorted(evidence.glob("*.log")):
