@@ -43,7 +43,17 @@ from bless.oci.artifact import ARTIFACT_TYPE, FILE_MEDIA_TYPE, MANIFEST_MEDIA_TY
 from bless.oci.client import RegistryClient, parse_reference
 from bless.oci.limits import TransferLimits
 from bless.store import Store
-from tests.support.lying_registry import Lie, declared, delayed, endless, reply, slow_headers, token_challenge, trickle
+from tests.support.lying_registry import (
+    Lie,
+    LyingRegistry,
+    declared,
+    delayed,
+    endless,
+    reply,
+    slow_headers,
+    token_challenge,
+    trickle,
+)
 from tests.support.registry_simulator import ALSO_REAL, REAL_ONLY, AnyRegistry, RegistrySimulator, on_registries
 from tests.unit.store_helpers import child_env
 from tests.unit.test_fleet_registry import NEW_ID, OLD_ID, assert_untouched, bless_version
@@ -242,6 +252,7 @@ def test_a_trickling_registry_is_refused_by_the_deadline(
     with registry.lying(lie) as lying:
         with pytest.raises(TransferIncompleteError, match="did not finish within"):
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=TIGHT)
+        assert isinstance(lying, LyingRegistry)
         assert lying.owed > 0 and lying.sent < lying.owed, "the pull waited for the whole trickle"
     assert_untouched(host, old)
 
@@ -436,6 +447,7 @@ def test_a_registry_stalling_mid_blob_is_a_broken_transfer_74_not_cannot_connect
     with registry.lying(Lie("GET", BLOB, trickle(30, prefix=16))) as lying:
         with pytest.raises(TransferIncompleteError, match="stalled") as info:
             pull_blessing(host, parse_reference(lying.ref("c/t:new")), workers=1, limits=patient)
+        assert isinstance(lying, LyingRegistry)
         assert lying.owed > 0 and lying.sent == 0, "the pull waited past the silence for the next byte"
     assert "cannot connect" not in info.value.message
     assert_untouched(host, old)

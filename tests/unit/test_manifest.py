@@ -25,7 +25,7 @@ from bless.core.manifest import (
     tree_sha256,
     validate_document,
 )
-from bless.core.schemas import listing_conforms, validator
+from bless.core.schemas import listing_conforms, schema_errors, validator
 from bless.core.verify import FileEntry, TreeListing, hash_tree
 from bless.errors import ExitCode, ManifestInvalidError
 from bless.system.clock import utc_now
@@ -636,14 +636,14 @@ def schema_listings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     jsonschema takes about 10 s for 150,000 entries (a minute for a million), the listing loop a fraction.
     """
     handed: list[tuple[int, int]] = []
-    real = manifest_mod.schema_errors
+    real = schema_errors  # what bless.core.manifest calls
 
     def recording(name: str, document: Any, *, limit: int = 10) -> list[str]:
         cache = document.get("cache", {}) if isinstance(document, dict) else {}
         handed.append((len(cache.get("files", [])), len(cache.get("dirs", []))))
         return real(name, document, limit=limit)
 
-    monkeypatch.setattr(manifest_mod, "schema_errors", recording)
+    monkeypatch.setattr("bless.core.manifest.schema_errors", recording)
     return handed
 
 
@@ -671,7 +671,7 @@ def test_a_listing_past_its_limit_is_refused_on_the_count_at_once(
     big = {**document, "cache": {**cache, listing: [entry] * 1_000_001}}
     handed = schema_listings(monkeypatch)
     looped: list[object] = []
-    monkeypatch.setattr(manifest_mod, "listing_conforms", lambda *listings: looped.append(listings))
+    monkeypatch.setattr("bless.core.manifest.listing_conforms", lambda *listings: looped.append(listings))
     with pytest.raises(ManifestInvalidError, match=f"cache.{listing}: 1000001 entries, more than the 1000000"):
         validate_document(big, where="big")
     assert handed == [] and looped == [], "an entry was looked at before the count refused the listing"
