@@ -27,8 +27,12 @@ export BLESS_REQUIRE_PODMAN=1
 export BLESS_REQUIRE_HSM=1
 # The reference engine's model tests fail (not skip) when torch is missing: setup.sh installed it.
 export BLESS_REQUIRE_TORCH=1
+# In parallel (pytest-xdist): most tests wait on processes, sockets and Docker rather than the CPU, so more
+# workers than cores pay. Tests sharing what the machine has one of run in one worker per group
+# (tests/conftest.py SERIAL_GROUPS; CONTRIBUTING.md "Tests"). BLESS_TEST_WORKERS=0: one process.
+workers=${BLESS_TEST_WORKERS:-4}
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

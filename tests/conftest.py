@@ -5,8 +5,8 @@ without an ``__init__.py``), so tests import their helpers as ``tests.<module>``
 
 ``docker_client`` / ``busybox_image``: a real Docker Engine and a tiny image (``bless-test-busybox:1``)
 made from the host's static busybox, with no registry and no network: a rootfs tar with
-``/bin/busybox`` and a symlink per applet, ``docker import``-ed once per session and removed at its
-end. Docker unreachable -> the tests that use them are skipped with the reason (start it with
+``/bin/busybox`` and a symlink per applet, ``docker import``-ed once per session (per parallel worker) and
+removed at its end. Docker unreachable -> the tests that use them are skipped with the reason (start it with
 scripts/ensure-docker.sh); BLESS_REQUIRE_DOCKER=1 (CI) makes that a failure.
 """
 
@@ -25,9 +25,47 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import imported_image
+from tests.support.workers import worker_id
 
-BUSYBOX_IMAGE = "bless-test-busybox:1"
+#: Each parallel worker imports (and removes at its end) its own tag: one worker's end must not remove another's.
+BUSYBOX_IMAGE = "bless-test-busybox:1" if worker_id() == "main" else f"bless-test-busybox:1-{worker_id()}"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
+
+
+# --- parallel workers (scripts/test.sh: pytest -n N --dist loadgroup) ------------------------------------
+#: Test files whose tests run in one worker, in order, with the rest of their group (every other test goes
+#: to whichever worker is free). Why each group is one: CONTRIBUTING.md "Tests".
+SERIAL_GROUPS = {
+    # the image scripts tag, load and prune images machine-wide: one build at a time, and
+    # test_images_left_behind plants a leftover stage the scripts are to remove
+    "integration/test_images.py": "images",
+    "integration/test_images_left_behind.py": "images",
+    "integration/test_k8s_pod.py": "images",
+    # the session's real K=3 blessing (minutes of compiles) is made once and read by these; the fleet test
+    # signs it in place
+    "integration/test_bless_run.py": "blessed",
+    "integration/test_serve_full.py": "blessed",
+    "integration/test_fleet_e2e.py": "blessed",
+    "integration/test_gate_e2e.py": "blessed",
+    # the rest of the real Docker and compile work, one at a time beside the two above: on two cores more
+    # concurrent compiles and engines only slow each other down
+    "contract/test_runtime.py": "docker",  # its Docker runtime only (marked integration): tests/conftest.py
+    "integration/test_runtime_docker.py": "docker",
+    "integration/test_coverage_seal.py": "docker",
+    "integration/test_readme_blocks.py": "docker",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SERIAL_GROUPS` with their ``xdist_group`` (read by ``--dist loadgroup``)."""
+    for item in items:
+        group = SERIAL_GROUPS.get(item.path.relative_to(TESTS).as_posix())
+        # The contract suite's local runtimes need no Docker: they go to any worker.
+        if group == "docker" and item.get_closest_marker("integration") is None:
+            continue
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _docker_client() -> Any:
