@@ -12,6 +12,7 @@ scripts/ensure-docker.sh); BLESS_REQUIRE_DOCKER=1 (CI) makes that a failure.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import shutil
@@ -38,34 +39,39 @@ BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
 SERIAL_GROUPS = {
     # the image scripts tag, load and prune images machine-wide: one build at a time, and
     # test_images_left_behind plants a leftover stage the scripts are to remove
-    "integration/test_images.py": "images",
-    "integration/test_images_left_behind.py": "images",
-    "integration/test_k8s_pod.py": "images",
-    # the session's real K=3 blessing (minutes of compiles) is made once and read by these; the fleet test
-    # signs it in place
-    "integration/test_bless_run.py": "blessed",
-    "integration/test_serve_full.py": "blessed",
-    "integration/test_fleet_e2e.py": "blessed",
-    "integration/test_gate_e2e.py": "blessed",
+    "tests/integration/test_images.py": "images",
+    "tests/integration/test_images_left_behind.py": "images",
+    "tests/integration/test_k8s_pod.py": "images",
+    # they read the session's real K=3 blessing (minutes of compiles, made once); the fleet test signs it in place
+    "tests/integration/test_bless_run.py": "blessed",
+    "tests/integration/test_serve_full.py": "blessed",
+    "tests/integration/test_fleet_e2e.py": "blessed",
+    "tests/integration/test_gate_e2e.py": "blessed",
     # the rest of the real Docker and compile work, one at a time beside the two above: on two cores more
     # concurrent compiles and engines only slow each other down
-    "contract/test_runtime.py": "docker",  # its Docker runtime only (marked integration): tests/conftest.py
-    "integration/test_runtime_docker.py": "docker",
-    "integration/test_coverage_seal.py": "docker",
-    "integration/test_readme_blocks.py": "docker",
+    "tests/contract/test_runtime.py": "docker",
+    "tests/integration/test_runtime_docker.py": "docker",
+    "tests/integration/test_coverage_seal.py": "docker",
+    "tests/integration/test_readme_blocks.py": "docker",
 }
-TESTS = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`SERIAL_GROUPS` with their ``xdist_group`` (read by ``--dist loadgroup``)."""
-    for item in items:
-        group = SERIAL_GROUPS.get(item.path.relative_to(TESTS).as_posix())
-        # The contract suite's local runtimes need no Docker: they go to any worker.
-        if group == "docker" and item.get_closest_marker("integration") is None:
-            continue
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with :data:`SERIAL_GROUPS` as the groups (by file), every other test on its own.
+
+    Not xdist's ``xdist_group`` mark: xdist 3.8 puts the group into ``item._nodeid``, which pytest 9 no longer
+    reads, so the marked tests were spread over every worker.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    # Imported here: this hook is only called when xdist runs (a venv without it still collects and type-checks).
+    load_group: Any = importlib.import_module("xdist.scheduler").LoadGroupScheduling
+
+    def split_scope(self: Any, nodeid: str) -> str:
+        group = SERIAL_GROUPS.get(nodeid.split("::", 1)[0])
+        return group if group is not None else str(load_group._split_scope(self, nodeid))
+
+    return type("SerialGroupScheduling", (load_group,), {"_split_scope": split_scope})(config, log)
 
 
 def _docker_client() -> Any:
