@@ -176,11 +176,13 @@ def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
     # podman 4.3 makes an emptyDir a volume named after it, shared by every pod using that name (a cluster gives
     # each pod its own): named after the Deployment here, each test's pod has its own.
     (deployment,) = [doc for doc in changed if doc["kind"] == "Deployment"]
-    spec = deployment["spec"]["template"]["spec"]
-    renamed = {v["name"]: f"{deployment['metadata']['name']}-{v['name']}" for v in spec["volumes"] if "emptyDir" in v}
-    for volume in spec["volumes"]:
+    pod_spec = deployment["spec"]["template"]["spec"]
+    renamed = {
+        v["name"]: f"{deployment['metadata']['name']}-{v['name']}" for v in pod_spec["volumes"] if "emptyDir" in v
+    }
+    for volume in pod_spec["volumes"]:
         volume["name"] = renamed.get(volume["name"], volume["name"])
-    for container in spec["initContainers"] + spec["containers"]:
+    for container in pod_spec["initContainers"] + pod_spec["containers"]:
         for mount in container["volumeMounts"]:
             mount["name"] = renamed.get(mount["name"], mount["name"])
     return changed
