@@ -56,6 +56,7 @@ SERIAL_GROUPS = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist (plain pytest) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` with :data:`SERIAL_GROUPS` as the groups (by file), every other test on its own.
 
