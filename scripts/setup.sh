@@ -39,7 +39,7 @@ install_bless() {
     && .venv/bin/python -m pip install -e '.[dev]' \
     && touch .venv/.bless-installed
 }
-if ! .venv/bin/python -c 'import bless, typer, rich, docker, jsonschema, filelock, huggingface_hub, pytest, hypothesis, tuf, oras' 2>/dev/null \
+if ! .venv/bin/python -c 'import bless, typer, rich, docker, jsonschema, filelock, huggingface_hub, pytest, xdist, hypothesis, tuf, oras' 2>/dev/null \
    || [ pyproject.toml -nt .venv/.bless-installed ]; then
   run_step "installing bless and its dev tools into .venv (pip; a minute or two the first time)" install_bless
 else

@@ -14,8 +14,13 @@ fi
 echo "test: ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "test: mypy" >&2
-.venv/bin/mypy
+# mypy (minutes on a clean clone: no cache yet) runs beside pytest, whose tests mostly wait; its report is
+# shown, and its failure fails the command, once pytest has ended.
+echo "test: mypy (beside pytest; its report follows pytest's)" >&2
+mypy_log=$(mktemp)
+trap 'rm -f "$mypy_log"' EXIT
+.venv/bin/mypy >"$mypy_log" 2>&1 &
+mypy_pid=$!
 echo "test: pytest" >&2
 # Integration tests fail (not skip) when Docker is unreachable: setup.sh started it.
 export BLESS_REQUIRE_DOCKER=1
@@ -27,10 +32,22 @@ export BLESS_REQUIRE_PODMAN=1
 export BLESS_REQUIRE_HSM=1
 # The reference engine's model tests fail (not skip) when torch is missing: setup.sh installed it.
 export BLESS_REQUIRE_TORCH=1
+# In parallel (pytest-xdist): most tests wait on processes, sockets and Docker rather than the CPU, so more
+# workers than cores pay. Tests sharing what the machine has one of run in one worker per group
+# (tests/conftest.py SERIAL_GROUPS; CONTRIBUTING.md "Tests"). BLESS_TEST_WORKERS=0: one process.
+workers=${BLESS_TEST_WORKERS:-4}
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
 code=$?
+wait "$mypy_pid"
+mypy_code=$?
 set -e
+echo "test: mypy" >&2
+cat "$mypy_log"
+if [ "$mypy_code" -ne 0 ]; then
+  echo "test: mypy failed (exit $mypy_code)" >&2
+  exit "$mypy_code"
+fi
 if [ "$code" -eq 5 ]; then
   echo "test: pytest collected no tests: failing" >&2
   exit 1

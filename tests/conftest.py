@@ -5,13 +5,14 @@ without an ``__init__.py``), so tests import their helpers as ``tests.<module>``
 
 ``docker_client`` / ``busybox_image``: a real Docker Engine and a tiny image (``bless-test-busybox:1``)
 made from the host's static busybox, with no registry and no network: a rootfs tar with
-``/bin/busybox`` and a symlink per applet, ``docker import``-ed once per session and removed at its
-end. Docker unreachable -> the tests that use them are skipped with the reason (start it with
+``/bin/busybox`` and a symlink per applet, ``docker import``-ed once per session (per parallel worker) and
+removed at its end. Docker unreachable -> the tests that use them are skipped with the reason (start it with
 scripts/ensure-docker.sh); BLESS_REQUIRE_DOCKER=1 (CI) makes that a failure.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import shutil
@@ -25,9 +26,53 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import imported_image
+from tests.support.workers import worker_id
 
-BUSYBOX_IMAGE = "bless-test-busybox:1"
+#: Each parallel worker imports (and removes at its end) its own tag: one worker's end must not remove another's.
+BUSYBOX_IMAGE = "bless-test-busybox:1" if worker_id() == "main" else f"bless-test-busybox:1-{worker_id()}"
 BUSYBOX_PATHS = (Path("/bin/busybox"), Path("/usr/bin/busybox"))
+
+
+# --- parallel workers (scripts/test.sh: pytest -n N --dist loadgroup) ------------------------------------
+#: Test files whose tests run in one worker, in order, with the rest of their group (every other test goes
+#: to whichever worker is free). Why each group is one: CONTRIBUTING.md "Tests".
+SERIAL_GROUPS = {
+    # the image scripts tag, load and prune images machine-wide: one build at a time, and
+    # test_images_left_behind plants a leftover stage the scripts are to remove
+    "tests/integration/test_images.py": "images",
+    "tests/integration/test_images_left_behind.py": "images",
+    "tests/integration/test_k8s_pod.py": "images",
+    # they read the session's real K=3 blessing (minutes of compiles, made once); the fleet test signs it in place
+    "tests/integration/test_bless_run.py": "blessed",
+    "tests/integration/test_serve_full.py": "blessed",
+    "tests/integration/test_fleet_e2e.py": "blessed",
+    "tests/integration/test_gate_e2e.py": "blessed",
+    # the rest of the real Docker and compile work, one at a time beside the two above: on two cores more
+    # concurrent compiles and engines only slow each other down
+    "tests/contract/test_runtime.py": "docker",
+    "tests/integration/test_runtime_docker.py": "docker",
+    "tests/integration/test_coverage_seal.py": "docker",
+    "tests/integration/test_readme_blocks.py": "docker",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist (plain pytest) has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with :data:`SERIAL_GROUPS` as the groups (by file), every other test on its own.
+
+    Not xdist's ``xdist_group`` mark: xdist 3.8 puts the group into ``item._nodeid``, which pytest 9 no longer
+    reads, so the marked tests were spread over every worker.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    # Imported here: this hook is only called when xdist runs (a venv without it still collects and type-checks).
+    load_group: Any = importlib.import_module("xdist.scheduler").LoadGroupScheduling
+
+    def split_scope(self: Any, nodeid: str) -> str:
+        group = SERIAL_GROUPS.get(nodeid.split("::", 1)[0])
+        return group if group is not None else str(load_group._split_scope(self, nodeid))
+
+    return type("SerialGroupScheduling", (load_group,), {"_split_scope": split_scope})(config, log)
 
 
 def _docker_client() -> Any:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bless.container_labels import STORE_ROOT
+
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_PROFILE = REPO / "profiles" / "reference-cpu.toml"
 OWNER_LABEL = "org.bless.owner=bless"
@@ -92,6 +94,25 @@ def our_containers(*labels: str) -> list[str]:
         text=True,
     ).stdout
     return sorted(out.split())
+
+
+def our_containers_and_roots() -> dict[str, str]:
+    """Every container of ours (any state) by name, with the store root it is labelled with ("" for none)."""
+    out = subprocess.run(
+        [
+            "docker", "ps", "-a", "--filter", f"label={OWNER_LABEL}",
+            "--format", f'{{{{.Names}}}}\t{{{{.Label "{STORE_ROOT}"}}}}',
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        name, _, root = line.partition("\t")
+        if name:
+            found[name] = root
+    return found
 
 
 @contextmanager

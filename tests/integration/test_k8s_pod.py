@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,10 +150,14 @@ def published(pod_images: dict[str, str], tmp_path_factory: pytest.TempPathFacto
 
 
 def render(published: Published, pod_images: Mapping[str, str], port: int, trust: Path | None = None) -> list[Any]:
+    """The documents of one pod, named uniquely: podman names a ConfigMap's volume after the ConfigMap and keeps
+    it after the pod, so fixed names would be shared by concurrent tests and collide with a user's volumes."""
+    unique = uuid.uuid4().hex[:8]
     result = run_cli(
         "k8s", "render", "--profile", str(POD_PROFILE), "--from", published.reference,
         "--image", pod_images["engine"], "--bless-image", pod_images["bless"],
-        "--trust", str(trust or published.trust), "--port", str(port), "--name", "pod-e2e",
+        "--trust", str(trust or published.trust), "--port", str(port), "--name", f"pod-e2e-{unique}",
+        "--trust-configmap", f"bless-trust-{unique}",
     )  # fmt: skip
     assert result.code == 0, result.stderr[-3000:]
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -168,6 +173,18 @@ def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     changed: list[Any] = module.for_podman(documents, termination_dir=termination_dir, restart_never=True)
+    # podman 4.3 makes an emptyDir a volume named after it, shared by every pod using that name (a cluster gives
+    # each pod its own): named after the Deployment here, each test's pod has its own.
+    (deployment,) = [doc for doc in changed if doc["kind"] == "Deployment"]
+    pod_spec = deployment["spec"]["template"]["spec"]
+    renamed = {
+        v["name"]: f"{deployment['metadata']['name']}-{v['name']}" for v in pod_spec["volumes"] if "emptyDir" in v
+    }
+    for volume in pod_spec["volumes"]:
+        volume["name"] = renamed.get(volume["name"], volume["name"])
+    for container in pod_spec["initContainers"] + pod_spec["containers"]:
+        for mount in container["volumeMounts"]:
+            mount["name"] = renamed.get(mount["name"], mount["name"])
     return changed
 
 
@@ -175,7 +192,9 @@ def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
 class Pod:
     yaml_file: Path
     termination_dir: Path
-    name: str = "pod-e2e-pod-0"
+    name: str  # podman's: the Deployment's name, then -pod-0
+    #: The podman volumes this pod's play creates (ConfigMaps and emptyDirs, by name): removed after it.
+    volumes: frozenset[str]
     play_output: str = ""
 
     def container(self, which: str) -> str:
@@ -218,27 +237,33 @@ class Pod:
         raise AssertionError(f"{which} still {status} after {timeout_s} s:\n{self.logs(which)[-3000:]}")
 
 
+def podman_volumes() -> set[str]:
+    return set(podman("volume", "ls", "--format", "{{.Name}}").stdout.split())
+
+
 @pytest.fixture
 def play(tmp_path: Path) -> Iterator[Any]:
-    """Run documents with podman kube play; everything is torn down after the test."""
+    """Run documents with podman kube play; everything is torn down after the test, the pod's volumes included.
+
+    podman keeps a ConfigMap or an emptyDir as a volume named after it; the names are unique to the test
+    (:func:`render`, :func:`for_podman`), and only volumes the play created are removed: one of those names
+    there before the play is another's, and fails the test untouched.
+    """
     played: list[Pod] = []
 
     def run(documents: list[Any]) -> Pod:
         termination = tmp_path / "termination"
         termination.mkdir(exist_ok=True)
         path = tmp_path / "pod.yaml"
-        path.write_text(yaml.safe_dump_all(for_podman(documents, termination), sort_keys=False))
-        pod = Pod(path, termination)
+        documents = for_podman(documents, termination)
+        path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+        (deployment,) = [doc for doc in documents if doc["kind"] == "Deployment"]
+        volumes = {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "emptyDir" in v}
+        volumes |= {doc["metadata"]["name"] for doc in documents if doc["kind"] == "ConfigMap"}
+        taken = volumes & podman_volumes()
+        assert not taken, f"podman volumes {sorted(taken)} exist already: not this test's, left alone"
+        pod = Pod(path, termination, name=f"{deployment['metadata']['name']}-pod-0", volumes=frozenset(volumes))
         played.append(pod)
-        # podman keeps an emptyDir or ConfigMap as a volume named after it, shared by name: start from none.
-        names = {
-            v["name"]
-            for doc in documents
-            if doc["kind"] == "Deployment"
-            for v in doc["spec"]["template"]["spec"]["volumes"]
-        }
-        names |= {doc["metadata"]["name"] for doc in documents if doc["kind"] == "ConfigMap"}
-        podman("volume", "rm", "--force", *sorted(names), check=False)
         # kube play runs the init containers to completion, then starts the engine container and returns.
         proc = podman("kube", "play", str(path), check=False, timeout=600)
         pod.play_output = proc.stdout + proc.stderr
@@ -247,6 +272,11 @@ def play(tmp_path: Path) -> Iterator[Any]:
     yield run
     for pod in played:
         podman("kube", "play", "--down", str(pod.yaml_file), check=False, timeout=300)
+        created = sorted(pod.volumes & podman_volumes())
+        if created:
+            podman("volume", "rm", *created)
+    left = podman_volumes() & {name for pod in played for name in pod.volumes}
+    assert not left, f"podman volumes left behind: {sorted(left)}"
 
 
 # -- the pod serves only a verified, signed, proven blessing ------------------------------------------------

@@ -4,7 +4,9 @@ Every request is forwarded to the real registry (:class:`tests.support.registry.
 :class:`Lie` matches its method and path; then the lie answers instead: an endless body, a
 Content-Length it never keeps, a trickle of one byte at a time, a body cut short. Lies that send
 without end stop at :data:`SAFETY_LIMIT` bytes, so a client that does read everything fails its
-test instead of exhausting the machine; ``sent`` counts what the lies sent.
+test instead of exhausting the machine; ``sent`` counts what the lies sent, and ``owed`` what the slow
+lies (:func:`trickle`, :func:`slow_headers`) set out to send a byte at a time: a client that gave up on
+its deadline leaves ``sent`` short of ``owed``; one bounded only per read waits for all of it.
 
 A lie's answer is a :class:`Reply` or a :class:`Delayed` (data: the in-memory registry of
 ``tests/support/registry_simulator.py`` tells the same lies without a socket), or a function writing to the
@@ -88,6 +90,8 @@ class LyingRegistry:
         self.lies = list(lies)
         self.used: dict[int, int] = {}
         self.sent = 0
+        #: The bytes the slow lies set out to send one at a time (``sent`` counts those they did).
+        self.owed = 0
         #: The most one reply sent: the kernel's socket buffers take a few MiB of every reply nobody reads,
         #: so a client that reads several replies only partly (pull, then push) sums past one reply's bound.
         self.largest_reply = 0
@@ -105,6 +109,10 @@ class LyingRegistry:
         with self.lock:
             self.sent += size
             self.largest_reply = max(self.largest_reply, reply_so_far)
+
+    def owe(self, size: int) -> None:
+        with self.lock:
+            self.owed += size
 
     def lie_for(self, method: str, path: str) -> Lie | None:
         with self.lock:
@@ -240,6 +248,7 @@ def trickle(every_s: float, status: int = 200, content_length: int | None = None
         handler.end_headers()
         handler.wfile.write(data[:prefix])
         handler.wfile.flush()
+        lying.owe(max(0, len(data) - prefix))
         for index in range(prefix, len(data)):
             time.sleep(every_s)
             handler.wfile.write(data[index : index + 1])
@@ -255,6 +264,7 @@ def slow_headers(every_s: float, count: int = 10_000) -> SocketLie:
     def answer(lying: LyingRegistry, handler: BaseHTTPRequestHandler) -> None:
         handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
         handler.wfile.flush()
+        lying.owe(count)
         for _ in range(count):
             time.sleep(every_s)
             handler.wfile.write(b"a")

@@ -143,6 +143,9 @@ class RegistrySimulator(HTTPAdapter):
         self.credentials = credentials
         #: The most the client read of one lie's body (what ``lying`` told since it was entered).
         self.largest_reply = 0
+        #: The requests answered (refused ones included) since ``lying`` was entered: a client's retries and
+        #: redirects show here as work done.
+        self.requests = 0
         self._content: dict[str, bytes] = {}
         self._repositories: dict[str, _Repository] = {}
         self._uploads: dict[str, str] = {}  # upload id -> repository
@@ -205,7 +208,7 @@ class RegistrySimulator(HTTPAdapter):
     def lying(self, *lies: Lie) -> Iterator[RegistrySimulator]:
         """Answer requests ``lies`` match with their lie while inside; yields this registry (its ``ref``)."""
         with self._lock:
-            self._lies, self._used, self.largest_reply = list(lies), {}, 0
+            self._lies, self._used, self.largest_reply, self.requests = list(lies), {}, 0, 0
         try:
             yield self
         finally:
@@ -227,6 +230,7 @@ class RegistrySimulator(HTTPAdapter):
         url = urlsplit(request.url or "")
         method = request.method or "GET"
         with self._lock:
+            self.requests += 1
             refused = self._down or url.netloc != self.host
             lie = lie_for(self._lies, self._used, method, url.path)
         if refused:

@@ -49,8 +49,8 @@ def test_a_host_with_a_newline_is_an_engine_error() -> None:
 
 
 def test_a_malformed_status_line_is_an_engine_error() -> None:
-    with trickler(b"HTTP/1.1 banana\r\n\r\n", delay_s=0) as port, pytest.raises(EngineHttpError):
-        EngineClient("127.0.0.1", port, timeout_s=2).models()
+    with trickler(b"HTTP/1.1 banana\r\n\r\n", delay_s=0) as trickle, pytest.raises(EngineHttpError):
+        EngineClient("127.0.0.1", trickle.port, timeout_s=2).models()
 
 
 @pytest.fixture
@@ -59,16 +59,22 @@ def store(tmp_path: Path) -> Store:
 
 
 class trickler:
-    """A server on 127.0.0.1 that sends ``data`` one byte every ``delay_s`` to each connection (until closed)."""
+    """A server on 127.0.0.1 that sends ``data`` one byte every ``delay_s`` to each connection (until closed).
+
+    ``sent`` counts the bytes sent so far (every connection): a client bounded by a deadline gives up
+    before it has all of ``data``; one bounded only per read takes it all.
+    """
 
     def __init__(self, data: bytes, *, delay_s: float) -> None:
         self.data, self.delay_s = data, delay_s
         self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
         self.stop = threading.Event()
+        self.sent = 0
 
-    def __enter__(self) -> int:
+    def __enter__(self) -> trickler:
         threading.Thread(target=self._serve, daemon=True).start()
-        return int(self.listener.getsockname()[1])
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
@@ -92,6 +98,7 @@ class trickler:
                     conn.sendall(bytes([byte]))
                 except OSError:
                     return
+                self.sent += 1
                 time.sleep(self.delay_s)
 
 
@@ -101,11 +108,10 @@ SLOW_MODELS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Len
 @pytest.mark.parametrize("where", ["body", "headers"])
 def test_a_trickled_reply_is_bounded_by_one_deadline(where: str) -> None:
     data = SLOW_MODELS if where == "body" else b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 2000
-    with trickler(data, delay_s=0.05) as port:  # 2000 bytes: 100 s, each read well within the timeout
-        started = time.monotonic()
+    with trickler(data, delay_s=0.05) as trickle:  # 2000 bytes: 100 s, each read well within the timeout
         with pytest.raises(EngineHttpError, match="no whole reply within 2 s"):
-            EngineClient("127.0.0.1", port, timeout_s=2).models()
-        assert time.monotonic() - started < 5
+            EngineClient("127.0.0.1", trickle.port, timeout_s=2).models()
+        assert trickle.sent < len(data), "the client read the whole trickle: no deadline ended it"
 
 
 def _record(store: Store, port: int, **changes: Any) -> None:
@@ -147,12 +153,11 @@ def test_a_hostile_ready_record_is_not_serving(store: Store, change: dict[str, A
 def test_serve_full_ready_against_a_trickling_engine_exits_46_in_bounded_time(store: Store) -> None:
     from bless.cli.serve import ready_app
 
-    with trickler(SLOW_MODELS, delay_s=0.05) as port:
-        _record(store, port)
-        started = time.monotonic()
+    with trickler(SLOW_MODELS, delay_s=0.05) as trickle:
+        _record(store, trickle.port)
         result = CliRunner().invoke(ready_app, ["p", "--root", str(store.root), "--json"])
         assert result.exit_code == ExitCode.NOT_SERVING, result.stdout
-        assert time.monotonic() - started < 8
+        assert trickle.sent < len(SLOW_MODELS), "the probe read the whole trickle: no deadline ended it"
         assert json.loads(result.stdout)["error"]["details"]["reason"] == "engine_silent"
 
 

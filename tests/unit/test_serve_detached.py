@@ -102,10 +102,9 @@ def test_readiness_waits_for_the_watcher_then_refuse_flips_it_to_46_and_the_engi
     assert recorded["pid"] == process_identity()["pid"]
 
     runtime.container(result.started.name).log += f"(EngineCore pid=7) {SEAL_LINE}\n"
-    seconds = _wait_for(lambda: _refused(store, name, runtime) is not None)
+    _wait_for(lambda: _refused(store, name, runtime) is not None)
     refusal = _refused(store, name, runtime)
     assert refusal is not None and refusal.exit_code == 46 and "fused_moe_kernel" in refusal.message
-    assert seconds < 5
     assert runtime.container(result.started.name).running, "refuse keeps the engine up"
     events = (doc.serve_dir / SERVE_UNPROVEN_COMPILES).read_text().splitlines()
     assert [json.loads(line)["kernel"] for line in events] == ["fused_moe_kernel"]

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from bless import container_labels as labels
 from bless.cli import boundary
 from bless.cli.boundary import Report
-from bless.errors import ExitCode, NotServingError, StoreUnavailableError, VerifyFailedError
+from bless.errors import CanaryFailedError, ExitCode, NotServingError, StoreUnavailableError, VerifyFailedError
 from bless.flows import serve
 from bless.flows.serve.checks import verify_copy
 from bless.runtime.base import ContainerSpec, Mount
@@ -208,8 +208,9 @@ def test_start_writes_the_record_after_the_canary_and_finish_removes_it_first(st
 def test_a_failed_canary_writes_no_record(store: Store, tmp_path: Path) -> None:
     with FakeEngineServer(openai_engine(lambda prompt, n: [7] * n)) as server:
         plan, runtime = _blessed_plan(store, tmp_path, server.port)
-        with pytest.raises(Exception, match="canary"):
+        with pytest.raises(CanaryFailedError, match=r"golden prompt\(s\) differ from the blessed output") as info:
             serve.start(plan, runtime=runtime)
+    assert info.value.exit_code == ExitCode.CANARY_FAILED
     assert not store.paths.ready_file(plan.profile.name).exists()
 
 

@@ -27,6 +27,7 @@ from bless.runtime.base import Runtime
 from bless.store import Store
 from bless.store.layout import SERVE_UNPROVEN_COMPILES
 from tests.support.fakes import FakeRuntime
+from tests.support.hang_guard import HANG_S, finishes
 from tests.unit.test_serve import GOLDEN, bless, do_plan, make_profile, serving_runtime
 from tests.unit.test_serve_flow import _engine
 
@@ -53,13 +54,12 @@ def _plan(
     return do_plan(dataclasses.replace(profile, unproven_compile=policy), store, runtime), runtime
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 8.0) -> float:
-    """Seconds until ``condition`` held (fails the test after ``timeout_s``)."""
+def _wait_for(condition: Callable[[], bool], hang_s: float = HANG_S) -> None:
+    """Poll until ``condition`` holds; a hang detector, not a speed check (fails the test after ``hang_s``)."""
     t0 = time.monotonic()
     while not condition():
-        assert time.monotonic() - t0 < timeout_s, "not within the time allowed"
+        assert time.monotonic() - t0 < hang_s, "never happened"
         time.sleep(0.05)
-    return time.monotonic() - t0
 
 
 def _serve_while(
@@ -109,7 +109,7 @@ def _refused(store: Store, name: str, runtime: Runtime | None = None) -> NotServ
     return None
 
 
-def test_refuse_flips_readiness_to_46_within_seconds_and_the_engine_keeps_answering(
+def test_refuse_flips_readiness_to_46_while_serving_and_the_engine_keeps_answering(
     store: Store, tmp_path: Path
 ) -> None:
     seen: dict[str, object] = {}
@@ -120,7 +120,7 @@ def test_refuse_flips_readiness_to_46_within_seconds_and_the_engine_keeps_answer
         name = plan_.profile.name
         assert serve.check_ready(store, name).unproven == ()
         _compile_a_kernel(runtime, result)
-        seen["seconds"] = _wait_for(lambda: _refused(store, name) is not None)
+        _wait_for(lambda: _refused(store, name) is not None)
         refusal = _refused(store, name)
         assert refusal is not None
         seen["refusal"] = refusal
@@ -135,7 +135,6 @@ def test_refuse_flips_readiness_to_46_within_seconds_and_the_engine_keeps_answer
     assert "fused_moe_kernel" in refusal.message and refusal.hint and "rebless" in refusal.hint
     assert refusal.details["reason"] == "unproven_compile"
     assert refusal.details["unproven_compile"]["events"][0]["kernel"] == "fused_moe_kernel"
-    assert float(str(seen["seconds"])) < 5.0
     assert seen["answers"] is True
     assert outcome.failure is None and outcome.ended_by == "SIGTERM"
     assert [e.kernel for e in outcome.unproven] == ["fused_moe_kernel"]
@@ -175,9 +174,7 @@ def test_stop_ends_serving_gracefully_with_48_and_a_message(store: Store, tmp_pa
     ) -> None:
         _compile_a_kernel(runtime, result)  # nothing else: the policy must end serving by itself
 
-    t0 = time.monotonic()
-    outcome, the_plan, _events = _serve_while(store, tmp_path, "stop", during)
-    assert time.monotonic() - t0 < 10
+    outcome, the_plan, _events = finishes(lambda: _serve_while(store, tmp_path, "stop", during))
     failure = outcome.failure
     assert isinstance(failure, UnprovenCompileError) and failure.exit_code == 48
     assert "fused_moe_kernel" in failure.message and "unproven_compile = stop" in failure.message
