@@ -23,8 +23,8 @@ from bless.errors import BlessError, ExitCode
 if TYPE_CHECKING:
     from bless.core.factors import ResolvedConfig
     from bless.core.profile import Profile
-    from bless.core.verify import VerifyResult
     from bless.flows.events import EventSink
+    from bless.flows.inspect import VerifyOutcome
     from bless.flows.pull import PullResult
     from bless.flows.push import PushResult
     from bless.flows.run import RunResult
@@ -141,19 +141,16 @@ def run_blessing(
     )
 
 
-def verify(config_hash: str, *, store: Store | None = None, trust_dir: StrPath | None = None) -> VerifyResult:
+def verify(config_hash: str, *, store: Store | None = None, trust_dir: StrPath | None = None) -> VerifyOutcome:
     """Check a blessing's files byte for byte against its manifest (``bless verify``).
 
     ``config_hash``: the hash or a unique prefix of at least 8 hex digits. A mismatch is no exception:
-    ``result.ok`` is False and ``result.problems`` lists every difference. ``trust_dir``: the manifest
+    ``outcome.ok`` is False and ``outcome.problems`` lists every difference. ``trust_dir``: the manifest
     must also be a validly signed, fresh, current TUF target (a :class:`BlessError`, 60-66, otherwise).
     """
-    from bless.flows.trust_policy import trust_verdict
+    from bless.flows.inspect import verify_blessing
 
-    the_store = store or open_store()
-    live = the_store.live_prefix(config_hash)
-    trust_verdict(the_store, live.manifest, Path(trust_dir) if trust_dir else None, data=live.document)
-    return the_store.verify_blessing(live.manifest)
+    return verify_blessing(store or open_store(), config_hash, trust_dir=Path(trust_dir) if trust_dir else None)
 
 
 def serve(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.json_form import JsonForm, as_json
-from bless.core.verify import VerifyResult
+from bless.core.verify import Problem, VerifyResult
 from bless.errors import VerifyFailedError
 from bless.flows.lookup import lookup_live
 from bless.flows.trust_policy import trust_verdict
@@ -38,7 +38,17 @@ class VerifyOutcome(JsonForm):
 
     def json_extra(self) -> dict[str, Any]:
         """The verdict: whether the tree matches its manifest."""
-        return {"ok": self.result.ok}
+        return {"ok": self.ok}
+
+    @property
+    def ok(self) -> bool:
+        """Whether every blessed file matches its manifest, and nothing else is there."""
+        return self.result.ok
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """Every difference between the tree and its manifest (empty when :attr:`ok`)."""
+        return self.result.problems
 
     @property
     def failure(self) -> VerifyFailedError | None:
