@@ -35,7 +35,7 @@ export BLESS_REQUIRE_TORCH=1
 # In parallel (pytest-xdist): most tests wait on processes, sockets and Docker rather than the CPU, so more
 # workers than cores pay. Tests sharing what the machine has one of run in one worker per group
 # (tests/conftest.py SERIAL_GROUPS; CONTRIBUTING.md "Tests"). BLESS_TEST_WORKERS=0: one process.
-workers=${BLESS_TEST_WORKERS:-4}
+workers=${BLESS_TEST_WORKERS:-6}
 set +e
 .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
 code=$?
