@@ -12,17 +12,25 @@ from rich.text import Text
 from bless.core.untrusted_text import shown
 
 
-def cell(value: object) -> Text:
-    """A value from a manifest as one line of plain text, non-printables escaped."""
-    return Text(shown(str(value)))
+def cell(value: object, style: str = "") -> Text:
+    """A value from a document as one line of plain text: non-printables escaped
+    (:func:`bless.core.untrusted_text.shown`).
+
+    Names and fields come from disk and manifests that someone else may have written: a newline or an
+    escape sequence in one must not draw a line of its own.
+    """
+    return Text(shown(str(value)), style=style)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON, with the characters JSON leaves raw (C1 controls, bidi, ...) as ``\\u`` escapes."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
 
 
 def scalar(value: Any) -> str:
     """A scalar in words: a string as it is, anything else as JSON (non-printables escaped)."""
-    if isinstance(value, str):
-        return value
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
+    return value if isinstance(value, str) else json_text(value)
 
 
 def kv_lines(console: Console, rows: Sequence[tuple[str, str]], *, indent: str = "") -> None:

@@ -6,7 +6,6 @@ cannot disagree. Turning outcomes into output and exit codes is :mod:`bless.cli.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,10 +27,14 @@ from rich.text import Text
 from rich.tree import Tree
 
 from bless.cli import blessing_words
+from bless.cli.blessing_words import json_text
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.manifest import factor_field
 from bless.core.untrusted_text import shown
 from bless.errors import EXIT_CODES
+
+#: The one cell of every view (defined beside the words of bless show, which this module draws).
+cell = blessing_words.cell
 
 #: Verification shows a progress bar when the blessed cache is larger than this (bytes).
 PROGRESS_THRESHOLD_BYTES = 100_000_000
@@ -69,22 +72,6 @@ def human_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def cell(value: object, style: str = "") -> Text:
-    """A value from a document as one line of plain text: non-printables escaped
-    (:func:`bless.core.untrusted_text.shown`).
-
-    Names and fields come from disk and manifests that someone else may have written: a newline or an
-    escape sequence in one must not draw a line of its own.
-    """
-    return Text(shown(str(value)), style=style)
-
-
-def _json_text(value: Any) -> str:
-    """``value`` as JSON, with the characters JSON leaves raw (C1 controls, bidi, ...) as ``\\u`` escapes."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in text)
-
-
 def _table(title: str | None, *columns: str) -> Table:
     # The title as plain Text: a string would be read as rich markup ("[bold]" in a path).
     table = Table(title=Text(title) if title else None, title_justify="left", header_style="bold", expand=False)
@@ -116,7 +103,7 @@ def _factor_tree(tree: Tree, value: Mapping[str, Any]) -> None:
         if isinstance(item, Mapping) and item:
             _factor_tree(tree.add(cell(key, style="bold")), item)
         else:
-            tree.add(Text.assemble((shown(key), "cyan"), " = ", _json_text(item)))
+            tree.add(Text.assemble((shown(key), "cyan"), " = ", json_text(item)))
 
 
 def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
@@ -147,7 +134,7 @@ def render_resolved(console: Console, data: Mapping[str, Any]) -> None:
 def _side(change: Mapping[str, Any], side: str) -> Text:
     if change[f"{side}_absent"]:
         return Text("(absent)", style="dim")
-    return Text(_json_text(change[side]))
+    return Text(json_text(change[side]))
 
 
 def render_diff(console: Console, data: Mapping[str, Any]) -> None:
@@ -354,10 +341,6 @@ def _token_ids(ids: Any) -> str:
         return "-"
     head = " ".join(str(token) for token in ids[:MAX_TOKEN_IDS_SHOWN])
     return head + (f" ... ({len(ids)} in all)" if len(ids) > MAX_TOKEN_IDS_SHOWN else "")
-
-
-def _scalar(value: Any) -> str:
-    return value if isinstance(value, str) else _json_text(value)
 
 
 # --------------------------------------------------------------------------------------------
