@@ -52,7 +52,7 @@ on PATH. Prints the image ID on stdout; progress goes to stderr.
                        from PyPI (needs Docker Hub and internet)
              offline : debootstrap'ed Debian $DEBIAN_SUITE base (docker import, cached)
                        + a wheelhouse made on the host, built with --network none
-             auto    : online if $ONLINE_BASE is local or pullable, else offline (default)
+             auto    : offline if its base image is local, else online if $ONLINE_BASE is local or pullable, else offline (default)
   --force    rebuild even if the image is up to date
   -h, --help this help
 
@@ -117,6 +117,11 @@ trap 'exit 130' INT TERM
 require_docker
 SOURCE_HASH="$(bless_source_hash "$REPO_ROOT")"
 exit_if_up_to_date "$path_choice" "$STAGE_LABEL"
+# What is on this machine first (as the reference image's script): the offline path needs only its base image.
+offline_inputs_local() {
+    image_id "$(base_tag)" >/dev/null || return 1
+    echo "the base image $(base_tag) is local"
+}
 choose_path "$path_choice"
 mkdir -p "$CACHE_DIR"
 
