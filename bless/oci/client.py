@@ -248,24 +248,17 @@ class RegistryClient:
                 f"{self.reference.registry}: the transfer broke off while {what}: {_broken_body(exc)}",
                 hint="nothing was installed; retry when the registry is healthy",
             ) from None
-        except requests.exceptions.Timeout as exc:
-            failure = describe_failure(exc, read_timeout=self.limits.grace_s)
-            raise RegistryUnavailableError(
-                f"{self.reference.registry}: timed out while {what}: {failure.reason}",
-                hint=failure.hint,
-                remedy=failure.remedy,
-            ) from None
-        except requests.exceptions.ConnectionError as exc:
-            failure = describe_failure(exc, read_timeout=self.limits.grace_s)
-            raise RegistryUnavailableError(
-                f"{self.reference.registry}: cannot connect while {what}: {failure.reason}",
-                hint=failure.hint,
-                remedy=failure.remedy,
-            ) from None
         except requests.exceptions.RequestException as exc:
+            # A connect timeout is both a Timeout and a ConnectionError: it reads as a timeout.
+            if isinstance(exc, requests.exceptions.Timeout):
+                doing = f"timed out while {what}"
+            elif isinstance(exc, requests.exceptions.ConnectionError):
+                doing = f"cannot connect while {what}"
+            else:
+                doing = f"{what} failed"
             failure = describe_failure(exc, read_timeout=self.limits.grace_s)
             raise RegistryUnavailableError(
-                f"{self.reference.registry}: {what} failed: {failure.reason}", hint=failure.hint, remedy=failure.remedy
+                f"{self.reference.registry}: {doing}: {failure.reason}", hint=failure.hint, remedy=failure.remedy
             ) from None
         except ValueError as exc:  # oras: "Cannot respond to request for authentication."
             raise RegistryUnavailableError(
