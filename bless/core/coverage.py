@@ -14,14 +14,20 @@ This module is pure: the data model, the grouping of token counts into classes, 
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bless.core.json_form import JsonForm
+from bless.core.json_form import JsonForm, as_json
 
 #: Prompt token ids start here: low ids are special tokens in most vocabularies (BOS, EOS, padding).
 FIRST_PROMPT_TOKEN = 1000
+#: The endpoints a coverage request may use: the OpenAI completions API (token-id prompts) or chat completions.
+ENDPOINTS = ("completions", "chat")
+#: The one user message of a chat coverage request (chat prompts are text: the template decides the tokens).
+CHAT_MESSAGE = "Name three colours and one animal, then call the tool if one is offered."
 
 
 @dataclass(frozen=True)
@@ -43,11 +49,22 @@ class CoverageClass(JsonForm):
     burst: int = 1
     #: Tokens each request generates.
     max_tokens: int = 1
+    #: ``chat``: the requests go to the chat completions API (a text message); None: the completions API.
+    endpoint: str | None = field(default=None, metadata=as_json(omit_if_none=True))
+    #: Plain greedy completions released together with the burst (a batch mixing request kinds); None: none.
+    companions: int | None = field(default=None, metadata=as_json(omit_if_none=True))
 
     @property
     def drive(self) -> Drive:
         """The requests that reach this class."""
-        return Drive(self.token_count, self.max_tokens, tuple(sorted(self.sampling.items())), self.burst)
+        return Drive(
+            self.token_count,
+            self.max_tokens,
+            freeze_fields(self.sampling),
+            self.burst,
+            self.endpoint or "completions",
+            self.companions or 0,
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoverageClass:
@@ -60,26 +77,64 @@ class CoverageClass(JsonForm):
             sampling=dict(data.get("sampling", {})),
             burst=int(data.get("burst", 1)),
             max_tokens=int(data.get("max_tokens", 1)),
+            endpoint=str(data["endpoint"]) if data.get("endpoint") is not None else None,
+            companions=int(data["companions"]) if data.get("companions") is not None else None,
         )
+
+
+def freeze_fields(fields: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Request fields as a hashable, ordered tuple: nested objects and lists as their canonical JSON text."""
+    return tuple(
+        (name, value if isinstance(value, str | int | float | bool) or value is None else _canonical(value))
+        for name, value in sorted(fields.items())
+    )
+
+
+class JsonText(str):
+    """A nested request field frozen as its canonical JSON text (decoded again by :attr:`Drive.fields`)."""
+
+    __slots__ = ()
+
+
+def _canonical(value: Any) -> JsonText:
+    return JsonText(json.dumps(value, sort_keys=True, separators=(",", ":")))
 
 
 @dataclass(frozen=True)
 class Drive:
-    """One coverage request shape: ``burst`` prompts of ``token_count`` token ids at once, with ``sampling``."""
+    """One coverage request shape: ``burst`` requests at once with ``sampling`` (plus ``companions`` plain ones).
+
+    ``sampling`` is frozen (:func:`freeze_fields`): a nested value is its canonical JSON text; :attr:`fields`
+    gives the request fields back.
+    """
 
     token_count: int
     max_tokens: int
     sampling: tuple[tuple[str, Any], ...]
     burst: int
+    endpoint: str = "completions"
+    companions: int = 0
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The request fields beyond the prompt, nested values decoded."""
+        return {name: json.loads(value) if isinstance(value, JsonText) else value for name, value in self.sampling}
 
     def describe(self) -> str:
-        """``17 tokens``, ``16 tokens x8 at once (top_k=20, temperature=0.8)``."""
+        """``17 tokens``, ``16 tokens x8 at once (top_k=20, temperature=0.8)``, ``chat (tool_choice=required)``."""
         fields = ", ".join(f"{name}={value}" for name, value in self.sampling)
+        head = "chat" if self.endpoint == "chat" else f"{self.token_count} tokens"
         return (
-            f"{self.token_count} tokens"
+            head
             + (f" x{self.burst} at once" if self.burst > 1 else "")
+            + (f" with {self.companions} plain" if self.companions else "")
             + (f" ({fields})" if fields else "")
         )
+
+    @property
+    def plain(self) -> bool:
+        """A single greedy completion of a token-id prompt: the token-count classes."""
+        return self.burst == 1 and not self.sampling and self.endpoint == "completions" and not self.companions
 
 
 @dataclass(frozen=True)
@@ -141,7 +196,7 @@ class CoveragePlan(JsonForm):
     @property
     def requests(self) -> tuple[int, ...]:
         """The prompt lengths of the greedy single requests to send, ascending (the token-count classes)."""
-        return tuple(sorted({d.token_count for d in self.drives if d.burst == 1 and not d.sampling}))
+        return tuple(sorted({d.token_count for d in self.drives if d.plain}))
 
     @property
     def gaps(self) -> tuple[CoverageFamily, ...]:
@@ -178,9 +233,9 @@ class CoverageRun:
         # By hand (not JsonForm): the shapes sent summarized (a count, greedy token counts, others described).
         return {
             "mode": self.mode,
-            "requests": sum(d.burst for d in self.sent),
-            "token_counts": [d.token_count for d in self.sent if d.burst == 1 and not d.sampling],
-            "shapes": [d.describe() for d in self.sent if d.burst > 1 or d.sampling],
+            "requests": sum(d.burst + d.companions for d in self.sent),
+            "token_counts": [d.token_count for d in self.sent if d.plain],
+            "shapes": [d.describe() for d in self.sent if not d.plain],
             "seconds": round(self.seconds, 3),
         }
 
@@ -209,6 +264,66 @@ def group_token_counts(
     return tuple(classes)
 
 
+#: Token counts up to this are always grouped one by one (Triton's ``== 1`` specialization lives there).
+SMALL_COUNTS = 64
+
+
+def group_token_range(
+    first: int,
+    last: int,
+    key_of: Callable[[int], Hashable],
+    describe: Callable[[Hashable], str],
+    *,
+    splits: Iterable[int] = (),
+    period: int = 16,
+    prefer_above: int = 0,
+) -> tuple[CoverageClass, ...]:
+    """:func:`group_token_counts` over ``first..last`` without visiting every count (bounded in the range's size).
+
+    ``key_of`` must be periodic with ``period`` between consecutive ``splits`` (the counts where a regime
+    may change: a tile configuration, a block assignment) above :data:`SMALL_COUNTS`: each such segment is
+    grouped from its first two periods, each residue an arithmetic progression to the segment's end, and a
+    segment whose second period differs from its first raises ValueError (the rule is not what the model
+    assumes). The result equals :func:`group_token_counts` over the same range (a unit test holds that).
+    """
+    if last < first:
+        return ()
+    bounds = sorted(b for b in {first, last + 1, SMALL_COUNTS + 1, *splits} if first <= b <= last + 1)
+    progressions: dict[Hashable, list[tuple[int, int]]] = {}  # key -> [(start, end)] stepping by period
+    for start, stop in itertools.pairwise(bounds):
+        end = stop - 1
+        if end - start < 2 * period or end <= SMALL_COUNTS:
+            for count in range(start, end + 1):
+                progressions.setdefault(key_of(count), []).append((count, count))
+            continue
+        for residue in range(period):
+            head = start + residue
+            key = key_of(head)
+            if key_of(head + period) != key:
+                raise ValueError(f"the compile key is not periodic in {period} from token count {head}")
+            tail = head + period * ((end - head) // period)
+            progressions.setdefault(key, []).append((head, tail))
+    classes: list[CoverageClass] = []
+    for key, runs in progressions.items():
+        members = sum((tail - head) // period + 1 if tail > head else 1 for head, tail in runs)
+        low = min(head for head, _ in runs)
+        high = max(tail for _, tail in runs)
+        above = [_first_above(head, tail, period, prefer_above) for head, tail in runs]
+        chosen = min((a for a in above if a is not None), default=low)
+        classes.append(CoverageClass(describe(key), chosen, members, low, high))
+    return tuple(sorted(classes, key=lambda c: c.first))
+
+
+def _first_above(head: int, tail: int, period: int, threshold: int) -> int | None:
+    """The smallest member of ``head, head+period, .., tail`` above ``threshold``, or None."""
+    if tail <= threshold:
+        return None
+    if head > threshold:
+        return head
+    step = period if tail > head else 1
+    return head + step * ((threshold - head) // step + 1)
+
+
 def coverage_prompt(token_count: int, prompt_tokens: tuple[int, int]) -> list[int]:
     """``token_count`` token ids in ``prompt_tokens`` [first, last): deterministic, distinct per length.
 
@@ -229,13 +344,15 @@ def describe_plan(plan: CoveragePlan) -> list[str]:
             lines.append(f"{family.name}: not reachable here ({family.reason})")
         elif not family.modeled:
             lines.append(f"{family.name}: GAP, reachable but not modeled ({family.reason})")
-        elif all(not c.sampling and c.burst == 1 for c in family.classes):
+        elif family.classes and all(c.drive.plain for c in family.classes):
             counts = ", ".join(str(c.token_count) for c in family.classes)
             lines.append(
                 f"{family.name}: {len(family.classes)} class(es) over token counts "
                 f"{plan.token_range[0]}..{plan.token_range[1]}, reached by prompts of {counts} token(s)"
                 f" ({family.reason})"
             )
+        elif not family.classes:
+            lines.append(f"{family.name}: nothing compiles lazily here ({family.reason})")
         else:
             lines.append(f"{family.name}: {len(family.classes)} class(es), one request shape each ({family.reason})")
     return lines

@@ -1,4 +1,5 @@
-"""The engine's HTTP API as bless uses it: ``/v1/models`` (readiness, the served model) and ``/v1/completions``.
+"""The engine's HTTP API as bless uses it: ``/v1/models`` (readiness, the served model), ``/v1/completions``
+and ``/v1/chat/completions`` (coverage requests).
 
 One small client over the standard library for every phase (bootstrap, trials, the canary, the readiness
 probe): every request has a timeout, every reply a size cap and a checked shape, and an adapter may require
@@ -147,6 +148,28 @@ class EngineClient:
             raise EngineHttpError(f"/v1/completions: unexpected reply shape ({exc})") from None
         shown = prompt if isinstance(prompt, str) else f"[{len(sent)} token ids]"
         return Completion(shown, text, tuple(token_ids), latency)
+
+    def chat(self, message: str, max_tokens: int, fields: Mapping[str, Any] | None = None) -> str:
+        """One chat completion of a single user ``message`` (coverage requests): its reply's first choice.
+
+        ``fields`` adds request fields (``tools``, ``tool_choice``, ``response_format``, sampling). The reply
+        must hold a message; its content or tool calls come back as text (coverage compares nothing).
+        """
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": max_tokens,
+            **(fields or {}),
+        }
+        if self.model:
+            body["model"] = self.model
+        reply = self._request("/v1/chat/completions", body)
+        try:
+            answer = reply["choices"][0]["message"]
+            if not isinstance(answer, Mapping):
+                raise TypeError("message is not an object")
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EngineHttpError(f"/v1/chat/completions: unexpected reply shape ({exc})") from None
+        return json.dumps(answer, sort_keys=True)[:2000]
 
 
 def _short(exc: BaseException) -> str:

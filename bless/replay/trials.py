@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from bless.core.coverage import CoveragePlan, CoverageRun, Drive
+from bless.core.coverage import CHAT_MESSAGE, CoveragePlan, CoverageRun, Drive
 from bless.core.json_form import OMIT, JsonForm, as_json, rounded
 from bless.core.profile import TrialSettings
 from bless.replay.engine_client import Completion, EngineClient
@@ -166,34 +167,39 @@ def drive_coverage(client: EngineClient, plan: CoveragePlan, mode: str) -> Cover
     """Send every request shape of the plan (:attr:`CoveragePlan.drives`), one shape at a time.
 
     A single greedy request's prefill is exactly one engine step of its token count; a burst sends its
-    requests at once, so the engine batches them (the sampler's kernels specialize on the batch). Each
-    class's kernels compile (bootstrap) or must load (trials). A failed request raises EngineHttpError.
+    requests at once (with its plain companions, a batch mixing request kinds), so the engine batches them
+    (the sampler's and the grammar bitmask's kernels specialize on the batch). Each class's kernels compile
+    (bootstrap) or must load (trials). A failed request raises EngineHttpError.
     """
     started = time.monotonic()
     sent: list[Drive] = []
     for drive in plan.drives:
-        prompt, sampling = plan.prompt(drive.token_count), dict(drive.sampling)
-        if drive.burst == 1:
-            client.complete(prompt, drive.max_tokens, sampling)
+        plain: Callable[[], object] = partial(client.complete, plan.prompt(drive.token_count), drive.max_tokens)
+        requests: list[Callable[[], object]] = [partial(_send, client, plan, drive)] * drive.burst
+        requests += [plain] * drive.companions
+        if len(requests) == 1:
+            requests[0]()
         else:
             # Released together, so the engine schedules them into one step (the batch the class is keyed on).
-            start = threading.Barrier(drive.burst)
-            with ThreadPoolExecutor(max_workers=drive.burst) as pool:
-                futures = [
-                    pool.submit(_at_once, start, client, prompt, drive.max_tokens, sampling) for _ in range(drive.burst)
-                ]
-                for future in futures:
+            start = threading.Barrier(len(requests))
+            with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+                for future in [pool.submit(_at_once, start, request) for request in requests]:
                     future.result()
         sent.append(drive)
     return CoverageRun(mode, tuple(sent), time.monotonic() - started)
 
 
-def _at_once(
-    start: threading.Barrier, client: EngineClient, prompt: list[int], max_tokens: int, sampling: dict[str, Any]
-) -> None:
+def _send(client: EngineClient, plan: CoveragePlan, drive: Drive) -> object:
+    """One request of a drive: a chat message, or a completion of the class's token-id prompt."""
+    if drive.endpoint == "chat":
+        return client.chat(CHAT_MESSAGE, drive.max_tokens, drive.fields)
+    return client.complete(plan.prompt(drive.token_count), drive.max_tokens, drive.fields)
+
+
+def _at_once(start: threading.Barrier, request: Callable[[], object]) -> None:
     """One request of a burst, sent once every request of the burst is ready to go."""
     start.wait()
-    client.complete(prompt, max_tokens, sampling)
+    request()
 
 
 def golden_text_map(golden: Sequence[Mapping[str, Any]]) -> dict[str, str]:

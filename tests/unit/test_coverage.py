@@ -54,7 +54,15 @@ def plan_for(
     release: str | None = "0.26.0",
 ) -> CoveragePlan:
     return vllm_coverage.coverage_plan(
-        release, config, SERVE if serve is None else serve, ENV if env is None else env, gpu, "m", 151936
+        release,
+        config,
+        SERVE if serve is None else serve,
+        ENV if env is None else env,
+        gpu,
+        "m",
+        151936,
+        capability="9.0",
+        chat_template=True,
     )
 
 
@@ -165,7 +173,21 @@ def test_tensor_parallelism_splits_the_intermediate_size() -> None:
             "max_num_batched_tokens",
         ),
         (QWEN3_30B_A3B, {**SERVE, "max_model_len": 2048}, ENV, "0.26.0", "max_model_len must exceed"),
-        (QWEN3_30B_A3B, {**SERVE, "quantization": "fp8"}, ENV, "0.26.0", "quantized"),
+        (QWEN3_30B_A3B, {**SERVE, "quantization": "fp8"}, ENV, "0.26.0", "without a quantization_config"),
+        (
+            {**QWEN3_30B_A3B, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}},
+            SERVE,
+            ENV,
+            "0.26.0",
+            "without a weight_block_size",
+        ),
+        (
+            {**QWEN3_30B_A3B, "quantization_config": {"quant_method": "awq", "bits": 4}},
+            SERVE,
+            ENV,
+            "0.26.0",
+            "awq MoE weights",
+        ),
         (QWEN3_30B_A3B, SERVE, {**ENV, "VLLM_TUNED_CONFIG_FOLDER": "/x"}, "0.26.0", "VLLM_TUNED_CONFIG_FOLDER"),
         (QWEN3_30B_A3B, SERVE, ENV, "0.33.0", "no fused-MoE coverage model for vLLM 0.33.0"),
         (None, SERVE, ENV, "0.26.0", "config.json cannot be read"),
@@ -214,9 +236,11 @@ def test_every_family_the_release_names_is_in_the_plan_with_its_source() -> None
     assert names == [
         "fused_moe",
         "sampler",
+        "structured_outputs",
+        "chat",
+        "fp8_linear",
         "inductor_graph",
         "flashinfer_jit",
-        "deep_gemm",
         "spec_decode",
         "lora",
         "model_specific",

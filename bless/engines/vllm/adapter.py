@@ -370,14 +370,18 @@ class VllmAdapter:
         config = coverage.read_model_config(model)
         vocab = config.get("vocab_size") if config else None
         gpu_name = hardware.get("gpu_name")
+        capability = hardware.get("compute_capability")
+        serve = _serve_factor(resolved)
         return coverage.coverage_plan(
             self.vllm_version if self.rules_known else None,
             config,
-            _serve_factor(resolved),
+            serve,
             resolved.engine_env(),
             gpu_name if isinstance(gpu_name, str) else None,
             str(model.get("id", "")),
             vocab if isinstance(vocab, int) else None,
+            capability=capability if isinstance(capability, str) else None,
+            chat_template=coverage.read_chat_template(model, serve),
         )
 
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bless.core.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_counts
+from bless.core.coverage import CoverageClass, CoverageFamily, CoveragePlan, group_token_range
+from bless.errors import InputInvalidError
 from bless.system.user_files import read_input
 
 #: The releases whose fused-MoE rule this module implements (their tuned tables are in moe_configs.json).
@@ -56,7 +57,7 @@ UNQUANTIZED_DTYPES = frozenset({"bfloat16", "float16", "half", "float32", "float
 
 def _flashinfer_selectors(env: Mapping[str, str]) -> list[str]:
     """The env settings that select FlashInfer (vLLM 0.26 envs.py: the sampler is on unless set to 0)."""
-    selected = {
+    selected: dict[str, bool] = {
         "VLLM_ATTENTION_BACKEND": "FLASHINFER" in env.get("VLLM_ATTENTION_BACKEND", "").upper(),
         "VLLM_USE_FLASHINFER_SAMPLER": env.get("VLLM_USE_FLASHINFER_SAMPLER", "1") not in ("0", ""),
         "VLLM_USE_FLASHINFER_MOE_FP16": env.get("VLLM_USE_FLASHINFER_MOE_FP16", "") not in ("0", ""),
@@ -72,6 +73,17 @@ class MoeShape:
     top_k: int
     n_per_rank: int
     hidden: int
+
+
+@dataclass(frozen=True)
+class MoeQuant:
+    """How the experts' weights are quantized, as vLLM names it in config file names (dtype None: bf16/fp16)."""
+
+    dtype: str | None
+    block_shape: tuple[int, int] | None = None
+
+
+UNQUANTIZED = MoeQuant(None)
 
 
 @dataclass(frozen=True)
@@ -104,13 +116,27 @@ def device_file_name(gpu_name: str) -> str:
     return "NVIDIA_H200" if "H200" in name.split("_") else name
 
 
-def config_file_name(experts: int, n: int, gpu_name: str) -> str:
-    """``get_config_file_name`` for unquantized weights."""
-    return f"E={experts},N={n},device_name={device_file_name(gpu_name)}.json"
+def config_file_name(experts: int, n: int, gpu_name: str, quant: MoeQuant | None = None) -> str:
+    """``get_config_file_name``: ``E=..,N=..,device_name=..[,dtype=..][,block_shape=[n,k]].json``."""
+    dtype = f",dtype={quant.dtype}" if quant is not None and quant.dtype else ""
+    block = f",block_shape=[{quant.block_shape[0]},{quant.block_shape[1]}]" if quant and quant.block_shape else ""
+    return f"E={experts},N={n},device_name={device_file_name(gpu_name)}{dtype}{block}.json"
 
 
-def default_config(m: int, experts: int) -> dict[str, int]:
-    """vLLM 0.26 ``get_default_config`` for bf16/fp16 on CUDA (not ROCm, not batch-invariant)."""
+def default_config(m: int, experts: int, quant: MoeQuant | None = None) -> dict[str, int]:
+    """vLLM 0.26 ``get_default_config`` on CUDA (not ROCm, not batch-invariant): bf16/fp16, or block FP8."""
+    if quant is not None and quant.dtype == "fp8_w8a8" and quant.block_shape is not None:
+        block_n_quant, block_k_quant = quant.block_shape
+        small = m <= 8 and block_n_quant % 64 == 0
+        return {
+            "BLOCK_SIZE_M": 16 if m <= 64 else 64,
+            "BLOCK_SIZE_N": 64 if small else block_n_quant,
+            "BLOCK_SIZE_K": block_k_quant,
+            "GROUP_SIZE_M": 1 if m <= 16 else 32,
+            "SPLIT_K": 1,
+            "num_warps": 4,
+            "num_stages": (4 if m <= 4 else 3) if small else 3,
+        }
     block_m = 16 if m <= 32 else 32 if m <= 96 else 64 if m <= 512 else 128
     return {
         "BLOCK_SIZE_M": block_m,
@@ -133,8 +159,12 @@ def _specialization(value: int) -> str:
     return "1" if value == 1 else "D" if value % 16 == 0 else "N"
 
 
-def fused_moe_key(m: int, shape: MoeShape, config: Mapping[str, int]) -> tuple[Any, ...]:
-    """Everything a compile of both GEMMs of step size ``m`` is keyed on (besides the shape's constants)."""
+def fused_moe_key(m: int, shape: MoeShape, config: Mapping[str, int], quant: MoeQuant | None = None) -> tuple[Any, ...]:
+    """Everything a compile of both GEMMs of step size ``m`` is keyed on (besides the shape's constants).
+
+    For block FP8 the launch clamps BLOCK_SIZE_K to the quantization block and turns on swap-AB (Hopper,
+    BLOCK_SIZE_M < 64 <= BLOCK_SIZE_N): both are functions of the configuration, so the configuration keys them.
+    """
     block_m = int(config["BLOCK_SIZE_M"])
     valid = m * shape.top_k
     naive = valid * 4 <= shape.experts
@@ -153,6 +183,51 @@ def fused_moe_key(m: int, shape: MoeShape, config: Mapping[str, int]) -> tuple[A
         _specialization(em_w2),
         _specialization(valid),
     )
+
+
+def fused_moe_splits(shape: MoeShape, configs: Iterable[Mapping[str, int]], config_changes: Iterable[int]) -> set[int]:
+    """Token counts where the compile key's regime may change (see :func:`fused_moe_key`).
+
+    Between two of these the key depends on M modulo 16 only: the tile configuration changes at
+    ``config_changes``; the naive assignment ends past ``E // (4 top_k)``; ``M * top_k < E`` and
+    ``M < BLOCK_SIZE_M`` (for every block size the configurations use) switch the padded row count.
+    """
+    splits = set(config_changes)
+    splits.add(shape.experts // (4 * shape.top_k) + 1)
+    splits.add((shape.experts - 1) // shape.top_k + 1)
+    for config in configs:
+        block_m = int(config["BLOCK_SIZE_M"])
+        splits.add(block_m)
+        splits.add(-(-block_m // shape.top_k))
+    return splits
+
+
+def config_changes(pick: Callable[[int], Mapping[str, int]], first: int, last: int) -> list[int]:
+    """The token counts in ``first..last`` where ``pick`` returns another configuration than one count before.
+
+    Both of vLLM's rules are step functions of M whose every configuration holds over one contiguous run
+    (nearest tuned key; the default rule's thresholds), so each run's end is found by a doubling then a
+    binary search: a few hundred calls for any range.
+    """
+    changes: list[int] = []
+    start = first
+    while start <= last:
+        current = pick(start)
+        step, end = 1, start
+        while end + step <= last and pick(end + step) == current:
+            end += step
+            step *= 2
+        high = min(end + step, last + 1)  # pick(high) differs, or high is past the range
+        while high - end > 1:
+            middle = (end + high) // 2
+            if pick(middle) == current:
+                end = middle
+            else:
+                high = middle
+        start = end + 1
+        if start <= last:
+            changes.append(start)
+    return changes
 
 
 def describe_key(key: Hashable) -> str:
@@ -223,12 +298,97 @@ def serve_shape(serve: Mapping[str, Any]) -> ServeShape:
     )
 
 
+def moe_quantization(config: Mapping[str, Any], serve: Mapping[str, Any]) -> tuple[MoeQuant | None, str]:
+    """How a MoE model's expert weights are quantized, or None and why that form is not modeled.
+
+    Modeled: unquantized (bf16/fp16) and block FP8 with dynamic activation scales (``quant_method`` fp8 with a
+    ``weight_block_size``: Qwen3-30B-A3B-FP8, DeepSeek-V3-style), the form fleets serve most.
+    """
+    quantization = config.get("quantization_config")
+    method = serve.get("quantization")
+    dtype = str(serve.get("dtype", "auto"))
+    if quantization is None and method is None:
+        if dtype not in UNQUANTIZED_DTYPES:
+            return None, f"serve.dtype {dtype} takes kernels that are not modeled"
+        return UNQUANTIZED, ""
+    if not isinstance(quantization, Mapping):
+        return None, f"serve.quantization {method} without a quantization_config in config.json is not modeled"
+    quant_method = quantization.get("quant_method")
+    if method is not None and method != quant_method:
+        return None, f"serve.quantization {method} differs from config.json's quant_method {quant_method}"
+    if quant_method != "fp8":
+        return None, f"{quant_method} MoE weights take kernels that are not modeled (block FP8 is)"
+    block = quantization.get("weight_block_size")
+    if not (
+        isinstance(block, list)
+        and len(block) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        return None, "FP8 MoE without a weight_block_size (per-tensor or per-channel scales) is not modeled"
+    if quantization.get("activation_scheme", "dynamic") != "dynamic":
+        return None, "FP8 MoE with static activation scales is not modeled"
+    return MoeQuant("fp8_w8a8", (block[0], block[1])), ""
+
+
+def _env_on(env: Mapping[str, str], name: str, default: str) -> bool:
+    """An int-valued vLLM switch (``bool(int(os.getenv(name, default)))``); a value that is no int counts as on."""
+    value = env.get(name, default).strip()
+    try:
+        return bool(int(value))
+    except ValueError:
+        return True
+
+
+def _moe_backend(serve: Mapping[str, Any]) -> str:
+    """The MoE backend the serve arguments ask for (``auto`` unless ``--moe-backend`` or kernel_config says)."""
+    kernel = serve.get("kernel_config")
+    asked = serve.get("moe_backend") or (kernel.get("moe_backend") if isinstance(kernel, Mapping) else None)
+    extra = serve.get("extra_args")
+    if isinstance(extra, list):
+        for index, word in enumerate(extra):
+            if isinstance(word, str) and word.startswith("--moe-backend"):
+                value = word.partition("=")[2] or (extra[index + 1] if index + 1 < len(extra) else "")
+                asked = asked or value
+    return str(asked or "auto")
+
+
+def fp8_moe_backend_gap(serve: Mapping[str, Any], env: Mapping[str, str], capability: str | None) -> str | None:
+    """Why the block-FP8 MoE would not run on the Triton fused_moe_kernel here (None: it does).
+
+    vLLM 0.26 ``oracle/fp8.py`` (``select_fp8_moe_backend``, ``_get_priority_backends``): on Hopper (9.0) with
+    dynamic 128-group activations and 128x128 weight blocks it moves TRITON to the front for tensor parallelism
+    (FLASHINFER_CUTLASS for expert parallelism); an explicit ``moe_backend``, ``VLLM_USE_DEEP_GEMM`` and
+    ``VLLM_MOE_USE_DEEP_GEMM`` both set on, or ``VLLM_TEST_FORCE_FP8_MARLIN`` choose before that.
+    """
+    if capability != "9.0":
+        where = capability or "unknown"
+        return f"the block-FP8 MoE backend vLLM picks on compute capability {where} is not modeled (9.0 is)"
+    backend = _moe_backend(serve)
+    if backend not in ("auto", "triton"):
+        return f"moe_backend {backend} is not modeled (auto and triton are)"
+    if serve.get("enable_expert_parallel") is True:
+        return "expert parallelism picks FlashInfer's CUTLASS MoE for block FP8 on Hopper: not modeled"
+    if ("VLLM_USE_DEEP_GEMM" in env or "VLLM_MOE_USE_DEEP_GEMM" in env) and (
+        _env_on(env, "VLLM_USE_DEEP_GEMM", "1") and _env_on(env, "VLLM_MOE_USE_DEEP_GEMM", "1")
+    ):
+        return "VLLM_USE_DEEP_GEMM / VLLM_MOE_USE_DEEP_GEMM set on force the DeepGEMM MoE (JIT per shape): not modeled"
+    if _env_on(env, "VLLM_TEST_FORCE_FP8_MARLIN", "0"):
+        return "VLLM_TEST_FORCE_FP8_MARLIN forces the Marlin MoE: not modeled"
+    return None
+
+
+#: The most token counts one engine step may schedule that the model plans for (vLLM itself accepts more; a plan
+#: past this would describe steps no GPU holds the activations of).
+MAX_PLANNED_TOKENS = 1 << 24
+
+
 def fused_moe_family(
     release: str | None,
     config: Mapping[str, Any] | None,
     serve: Mapping[str, Any],
     env: Mapping[str, str],
     gpu_name: str | None,
+    capability: str | None = None,
 ) -> tuple[CoverageFamily, tuple[int, int]]:
     """The fused-MoE family of one configuration, and the token-count range it spans."""
 
@@ -242,9 +402,13 @@ def fused_moe_family(
         return family(False, True, "the model has no experts"), (1, 1)
     if release not in MODELED_RELEASES:
         return family(True, False, f"no fused-MoE coverage model for vLLM {release or 'of unknown version'}"), (1, 1)
-    dtype = str(serve.get("dtype", "auto"))
-    if dtype not in UNQUANTIZED_DTYPES or serve.get("quantization") is not None or config.get("quantization_config"):
-        return family(True, False, "quantized MoE weights take other kernels (fp8/int8/int4) not modeled yet"), (1, 1)
+    quant, why = moe_quantization(config, serve)
+    if quant is None:
+        return family(True, False, why), (1, 1)
+    if quant != UNQUANTIZED:
+        gap = fp8_moe_backend_gap(serve, env, capability)
+        if gap is not None:
+            return family(True, False, gap), (1, 1)
     for name in ("VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT", "VLLM_USE_FLASHINFER_MOE_FP16"):
         if env.get(name, "") not in ("", "0"):
             return family(True, False, f"{name} is set: the kernel selection it makes is not modeled"), (1, 1)
@@ -253,6 +417,13 @@ def fused_moe_family(
     if shape.max_batched_tokens is None:
         return family(
             True, False, "serve.max_num_batched_tokens is not set: the token counts a step can reach are unbounded here"
+        ), (1, 1)
+    if not 1 <= shape.max_batched_tokens <= MAX_PLANNED_TOKENS:
+        return family(
+            True,
+            False,
+            f"serve.max_num_batched_tokens {shape.max_batched_tokens} is outside 1..{MAX_PLANNED_TOKENS}, "
+            "the step sizes the model plans for",
         ), (1, 1)
     if shape.max_model_len is None or shape.max_model_len <= shape.max_batched_tokens:
         return family(
@@ -266,21 +437,25 @@ def fused_moe_family(
         return family(True, False, why), (1, shape.max_batched_tokens)
     if not gpu_name:
         return family(True, False, "the GPU product is unknown: the tuned file cannot be chosen"), (1, 1)
-    file_name = config_file_name(moe.experts, moe.n_per_rank, gpu_name)
+    file_name = config_file_name(moe.experts, moe.n_per_rank, gpu_name, quant)
     table = tuned_table(release, file_name)
     pick: Callable[[int], Mapping[str, int]] = (
-        (lambda m: nearest_config(table, m)) if table else (lambda m: default_config(m, moe.experts))
+        (lambda m: nearest_config(table, m)) if table else (lambda m: default_config(m, moe.experts, quant))
     )
     token_range = (1, shape.max_batched_tokens)
-    classes = group_token_counts(
-        range(token_range[0], token_range[1] + 1),
-        lambda m: fused_moe_key(m, moe, pick(m)),
+    changes = config_changes(pick, *token_range)
+    used = [pick(m) for m in (token_range[0], *changes)]
+    classes = group_token_range(
+        *token_range,
+        lambda m: fused_moe_key(m, moe, pick(m), quant),
         describe_key,
+        splits={*fused_moe_splits(moe, used, changes), shape.capture_max + 1},
         prefer_above=shape.capture_max,
     )
     source = f"tuned file {file_name}" if table else f"default rule (vLLM {release} ships no {file_name})"
+    weights = "bf16/fp16" if quant == UNQUANTIZED else f"{quant.dtype} blocks {quant.block_shape}, Triton backend"
     reason = (
-        f"E={moe.experts}, top_k={moe.top_k}, N={moe.n_per_rank} per rank, {source}; "
+        f"E={moe.experts}, top_k={moe.top_k}, N={moe.n_per_rank} per rank, {weights}, {source}; "
         f"CUDA graphs captured up to {shape.capture_max} tokens"
     )
     return family(True, True, reason, classes), token_range
@@ -349,6 +524,280 @@ def sampler_family(serve: Mapping[str, Any]) -> CoverageFamily:
     return CoverageFamily("sampler", True, True, reason, SAMPLER_SOURCE, classes)
 
 
+#: Architectures vLLM 0.26 runs on Model Runner V2 although they are MoE (config/vllm.py
+#: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES); every other MoE runs on V1, every dense model on V2.
+DEFAULT_V2_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "GraniteMoeForCausalLM",
+        "InklingForCausalLM",
+        "InklingForConditionalGeneration",
+        "LongcatFlashNgramForCausalLM",
+        "Qwen2MoeForCausalLM",
+    }
+)
+
+
+def model_runner(config: Mapping[str, Any] | None, serve: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """``v1`` or ``v2``: the model runner vLLM 0.26 picks (``VllmConfig.use_v2_model_runner``); None: unknown.
+
+    ``VLLM_USE_V2_MODEL_RUNNER`` decides when set; else a MoE outside :data:`DEFAULT_V2_ARCHITECTURES` runs on
+    V1, and so does a configuration with a feature V2 lacks (stock torch.compile, sequence parallelism over
+    tensor parallelism, prefill context parallelism, a speculative method other than EAGLE/MTP/DFlash).
+    """
+    forced = env.get("VLLM_USE_V2_MODEL_RUNNER")
+    if forced is not None and forced.strip() != "":
+        return "v2" if forced.strip().lower() in ("1", "true") else "v1"
+    if config is None:
+        return None
+    architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if is_moe(config) and not any(a in DEFAULT_V2_ARCHITECTURES for a in architectures):
+        return "v1"
+    compilation = serve.get("compilation_config")
+    compilation = compilation if isinstance(compilation, Mapping) else {}
+    passes = compilation.get("pass_config")
+    sequence_parallel = isinstance(passes, Mapping) and passes.get("enable_sp") is True
+    speculative = serve.get("speculative_config")
+    method = speculative.get("method") if isinstance(speculative, Mapping) else None
+    if (
+        compilation.get("mode") == 2
+        or (sequence_parallel and int(serve.get("tensor_parallel_size") or 1) > 1)
+        or int(serve.get("prefill_context_parallel_size") or 1) > 1
+        or (speculative is not None and method not in ("eagle", "eagle3", "mtp", "dflash", "dspark"))
+    ):
+        return "v1"
+    return "v2"
+
+
+STRUCTURED_SOURCE = (
+    "vllm/v1/structured_output/utils.py (apply_grammar_bitmask: xgrammar's Triton apply_token_bitmask_inplace_kernel, "
+    "V1 runner), vllm/v1/worker/gpu/structured_outputs.py (_apply_grammar_bitmask_kernel, V2 runner, warmed by "
+    "vllm/v1/worker/gpu/warmup.py), xgrammar 0.2 kernels/apply_token_bitmask_inplace_triton.py"
+)
+#: A JSON schema, as structured outputs and tool calls send it.
+ANSWER_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}, "count": {"type": "integer"}},
+    "required": ["colour", "count"],
+}
+#: A grammar no 8-token answer finishes, so every row of a batch keeps its grammar for the whole request.
+LONG_REGEX = "[a-z]{64}"
+#: One request of each kind of structured output vLLM 0.26 accepts (each a different grammar on the CPU).
+STRUCTURED_KINDS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("regex", {"structured_outputs": {"regex": LONG_REGEX}}),
+    ("JSON schema", {"structured_outputs": {"json": ANSWER_SCHEMA}}),
+    ("choice", {"structured_outputs": {"choice": ["alpha", "beta", "gamma"]}}),
+    ("JSON object", {"response_format": {"type": "json_object"}}),
+    ("grammar", {"structured_outputs": {"grammar": 'root ::= "yes" | "no" | "maybe"'}}),
+)
+STRUCTURED_MAX_TOKENS = 8
+
+
+def structured_outputs_family(
+    release: str | None, config: Mapping[str, Any] | None, serve: Mapping[str, Any], env: Mapping[str, str]
+) -> CoverageFamily:
+    """The grammar bitmask kernel: what a batch with structured-output rows compiles on its first step.
+
+    V1 applies the grammar with xgrammar's Triton kernel, specialized on ``num_rows`` (the structured rows:
+    1, a multiple of 16, or neither) and on ``indices`` (None when every row of the step is structured, a
+    tensor when the step mixes kinds): up to six variants, none compiled at startup. V2 applies its own
+    kernel, one variant per model, compiled by its startup warm-up. Every backend (xgrammar, guidance,
+    outlines, lm-format-enforcer) fills a bitmask on the CPU that the same kernel applies, so the classes do
+    not depend on the backend; both runners are driven the same way (a mistaken runner guess stays covered).
+    """
+    if release not in MODELED_RELEASES:
+        return CoverageFamily(
+            "structured_outputs",
+            True,
+            False,
+            f"no structured-output coverage model for vLLM {release or 'of unknown version'}",
+            STRUCTURED_SOURCE,
+        )
+    if env.get("VLLM_V1_USE_OUTLINES_CACHE", "0") == "1":
+        return CoverageFamily(
+            "structured_outputs",
+            True,
+            False,
+            "VLLM_V1_USE_OUTLINES_CACHE=1 writes outlines' compiled grammars to a disk cache outside the blessed tree",
+            STRUCTURED_SOURCE,
+        )
+    seqs = serve.get("max_num_seqs")
+    max_seqs = seqs if isinstance(seqs, int) and seqs > 0 else 256
+    classes: list[CoverageClass] = []
+
+    def add(key: str, fields: Mapping[str, Any], burst: int = 1, companions: int = 0) -> None:
+        if burst + companions <= max_seqs:
+            classes.append(
+                CoverageClass(
+                    key=key,
+                    token_count=SAMPLER_PROMPT_TOKENS,
+                    members=1,
+                    first=SAMPLER_PROMPT_TOKENS,
+                    last=SAMPLER_PROMPT_TOKENS,
+                    sampling=dict(fields),
+                    burst=burst,
+                    max_tokens=STRUCTURED_MAX_TOKENS,
+                    companions=companions or None,
+                )
+            )
+
+    regex = dict(STRUCTURED_KINDS[0][1])
+    for rows, burst in (("1 row", 1), ("2-15 rows", 2), ("16 rows", 16)):
+        add(f"every row structured (indices None), {rows}", regex, burst)
+        add(f"mixed with a plain row (indices given), {rows}", regex, burst, 1)
+    for name, fields in STRUCTURED_KINDS[1:]:
+        add(f"{name}, alone", fields)
+    runner = model_runner(config, serve, env)
+    kernel = {
+        "v1": "V1 runner: xgrammar's apply_token_bitmask_inplace_kernel compiles lazily per (num_rows class, indices)",
+        "v2": "V2 runner: _apply_grammar_bitmask_kernel is compiled by the startup warm-up (one variant per model)",
+        None: "runner unknown (no config.json): both runners' kernels",
+    }[runner]
+    reason = (
+        f"{kernel}; driven for every runner: {len(classes)} request shape(s), batches up to max_num_seqs "
+        f"{max_seqs}; backends xgrammar, guidance, outlines, lm-format-enforcer fill the bitmask on the CPU (not a "
+        "GPU kernel, not blessed)"
+    )
+    return CoverageFamily("structured_outputs", True, True, reason, STRUCTURED_SOURCE, tuple(classes))
+
+
+CHAT_SOURCE = (
+    "vllm/entrypoints/openai/chat_completion/serving.py (the chat template renders text; tool_choice required or "
+    "named is a JSON-schema structured output)"
+)
+WEATHER_TOOL: Mapping[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"],
+        },
+    },
+}
+CHAT_ROUTES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("chat, plain", {}),
+    (
+        "chat, response_format json_schema",
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}},
+    ),
+    ("chat, tools with tool_choice required", {"tools": [WEATHER_TOOL], "tool_choice": "required"}),
+    (
+        "chat, tools with a named tool_choice",
+        {"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    ),
+)
+
+
+def chat_family(release: str | None, serve: Mapping[str, Any], chat_template: bool | None) -> CoverageFamily:
+    """Chat completions and tool calls: the same kernels as completions, reached through the chat template.
+
+    A tool call with ``tool_choice`` required or named is a JSON-schema structured output; ``auto`` (with
+    ``enable_auto_tool_choice``) is plain generation parsed afterwards. Each route is driven once.
+    """
+    if chat_template is False:
+        return CoverageFamily(
+            "chat",
+            False,
+            True,
+            "the model has no chat template: vLLM refuses every chat request (HTTP 400)",
+            CHAT_SOURCE,
+        )
+    if release not in MODELED_RELEASES:
+        why = f"no chat coverage model for vLLM {release or 'of unknown version'}"
+        return CoverageFamily("chat", True, False, why, CHAT_SOURCE)
+    if chat_template is None:
+        why = "the model's chat template cannot be read (a local model directory is needed)"
+        return CoverageFamily("chat", True, False, why, CHAT_SOURCE)
+    routes = list(CHAT_ROUTES)
+    if serve.get("enable_auto_tool_choice") is True:
+        routes.append(("chat, tools with tool_choice auto", {"tools": [WEATHER_TOOL], "tool_choice": "auto"}))
+    classes = tuple(
+        CoverageClass(
+            key=key,
+            token_count=SAMPLER_PROMPT_TOKENS,
+            members=1,
+            first=SAMPLER_PROMPT_TOKENS,
+            last=SAMPLER_PROMPT_TOKENS,
+            sampling=fields,
+            max_tokens=STRUCTURED_MAX_TOKENS,
+            endpoint="chat",
+        )
+        for key, fields in routes
+    )
+    reason = f"{len(classes)} route(s): plain chat, JSON-schema response_format, tool calls (required, named"
+    reason += ", auto)" if len(routes) > len(CHAT_ROUTES) else ")"
+    return CoverageFamily("chat", True, True, reason, CHAT_SOURCE, classes)
+
+
+FP8_LINEAR_SOURCE = (
+    "vllm/model_executor/kernels/linear/__init__.py (_POSSIBLE_FP8_BLOCK_KERNELS: FlashInfer+DeepGEMM, DeepGEMM, "
+    "CUTLASS, Marlin, Triton), vllm/utils/deep_gemm.py (is_deep_gemm_supported: the vendored "
+    "vllm.third_party.deep_gemm), vllm/model_executor/warmup/deep_gemm_warmup.py (VLLM_DEEP_GEMM_WARMUP)"
+)
+
+
+def block_fp8(config: Mapping[str, Any] | None, serve: Mapping[str, Any]) -> bool:
+    """Whether the weights are block-quantized FP8 (config.json's quantization_config), MoE or dense."""
+    quantization = (config or {}).get("quantization_config")
+    return (
+        isinstance(quantization, Mapping)
+        and quantization.get("quant_method") == "fp8"
+        and isinstance(quantization.get("weight_block_size"), list)
+        and serve.get("quantization") in (None, "fp8")
+    )
+
+
+def fp8_linear_family(
+    release: str | None,
+    config: Mapping[str, Any] | None,
+    serve: Mapping[str, Any],
+    env: Mapping[str, str],
+    capability: str | None,
+) -> CoverageFamily:
+    """The block-FP8 GEMM of every linear layer: CUTLASS (precompiled) or DeepGEMM (JIT per shape)."""
+
+    def family(reachable: bool, modeled: bool, reason: str) -> CoverageFamily:
+        return CoverageFamily("fp8_linear", reachable, modeled, reason, FP8_LINEAR_SOURCE)
+
+    if not block_fp8(config, serve):
+        return family(False, True, "the weights are not block-quantized FP8")
+    if release not in MODELED_RELEASES:
+        return family(True, False, f"no FP8 GEMM coverage model for vLLM {release or 'of unknown version'}")
+    if capability not in ("9.0", "10.0", "10.3"):
+        return family(True, False, f"the block-FP8 GEMM picked on compute capability {capability} is not modeled")
+    if _env_on(env, "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER", "1") and capability == "9.0":
+        return family(
+            True,
+            False,
+            "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER is on (the default): where FlashInfer is installed its block-scale "
+            "GEMM JIT-compiles; set it to 0",
+        )
+    if _env_on(env, "VLLM_USE_DEEP_GEMM", "1"):
+        warmup = env.get("VLLM_DEEP_GEMM_WARMUP", "relax")
+        if warmup == "full":
+            return family(
+                True,
+                True,
+                "DeepGEMM (vendored in vLLM's wheel) JIT-compiles per M; VLLM_DEEP_GEMM_WARMUP=full compiles every M "
+                "up to max_num_batched_tokens at every start, so nothing compiles lazily",
+            )
+        return family(
+            True,
+            False,
+            f"DeepGEMM JIT-compiles per M and VLLM_DEEP_GEMM_WARMUP={warmup} warms a heuristic subset (vLLM: "
+            "'no guarantees'): set VLLM_DEEP_GEMM_WARMUP=full, or VLLM_USE_DEEP_GEMM=0 for CUTLASS",
+        )
+    return family(
+        True,
+        True,
+        "VLLM_USE_DEEP_GEMM=0: CUTLASS's block-scaled GEMM, precompiled in vLLM's _C (nothing compiles); "
+        "activations quantized per 128-group by the _C op or the compiled graph",
+    )
+
+
 #: The release's other lazily compiled families: name, source, and when a configuration reaches them.
 #: Each predicate gets (serve, env, config) and returns None (not reachable, with the default reason)
 #: or the reason it is reached (then a gap: not modeled).
@@ -369,17 +818,6 @@ OTHER_FAMILIES: tuple[tuple[str, str, str, Reach], ...] = (
         "where FlashInfer is installed)",
         lambda serve, env, config: (
             f"FlashInfer selected by {', '.join(_flashinfer_selectors(env))}" if _flashinfer_selectors(env) else None
-        ),
-    ),
-    (
-        "deep_gemm",
-        "vllm/model_executor/layers/quantization/utils/fp8_utils.py, fused_moe/deep_gemm_moe.py (JIT per M)",
-        "DeepGEMM runs only for fp8 block-quantized weights",
-        lambda serve, env, config: (
-            "fp8 block-quantized weights with VLLM_USE_DEEP_GEMM"
-            if (serve.get("quantization") == "fp8" or "quantization_config" in config)
-            and env.get("VLLM_USE_DEEP_GEMM", "1") != "0"
-            else None
         ),
     ),
     (
@@ -421,9 +859,16 @@ def coverage_plan(
     gpu_name: str | None,
     model_id: str,
     vocab_size: int | None,
+    *,
+    capability: str | None = None,
+    chat_template: bool | None = None,
 ) -> CoveragePlan:
-    """The coverage plan of one vLLM configuration (pure: everything it reads is passed in)."""
-    fused, token_range = fused_moe_family(release, model_config, serve, env, gpu_name)
+    """The coverage plan of one vLLM configuration (pure: everything it reads is passed in).
+
+    ``capability`` is the GPU's compute capability (``9.0``); ``chat_template`` whether the model has one
+    (None: unknown).
+    """
+    fused, token_range = fused_moe_family(release, model_config, serve, env, gpu_name, capability)
     families = [
         fused,
         sampler_family(serve)
@@ -435,6 +880,9 @@ def coverage_plan(
             f"no sampler coverage model for vLLM {release or 'of unknown version'}",
             SAMPLER_SOURCE,
         ),
+        structured_outputs_family(release, model_config, serve, env),
+        chat_family(release, serve, chat_template),
+        fp8_linear_family(release, model_config, serve, env, capability),
     ]
     config = model_config or {}
     for name, source, unreachable, reached in OTHER_FAMILIES:
@@ -455,22 +903,97 @@ def coverage_plan(
     )
 
 
+#: How deep config.json may nest (a real one nests three or four levels: text_config, rope_scaling, ...).
+MAX_CONFIG_DEPTH = 32
+_CONFIG_HINT = "a model directory's config.json is the model's own JSON object (architectures: a list of names)"
+
+
+def _local_model_dir(model: Mapping[str, Any]) -> Path | None:
+    path = model.get("path")
+    if model.get("source") != "local" or not isinstance(path, str):
+        return None
+    return Path(path)
+
+
 def read_model_config(model: Mapping[str, Any]) -> dict[str, Any] | None:
     """A local model's ``config.json``, from the directory its factor names; None when there is none.
 
     Only the local runtime's model factor has that path (the real directory whose content is hashed, so
     what is read here is what was hashed). Read through the one bounded reader of user files (a FIFO or a
-    device there is refused); a file that is not a JSON object counts as none.
+    device there is refused). A file that is not JSON, not an object, nested past :data:`MAX_CONFIG_DEPTH`,
+    or whose ``architectures`` or nested language-model config has the wrong type is refused
+    (InputInvalidError): the coverage plan must never be guessed from a config it cannot read.
     """
-    path = model.get("path")
-    if model.get("source") != "local" or not isinstance(path, str):
+    directory = _local_model_dir(model)
+    if directory is None:
         return None
-    config_path = Path(path) / "config.json"
+    config_path = directory / "config.json"
     if not os.path.lexists(config_path):
         return None
-    data = read_input(config_path, what="model config", hint="a model directory's config.json is a regular JSON file")
+    data = read_input(config_path, what="model config", hint=_CONFIG_HINT)
     try:
         config = json.loads(data)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError) as exc:
+        raise InputInvalidError(
+            f"{config_path}: not JSON ({str(exc)[:200] if isinstance(exc, ValueError) else 'nested too deep'})",
+            hint=_CONFIG_HINT,
+        ) from None
+    problem = config_problem(config)
+    if problem:
+        raise InputInvalidError(f"{config_path}: {problem}", hint=_CONFIG_HINT)
+    assert isinstance(config, dict)
+    return config
+
+
+def config_problem(config: Any) -> str | None:
+    """What makes a parsed config.json unusable for the coverage model, or None."""
+    if not isinstance(config, dict):
+        return f"a JSON {type(config).__name__}, not an object"
+    stack: list[tuple[Any, int]] = [(config, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    levels: list[tuple[str, dict[str, Any]]] = [("", config)]
+    while levels:
+        where, level = levels.pop()
+        architectures = level.get("architectures")
+        if architectures is not None and not (
+            isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+        ):
+            return f"{where}architectures is not a list of names"
+        for name in NESTED_CONFIGS:
+            nested = level.get(name)
+            if nested is None:
+                continue
+            if not isinstance(nested, dict):
+                return f"{where}{name} is not an object"
+            levels.append((f"{where}{name}.", nested))
+    return None
+
+
+#: Where a model directory keeps its chat template (transformers: in tokenizer_config.json, or a file beside it).
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def read_chat_template(model: Mapping[str, Any], serve: Mapping[str, Any]) -> bool | None:
+    """Whether the model has a chat template (``--chat-template`` counts); None when it cannot be known."""
+    if serve.get("chat_template"):
+        return True
+    directory = _local_model_dir(model)
+    if directory is None:
         return None
-    return config if isinstance(config, dict) else None
+    if any(os.path.lexists(directory / name) for name in CHAT_TEMPLATE_FILES):
+        return True
+    tokenizer_config = directory / "tokenizer_config.json"
+    if not os.path.lexists(tokenizer_config):
+        return False
+    data = read_input(tokenizer_config, what="tokenizer config", hint="tokenizer_config.json is a JSON object")
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError):
+        hint = "tokenizer_config.json is a JSON object"
+        raise InputInvalidError(f"{tokenizer_config}: not JSON", hint=hint) from None
+    return isinstance(parsed, dict) and bool(parsed.get("chat_template"))
