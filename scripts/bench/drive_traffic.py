@@ -7,10 +7,16 @@ Two phases, each optional:
   token ids (random ids, so no prefix-cache hit shortens the step) and ``max_tokens`` 1, one at a time;
 * ``--seconds S``: S seconds of varied traffic from ``--concurrency`` threads: prompt lengths across
   1..``--max-prompt``, ``max_tokens`` 1..64, sampling modes (greedy, top-p, top-k, min-p, penalties,
-  logprobs, n=2), each thread picking a new request at random (seeded).
+  logprobs, n=2), each thread picking a new request at random (seeded). With ``--structured F`` a fraction F
+  of the requests carry a structured output (regexes, JSON schemas, choices, JSON object, EBNF grammars of
+  its own, none of them bless's coverage requests), and with ``--chat F`` a fraction F go to chat completions
+  (system prompts, several turns, JSON-schema answers, tool calls with ``tool_choice`` required, named or
+  none, tool results).
 
-Prints one JSON object: requests, errors, seconds, per-phase latency p50/p99. Stdlib only: it runs on the
-GPU host beside the engine. Only loopback: the port is the engine's published port on 127.0.0.1.
+Prints one JSON object: requests, errors, seconds, per-phase latency p50/p99, and the varied phase's requests by
+kind; a text prompt vLLM refuses as longer than the context (HTTP 400 before scheduling) is counted apart.
+Stdlib only: it runs on the GPU host beside the engine. Only loopback: the port is the engine's published port on
+127.0.0.1.
 
     python3 scripts/bench/drive_traffic.py --port 8000 --model m --vocab 151936 --sweep 2048 --seconds 120 \\
         --concurrency 16 --max-prompt 3900
@@ -39,6 +45,100 @@ SAMPLING: tuple[dict[str, Any], ...] = (
 )
 
 
+#: Structured outputs of every kind vLLM takes, none of them the ones bless's coverage requests send.
+STRUCTURED: tuple[dict[str, Any], ...] = (
+    {"structured_outputs": {"regex": r"\d{3}-\d{4}"}},
+    {"structured_outputs": {"regex": r"(yes|no|maybe), because [a-z ]{10,40}\."}},
+    {"structured_outputs": {"regex": r"[A-Z][a-z]{2,12}@[a-z]{3,8}\.(com|org)"}},
+    {"structured_outputs": {"choice": ["positive", "negative", "neutral", "mixed", "unknown"]}},
+    {"structured_outputs": {"choice": ["A", "B"]}},
+    {
+        "structured_outputs": {
+            "json": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 20},
+                    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+                },
+                "required": ["name", "age"],
+            }
+        }
+    },
+    {
+        "structured_outputs": {
+            "json": {
+                "type": "object",
+                "properties": {
+                    "point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
+                },
+            }
+        }
+    },
+    {"response_format": {"type": "json_object"}},
+    {"structured_outputs": {"grammar": 'root ::= item (", " item)*\nitem ::= [a-z]+'}},
+)
+TOOLS: tuple[dict[str, Any], ...] = (
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_order",
+            "description": "Find an order by its number.",
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+                "required": ["order_id"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "convert",
+            "description": "Convert an amount between currencies.",
+            "parameters": {
+                "type": "object",
+                "properties": {"amount": {"type": "number"}, "to": {"type": "string", "enum": ["EUR", "USD", "JPY"]}},
+                "required": ["amount", "to"],
+            },
+        },
+    },
+)
+
+
+def chat_body(rng: random.Random, model: str, max_tokens: int) -> dict[str, Any]:
+    """A chat completion: a system prompt or none, one to three turns, and one of the answer forms."""
+    words = ("order", "refund", "weather", "invoice", "kernel", "cache")
+    messages: list[dict[str, Any]] = []
+    if rng.random() < 0.5:
+        messages.append({"role": "system", "content": "You are a terse assistant."})
+    for _ in range(rng.randint(1, 3)):
+        messages.append({"role": "user", "content": " ".join(rng.choice(words) for _ in range(rng.randint(2, 40)))})
+        messages.append({"role": "assistant", "content": rng.choice(words)})
+    messages.pop()
+    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
+    form = rng.randrange(5)
+    if form == 1:
+        schema = rng.choice(STRUCTURED[5:7])["structured_outputs"]["json"]
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+    elif form in (2, 3, 4):
+        body["tools"] = list(TOOLS[: rng.randint(1, 2)])
+        name = body["tools"][-1]["function"]["name"]
+        body["tool_choice"] = ("required", {"type": "function", "function": {"name": name}}, "none")[form - 2]
+        if form == 4 and rng.random() < 0.5:  # a finished tool call and its result in the history
+            call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'})
+    if rng.random() < 0.5:
+        body.update(rng.choice(SAMPLING))
+        body.pop("n", None)
+    return body
+
+
+class ContextRefused(RuntimeError):
+    """vLLM refused a prompt longer than the context (HTTP 400 before scheduling): counted apart, not an error."""
+
+
 class Client:
     """One keep-alive HTTP connection to the engine on 127.0.0.1."""
 
@@ -47,15 +147,15 @@ class Client:
         self.timeout_s = timeout_s
         self.conn: http.client.HTTPConnection | None = None
 
-    def complete(self, body: dict[str, Any]) -> float:
-        """POST /v1/completions; returns the latency; raises on a non-200 reply."""
+    def complete(self, body: dict[str, Any], path: str = "/v1/completions") -> float:
+        """POST ``path`` (completions by default); returns the latency; raises on a non-200 reply."""
         payload = json.dumps(body).encode()
         started = time.monotonic()
         for attempt in (1, 2):
             if self.conn is None:
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
             try:
-                self.conn.request("POST", "/v1/completions", payload, {"Content-Type": "application/json"})
+                self.conn.request("POST", path, payload, {"Content-Type": "application/json"})
                 reply = self.conn.getresponse()
                 data = reply.read()
             except (OSError, http.client.HTTPException):
@@ -64,6 +164,8 @@ class Client:
                 if attempt == 2:
                     raise
                 continue
+            if reply.status == 400 and b"maximum context length" in data:
+                raise ContextRefused(f"HTTP 400: {data[:200]!r}")
             if reply.status != 200:
                 raise RuntimeError(f"HTTP {reply.status}: {data[:300]!r}")
             return time.monotonic() - started
@@ -112,9 +214,12 @@ def varied(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     deadline = time.monotonic() + args.seconds
     latencies: list[float] = []
     errors: list[str] = []
+    kinds: dict[str, int] = {}
+    refused = 0
     lock = threading.Lock()
 
     def worker(index: int) -> None:
+        nonlocal refused
         rng = random.Random(seed * 1000 + index)
         client = Client(args.port, args.timeout)
         while time.monotonic() < deadline:
@@ -128,13 +233,25 @@ def varied(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 words = ("cache", "kernel", "bless", "serve", "token")
                 # a word is a token or two, plus a separator: a third as many words stays within the length
                 body["prompt"] = " ".join(rng.choice(words) for _ in range(max(1, length // 3)))
+            path, kind = "/v1/completions", "completion"
+            draw = rng.random()
+            if draw < args.chat:
+                body, path, kind = chat_body(rng, args.model, max_tokens), "/v1/chat/completions", "chat"
+                kind = "tool call" if "tools" in body else "chat json_schema" if "response_format" in body else kind
+            elif draw < args.chat + args.structured:
+                body.update(rng.choice(STRUCTURED))
+                kind = "structured " + next(iter(body.get("structured_outputs", {"json_object": 1})))
             try:
-                latency = client.complete(body)
+                latency = client.complete(body, path)
                 with lock:
                     latencies.append(latency)
+                    kinds[kind] = kinds.get(kind, 0) + 1
+            except ContextRefused:
+                with lock:
+                    refused += 1
             except (OSError, RuntimeError, http.client.HTTPException) as exc:
                 with lock:
-                    errors.append(f"{exc}")
+                    errors.append(f"{kind}: {exc}")
 
     started = time.monotonic()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(args.concurrency)]
@@ -142,7 +259,8 @@ def varied(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         thread.start()
     for thread in threads:
         thread.join(args.seconds + args.timeout + 5)
-    return summary(latencies, errors, time.monotonic() - started)
+    report = summary(latencies, errors, time.monotonic() - started)
+    return {**report, "refused_too_long": refused, "kinds": dict(sorted(kinds.items()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=0, help="seconds of varied traffic (0: skip)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-prompt", type=int, default=512, help="longest prompt plus max_tokens")
+    parser.add_argument("--structured", type=float, default=0, help="fraction of requests with a structured output")
+    parser.add_argument("--chat", type=float, default=0, help="fraction of requests to chat completions (tool calls)")
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

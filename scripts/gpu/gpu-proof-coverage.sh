@@ -4,7 +4,8 @@
 # engine writes while serving is listed (the overlay's upper layer, its private HOME and temp dir).
 #   STEP=run    bless run (K=$TRIALS), verify, show              -> $OUT/run.json, manifest.json, verify.json
 #   STEP=serve  serve-full, then scripts/bench/drive_traffic.py: --sweep $SWEEP (every token count once) and
-#               $SECONDS_VARIED s of varied traffic at concurrency $CONCURRENCY; new files after ready
+#               $SECONDS_VARIED s of varied traffic at concurrency $CONCURRENCY, a fraction $STRUCTURED of it
+#               with structured outputs and $CHAT chat completions and tool calls (0.25 each); new files after ready
 #               -> $OUT/serve-*.txt, traffic.json, new-files.txt (compiled ones in new-compiled.txt)
 # A blessing made with [coverage] mode = "off" (COVERAGE=off: a copy of the profile) shows the other side.
 # Expects vLLM importable by python3 (a site tree on PYTHONPATH) and root (the overlay). Model: MODEL_KIND.
@@ -87,6 +88,7 @@ rc=0
 model=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["serve"].get("served_model_name", "m"))' "$PROFILE")
 python3 scripts/bench/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "${SWEEP:-2048}" \
   --seconds "${SECONDS_VARIED:-120}" --concurrency "${CONCURRENCY:-16}" --max-prompt "${MAX_PROMPT:-3900}" \
+  --structured "${STRUCTURED:-0.25}" --chat "${CHAT:-0.25}" \
   > "$OUT/traffic.json" 2> "$OUT/traffic.stderr" || rc=$?
 echo "traffic exit $rc" | tee "$OUT/traffic.rc"
 expect_rc drive_traffic 0 "$rc"

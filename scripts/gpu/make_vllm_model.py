@@ -8,10 +8,15 @@ carry a config only and are served with ``--load-format dummy`` (vLLM fills seed
     python3 scripts/gpu/make_vllm_model.py llama-3.1-8b /tmp/models/llama-3.1-8b     # dense, 32 layers
     python3 scripts/gpu/make_vllm_model.py llama-3.1-70b /tmp/models/llama-3.1-70b   # dense, 80 layers (TP=4)
     python3 scripts/gpu/make_vllm_model.py qwen3-30b-a3b /tmp/models/qwen3-30b-a3b   # MoE, 128 experts
+    python3 scripts/gpu/make_vllm_model.py qwen3-30b-a3b-fp8 /tmp/models/qwen3-30b-a3b-fp8  # MoE, block FP8
 
-The configs follow the published ``config.json`` of Llama-3.1-8B, Llama-3.1-70B and Qwen3-30B-A3B (layers, widths,
-heads, vocabulary, RoPE); only the token ids come from the small tokenizer. Needs ``tokenizers`` and
-``transformers`` (and ``torch`` for ``tiny``), as on a vLLM host.
+The configs follow the published ``config.json`` of Llama-3.1-8B, Llama-3.1-70B, Qwen3-30B-A3B and
+Qwen3-30B-A3B-FP8 (layers, widths, heads, vocabulary, RoPE, the FP8 ``quantization_config``: 128x128 weight blocks,
+dynamic activation scales); only the token ids come from the small tokenizer. Each tokenizer carries its
+architecture's chat template, tool-call aware (the Llama 3.1 header format with JSON function calls, Qwen3's ChatML
+with ``<tools>`` and ``<tool_call>``), so chat completions and tool calls run; the builder renders it once with tools
+and a tool result before it writes anything. Needs ``tokenizers`` and ``transformers`` (and ``torch`` for ``tiny``),
+as on a vLLM host.
 """
 
 from __future__ import annotations
@@ -27,6 +32,86 @@ CORPUS = [
     "A cache that is blessed can be loaded read-only on another machine.",
     "Once upon a time there was a tiny language model with random weights.",
 ] * 50
+
+#: The Llama 3.1 chat format: header-delimited turns, tools as JSON in the system turn, calls as JSON objects.
+LLAMA3_CHAT_TEMPLATE = """{{- bos_token }}
+{%- if messages[0].role == 'system' %}{%- set system = messages[0].content %}{%- set turns = messages[1:] %}
+{%- else %}{%- set system = '' %}{%- set turns = messages %}{%- endif %}
+{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}
+{%- if tools %}{{- 'Environment: ipython\n' }}{%- endif %}
+{{- system }}
+{%- if tools %}
+{{- '\nTo call a function, answer with {"name": function name, "parameters": its arguments} and nothing else.\n' }}
+{%- for tool in tools %}{{- (tool.function if tool.function is defined else tool) | tojson }}{{- '\n' }}{%- endfor %}
+{%- endif %}
+{{- '<|eot_id|>' }}
+{%- for message in turns %}
+{%- if message.role == 'assistant' and message.tool_calls %}
+{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- for call in message.tool_calls %}
+{%- set args = call.function.arguments %}{%- set arguments = args if args is string else args | tojson %}
+{{- '{"name": "' + call.function.name + '", "parameters": ' + arguments + '}' }}
+{%- endfor %}
+{{- '<|eom_id|>' }}
+{%- elif message.role == 'tool' %}
+{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + message.content + '<|eot_id|>' }}
+{%- else %}
+{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\n\n' + (message.content or '') + '<|eot_id|>' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}"""
+#: Qwen3's ChatML format: tool signatures inside <tools>, calls inside <tool_call>, results as <tool_response>.
+CHATML_CHAT_TEMPLATE = """{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+{{- '# Tools\n\nYou may call one or more functions. Their signatures, within <tools></tools>:\n<tools>' }}
+{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}
+{{- '\n</tools>\n\nFor each call, answer <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call><|im_end|>\n' }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}
+{%- elif message.role == 'tool' %}
+{{- '<|im_start|>user\n<tool_response>\n' + message.content + '\n</tool_response><|im_end|>\n' }}
+{%- elif message.role == 'assistant' %}
+{{- '<|im_start|>assistant\n' + (message.content or '') }}
+{%- for call in message.tool_calls or [] %}
+{%- set args = call.function.arguments %}{%- set arguments = args if args is string else args | tojson %}
+{{- '\n<tool_call>\n{"name": "' + call.function.name + '", "arguments": ' + arguments + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}
+{%- endif %}"""
+#: Each kind's chat template (tiny: the Llama one).
+CHAT_TEMPLATES = {
+    "tiny": LLAMA3_CHAT_TEMPLATE,
+    "llama-3.1-8b": LLAMA3_CHAT_TEMPLATE,
+    "llama-3.1-70b": LLAMA3_CHAT_TEMPLATE,
+    "qwen3-30b-a3b": CHATML_CHAT_TEMPLATE,
+    "qwen3-30b-a3b-fp8": CHATML_CHAT_TEMPLATE,
+}
+#: A conversation with a tool call and its result: every branch of both templates renders.
+SELF_CHECK_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": '{"c": 3}'},
+]
+SELF_CHECK_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+]
 
 SHAPES: dict[str, dict[str, Any]] = {
     "llama-3.1-8b": {
@@ -57,10 +142,20 @@ SHAPES: dict[str, dict[str, Any]] = {
         "output_router_logits": False,
     },
 }  # fmt: skip
+SHAPES["qwen3-30b-a3b-fp8"] = {
+    **SHAPES["qwen3-30b-a3b"],
+    "quantization_config": {
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128],
+    },
+}  # fmt: skip
 
 
-def build_tokenizer(out: Path) -> tuple[int, int]:
-    """Train the small byte-level BPE tokenizer into ``out``; returns its (bos, eos) ids."""
+def build_tokenizer(out: Path, chat_template: str) -> tuple[int, int]:
+    """Train the small byte-level BPE tokenizer into ``out`` with ``chat_template``; returns its (bos, eos) ids.
+
+    The template is rendered once with tools and a tool result first: a template that cannot render is
+    refused here, not met as HTTP 400 by the first chat request.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -74,6 +169,12 @@ def build_tokenizer(out: Path) -> tuple[int, int]:
     )
     tokenizer.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.chat_template = chat_template
+    rendered = fast.apply_chat_template(
+        SELF_CHECK_MESSAGES, tools=SELF_CHECK_TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    if not isinstance(rendered, str) or "get_weather" not in rendered or '{"c": 3}' not in rendered:
+        raise SystemExit(f"the chat template rendered no tool call or result: {rendered!r}")
     fast.save_pretrained(str(out))
     return int(fast.bos_token_id), int(fast.eos_token_id)
 
@@ -100,7 +201,7 @@ def main(argv: list[str]) -> int:
         return 2
     kind, out = argv[0], Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    bos, eos = build_tokenizer(out)
+    bos, eos = build_tokenizer(out, CHAT_TEMPLATES[kind])
     if kind == "tiny":
         build_tiny(out, bos, eos)
     else:
