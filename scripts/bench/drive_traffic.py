@@ -132,6 +132,9 @@ def chat_body(rng: random.Random, model: str, max_tokens: int) -> dict[str, Any]
     if rng.random() < 0.5:
         body.update(rng.choice(SAMPLING))
         body.pop("n", None)
+        if "logprobs" in body:  # chat asks for logprobs as a flag and a width
+            body["top_logprobs"] = body["logprobs"]
+            body["logprobs"] = True
     return body
 
 

@@ -61,6 +61,7 @@ QWEN3_MOE_FP8: dict[str, Any] = {
 }
 LLAMA_8B: dict[str, Any] = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}
 SERVE: dict[str, Any] = {
+    "extra_args": ["--load-format", "dummy", "--tool-call-parser", "hermes"],
     "dtype": "bfloat16",
     "max_model_len": 4096,
     "max_num_batched_tokens": 2048,
@@ -283,9 +284,13 @@ def test_chat_routes_follow_the_chat_template(template: bool | None, reachable: 
         }
 
 
-def test_auto_tool_choice_adds_its_route() -> None:
-    chat = family(plan(serve={**SERVE, "enable_auto_tool_choice": True}), "chat")
-    assert any(c.sampling.get("tool_choice") == "auto" for c in chat.classes)
+def test_auto_tool_choice_adds_its_route_and_no_parser_no_tool_routes() -> None:
+    auto = {**SERVE, "extra_args": ["--enable-auto-tool-choice", "--tool-call-parser=hermes"]}
+    chat = family(plan(serve=auto), "chat")
+    assert any(c.sampling.get("tool_choice") == "auto" for c in chat.classes) and "parser hermes" in chat.reason
+    bare = family(plan(serve={**SERVE, "extra_args": ["--load-format", "dummy"]}), "chat")
+    assert bare.modeled and not any("tools" in c.sampling for c in bare.classes)
+    assert "without --tool-call-parser" in bare.reason
 
 
 def test_the_chat_template_is_read_from_the_model_directory(tmp_path: Path) -> None:

@@ -691,11 +691,31 @@ CHAT_ROUTES: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
+def _tool_parser(serve: Mapping[str, Any]) -> str | None:
+    """The ``--tool-call-parser`` the serve arguments name (a field or in extra_args), or None."""
+    named = serve.get("tool_call_parser")
+    extra = serve.get("extra_args")
+    if isinstance(extra, list):
+        for index, word in enumerate(extra):
+            if isinstance(word, str) and word.startswith("--tool-call-parser"):
+                named = named or word.partition("=")[2] or (extra[index + 1] if index + 1 < len(extra) else None)
+    return str(named) if named else None
+
+
+def _auto_tool_choice(serve: Mapping[str, Any]) -> bool:
+    extra = serve.get("extra_args")
+    return serve.get("enable_auto_tool_choice") is True or (
+        isinstance(extra, list) and "--enable-auto-tool-choice" in extra
+    )
+
+
 def chat_family(release: str | None, serve: Mapping[str, Any], chat_template: bool | None) -> CoverageFamily:
     """Chat completions and tool calls: the same kernels as completions, reached through the chat template.
 
     A tool call with ``tool_choice`` required or named is a JSON-schema structured output; ``auto`` (with
-    ``enable_auto_tool_choice``) is plain generation parsed afterwards. Each route is driven once.
+    ``--enable-auto-tool-choice``) is plain generation parsed afterwards. vLLM 0.26 refuses every tool choice
+    but none (HTTP 400, ``renderers/online_renderer.py``) unless ``--tool-call-parser`` is set, so the tool
+    routes are driven only where one is. Each route is driven once.
     """
     if chat_template is False:
         return CoverageFamily(
@@ -711,8 +731,9 @@ def chat_family(release: str | None, serve: Mapping[str, Any], chat_template: bo
     if chat_template is None:
         why = "the model's chat template cannot be read (a local model directory is needed)"
         return CoverageFamily("chat", True, False, why, CHAT_SOURCE)
-    routes = list(CHAT_ROUTES)
-    if serve.get("enable_auto_tool_choice") is True:
+    parser = _tool_parser(serve)
+    routes = list(CHAT_ROUTES if parser else CHAT_ROUTES[:2])
+    if parser and _auto_tool_choice(serve):
         routes.append(("chat, tools with tool_choice auto", {"tools": [WEATHER_TOOL], "tool_choice": "auto"}))
     classes = tuple(
         CoverageClass(
@@ -727,8 +748,12 @@ def chat_family(release: str | None, serve: Mapping[str, Any], chat_template: bo
         )
         for key, fields in routes
     )
-    reason = f"{len(classes)} route(s): plain chat, JSON-schema response_format, tool calls (required, named"
-    reason += ", auto)" if len(routes) > len(CHAT_ROUTES) else ")"
+    tools = (
+        f"tool calls through parser {parser} (required, named{', auto' if len(routes) > len(CHAT_ROUTES) else ''})"
+        if parser
+        else "no tool calls: without --tool-call-parser vLLM refuses every tool choice but none"
+    )
+    reason = f"{len(classes)} route(s): plain chat, JSON-schema response_format, {tools}"
     return CoverageFamily("chat", True, True, reason, CHAT_SOURCE, classes)
 
 
