@@ -30,6 +30,12 @@ from bless.engines.vllm.coverage_rules import (
     naive_assignment_033,
     next_power_of_2,
 )
+from bless.engines.vllm.sampler_033 import (
+    SPLIT_MAX_BATCH,
+    sampler_warmup_batches_033,
+    topk_topp_lazy_classes_033,
+    topp_split_count_033,
+)
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -342,3 +348,36 @@ def test_the_script_refuses_what_vllm_could_not_read(tmp_path: Path) -> None:
         TABLES.release_tables(tmp_path)
     with pytest.raises(TABLES.TablesError, match="no vllm/model_executor"):
         TABLES.release_tables(tmp_path / "elsewhere")
+
+
+# --- 0.33's Triton top-k/top-p on CUDA ---------------------------------------------------------------------------
+
+
+def test_the_split_count_is_vllm_033s() -> None:
+    namespace = _run(("topp_split_count.py.txt",), {"torch": types.SimpleNamespace(device=object, Tensor=object)})
+    assert namespace["_SPLIT_MAX_BATCH"] == SPLIT_MAX_BATCH
+    for vocab in (32000, 128256, 151936, 262144):
+        for num_sm in (78, 114, 132, 144):
+            for batch in range(1, SPLIT_MAX_BATCH + 1):
+                assert topp_split_count_033(batch, vocab, num_sm) == namespace["_topp_split_count"](
+                    batch, vocab, num_sm
+                )
+
+
+def test_the_warm_up_leaves_top_k_only_and_top_p_only_batches_lazy() -> None:
+    """Qwen3's vocabulary on an H100 SXM (132 SMs), FlashInfer's sampler off, no speculative decoding."""
+    assert sampler_warmup_batches_033(256, 2048) == [1, 2, 256]
+    lazy = topk_topp_lazy_classes_033(256, 2048, 151936, 132)
+    assert [(name, batch) for name, batch, _ in lazy] == [
+        ("top_k", 1),
+        ("top_k", 2),
+        ("top_p", 1),  # split kernels, S = 32 (batch <= 4: 32 * batch <= 132)
+        ("top_p", 5),  # S = 16
+        ("top_p", 65),  # past 64 rows: the monolithic kernel, top-p only
+        ("top_k rows with top_p-only rows", 2),
+        ("top_k rows with top_p-only rows", 5),
+    ]
+    # the warm-up's own mix (top-k and top-p on every row) compiles everything it reaches at any batch size
+    assert all(name != "top_k and top_p" for name, _, _ in lazy)
+    # a smaller max_num_seqs never reaches the monolithic top-p-only kernel
+    assert all(batch <= 8 for _, batch, _ in topk_topp_lazy_classes_033(8, 2048, 151936, 132))
