@@ -188,6 +188,22 @@ def test_the_bf16_default_rule_is_unchanged_from_026() -> None:
             assert default_config_033(m, experts, 768, 2048, 8, None) == vllm_coverage.default_config(m, experts)
 
 
+def test_the_bf16_and_fp8_default_rules_are_026s_line_for_line() -> None:
+    """Only the int4/int8 w/a16 CUDA branch changed between 0.26 and 0.33 (0.26's own excerpt, run here)."""
+    namespace: dict[str, Any] = {
+        "envs": types.SimpleNamespace(VLLM_BATCH_INVARIANT=False),
+        "current_platform": _platform(),
+        "should_moe_wna16_use_cuda": lambda *args: False,
+    }
+    exec((COVERAGE_FIXTURES / RULES_026.default_config_excerpt).read_text(encoding="utf-8"), namespace)
+    source_026 = namespace["get_default_config"]
+    for dtype, block_shape in DTYPES[:5]:
+        for m in [*range(1, 130), *range(130, 20000, 41)]:
+            assert default_config_033(m, 128, 768, 2048, 8, dtype, block_shape) == source_026(
+                m, 128, 768, 2048, 8, dtype, block_shape
+            ), (m, dtype, block_shape)
+
+
 def test_next_power_of_2_is_vllms() -> None:
     source = _run(("next_power_of_2.py.txt",), {})["next_power_of_2"]
     assert all(next_power_of_2(n) == source(n) for n in range(-3, 5000))
