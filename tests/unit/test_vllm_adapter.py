@@ -24,6 +24,7 @@ from bless.engines.vllm import (
     ModelMount,
     VllmAdapter,
 )
+from bless.engines.vllm import env as vllm_env
 from bless.engines.vllm import versions as vllm_versions
 from bless.errors import BootstrapFailedError, ExitCode, InputInvalidError, ResolutionError
 from bless.evidence_types import UpperEntry, UpperKind
@@ -472,6 +473,18 @@ def test_env_vars_the_profile_sets_are_factors(name: str) -> None:
     r = resolved(with_env(**{name: "1"}))
     assert r.factors["env"] == {name: "1"}
     assert r.config_hash != config_hash(base_doc())
+
+
+@pytest.mark.parametrize("name", ["TRITON_DEFAULT_FP_FUSION", "TRITON_FORCE_DISABLE_FP_FUSION"])
+def test_tritons_fp_fusion_switches_are_factors_whatever_the_ignore_patterns(name: str) -> None:
+    """Triton reads them into every kernel's compile options (its cache key, and FMA contraction, so numerics)."""
+    assert (
+        len({config_hash(with_env(**{name: "0"})), config_hash(with_env(**{name: "1"})), config_hash(base_doc())}) == 3
+    )
+    assert name in vllm_env.TRITON_COMPILE_ENV
+    # pinned: a pattern that would ignore Triton's names (its cache dir, its logging) never drops these two
+    wider = dataclasses.replace(vllm_env.ENV_POLICY, ignored=(*vllm_env.ENV_POLICY.ignored, "TRITON_*"))
+    assert not wider.is_ignored(name) and wider.is_ignored("TRITON_PRINT_AUTOTUNING")
 
 
 def test_cache_path_and_home_are_factors() -> None:

@@ -112,7 +112,13 @@ VLLM_HASHED_DESPITE_PATTERN = frozenset(
     for name in versions.all_rules()[version].hashed_env
     if ENV_POLICY.is_ignored(name) and not ENV_POLICY.is_secret(name)
 )
-ENV_POLICY = dataclasses.replace(ENV_POLICY, always_hashed=VLLM_HASHED_DESPITE_PATTERN)
+#: Env Triton reads into every kernel's compile options (``enable_fp_fusion``): each changes the cache key of every
+#: Triton kernel and its numerics (mul+add contracted into FMA or not). ``TRITON_DEFAULT_FP_FUSION`` sets the default
+#: a kernel did not choose; ``TRITON_FORCE_DISABLE_FP_FUSION=1`` turns fusion off even where a kernel asks for it
+#: (Triton 3.9, which turns implicit fusion off by default: triton-lang/triton#11270). Hashed whatever an ignore
+#: pattern says, like the names vLLM hashes.
+TRITON_COMPILE_ENV = frozenset({"TRITON_DEFAULT_FP_FUSION", "TRITON_FORCE_DISABLE_FP_FUSION"})
+ENV_POLICY = dataclasses.replace(ENV_POLICY, always_hashed=VLLM_HASHED_DESPITE_PATTERN | TRITON_COMPILE_ENV)
 
 # Env the adapter pins on every start. Not hashed as env: they are adapter constants (a change
 # bumps ``adapter_version``) or already factors (``cache.mount_path``, ``cache.home``).
