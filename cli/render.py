@@ -450,11 +450,15 @@ def exit_codes_markdown() -> str:
 
 def render_engines(console: Console, data: Mapping[str, Any]) -> None:
     """``bless engines``: the known versions, then the local interpreter's vLLM and torch."""
-    table = _table("engine versions bless has rules for", "engine", "version", "torch pin", "rules from")
+    table = _table(
+        "engine versions bless has rules for", "engine", "version", "torch pin", "rules from", "coverage model"
+    )
+    words = {"gpu": "source + GPU run", "source": "source only, not GPU-proven", "none": "none (gaps)"}
     for engine in data["engines"]:
         for row in engine["versions"]:
             proven = {"gpu": "source + GPU run", "source": "source only"}.get(row["proven"], "ships with bless")
-            table.add_row(engine["name"], row["version"], row.get("torch", ""), proven)
+            coverage = words.get(row.get("coverage", ""), "its own")
+            table.add_row(engine["name"], row["version"], row.get("torch", ""), proven, coverage)
     console.print(table)
     local = data["local"]
     if "error" in local:

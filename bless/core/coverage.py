@@ -53,6 +53,8 @@ class CoverageClass(JsonForm):
     endpoint: str | None = field(default=None, metadata=as_json(omit_if_none=True))
     #: Plain greedy completions released together with the burst (a batch mixing request kinds); None: none.
     companions: int | None = field(default=None, metadata=as_json(omit_if_none=True))
+    #: The companions' request fields, when they are not plain greedy ones (a batch mixing sampling modes).
+    companion_sampling: Mapping[str, Any] | None = field(default=None, metadata=as_json(omit_if_none=True))
 
     @property
     def drive(self) -> Drive:
@@ -64,6 +66,7 @@ class CoverageClass(JsonForm):
             self.burst,
             self.endpoint or "completions",
             self.companions or 0,
+            freeze_fields(self.companion_sampling or {}),
         )
 
     @classmethod
@@ -79,6 +82,7 @@ class CoverageClass(JsonForm):
             max_tokens=int(data.get("max_tokens", 1)),
             endpoint=str(data["endpoint"]) if data.get("endpoint") is not None else None,
             companions=int(data["companions"]) if data.get("companions") is not None else None,
+            companion_sampling=dict(data["companion_sampling"]) if data.get("companion_sampling") is not None else None,
         )
 
 
@@ -88,6 +92,14 @@ def freeze_fields(fields: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         (name, value if isinstance(value, str | int | float | bool) or value is None else _canonical(value))
         for name, value in sorted(fields.items())
     )
+
+
+def _words(frozen: tuple[tuple[str, Any], ...]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in frozen)
+
+
+def _thaw(frozen: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {name: json.loads(value) if isinstance(value, JsonText) else value for name, value in frozen}
 
 
 class JsonText(str):
@@ -114,20 +126,26 @@ class Drive:
     burst: int
     endpoint: str = "completions"
     companions: int = 0
+    companion_sampling: tuple[tuple[str, Any], ...] = ()
 
     @property
     def fields(self) -> dict[str, Any]:
         """The request fields beyond the prompt, nested values decoded."""
-        return {name: json.loads(value) if isinstance(value, JsonText) else value for name, value in self.sampling}
+        return _thaw(self.sampling)
+
+    @property
+    def companion_fields(self) -> dict[str, Any]:
+        """The companions' request fields (empty: plain greedy)."""
+        return _thaw(self.companion_sampling)
 
     def describe(self) -> str:
         """``17 tokens``, ``16 tokens x8 at once (top_k=20, temperature=0.8)``, ``chat (tool_choice=required)``."""
-        fields = ", ".join(f"{name}={value}" for name, value in self.sampling)
+        fields = _words(self.sampling)
         head = "chat" if self.endpoint == "chat" else f"{self.token_count} tokens"
         return (
             head
             + (f" x{self.burst} at once" if self.burst > 1 else "")
-            + (f" with {self.companions} plain" if self.companions else "")
+            + (f" with {self.companions} {_words(self.companion_sampling) or 'plain'}" if self.companions else "")
             + (f" ({fields})" if fields else "")
         )
 

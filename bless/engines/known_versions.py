@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bless.engines.vllm import versions as vllm_versions
+from bless.engines.vllm.coverage import GPU_PROVEN_RELEASES, MODELED_RELEASES
 
 #: ``(python, packages) -> {"python_version": ..., "packages": {name: version or None}}``; raises on failure.
 EnvironmentProbe = Callable[[str, tuple[str, ...]], dict[str, Any]]
@@ -21,6 +22,7 @@ def supported_engines() -> list[dict[str, Any]]:
             "proven": "gpu" if rules[version].gpu_proven else "source",
             "gpu_proven": rules[version].gpu_proven,
             "wheel": rules[version].wheel,
+            "coverage": coverage_status(version),
         }
         for version in vllm_versions.known_versions()
     ]
@@ -28,6 +30,15 @@ def supported_engines() -> list[dict[str, Any]]:
         {"name": "vllm", "versions": vllm},
         {"name": "reference", "versions": [{"version": "bundled", "proven": "bundled", "torch": "any"}]},
     ]
+
+
+def coverage_status(release: str) -> str:
+    """How the release's coverage model (its lazily compiled kernel families) stands: ``gpu`` (derived from source
+    and confirmed by a GPU run), ``source`` (derived from source, not yet GPU-proven) or ``none`` (no model: every
+    lazy family is a gap that ``[coverage] mode = "require"`` refuses)."""
+    if release in GPU_PROVEN_RELEASES:
+        return "gpu"
+    return "source" if release in MODELED_RELEASES else "none"
 
 
 def local_vllm_status(python: str, probe: EnvironmentProbe) -> dict[str, Any]:

@@ -174,7 +174,9 @@ def drive_coverage(client: EngineClient, plan: CoveragePlan, mode: str) -> Cover
     started = time.monotonic()
     sent: list[Drive] = []
     for drive in plan.drives:
-        plain: Callable[[], object] = partial(client.complete, plan.prompt(drive.token_count), drive.max_tokens)
+        plain: Callable[[], object] = partial(
+            client.complete, plan.prompt(drive.token_count), drive.max_tokens, drive.companion_fields
+        )
         requests: list[Callable[[], object]] = [partial(_send, client, plan, drive)] * drive.burst
         requests += [plain] * drive.companions
         if len(requests) == 1:

@@ -882,6 +882,8 @@ def test_engines_lists_versions_and_the_local_vllm(
     versions = [row["version"] for row in vllm_row["versions"]]
     assert versions[0] == "0.20.0" and "0.26.0" in versions and "0.33.0" in versions
     assert {row["proven"] for row in vllm_row["versions"]} <= {"gpu", "source"}
+    coverage = {row["version"]: row["coverage"] for row in vllm_row["versions"]}
+    assert (coverage["0.26.0"], coverage["0.33.0"], coverage["0.20.0"]) == ("gpu", "source", "none")
     local = data["local"]
     assert (local["vllm"], local["known"], local["rules"], local["torch_matches_pin"]) == (
         vllm,
@@ -891,6 +893,7 @@ def test_engines_lists_versions_and_the_local_vllm(
     )
     human = runner.invoke(app, ["engines", "--python", python])
     assert human.exit_code == 0 and said in human.stderr and "0.33.0" in human.stderr
+    assert "not GPU-proven" in " ".join(human.stderr.split())
 
 
 def test_engines_refuses_an_interpreter_it_cannot_run(runner: CliRunner, tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ def test_tensor_parallelism_splits_the_intermediate_size() -> None:
             "awq MoE weights",
         ),
         (QWEN3_30B_A3B, SERVE, {**ENV, "VLLM_TUNED_CONFIG_FOLDER": "/x"}, "0.26.0", "VLLM_TUNED_CONFIG_FOLDER"),
-        (QWEN3_30B_A3B, SERVE, ENV, "0.33.0", "no fused-MoE coverage model for vLLM 0.33.0"),
+        (QWEN3_30B_A3B, SERVE, ENV, "0.34.0", "no fused-MoE coverage model for vLLM 0.34.0"),
         (None, SERVE, ENV, "0.26.0", "config.json cannot be read"),
         ({"architectures": ["DeepseekV3ForCausalLM"], "n_routed_experts": 256}, SERVE, ENV, "0.26.0", "no MoE field"),
     ],

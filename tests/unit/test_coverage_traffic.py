@@ -25,6 +25,7 @@ from bless.core.coverage import (
     group_token_range,
 )
 from bless.engines.vllm import coverage as vllm_coverage
+from bless.engines.vllm import coverage_rules
 from bless.engines.vllm.coverage import (
     MoeQuant,
     MoeShape,
@@ -33,6 +34,7 @@ from bless.engines.vllm.coverage import (
     default_config,
     fused_moe_key,
     fused_moe_splits,
+    moe,
     nearest_config,
     tuned_table,
 )
@@ -217,14 +219,14 @@ def test_a_huge_step_size_is_planned_in_bounded_work_and_past_the_limit_is_a_gap
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls = 0
-    real = vllm_coverage.fused_moe_key
+    real = moe.fused_moe_key
 
     def counting(*args: Any) -> Any:
         nonlocal calls
         calls += 1
         return real(*args)
 
-    monkeypatch.setattr(vllm_coverage, "fused_moe_key", counting)
+    monkeypatch.setattr(moe, "fused_moe_key", counting)
     fused = family(plan(serve={**SERVE, "max_num_batched_tokens": 10**7, "max_model_len": 10**7 + 1}), "fused_moe")
     monkeypatch.undo()
     assert fused.modeled and sum(c.members for c in fused.classes) == 10**7
@@ -416,3 +418,86 @@ def test_a_burst_and_its_companions_arrive_together(engine: EngineClient) -> Non
     drive_coverage(engine, only, "require")
     times = [t for _, _, t in _Recorder.seen]
     assert len(times) == 3 and max(times) - min(times) < 0.05  # all three in flight at once
+
+
+# --- vLLM 0.33's model (derived from the wheel's source, not GPU-proven) -------------------------------------------
+
+
+def plan_033(
+    config: Mapping[str, Any] = QWEN3_MOE,
+    serve: Mapping[str, Any] = SERVE,
+    env: Mapping[str, str] = FP8_ENV,
+    gpu: str = "NVIDIA H100 80GB HBM3",
+) -> CoveragePlan:
+    return vllm_coverage.coverage_plan(
+        "0.33.0", config, serve, env, gpu, "m", 151936, capability="9.0", chat_template=True
+    )
+
+
+def test_033_keeps_026s_default_rule_and_reads_its_own_tables() -> None:
+    for m in range(1, 5000, 7):
+        for quant in (None, FP8):
+            dtype, block = (quant.dtype, list(quant.block_shape or ())) if quant else (None, None)
+            assert default_config(m, 128, quant) == coverage_rules.default_config_033(
+                m, 128, 768, 2048, 8, dtype, block or None
+            )
+    fused = family(plan_033(gpu="NVIDIA H200"), "fused_moe")
+    assert fused.modeled and "tuned file E=128,N=768,device_name=NVIDIA_H200.json" in fused.reason
+    assert tuned_table("0.33.0", "E=128,N=768,device_name=NVIDIA_H200.json") is not None
+
+
+def test_033_runs_every_model_on_v2_and_says_so() -> None:
+    assert vllm_coverage.model_runner(QWEN3_MOE, SERVE, {}, "0.33.0") == "v2"
+    assert vllm_coverage.model_runner(QWEN3_MOE, SERVE, {}, "0.26.0") == "v1"
+    assert "V2 runner" in family(plan_033(), "structured_outputs").reason
+
+
+def test_033_sampler_drives_what_its_warm_up_leaves() -> None:
+    sampler = family(plan_033(), "sampler")
+    assert sampler.modeled and "vLLM 0.33" in sampler.reason
+    keys = [c.key for c in sampler.classes]
+    # 21 logprobs values (0..max_logprobs 20) x padded column classes up to 128 ids
+    assert sum(k.startswith("logprob_token_ids") for k in keys) == 99
+    mixed = [c for c in sampler.classes if c.companion_sampling]
+    assert mixed and all(c.sampling.get("top_k") and (c.companion_sampling or {}).get("top_p") for c in mixed)
+    assert any(k.startswith("top-k/top-p top_p, 1 request") for k in keys)
+
+
+@pytest.mark.parametrize(
+    ("serve", "gpu", "needle"),
+    [
+        ({**SERVE, "extra_args": ["--kernel-config", '{"enable_jit_warmup": false}']}, "NVIDIA H200", "warmup is off"),
+        (SERVE, "NVIDIA L4", "SM count"),
+    ],
+)
+def test_033_sampler_gaps(serve: Mapping[str, Any], gpu: str, needle: str) -> None:
+    sampler = family(plan_033(serve=serve, gpu=gpu), "sampler")
+    assert sampler.gap and needle in sampler.reason.replace("warm-up", "warmup")
+
+
+@pytest.mark.parametrize(
+    ("serve", "env", "needle"),
+    [
+        ({**SERVE, "extra_args": ["--offload-backend", "uva"]}, FP8_ENV, "offloaded to host memory"),
+        (SERVE, {**FP8_ENV, "VLLM_TRITON_USE_TD": "1"}, "tensor-descriptor"),
+    ],
+)
+def test_033_moe_selections_the_classes_do_not_follow_are_gaps(
+    serve: Mapping[str, Any], env: Mapping[str, str], needle: str
+) -> None:
+    fused = family(plan_033(serve=serve, env=env), "fused_moe")
+    assert fused.gap and needle in fused.reason
+
+
+def test_033_fp8_gemm_is_a_named_gap_until_derived() -> None:
+    linear = family(plan_033(config=QWEN3_MOE_FP8), "fp8_linear")
+    assert linear.gap and "no FP8 GEMM coverage model for vLLM 0.33.0" in linear.reason
+    assert family(plan_033(config=QWEN3_MOE_FP8), "fused_moe").modeled
+
+
+def test_a_mixed_sampling_burst_goes_out_with_its_companions_fields(engine: EngineClient) -> None:
+    mixed = CoverageClass("m", 16, 1, 16, 16, {"top_k": 20}, 2, 8, None, 1, {"top_p": 0.9})
+    only = CoveragePlan("vllm", "m", (CoverageFamily("f", True, True, "r", "s", (mixed,)),), (1, 1), (1000, 2000))
+    drive_coverage(engine, only, "require")
+    bodies = [body for _, body, _ in _Recorder.seen]
+    assert sorted(("top_k" in b, "top_p" in b) for b in bodies) == [(False, True), (True, False), (True, False)]
