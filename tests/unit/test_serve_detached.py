@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,3 +238,47 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
 
 def _no_docker() -> FakeRuntime:
     raise AssertionError("stopping a local engine must not need Docker")
+
+
+def _make_old(path: Path, seconds: float) -> None:
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_serve_full_stop_keeps_the_evidence_of_an_unproven_compile_under_refuse_and_gc_ages_it_out(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    """The refusal's hint names unproven-compiles.jsonl: stopping the serve must not delete it."""
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+    runtime.container(result.started.name).log += f"{SEAL_LINE}\n"
+    _wait_for(lambda: _refused(store, doc.name, runtime) is not None)
+    watching.done.set()  # serve-full stop's SIGTERM
+    watching.result()
+    outcome = serve.stop_serving(doc.name, store=store, docker=lambda: runtime, timeout_s=5)
+    evidence = doc.serve_dir / SERVE_UNPROVEN_COMPILES
+    assert evidence.is_file(), "the evidence the refusal's hint names is kept"
+    assert [json.loads(line)["kernel"] for line in evidence.read_text().splitlines()] == ["fused_moe_kernel"]
+    assert str(doc.serve_dir) not in outcome.serve_dirs_removed
+    assert any("kept as evidence" in note and str(doc.serve_dir) in note for note in outcome.notes), outcome
+    assert store.leases.leases() == [] and not store.paths.ready_file(doc.name).exists()
+
+    _make_old(doc.serve_dir, 2 * 3600)  # what gc removes of a serve dir without evidence
+    assert doc.serve_dir not in {action.path for action in store.gc(keep=0).actions}, "kept for the next rebless"
+    for path in (evidence, doc.serve_dir):
+        _make_old(path, 31 * 24 * 3600)
+    assert doc.serve_dir in {action.path for action in store.gc(keep=0).actions}
+    assert not doc.serve_dir.exists(), "gc ages the evidence out"
+
+
+def test_serve_full_stop_still_removes_a_serve_dir_without_evidence(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    _result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+    watching.done.set()
+    watching.result()
+    outcome = serve.stop_serving(doc.name, store=store, docker=lambda: runtime, timeout_s=5)
+    assert outcome.serve_dirs_removed == (str(doc.serve_dir),) and not doc.serve_dir.exists()
