@@ -39,7 +39,15 @@ from bless.system.durable import atomic_write_bytes
 from bless.system.json_files import UnreadableJsonError, load_json_object
 from bless.system.procid import process_alive
 
-__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
+__all__ = [
+    "RECORD_EVENTS_MAX",
+    "ReadyRecord",
+    "check_ready",
+    "clear_ready",
+    "mark_ready",
+    "record_unproven",
+    "record_watcher",
+]
 
 #: What a detached Docker holder's container id may be (Docker's are 64 hex digits; fakes use names).
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -54,6 +62,9 @@ def _short(text: str) -> str:
 
 #: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
 PROBE_TIMEOUT_S = 3.0
+#: The unproven compiles the record lists (the first ones; ``count`` says how many there are, and the serve dir's
+#: ``unproven-compiles.jsonl`` lists them all): the record stays small however many the engine meets.
+RECORD_EVENTS_MAX = 20
 
 
 @dataclass(frozen=True)
@@ -69,8 +80,12 @@ class ReadyRecord:
     since: str
     #: What serve-full does about a compile the blessing does not hold: refuse, record or stop.
     unproven_policy: str = "refuse"
-    #: The unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
+    #: The first unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
     unproven: tuple[Mapping[str, Any], ...] = ()
+    #: How many distinct unproven compiles were seen (at least ``len(unproven)``).
+    unproven_count: int = 0
+    #: Whether the serve's evidence file is full (more were met than it lists).
+    unproven_full: bool = False
     #: The seal watcher of a detached serve (:func:`~bless.system.procid.process_identity`); ``{}`` while it has not
     #: started yet; None where serve-full itself watches (foreground) or nothing is sealed (``--debug``).
     watcher: Mapping[str, Any] | None = None
@@ -87,11 +102,17 @@ class ReadyRecord:
             "since": self.since,
             "unproven_compile": {
                 "policy": self.unproven_policy,
-                "count": len(self.unproven),
+                "count": self.seen_count,
                 "events": [dict(event) for event in self.unproven],
+                "evidence_full": self.unproven_full,
             },
             "watcher": dict(self.watcher) if self.watcher is not None else None,
         }
+
+    @property
+    def seen_count(self) -> int:
+        """How many distinct unproven compiles the serve met."""
+        return max(self.unproven_count, len(self.unproven))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReadyRecord:
@@ -127,7 +148,15 @@ def _unproven_from(section: Any) -> dict[str, Any]:
     if not isinstance(section, Mapping) or not isinstance(section.get("events"), list):
         raise ValueError("unproven_compile is not an object with an events list")
     events = tuple(dict(event) for event in section["events"])
-    return {"unproven_policy": str(section.get("policy")), "unproven": events}
+    count = section.get("count", len(events))
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError("unproven_compile count is not a count")
+    return {
+        "unproven_policy": str(section.get("policy")),
+        "unproven": events,
+        "unproven_count": count,
+        "unproven_full": section.get("evidence_full") is True,
+    }
 
 
 def _watcher_from(section: Any) -> dict[str, Any] | None:
@@ -181,8 +210,13 @@ def _write(path: Path, record: ReadyRecord) -> None:
     atomic_write_bytes(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
 
 
-def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]) -> ReadyRecord | None:
-    """Rewrite the record (atomically) listing ``events``; None when there is no record to update.
+def record_unproven(
+    store: Store, name: str, events: Sequence[Mapping[str, Any]], *, count: int | None = None, full: bool = False
+) -> ReadyRecord | None:
+    """Rewrite the record (atomically) listing the first ``events``, and ``count`` in all; None without a record.
+
+    At most :data:`RECORD_EVENTS_MAX` events are listed (``count`` defaults to how many were given); ``full``:
+    the serve's evidence file is full.
 
     Never makes a record: one that is gone was cleared because serving ends. Raises OSError (and
     ValueError for a record that is not one) for the caller to report.
@@ -191,7 +225,13 @@ def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]
     data = load_json_object(path)
     if data is None:
         return None
-    record = dataclasses.replace(ReadyRecord.from_dict(data), unproven=tuple(dict(event) for event in events))
+    listed = tuple(dict(event) for event in events[:RECORD_EVENTS_MAX])
+    record = dataclasses.replace(
+        ReadyRecord.from_dict(data),
+        unproven=listed,
+        unproven_count=len(events) if count is None else count,
+        unproven_full=full,
+    )
     _write(path, record)
     return record
 
@@ -265,11 +305,11 @@ def check_ready(
             "serve with the canary, or accept a skipped canary explicitly (accept_skipped_canary)",
             "accept_skipped_canary",
         )
-    if record.unproven and record.unproven_policy == "refuse":
-        first = record.unproven[0]
+    if record.seen_count and record.unproven_policy == "refuse":
+        first = record.unproven[0] if record.unproven else {}
         what = first.get("kernel") or first.get("path") or first.get("file") or "?"
         raise NotServingError(
-            f"{name}: the engine compiled {len(record.unproven)} kernel(s) or file(s) the blessing does not hold "
+            f"{name}: the engine compiled {record.seen_count} kernel(s) or file(s) the blessing does not hold "
             f"while serving (first: {what}, seen by {first.get('source')}); it keeps answering what it was sent, "
             "but takes no new traffic (unproven_compile = refuse)",
             hint="bless what it met: the serve dir's unproven-compiles.jsonl lists the events; re-bless (rebless) "
