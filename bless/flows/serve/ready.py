@@ -14,7 +14,13 @@ Sealed serving (:mod:`.seal`) lists every unproven compile in the record as it i
 policy ``refuse`` one is enough for the probe to fail (the engine keeps answering what it was sent).
 A detached serve is watched by a process of its own (:mod:`.detached`): its record names that watcher
 (``watcher``), and the probe fails while the watcher has not started yet or is gone (the engine would
-serve unsealed).
+serve unsealed). Alive is not enough: a frozen watcher (SIGSTOP, a hung poll) sees nothing. The watcher
+names itself in ``ready/<name>.heartbeat`` too and renews that file's time after every poll; the probe
+fails once it is older than :data:`HEARTBEAT_STALE_S`, or when it names another process than the record.
+
+Every record says who seals it: ``watcher`` is a required key. A record that says no watcher is expected
+(``null``: serve-full watches in the foreground) while its holder is a detached engine (a container, or the
+process a handed-over serving lease names) is refused: no edit of the record turns the seal off.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +39,8 @@ from typing import Any
 from bless.container_labels import PHASE, PHASE_SERVE, PROFILE
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
+from bless.flows.serve.lease import SERVE_FULL_ROLE
+from bless.flows.serve.names import serve_container_name
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
@@ -47,6 +57,7 @@ __all__ = [
     "mark_ready",
     "record_unproven",
     "record_watcher",
+    "renew_heartbeat",
 ]
 
 #: What a detached Docker holder's container id may be (Docker's are 64 hex digits; fakes use names).
@@ -62,6 +73,9 @@ def _short(text: str) -> str:
 
 #: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
 PROBE_TIMEOUT_S = 3.0
+#: Seconds after which a detached serve's seal watcher that has not renewed its heartbeat counts as frozen (it
+#: renews it after every poll, about every second; a poll that lists a large container's changes takes a few).
+HEARTBEAT_STALE_S = 15.0
 #: The unproven compiles the record lists (the first ones; ``count`` says how many there are, and the serve dir's
 #: ``unproven-compiles.jsonl`` lists them all): the record stays small however many the engine meets.
 RECORD_EVENTS_MAX = 20
@@ -127,7 +141,7 @@ class ReadyRecord:
                 holder=dict(data["holder"]),
                 since=str(data["since"]),
                 **_unproven_from(data.get("unproven_compile")),
-                watcher=_watcher_from(data.get("watcher")),
+                watcher=_watcher_from(data["watcher"]),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
@@ -202,6 +216,8 @@ def mark_ready(
     )
     path = store.paths.ready_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        store.paths.ready_heartbeat(name).unlink()  # an earlier serve's watcher never vouches for this one
     _write(path, record)
     return record
 
@@ -240,15 +256,29 @@ def record_watcher(store: Store, name: str, identity: Mapping[str, Any]) -> Read
     """Rewrite the record (atomically) naming the detached serve's seal watcher; None when there is no record.
 
     Called by the watcher itself before it looks for the first time, so it is the record's only writer from
-    then on. Raises OSError (and ValueError for a record that is not one) for the caller to report.
+    then on. Its heartbeat (``ready/<name>.heartbeat``, naming it) is written first: :func:`renew_heartbeat`
+    keeps it fresh. Raises OSError (and ValueError for a record that is not one) for the caller to report.
     """
     path = store.paths.ready_file(name)
     data = load_json_object(path)
     if data is None:
         return None
     record = dataclasses.replace(ReadyRecord.from_dict(data), watcher=dict(identity))
+    atomic_write_bytes(store.paths.ready_heartbeat(name), (json.dumps(dict(identity), sort_keys=True) + "\n").encode())
     _write(path, record)
     return record
+
+
+def renew_heartbeat(store: Store, name: str) -> bool:
+    """Renew the seal watcher's heartbeat (its file's time: no write, no fsync); False when it is gone.
+
+    Raises OSError (other than its absence) for the caller to report.
+    """
+    try:
+        os.utime(store.paths.ready_heartbeat(name))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def clear_ready(store: Store, name: str) -> None:
@@ -258,6 +288,8 @@ def clear_ready(store: Store, name: str) -> None:
     """
     with contextlib.suppress(OSError):
         store.paths.ready_file(name).unlink()
+    with contextlib.suppress(OSError):
+        store.paths.ready_heartbeat(name).unlink()
 
 
 def check_ready(
@@ -332,7 +364,9 @@ def check_ready(
             "read serve-full's log: the engine may be stopping or stuck",
         ) from None
     if record.watcher is not None:
-        _refuse_unsealed(name, record.watcher)
+        _refuse_unsealed(store, name, record.watcher)
+    elif record.canary == "passed":  # a blessed, canary-checked serve (a --debug start is neither, nor sealed)
+        _refuse_detached_without_watcher(store, name, record.holder)
     return record
 
 
@@ -418,10 +452,86 @@ def _refuse_unless_container_runs(name: str, holder: Mapping[str, Any], docker: 
         )
 
 
-def _refuse_unsealed(name: str, watcher: Mapping[str, Any]) -> None:
-    """NotServingError (46) unless the seal watcher of a detached serve runs (on this host)."""
+def _same_process(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    return all(one.get(key) == other.get(key) for key in ("pid", "host", "proc_start"))
+
+
+def _refuse_detached_without_watcher(store: Store, name: str, holder: Mapping[str, Any]) -> None:
+    """NotServingError (46) when a record that expects no watcher is held by a detached engine.
+
+    serve-full in the foreground watches itself; a detached engine (a container, or the process its handed-over
+    serving lease names) is always watched by a watcher process, so such a record was edited or forged.
+    """
+    detached = "container" in holder
+    if not detached:
+        containers = {serve_container_name(name), serve_container_name(name, per_root=store.root)}
+        try:
+            leases = store.leases.leases()
+        except OSError as exc:
+            raise _holder_refusal(
+                name,
+                "holder_unknown",
+                f"cannot read the serving leases to tell who holds this serve: {exc}",
+                "check that the store root's leases/ dir is readable, then probe again",
+            ) from None
+        detached = any(
+            lease.name in containers
+            and lease.holder is not None
+            and lease.holder.get("role") != SERVE_FULL_ROLE
+            and _same_process(lease.holder, holder)
+            for lease in leases
+        )
+    if detached:
+        raise NotServingError(
+            f"{name}: not sealed: the readiness record names no seal watcher, but its holder is a detached engine, "
+            "which a watcher process always seals; the record was edited",
+            hint="restart the serve: stop it, then serve again (a detached serve writes a record naming its watcher)",
+            details={"name": name, "reason": "not_sealed"},
+            remedy="restart_detached_serve",
+        )
+
+
+def _refuse_stale_heartbeat(store: Store, name: str, watcher: Mapping[str, Any]) -> None:
+    """NotServingError (46) unless the watcher's heartbeat names it and was renewed within HEARTBEAT_STALE_S."""
+    path = store.paths.ready_heartbeat(name)
+    pid = watcher.get("pid")
+    try:
+        named = load_json_object(path)
+        age = time.time() - path.stat().st_mtime
+    except (UnreadableJsonError, OSError) as exc:
+        named, age = None, None
+        why = f"its heartbeat {path} cannot be read ({exc})"
+    else:
+        why = f"it has no heartbeat ({path})"
+    if named is None or age is None:
+        message = f"not sealed: the seal watcher (pid {pid}) of this detached serve cannot be vouched for: {why}"
+    elif not _same_process(named, watcher):
+        message = (
+            f"not sealed: the readiness record names seal watcher pid {pid}, but the watcher's heartbeat names "
+            f"pid {shown(repr(named.get('pid'))[:40])}: the record was edited"
+        )
+    elif age > HEARTBEAT_STALE_S:
+        message = (
+            f"not sealed: the seal watcher (pid {pid}) of this detached serve has not looked for {age:.0f} s "
+            f"(over {HEARTBEAT_STALE_S:g} s): it is frozen (stopped, or a poll hangs), so an unproven compile "
+            "would go unseen"
+        )
+    else:
+        return
+    raise NotServingError(
+        f"{name}: {message}",
+        hint="read its log (seal-watcher.log in the serve dir); a stopped watcher resumes on SIGCONT, else "
+        "restart the serve: stop it, then serve detached",
+        details={"name": name, "reason": "not_sealed"},
+        remedy="restart_detached_serve",
+    )
+
+
+def _refuse_unsealed(store: Store, name: str, watcher: Mapping[str, Any]) -> None:
+    """NotServingError (46) unless the seal watcher of a detached serve runs (on this host) and looks."""
     alive = process_alive(watcher) if watcher else None
     if alive is True:
+        _refuse_stale_heartbeat(store, name, watcher)
         return
     pid = watcher.get("pid")
     if not watcher:

@@ -389,8 +389,14 @@ def unproven_compile_error(seal: Seal) -> UnprovenCompileError:
 
 
 @contextmanager
-def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Iterator[None]:
+def watching(
+    watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S, heartbeat: Callable[[], object] | None = None
+) -> Iterator[None]:
     """Poll ``watcher`` in a thread for the ``with`` body, handing what it finds to ``seal``; a last poll at the end.
+
+    ``heartbeat``: called after every poll, by the polling thread itself (a detached serve's watcher renews its
+    heartbeat, :func:`~bless.flows.serve.ready.renew_heartbeat`): a frozen or hung poll stops renewing it, and
+    readiness then fails. A heartbeat that cannot be renewed is said once; it never ends the thread.
 
     A poll that fails (the runtime lost the engine, a file vanished mid-walk) is reported once and retried:
     the body (following the log) notices an engine that is gone. Failing :data:`BLIND_POLLS` times in a row,
@@ -414,9 +420,22 @@ def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Ite
                 reason = f"the watcher failed {BLIND_POLLS} polls in a row and cannot judge the engine: {exc}"
                 seal([UnprovenCompile(source="watcher", time=time.time(), reason=reason)])
 
+    heartbeat_failed: list[str] = []
+
+    def beat() -> None:
+        if heartbeat is None:
+            return
+        try:
+            heartbeat()
+        except Exception as exc:
+            if not heartbeat_failed:
+                seal.events(Event("warning", f"sealed serving: could not renew the watcher's heartbeat ({exc})"))
+            heartbeat_failed.append(str(exc))
+
     def loop() -> None:
         while not done.is_set():
             poll_once()
+            beat()
             if done.wait(poll_s):
                 break
 
