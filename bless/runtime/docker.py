@@ -32,6 +32,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -47,6 +48,7 @@ from bless.errors import (
 from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+from bless.system.log_follow import CHUNK_BYTES, LogChunk, LogFollower
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -591,6 +593,13 @@ class DockerRuntime:
                 return ""
         return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
+    def follow_log(self, started: Started) -> LogFollower:
+        """The container's log from the daemon, by time stamp: each read asks only for what came since the last.
+
+        The daemon handles its own log rotation; a read streams and stops at ``max_bytes`` (constant memory).
+        """
+        return _DockerLogFollower(self, started)
+
     # -- stopping -------------------------------------------------------------------
 
     def stop(self, started: Started, timeout_s: int) -> StopResult:
@@ -831,3 +840,84 @@ class DockerRuntime:
             if container is not None:
                 with contextlib.suppress(BlessError), _daemon("removing the ownership helper"):
                     _stop_and_remove(container)
+
+
+def _stamp_ns(stamp: bytes) -> int | None:
+    """An RFC 3339 time stamp with nanoseconds (``2026-11-28T05:10:00.123456789Z``, as the daemon writes it) in ns."""
+    try:
+        text = stamp.decode("ascii")
+        whole, _, fraction = text.rstrip("Z").partition(".")
+        seconds = int(datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
+        return seconds * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def lines_after(lines: list[bytes], since_ns: int, seen_at_since: int) -> tuple[list[bytes], int, int]:
+    """The time-stamped log lines not handed out yet, without their stamps; the new (since_ns, seen_at_since).
+
+    The daemon's ``since`` includes lines stamped at that very time, so those already handed out (``seen_at_since``
+    of them) are skipped; a line without a readable stamp is kept (it can only be new output).
+    """
+    out: list[bytes] = []
+    handed_out_ns, handed_out = since_ns, seen_at_since
+    for line in lines:
+        stamp, _, payload = line.partition(b" ")
+        ns = _stamp_ns(stamp)
+        if ns is None:
+            out.append(line)
+            continue
+        if ns < handed_out_ns:
+            continue
+        if ns == handed_out_ns and handed_out > 0:
+            handed_out -= 1
+            continue
+        if ns == since_ns:
+            seen_at_since += 1
+        else:
+            since_ns, seen_at_since = ns, 1
+        out.append(payload)
+    return out, since_ns, seen_at_since
+
+
+class _DockerLogFollower:
+    """:meth:`DockerRuntime.follow_log`: asks the daemon for what came since the last line it handed out."""
+
+    def __init__(self, runtime: DockerRuntime, started: Started) -> None:
+        self._runtime = runtime
+        self._started = started
+        self._since_ns = 0
+        self._seen_at_since = 0
+
+    def close(self) -> None:
+        return None
+
+    def read(self, max_bytes: int = CHUNK_BYTES) -> LogChunk:
+        container = self._runtime._container(self._started)
+        if container is None:
+            return LogChunk(b"")
+        docker = _docker_module()
+        # One microsecond early: the daemon takes a float of seconds; lines already handed out are skipped.
+        since = max(self._since_ns / 1e9 - 1e-6, 0.0) if self._since_ns else None
+        buffer = b""
+        more = False
+        with _daemon(f"reading logs of {self._started.name}"):
+            try:
+                stream = container.logs(stdout=True, stderr=True, timestamps=True, stream=True, since=since)
+                try:
+                    for frame in stream:
+                        buffer += frame if isinstance(frame, bytes) else str(frame).encode()
+                        if len(buffer) > max_bytes:
+                            more = True
+                            break
+                finally:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
+            except docker.errors.NotFound:
+                return LogChunk(b"")
+        end = buffer.rfind(b"\n") + 1
+        lines, self._since_ns, self._seen_at_since = lines_after(
+            buffer[:end].splitlines(), self._since_ns, self._seen_at_since
+        )
+        return LogChunk(b"".join(line + b"\n" for line in lines), more=more and end > 0)

@@ -363,3 +363,26 @@ def test_the_evidence_file_and_the_readiness_record_stay_bounded_under_a_flood_o
     assert len(record.unproven) == serve.ready.RECORD_EVENTS_MAX and record.seen_count == len(seal.seen)
     assert record.unproven_full and len(record_text) < 64 << 10
     assert sum("is full" in e.message for e in heard) == 1
+
+
+def test_a_seal_line_then_a_truncation_before_the_next_poll_is_not_missed(store: Store, tmp_path: Path) -> None:
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
+        result = serve.start(the_plan, runtime=runtime)
+        try:
+            session = the_plan.session(runtime, started=result.started)
+            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
+            container = runtime.container(result.started.name)
+            container.log += "INFO serving\n" * 10
+            assert watcher.poll() == []
+            container.log += SEAL_LINE + "\n"  # written ...
+            container.log = "INFO after the truncation, a longer log than before " * 4 + "\n"  # ... and cut away
+            (event,) = watcher.poll()
+            assert event.source == "watcher" and event.reason is not None
+            assert "truncated or rewritten" in event.reason and "may have been lost" in event.reason
+            assert watcher.poll() == [], "read again from its start, each line once"
+            container.log += SEAL_LINE + "\n"
+            assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
+        finally:
+            watcher.close()
+            serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)

@@ -47,6 +47,7 @@ from bless.flows.serve.ready import RECORD_EVENTS_MAX, clear_ready, record_unpro
 from bless.runtime.base import Runtime, Started
 from bless.store import Store
 from bless.store.layout import StorePaths
+from bless.system.log_follow import LogFollower
 
 __all__ = [
     "LINE_PREFIX",
@@ -163,7 +164,7 @@ class SealWatcher:
     session: EngineSession
     adapter: EngineAdapter
     now: Callable[[], float] = time.time
-    _log_offset: int = 0
+    _log: LogFollower | None = None
     _seen_upper: set[str] = field(default_factory=set)
     _seen_outside: set[str] = field(default_factory=set)
 
@@ -177,15 +178,34 @@ class SealWatcher:
         return self._from_log() + self._from_upper() + self._from_outside()
 
     def _from_log(self) -> list[UnprovenCompile]:
-        text = self.runtime.logs(self.started)
-        if len(text) < self._log_offset:
-            self._log_offset = 0  # a shorter log (rotated): read it again rather than miss a line
-        end = text.rfind("\n") + 1  # complete lines only: a line being written is read next time
-        if end <= self._log_offset:
-            return []
-        chunk = text[self._log_offset : end]
-        self._log_offset = end
-        return parse_seal_lines(chunk, now=self.now)
+        """The seal lines the log gained since the last poll, read in chunks from where the last read stopped.
+
+        Constant memory whatever the log's size (:mod:`bless.system.log_follow`); complete lines only (a line
+        being written is read next time). A log truncated or rewritten before everything was read may have lost
+        a seal line: that is itself an event (fail closed), and the log is read again from its start.
+        """
+        if self._log is None:
+            self._log = self.runtime.follow_log(self.started)
+        found: list[UnprovenCompile] = []
+        while True:
+            chunk = self._log.read()
+            if chunk.lost is not None:
+                found.append(
+                    UnprovenCompile(
+                        source="watcher",
+                        time=self.now(),
+                        reason=f"{chunk.lost}: a seal line written before it may have been lost",
+                    )
+                )
+            found += parse_seal_lines(chunk.data.decode("utf-8", "replace"), now=self.now)
+            if not chunk.more:
+                return found
+
+    def close(self) -> None:
+        """Let go of the log (an open file of the local runtime)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def _from_upper(self) -> list[UnprovenCompile]:
         entries = [e for e in self.runtime.upper_entries(self.started) if e.path not in self._seen_upper]
@@ -447,3 +467,5 @@ def watching(
         done.set()
         thread.join()
         poll_once()
+        if isinstance(watcher, SealWatcher):
+            watcher.close()
