@@ -175,10 +175,21 @@ class SealWatcher:
 
     def poll(self) -> list[UnprovenCompile]:
         """What is new since the last poll: seal lines in the log, new compiled files where the engine writes."""
-        return self._from_log() + self._from_upper() + self._from_outside()
+        return [event for batch in self.batches() for event in batch]
 
-    def _from_log(self) -> list[UnprovenCompile]:
-        """The seal lines the log gained since the last poll, read in chunks from where the last read stopped.
+    def batches(self) -> Iterator[list[UnprovenCompile]]:
+        """:meth:`poll`, one batch at a time: a chunk of the log's seal lines each, then the new files.
+
+        :func:`watching` hands each batch to the seal as it comes, so a poll over a log that gained a gigabyte
+        of seal lines holds one chunk's events at a time, never all of them.
+        """
+        yield from self._from_log()
+        rest = self._from_upper() + self._from_outside()
+        if rest:
+            yield rest
+
+    def _from_log(self) -> Iterator[list[UnprovenCompile]]:
+        """The seal lines the log gained since the last poll, a batch per chunk read from where the last read stopped.
 
         Constant memory whatever the log's size (:mod:`bless.system.log_follow`); complete lines only (a line
         being written is read next time). A log truncated or rewritten before everything was read may have lost
@@ -186,9 +197,9 @@ class SealWatcher:
         """
         if self._log is None:
             self._log = self.runtime.follow_log(self.started)
-        found: list[UnprovenCompile] = []
         while True:
             chunk = self._log.read()
+            found: list[UnprovenCompile] = []
             if chunk.lost is not None:
                 found.append(
                     UnprovenCompile(
@@ -198,8 +209,10 @@ class SealWatcher:
                     )
                 )
             found += parse_seal_lines(chunk.data.decode("utf-8", "replace"), now=self.now)
+            if found:
+                yield found
             if not chunk.more:
-                return found
+                return
 
     def close(self) -> None:
         """Let go of the log (an open file of the local runtime)."""
@@ -429,7 +442,11 @@ def watching(
 
     def poll_once() -> None:
         try:
-            seal(watcher.poll())
+            if isinstance(watcher, SealWatcher):
+                for batch in watcher.batches():
+                    seal(batch)
+            else:
+                seal(watcher.poll())
             in_a_row[0] = 0
         except Exception as exc:
             if not failures:
