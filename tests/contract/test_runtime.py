@@ -12,6 +12,7 @@ tests/integration/test_runtime_docker.py.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,6 +109,25 @@ def test_logs_and_exit_code(host: Host) -> None:
     assert result.exit_code == 3 and result.graceful and result.seconds < 1
     host.runtime.remove(started)
     assert host.runtime.name_holder(started.name) == "free"
+
+
+def test_follow_log_hands_out_each_line_once_as_the_log_grows(host: Host) -> None:
+    """What the seal watcher reads: only what came since the last read, every line once, none held back."""
+    started = host.runtime.start(
+        host.spec("i=0; while [ $i -lt 3 ]; do echo line-$i; i=$((i+1)); done; sleep 1; echo tail-a; echo tail-b")
+    )
+    follower = host.runtime.follow_log(started)
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while "tail-b" not in seen and time.monotonic() < deadline:
+        chunk = follower.read(1 << 20)
+        assert chunk.lost is None
+        seen += chunk.data.decode().splitlines()
+        time.sleep(0.1)
+    follower.close()
+    assert seen == ["line-0", "line-1", "line-2", "tail-a", "tail-b"]
+    assert wait_exit(host.runtime, started) == 0
+    finish(host.runtime, started)
 
 
 def test_graceful_stop_vs_killed_after_timeout(host: Host) -> None:
