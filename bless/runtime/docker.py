@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -594,10 +595,7 @@ class DockerRuntime:
         return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
     def follow_log(self, started: Started) -> LogFollower:
-        """The container's log from the daemon, by time stamp: each read asks only for what came since the last.
-
-        The daemon handles its own log rotation; a read streams and stops at ``max_bytes`` (constant memory).
-        """
+        """The container's log, one following stream from the daemon (which handles its own rotation), bounded."""
         return _DockerLogFollower(self, started)
 
     # -- stopping -------------------------------------------------------------------
@@ -881,43 +879,82 @@ def lines_after(lines: list[bytes], since_ns: int, seen_at_since: int) -> tuple[
 
 
 class _DockerLogFollower:
-    """:meth:`DockerRuntime.follow_log`: asks the daemon for what came since the last line it handed out."""
+    """:meth:`DockerRuntime.follow_log`: one following stream of the container's log, read by a thread of its own.
+
+    The daemon hands every line once, in the order it logged them (stdout and stderr are stamped by two copiers,
+    so their stamps need not be in order: asking again "since" a stamp could skip a line). The thread keeps at
+    most :data:`_BUFFER_BYTES` unread (then waits: the daemon holds the rest). A stream that ends while the
+    container still runs (the daemon restarted) is opened again from the last stamp handed out.
+    """
 
     def __init__(self, runtime: DockerRuntime, started: Started) -> None:
         self._runtime = runtime
         self._started = started
         self._since_ns = 0
         self._seen_at_since = 0
+        self._buffer = bytearray()
+        self._ended = True
+        self._closed = False
+        self._stream: Any = None
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
 
     def close(self) -> None:
-        return None
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            stream = self._stream
+        close = getattr(stream, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
-    def read(self, max_bytes: int = CHUNK_BYTES) -> LogChunk:
+    def _open(self) -> None:
         container = self._runtime._container(self._started)
         if container is None:
-            return LogChunk(b"")
-        docker = _docker_module()
-        # One microsecond early: the daemon takes a float of seconds; lines already handed out are skipped.
+            return
         since = max(self._since_ns / 1e9 - 1e-6, 0.0) if self._since_ns else None
-        buffer = b""
-        more = False
         with _daemon(f"reading logs of {self._started.name}"):
-            try:
-                stream = container.logs(stdout=True, stderr=True, timestamps=True, stream=True, since=since)
-                try:
-                    for frame in stream:
-                        buffer += frame if isinstance(frame, bytes) else str(frame).encode()
-                        if len(buffer) > max_bytes:
-                            more = True
-                            break
-                finally:
-                    close = getattr(stream, "close", None)
-                    if close is not None:
-                        close()
-            except docker.errors.NotFound:
-                return LogChunk(b"")
-        end = buffer.rfind(b"\n") + 1
+            stream = container.logs(stdout=True, stderr=True, timestamps=True, stream=True, follow=True, since=since)
+        with self._lock:
+            self._stream, self._ended = stream, False
+            self._buffer.clear()  # only a cut last line of the old stream: the new one starts with it whole
+        self._thread = threading.Thread(target=self._pump, args=(stream,), name="bless-docker-log", daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: Any) -> None:
+        try:
+            for frame in stream:
+                data = frame if isinstance(frame, bytes) else str(frame).encode()
+                with self._lock:
+                    while len(self._buffer) >= _BUFFER_BYTES and not self._closed:
+                        self._lock.wait(1.0)
+                    if self._closed:
+                        return
+                    self._buffer += data
+        except Exception:  # the daemon went away mid-stream: opened again on the next read  # noqa: S110
+            pass
+        finally:
+            with self._lock:
+                self._ended = True
+
+    def read(self, max_bytes: int = CHUNK_BYTES) -> LogChunk:
+        with self._lock:
+            # Reopened only once every complete line of the old stream was handed out (none twice).
+            ended = self._ended and not self._closed and b"\n" not in self._buffer
+        if ended:
+            self._open()  # the first read, or the stream ended (the container stopped, the daemon restarted)
+        with self._lock:
+            end = self._buffer.rfind(b"\n", 0, max_bytes) + 1
+            taken = bytes(self._buffer[:end])
+            del self._buffer[:end]
+            more = b"\n" in self._buffer
+            self._lock.notify_all()
         lines, self._since_ns, self._seen_at_since = lines_after(
-            buffer[:end].splitlines(), self._since_ns, self._seen_at_since
+            taken.splitlines(), self._since_ns, self._seen_at_since
         )
-        return LogChunk(b"".join(line + b"\n" for line in lines), more=more and end > 0)
+        return LogChunk(b"".join(line + b"\n" for line in lines), more=more)
+
+
+#: What a container log stream's reader keeps unread at most.
+_BUFFER_BYTES = 8 << 20

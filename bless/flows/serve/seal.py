@@ -274,7 +274,7 @@ class Seal:
     seen: list[UnprovenCompile] = field(default_factory=list)
     #: Events of a compile already recorded (the same kernel missed again).
     repeats: int = 0
-    #: Distinct compiles met once the evidence file was full (counted, not listed).
+    #: Compiles not listed before, met once the evidence file was full (counted each time, never listed).
     dropped: int = 0
     _identities: set[str] = field(default_factory=set)
     _size: int | None = None
