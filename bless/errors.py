@@ -335,7 +335,7 @@ class CoverageIncompleteError(BlessError):
 
     exit_code = ExitCode.COVERAGE_INCOMPLETE
     title = "coverage incomplete"
-    meaning = "bless run: the profile requires full coverage and a kernel family or class cannot be reached"
+    meaning = "bless run: full coverage is required and a kernel family or class, or serves' evidence, is out of reach"
 
 
 class UnprovenCompileError(BlessError):

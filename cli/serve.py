@@ -395,7 +395,8 @@ def stop(
     verbose: VerboseOption = False,
 ) -> None:
     """Stop the detached serve NAME gracefully, then remove its container and overlay volume (Docker) or
-    process group (local), its serve dir and its serving lease. Nothing found to stop is not an error.
+    process group (local), its serve dir and its serving lease. A serve dir with unproven-compile evidence is kept
+    (bless gc ages it out). Nothing found to stop is not an error.
     """
     code = boundary.execute(partial(_stop, name, root, timeout_s), json_output=json_output, verbose=verbose)
     raise typer.Exit(code)

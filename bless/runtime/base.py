@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from bless.evidence_types import OutsideEntry, UpperEntry
+from bless.system.log_follow import LogFollower
 
 MountKind = Literal["rw", "ro", "overlay", "private"]
 
@@ -138,6 +139,10 @@ class Runtime(Protocol):
 
     def logs(self, started: Started) -> str:
         """Everything the engine printed so far (stdout and stderr)."""
+        ...
+
+    def follow_log(self, started: Started) -> LogFollower:
+        """What the engine prints, handed out as it grows (:mod:`bless.system.log_follow`): never the whole log."""
         ...
 
     def stop(self, started: Started, timeout_s: int) -> StopResult:

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -47,6 +49,7 @@ from bless.errors import (
 from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+from bless.system.log_follow import CHUNK_BYTES, LogChunk, LogFollower
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -591,6 +594,10 @@ class DockerRuntime:
                 return ""
         return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
+    def follow_log(self, started: Started) -> LogFollower:
+        """The container's log, one following stream from the daemon (which handles its own rotation), bounded."""
+        return _DockerLogFollower(self, started)
+
     # -- stopping -------------------------------------------------------------------
 
     def stop(self, started: Started, timeout_s: int) -> StopResult:
@@ -831,3 +838,123 @@ class DockerRuntime:
             if container is not None:
                 with contextlib.suppress(BlessError), _daemon("removing the ownership helper"):
                     _stop_and_remove(container)
+
+
+def _stamp_ns(stamp: bytes) -> int | None:
+    """An RFC 3339 time stamp with nanoseconds (``2026-11-28T05:10:00.123456789Z``, as the daemon writes it) in ns."""
+    try:
+        text = stamp.decode("ascii")
+        whole, _, fraction = text.rstrip("Z").partition(".")
+        seconds = int(datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
+        return seconds * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def lines_after(lines: list[bytes], since_ns: int, seen_at_since: int) -> tuple[list[bytes], int, int]:
+    """The time-stamped log lines not handed out yet, without their stamps; the new (since_ns, seen_at_since).
+
+    The daemon's ``since`` includes lines stamped at that very time, so those already handed out (``seen_at_since``
+    of them) are skipped; a line without a readable stamp is kept (it can only be new output).
+    """
+    out: list[bytes] = []
+    handed_out_ns, handed_out = since_ns, seen_at_since
+    for line in lines:
+        stamp, _, payload = line.partition(b" ")
+        ns = _stamp_ns(stamp)
+        if ns is None:
+            out.append(line)
+            continue
+        if ns < handed_out_ns:
+            continue
+        if ns == handed_out_ns and handed_out > 0:
+            handed_out -= 1
+            continue
+        if ns == since_ns:
+            seen_at_since += 1
+        else:
+            since_ns, seen_at_since = ns, 1
+        out.append(payload)
+    return out, since_ns, seen_at_since
+
+
+class _DockerLogFollower:
+    """:meth:`DockerRuntime.follow_log`: one following stream of the container's log, read by a thread of its own.
+
+    The daemon hands every line once, in the order it logged them (stdout and stderr are stamped by two copiers,
+    so their stamps need not be in order: asking again "since" a stamp could skip a line). The thread keeps at
+    most :data:`_BUFFER_BYTES` unread (then waits: the daemon holds the rest). A stream that ends while the
+    container still runs (the daemon restarted) is opened again from the last stamp handed out.
+    """
+
+    def __init__(self, runtime: DockerRuntime, started: Started) -> None:
+        self._runtime = runtime
+        self._started = started
+        self._since_ns = 0
+        self._seen_at_since = 0
+        self._buffer = bytearray()
+        self._ended = True
+        self._closed = False
+        self._stream: Any = None
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            stream = self._stream
+        close = getattr(stream, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+    def _open(self) -> None:
+        container = self._runtime._container(self._started)
+        if container is None:
+            return
+        since = max(self._since_ns / 1e9 - 1e-6, 0.0) if self._since_ns else None
+        with _daemon(f"reading logs of {self._started.name}"):
+            stream = container.logs(stdout=True, stderr=True, timestamps=True, stream=True, follow=True, since=since)
+        with self._lock:
+            self._stream, self._ended = stream, False
+            self._buffer.clear()  # only a cut last line of the old stream: the new one starts with it whole
+        self._thread = threading.Thread(target=self._pump, args=(stream,), name="bless-docker-log", daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: Any) -> None:
+        try:
+            for frame in stream:
+                data = frame if isinstance(frame, bytes) else str(frame).encode()
+                with self._lock:
+                    while len(self._buffer) >= _BUFFER_BYTES and not self._closed:
+                        self._lock.wait(1.0)
+                    if self._closed:
+                        return
+                    self._buffer += data
+        except Exception:  # the daemon went away mid-stream: opened again on the next read  # noqa: S110
+            pass
+        finally:
+            with self._lock:
+                self._ended = True
+
+    def read(self, max_bytes: int = CHUNK_BYTES) -> LogChunk:
+        with self._lock:
+            # Reopened only once every complete line of the old stream was handed out (none twice).
+            ended = self._ended and not self._closed and b"\n" not in self._buffer
+        if ended:
+            self._open()  # the first read, or the stream ended (the container stopped, the daemon restarted)
+        with self._lock:
+            end = self._buffer.rfind(b"\n", 0, max_bytes) + 1
+            taken = bytes(self._buffer[:end])
+            del self._buffer[:end]
+            more = b"\n" in self._buffer
+            self._lock.notify_all()
+        lines, self._since_ns, self._seen_at_since = lines_after(
+            taken.splitlines(), self._since_ns, self._seen_at_since
+        )
+        return LogChunk(b"".join(line + b"\n" for line in lines), more=more)
+
+
+#: What a container log stream's reader keeps unread at most.
+_BUFFER_BYTES = 8 << 20

@@ -59,6 +59,7 @@ from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import materialize
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+from bless.system.log_follow import FileFollower, LogFollower, TextFollower
 
 # What the engine inherits from our environment: enough to find binaries, libraries and
 # GPUs, nothing that could carry our own configuration (or secrets) into a blessed run.
@@ -515,6 +516,11 @@ class LocalRuntime:
             return log_path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
+
+    def follow_log(self, started: Started) -> LogFollower:
+        """The log file, followed from where the last read stopped (rotation and truncation handled)."""
+        log_path = started.spec.log_path
+        return FileFollower(log_path) if log_path is not None else TextFollower(lambda: b"")
 
     # -- stopping -------------------------------------------------------------------
 

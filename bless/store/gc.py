@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 from bless.core.factors import CONFIG_HASH, is_config_hash
 from bless.errors import InputInvalidError
 from bless.store.faults import FaultHook
-from bless.store.layout import NEW_STAGING_PREFIX, OWNER_FILE, PARTIAL_PREFIX, PUBLISHING_PREFIX, is_dir_id
+from bless.store.layout import (
+    NEW_STAGING_PREFIX,
+    OWNER_FILE,
+    PARTIAL_PREFIX,
+    PUBLISHING_PREFIX,
+    StorePaths,
+    is_dir_id,
+)
 from bless.store.lease import Lease
 from bless.system.durable import TMP_MARK, fsync_dir
 from bless.system.entries import age_s, listdir
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RUN_LOGS_MAX_AGE_S",
     "RUN_RECORD",
+    "SERVE_EVIDENCE_MAX_AGE_S",
     "STALE_S",
     "GcAction",
     "GcReport",
@@ -56,6 +64,9 @@ STALE_S = 3600.0
 
 # Engine logs of an accepted run that names no blessing go once they are this old.
 RUN_LOGS_MAX_AGE_S = 30 * 24 * 3600.0
+#: A serve dir that holds unproven-compile evidence (what a sealed serve met, read by the next ``bless run``)
+#: goes once neither it nor that file has changed for this long.
+SERVE_EVIDENCE_MAX_AGE_S = 30 * 24 * 3600.0
 #: ``runs/<run_id>/.blessing.json``: which blessed version a run's logs belong to.
 RUN_RECORD = ".blessing.json"
 
@@ -426,6 +437,13 @@ def _gc_serve_dirs(parts: StoreParts, sweep: _Sweep) -> None:
             continue
         if stat.S_ISLNK(st.st_mode):
             sweep.note(_symlink_note(f"{path} is a symlink"))
+            continue
+        evidence = StorePaths.unproven_compiles(path)
+        if os.path.lexists(evidence):
+            # What a sealed serve met, kept for the next bless run of its profile: aged out, by its last event.
+            if min(age_s(path), age_s(evidence)) > SERVE_EVIDENCE_MAX_AGE_S:
+                sweep.drop(path, "serve dir of a stopped serve with unproven-compile evidence, untouched for over "
+                           "30 days", point="gc-remove")  # fmt: skip
             continue
         # A serve-full that is starting may not have written its lease yet: only old dirs go.
         if age_s(path) > STALE_S:

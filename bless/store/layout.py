@@ -185,6 +185,13 @@ class StorePaths:
             )
         return self.ready / f"{name}.json"
 
+    def ready_heartbeat(self, name: str) -> Path:
+        """``ready/<name>.heartbeat``: a detached serve's seal watcher, named by itself, its mtime renewed each poll.
+
+        Its suffix is no record's (``.json``), so no profile's name can make it another profile's record.
+        """
+        return self.ready_file(name).with_suffix(".heartbeat")
+
     @property
     def trust(self) -> Path:
         """``root/trust``: TUF's trusted metadata (the highest versions this host has trusted)."""

@@ -12,6 +12,7 @@ tests/integration/test_runtime_docker.py.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,6 +109,37 @@ def test_logs_and_exit_code(host: Host) -> None:
     assert result.exit_code == 3 and result.graceful and result.seconds < 1
     host.runtime.remove(started)
     assert host.runtime.name_holder(started.name) == "free"
+
+
+def test_follow_log_hands_out_each_line_once_as_the_log_grows(host: Host) -> None:
+    """What the seal watcher reads: only what came since the last read, every line once, none held back, at once.
+
+    The engine keeps running: a read returns what is there now, it never waits for more (or for the exit).
+    """
+    started = host.runtime.start(
+        host.spec(
+            "i=0; while [ $i -lt 3 ]; do echo line-$i; i=$((i+1)); done; sleep 1; echo tail-a; echo tail-b >&2; "
+            "exec sleep 60"
+        )
+    )
+    try:
+        follower = host.runtime.follow_log(started)
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while "tail-b" not in seen and time.monotonic() < deadline:
+            began = time.monotonic()
+            chunk = follower.read(1 << 20)
+            assert time.monotonic() - began < 5, "a read waited for more output"
+            assert chunk.lost is None
+            seen += chunk.data.decode().splitlines()
+            time.sleep(0.1)
+        follower.close()
+        # Each line once; stdout and stderr are two pipes, so only each one's own order is kept.
+        assert sorted(seen) == ["line-0", "line-1", "line-2", "tail-a", "tail-b"]
+        assert [line for line in seen if line != "tail-b"] == ["line-0", "line-1", "line-2", "tail-a"]
+        assert host.runtime.is_running(started), "read while the engine runs"
+    finally:
+        finish(host.runtime, started)
 
 
 def test_graceful_stop_vs_killed_after_timeout(host: Host) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bless.core.unproven_evidence import event_identity
 from tests.integration.helpers import REPO, run_cli, write_profile
 
 pytestmark = pytest.mark.integration
@@ -230,3 +231,9 @@ def test_a_detached_serve_is_sealed_until_serve_full_stop_ends_it(blessings: dic
     assert f"seal watcher pid {watcher['pid']}" in stopped.json()["stopped"]
     assert seal_watchers(root) == [], "no watcher outlives serve-full stop"
     assert containers_named(f"bless-serve-{name}") == [], "no container is left"
+    # What the refusal's hint names is kept for the next bless run: the serve dir with unproven-compiles.jsonl.
+    (kept,) = [note for note in stopped.json()["notes"] if "kept as evidence" in note]
+    evidence = Path(kept.rsplit(": ", 1)[-1]) / "unproven-compiles.jsonl"
+    lines = [json.loads(line) for line in evidence.read_text().splitlines()]
+    assert [line.get("kernel") for line in lines].count("reference_bucket_8") == 1, lines  # and the watcher's files
+    assert len({event_identity(line) for line in lines}) == len(lines), "one line per distinct compile"

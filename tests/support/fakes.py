@@ -46,6 +46,7 @@ from bless.engines.reference_engine import markers
 from bless.errors import ImageMissingError, RuntimeUnavailableError, UnknownEngineVersionError
 from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
+from bless.system.log_follow import LogFollower, TextFollower
 
 IMAGE = "bless-reference:0.1.0"  # the image profiles/reference-cpu.toml names
 IMAGE_ID = "sha256:" + "cd" * 32
@@ -378,6 +379,9 @@ class FakeRuntime:
 
     def logs(self, started: Started) -> str:
         return self.container(started.name).log
+
+    def follow_log(self, started: Started) -> LogFollower:
+        return TextFollower(lambda: self.container(started.name).log.encode())
 
     def stop(self, started: Started, timeout_s: int) -> StopResult:
         self._call("stop")

@@ -13,6 +13,7 @@ import pytest
 from bless.core.coverage import CoverageFamily, CoveragePlan
 from bless.core.factors import ResolvedConfig
 from bless.core.profile import Profile
+from bless.core.unproven_evidence import EVIDENCE_MAX_BYTES, FULL_EVENT
 from bless.engines.reference import ReferenceAdapter
 from bless.errors import CoverageIncompleteError, ExitCode
 from tests.support.fakes import ARTIFACT
@@ -135,3 +136,46 @@ def test_require_only_warns_about_what_no_tree_can_hold(make: Callable[..., Harn
     result = harness.run(trials=1)
     assert result.published
     assert any("HOME/.triton/cache/x/k.cubin" in w for w in result.warnings)
+
+
+def _oversized(harness: Harness) -> None:
+    """A kept serve dir whose evidence is over the bound a serve writes (an old seal's flood of misses)."""
+    _served(harness, {"kernel": "reference_bucket_8", "key": "k" * 52})
+    (evidence,) = harness.store.paths.serve.glob("*/unproven-compiles.jsonl")
+    line = evidence.read_text()
+    with evidence.open("a") as out:
+        out.write(line * (EVIDENCE_MAX_BYTES // len(line) + 1))
+
+
+def test_require_refuses_evidence_of_a_serve_it_cannot_read_in_full_before_any_engine_starts(
+    make: Callable[..., Harness],
+) -> None:
+    harness = make(profile=bucket_profile(mode="require"))
+    _oversized(harness)
+    with pytest.raises(CoverageIncompleteError) as caught:
+        harness.run(trials=1)
+    assert caught.value.exit_code == ExitCode.COVERAGE_INCOMPLETE
+    assert "cannot be read in full" in caught.value.message and "unproven-compiles.jsonl" in caught.value.message
+    assert harness.runtime.containers == [] and harness.store.find(harness.config_hash) is None
+
+
+def test_require_refuses_a_bad_line_and_a_full_file_of_this_configuration(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile(mode="require"))
+    _served(harness, {"kernel": "reference_bucket_8", "key": "k" * 52})
+    (evidence,) = harness.store.paths.serve.glob("*/unproven-compiles.jsonl")
+    with evidence.open("a") as out:
+        out.write('{"event":"unproven_compile","kernel":"torn\n')
+    with pytest.raises(CoverageIncompleteError, match="no unproven-compile event"):
+        harness.run(trials=1)
+    evidence.write_text(json.dumps({"event": FULL_EVENT, "config_hash": harness.config_hash, "recorded": 9}) + "\n")
+    with pytest.raises(CoverageIncompleteError, match="it says it is full"):
+        harness.run(trials=1)
+
+
+def test_auto_warns_about_evidence_it_cannot_read_and(make: Callable[..., Harness]) -> None:
+    harness = make(profile=bucket_profile())
+    _oversized(harness)
+    result = harness.run(trials=1)
+    assert result.published
+    assert any("cannot be read in full" in w and "unproven-compiles.jsonl" in w for w in result.warnings)
+    assert any(e.kind == "warning" and "cannot be read in full" in e.message for e in harness.events), "an event"

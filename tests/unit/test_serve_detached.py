@@ -7,14 +7,18 @@ test_serve_seal.py); the watcher's identity is then this process. Starting and e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,3 +240,166 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
 
 def _no_docker() -> FakeRuntime:
     raise AssertionError("stopping a local engine must not need Docker")
+
+
+def _make_old(path: Path, seconds: float) -> None:
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_serve_full_stop_keeps_the_evidence_of_an_unproven_compile_under_refuse_and_gc_ages_it_out(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    """The refusal's hint names unproven-compiles.jsonl: stopping the serve must not delete it."""
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+    runtime.container(result.started.name).log += f"{SEAL_LINE}\n"
+    _wait_for(lambda: _refused(store, doc.name, runtime) is not None)
+    watching.done.set()  # serve-full stop's SIGTERM
+    watching.result()
+    outcome = serve.stop_serving(doc.name, store=store, docker=lambda: runtime, timeout_s=5)
+    evidence = doc.serve_dir / SERVE_UNPROVEN_COMPILES
+    assert evidence.is_file(), "the evidence the refusal's hint names is kept"
+    assert [json.loads(line)["kernel"] for line in evidence.read_text().splitlines()] == ["fused_moe_kernel"]
+    assert str(doc.serve_dir) not in outcome.serve_dirs_removed
+    assert any("kept as evidence" in note and str(doc.serve_dir) in note for note in outcome.notes), outcome
+    assert store.leases.leases() == [] and not store.paths.ready_file(doc.name).exists()
+
+    _make_old(doc.serve_dir, 2 * 3600)  # what gc removes of a serve dir without evidence
+    assert doc.serve_dir not in {action.path for action in store.gc(keep=0).actions}, "kept for the next rebless"
+    for path in (evidence, doc.serve_dir):
+        _make_old(path, 31 * 24 * 3600)
+    assert doc.serve_dir in {action.path for action in store.gc(keep=0).actions}
+    assert not doc.serve_dir.exists(), "gc ages the evidence out"
+
+
+def test_serve_full_stop_still_removes_a_serve_dir_without_evidence(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    _result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    watching = Watching(store, runtime, doc)
+    _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+    watching.done.set()
+    watching.result()
+    outcome = serve.stop_serving(doc.name, store=store, docker=lambda: runtime, timeout_s=5)
+    assert outcome.serve_dirs_removed == (str(doc.serve_dir),) and not doc.serve_dir.exists()
+
+
+@contextlib.contextmanager
+def _real_watcher(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> Iterator[tuple[detached.WatchDoc, dict[str, Any], FakeRuntime]]:
+    """A detached serve of a local engine (a sleeping process) sealed by a real watcher process; stopped at the end."""
+    result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    assert len(store.leases.release_named(result.started.name)) == 1  # this engine is a local process
+    engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        the_plan = result.plan
+        assert the_plan.manifest is not None
+        store.leases.acquire(
+            the_plan.manifest.config_hash,
+            the_plan.manifest.cache.dir_id,
+            name=the_plan.container_name,
+            holder=process_identity(engine.pid),
+            serve_dir=the_plan.serve_dir,
+        )
+        started = dataclasses.replace(
+            result.started,
+            id=str(engine.pid),
+            spec=dataclasses.replace(
+                result.started.spec, mounts=tuple(m for m in result.started.spec.mounts if m.kind == "private")
+            ),
+        )
+        local_doc = dataclasses.replace(
+            doc,
+            runtime_kind="local",
+            started=started,
+            engine_holder=process_identity(engine.pid),
+            local_mount_namespace=False,
+        )
+        identity = detached.spawn_watcher(local_doc, start_s=60)
+        try:
+            yield local_doc, identity, runtime
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(identity["pid"], signal.SIGCONT)
+            serve.stop_serving(doc.name, store=store, docker=_no_docker, timeout_s=5)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+        engine.wait()
+
+
+def test_a_frozen_watcher_is_not_sealed_its_heartbeat_goes_stale(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    """SIGSTOP leaves the watcher alive (process_alive says so) but blind: readiness needs its heartbeat."""
+    with _real_watcher(store, tmp_path, server) as (doc, identity, runtime):
+        heartbeat = store.paths.ready_heartbeat(doc.name)
+        _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+        before = heartbeat.stat().st_mtime
+        _wait_for(lambda: heartbeat.stat().st_mtime > before)  # renewed after every poll
+        os.kill(identity["pid"], signal.SIGSTOP)
+        time.sleep(1.5)  # a poll it would have made
+        frozen_at = heartbeat.stat().st_mtime
+        _make_old(heartbeat, serve.ready.HEARTBEAT_STALE_S + 5)  # as long as a frozen watcher leaves it
+        assert process_alive(identity) is True, "alive, as a stopped process is"
+        refusal = _refused(store, doc.name, runtime)
+        assert refusal is not None and refusal.exit_code == 46 and refusal.details["reason"] == "not_sealed"
+        assert "frozen" in refusal.message and f"pid {identity['pid']}" in refusal.message
+        time.sleep(1.5)
+        assert heartbeat.stat().st_mtime < frozen_at, "a stopped watcher renews nothing"
+        os.kill(identity["pid"], signal.SIGCONT)
+        _wait_for(lambda: _refused(store, doc.name, runtime) is None)  # it looks again: sealed again
+
+
+def _edit_record(store: Store, name: str, **changes: Any) -> None:
+    path = store.paths.ready_file(name)
+    record = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            record.pop(key)
+        else:
+            record[key] = value
+    path.write_text(json.dumps(record))
+
+
+_DROP = object()
+
+
+def test_readiness_refuses_a_missing_or_forged_watcher_field(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    with _real_watcher(store, tmp_path, server) as (doc, _identity, runtime):
+        _wait_for(lambda: _refused(store, doc.name, runtime) is None)
+        original = json.loads(store.paths.ready_file(doc.name).read_text())
+
+        _edit_record(store, doc.name, watcher=_DROP)  # no watcher field at all
+        refusal = _refused(store, doc.name, runtime)
+        assert refusal is not None and refusal.details["reason"] == "unreadable", refusal
+
+        _edit_record(store, doc.name, watcher=None)  # "no watcher expected", on a detached engine's record
+        refusal = _refused(store, doc.name, runtime)
+        assert refusal is not None and refusal.details["reason"] == "not_sealed" and "edited" in refusal.message
+
+        other = subprocess.Popen(["sleep", "60"])
+        try:
+            _edit_record(store, doc.name, watcher=process_identity(other.pid))  # a live process, not the watcher
+            refusal = _refused(store, doc.name, runtime)
+            assert refusal is not None and refusal.details["reason"] == "not_sealed" and "edited" in refusal.message
+        finally:
+            other.kill()
+            other.wait()
+
+        store.paths.ready_file(doc.name).write_text(json.dumps(original))
+        assert _refused(store, doc.name, runtime) is None, "the record as the watcher wrote it is sealed"
+
+
+def test_a_container_holders_record_without_a_watcher_is_not_sealed(
+    store: Store, tmp_path: Path, server: FakeEngineServer
+) -> None:
+    _result, runtime, doc = _detached(store, tmp_path, server, "refuse")
+    _edit_record(store, doc.name, watcher=None)
+    refusal = _refused(store, doc.name, runtime)
+    assert refusal is not None and refusal.details["reason"] == "not_sealed" and "edited" in refusal.message

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bless.core.profile import UnprovenCompilePolicy
+from bless.core.unproven_evidence import EVIDENCE_MAX_BYTES, FULL_EVENT
 from bless.engines.bless_seal import LINE_PREFIX as ENGINE_PREFIX
 from bless.errors import NotServingError, UnprovenCompileError
 from bless.evidence_types import UpperEntry
 from bless.flows import serve
 from bless.flows.engine_start import SEAL_DIR, SEAL_MANAGER, SEAL_MODULE_FILE
 from bless.flows.events import Event
-from bless.flows.serve.seal import LINE_PREFIX, SealWatcher, parse_seal_lines
+from bless.flows.serve.seal import LINE_PREFIX, Seal, SealWatcher, UnprovenCompile, parse_seal_lines
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
@@ -300,3 +301,88 @@ def test_a_watcher_that_cannot_look_is_itself_an_event_and_never_dies_silently()
         _wait_for(lambda: any(isinstance(h, list) for h in heard))
     blind = next(h for h in heard if isinstance(h, list))
     assert f"failed {BLIND_POLLS} polls in a row" in str(blind[0].reason)
+
+
+def _seal_of(store: Store, tmp_path: Path, heard: list[Event]) -> Seal:
+    serve_dir = tmp_path / "serve-dir"
+    serve_dir.mkdir()
+    serve.ready.mark_ready(
+        store, name="flood", config_hash="c" * 64, host="127.0.0.1", port=8000, canary="passed", holder={}
+    )
+    return Seal(
+        store=store,
+        name="flood",
+        serve_dir=serve_dir,
+        policy="record",
+        events=heard.append,
+        stop=threading.Event(),
+        config_hash="c" * 64,
+    )
+
+
+def _kernel(index: int) -> UnprovenCompile:
+    return UnprovenCompile(
+        source="triton-cache-manager",
+        time=1700000000.0 + index,
+        kernel="fused_moe_kernel",
+        key=f"{index:052d}",
+        file="fused_moe_kernel.json",
+    )
+
+
+def test_the_seal_writes_one_line_per_distinct_kernel_key_however_often_it_is_missed(
+    store: Store, tmp_path: Path
+) -> None:
+    heard: list[Event] = []
+    seal = _seal_of(store, tmp_path, heard)
+    for _ in range(200):  # the same three kernels, missed again and again (one batch per poll)
+        seal([_kernel(0), _kernel(1), _kernel(0), _kernel(2)])
+    lines = seal.evidence_file.read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == [f"{i:052d}" for i in range(3)]
+    assert all(json.loads(line)["config_hash"] == "c" * 64 for line in lines)
+    assert len(seal.seen) == 3 and seal.repeats == 797
+    assert len([e for e in heard if e.message.startswith("UNPROVEN COMPILE")]) == 3, "each compile warned once"
+    record = serve.ready.ReadyRecord.from_dict(json.loads(store.paths.ready_file("flood").read_text()))
+    assert record.seen_count == 3 and len(record.unproven) == 3
+
+
+def test_the_evidence_file_and_the_readiness_record_stay_bounded_under_a_flood_of_distinct_misses(
+    store: Store, tmp_path: Path
+) -> None:
+    heard: list[Event] = []
+    seal = _seal_of(store, tmp_path, heard)
+    for batch in range(40):
+        seal([_kernel(batch * 1000 + i) for i in range(1000)])
+    size = seal.evidence_file.stat().st_size
+    assert size <= EVIDENCE_MAX_BYTES
+    lines = seal.evidence_file.read_bytes().splitlines()
+    assert json.loads(lines[-1])["event"] == FULL_EVENT, "a full file says so in its last line"
+    assert seal.dropped == 40_000 - len(seal.seen) and seal.dropped > 0
+    record_text = store.paths.ready_file("flood").read_text()
+    record = serve.ready.ReadyRecord.from_dict(json.loads(record_text))
+    assert len(record.unproven) == serve.ready.RECORD_EVENTS_MAX and record.seen_count == len(seal.seen)
+    assert record.unproven_full and len(record_text) < 64 << 10
+    assert sum("is full" in e.message for e in heard) == 1
+
+
+def test_a_seal_line_then_a_truncation_before_the_next_poll_is_not_missed(store: Store, tmp_path: Path) -> None:
+    with _engine() as server:
+        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
+        result = serve.start(the_plan, runtime=runtime)
+        try:
+            session = the_plan.session(runtime, started=result.started)
+            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
+            container = runtime.container(result.started.name)
+            container.log += "INFO serving\n" * 10
+            assert watcher.poll() == []
+            container.log += SEAL_LINE + "\n"  # written ...
+            container.log = "INFO after the truncation, a longer log than before " * 4 + "\n"  # ... and cut away
+            (event,) = watcher.poll()
+            assert event.source == "watcher" and event.reason is not None
+            assert "truncated or rewritten" in event.reason and "may have been lost" in event.reason
+            assert watcher.poll() == [], "read again from its start, each line once"
+            container.log += SEAL_LINE + "\n"
+            assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
+        finally:
+            watcher.close()
+            serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)

@@ -14,7 +14,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,9 @@ class Orchestrator:
         for line in describe_plan(self.coverage):
             self.events(Event("note", f"coverage: {line}"))
         self.containers.coverage = self.coverage if mode != "off" and self.coverage.drives else None
-        self.served = recorded_compiles(self.store.paths, self.profile.name, self.resolved.config_hash)
+        records = recorded_compiles(self.store.paths, self.profile.name, self.resolved.config_hash)
+        self._refuse_or_warn_unreadable_served(records.unreadable)
+        self.served = records.compiles
         if self.served:
             kernels = sorted({s.kernel or s.path or "?" for s in self.served})
             self.events(
@@ -220,6 +222,26 @@ class Orchestrator:
                     f"({', '.join(kernels[:8])}): each candidate is checked for them after its bootstrap",
                 )
             )
+
+    def _refuse_or_warn_unreadable_served(self, unreadable: Sequence[str]) -> None:
+        """Evidence of earlier serves that cannot be read in full: refused under ``require`` (47), else warned."""
+        if not unreadable:
+            return
+        shown = "; ".join(unreadable[:5]) + (f" (and {len(unreadable) - 5} more)" if len(unreadable) > 5 else "")
+        if self.profile.coverage == "require":
+            raise CoverageIncompleteError(
+                f"the profile requires full coverage, but what earlier serves of {self.profile.name} met cannot be "
+                f"read in full, so a candidate cannot be shown to hold it: {shown}",
+                hint="read the file (written while serving); once its compiles are covered, or it is judged "
+                "irrelevant, remove that serve dir, then run again (or lower [coverage] mode to auto)",
+                details={"unreadable": list(unreadable)},
+            )
+        warning = (
+            f"what earlier serves of {self.profile.name} met cannot be read in full, so candidates are not "
+            f"checked for it: {shown}"
+        )
+        self._warnings.append(warning)
+        self.events(Event("warning", warning))
 
     def _served_still_missing(self, listing: TreeListing) -> str | None:
         """What earlier serves met that this candidate's tree still lacks, in words (None: it holds them all)."""

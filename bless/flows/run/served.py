@@ -6,24 +6,25 @@ once its bootstrap has compiled the new candidate, says which of them the new tr
 kernel is held when the tree has its cache key's directory (Triton names it by a hash of everything the kernel
 is compiled from), a file in the cache's writable layer when the tree has that path. What no tree can hold (a
 write to HOME or temp) stays unproven. Under ``[coverage] mode = "require"`` a candidate that still lacks one is
-rejected; otherwise the run warns. The manifest records the outcome.
+rejected; otherwise the run warns. Evidence that cannot be read in full (over its bound, a line that is no event,
+a file that says it is full) refuses the run under ``require`` (47) and is warned about otherwise: never skipped.
+The manifest records the outcome.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bless.core.unproven_evidence import EVIDENCE_MAX_BYTES, parse_evidence
 from bless.core.verify import TreeListing
 from bless.store.layout import StorePaths
 from bless.system.bounded_read import UnreadableFileError, read_bounded
 
 #: A serve dir is ``<profile name>-<UTC stamp>-<6 hex>`` (bless.flows.serve.serve_dir.new_serve_dir).
 _SERVE_DIR_SUFFIX = re.compile(r"-\d{8}T\d{6}Z-[0-9a-f]{6}$")
-_EVIDENCE_MAX = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -41,31 +42,52 @@ class ServedCompile:
         return f"{what}, seen by serve {self.serve_dir}"
 
 
-def recorded_compiles(paths: StorePaths, profile_name: str, config_hash: str) -> list[ServedCompile]:
+@dataclass(frozen=True)
+class ServedRecords:
+    """What the kept serve dirs of a profile recorded, and which of their evidence could not be read in full."""
+
+    compiles: list[ServedCompile]
+    #: One line each: the evidence file and why it cannot be read (too large, a bad line, full, unreadable).
+    unreadable: list[str]
+
+
+def recorded_compiles(paths: StorePaths, profile_name: str, config_hash: str) -> ServedRecords:
     """Every unproven compile the kept serve dirs of ``profile_name`` recorded while serving ``config_hash``.
 
     A serve of another configuration (another GPU product, other serve arguments) compiled for that one: its
-    kernels are no evidence about this one. Unreadable lines are skipped.
+    kernels are no evidence about this one. Evidence that cannot be read in full is never skipped silently: a file
+    over the bound or not readable, a line that is no event (it could be of this configuration), or a file that
+    says it is full (of this configuration) is listed in ``unreadable`` for the caller to refuse or warn about.
     """
     found: list[ServedCompile] = []
+    unreadable: list[str] = []
     root = paths.serve
     if not root.is_dir():
-        return found
+        return ServedRecords(found, unreadable)
     for serve_dir in sorted(root.iterdir()):
         name = serve_dir.name
         if not name.startswith(f"{profile_name}-") or _SERVE_DIR_SUFFIX.sub("", name) != profile_name:
             continue
+        path = StorePaths.unproven_compiles(serve_dir)
         try:
-            data = read_bounded(StorePaths.unproven_compiles(serve_dir), _EVIDENCE_MAX)
-        except UnreadableFileError:
+            data = read_bounded(path, EVIDENCE_MAX_BYTES)
+        except UnreadableFileError as exc:
+            unreadable.append(f"{path}: {exc}")
             continue
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
-            event = _event(line)
-            if event is not None and event.get("config_hash") == config_hash:
+        parsed = parse_evidence(data or b"")
+        if parsed.bad_lines:
+            unreadable.append(
+                f"{path}: {parsed.bad_lines} line(s) are no unproven-compile event "
+                f"(first: line {parsed.first_bad_line})"
+            )
+        if any(marker.get("config_hash") in (config_hash, None) for marker in parsed.full):
+            unreadable.append(f"{path}: the serve met more distinct compiles than the file lists (it says it is full)")
+        for event in parsed.events:
+            if event.get("config_hash") == config_hash:
                 found.append(
                     ServedCompile(name, _text(event.get("kernel")), _text(event.get("key")), _text(event.get("path")))
                 )
-    return list(dict.fromkeys(found))
+    return ServedRecords(list(dict.fromkeys(found)), unreadable)
 
 
 def holdable(served: ServedCompile, triton_subdir: str | None) -> bool:
@@ -107,14 +129,6 @@ def outcome(compiles: Sequence[ServedCompile], missing: Sequence[ServedCompile])
     }
 
 
-def _event(line: str) -> Mapping[str, Any] | None:
-    try:
-        event = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return event if isinstance(event, dict) and event.get("event") == "unproven_compile" else None
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -124,4 +138,12 @@ def triton_subdir(locations: Mapping[str, str]) -> str | None:
     return locations.get("TRITON_CACHE_DIR")
 
 
-__all__ = ["ServedCompile", "holdable", "outcome", "recorded_compiles", "still_unproven", "triton_subdir"]
+__all__ = [
+    "ServedCompile",
+    "ServedRecords",
+    "holdable",
+    "outcome",
+    "recorded_compiles",
+    "still_unproven",
+    "triton_subdir",
+]

@@ -38,7 +38,7 @@ from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, NotServingError, UnprovenCompileError
 from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink, ignore_events
-from bless.flows.serve.ready import clear_ready, record_watcher
+from bless.flows.serve.ready import clear_ready, record_watcher, renew_heartbeat
 from bless.flows.serve.seal import POLL_S, Seal, SealWatcher, UnprovenCompile, unproven_compile_error, watching
 from bless.flows.serve.serve_dir import save_evidence
 from bless.flows.serve.start import LaunchResult
@@ -246,7 +246,7 @@ def run_watcher(
     engine_alive = _engine_alive(doc, runtime, events)
     events(Event("phase", f"sealing the detached serve {doc.name} (engine {doc.started.name}, pid {identity['pid']})"))
     gone = False
-    with watching(watcher, seal, poll_s=poll_s):
+    with watching(watcher, seal, poll_s=poll_s, heartbeat=lambda: renew_heartbeat(store, doc.name)):
         next_check = 0.0
         while not (done.is_set() or policy_stop.is_set()):
             if time.monotonic() >= next_check:

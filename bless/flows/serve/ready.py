@@ -14,7 +14,14 @@ Sealed serving (:mod:`.seal`) lists every unproven compile in the record as it i
 policy ``refuse`` one is enough for the probe to fail (the engine keeps answering what it was sent).
 A detached serve is watched by a process of its own (:mod:`.detached`): its record names that watcher
 (``watcher``), and the probe fails while the watcher has not started yet or is gone (the engine would
-serve unsealed).
+serve unsealed). Alive is not enough: a frozen watcher (SIGSTOP, a hung poll) sees nothing. The watcher
+names itself in ``ready/<name>.heartbeat`` too and renews that file's time after every poll; the probe
+fails once it is older than :data:`HEARTBEAT_STALE_S`, or when it names another process than the record
+(those checks: :mod:`.ready_seal`).
+
+Every record says who seals it: ``watcher`` is a required key. A record that says no watcher is expected
+(``null``: serve-full watches in the foreground) while its holder is a detached engine (a container, or the
+process a handed-over serving lease names) is refused: no edit of the record turns the seal off.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +39,7 @@ from typing import Any
 from bless.container_labels import PHASE, PHASE_SERVE, PROFILE
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
+from bless.flows.serve.ready_seal import HEARTBEAT_STALE_S, refuse_detached_without_watcher, refuse_unsealed
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
@@ -39,7 +48,17 @@ from bless.system.durable import atomic_write_bytes
 from bless.system.json_files import UnreadableJsonError, load_json_object
 from bless.system.procid import process_alive
 
-__all__ = ["ReadyRecord", "check_ready", "clear_ready", "mark_ready", "record_unproven", "record_watcher"]
+__all__ = [
+    "HEARTBEAT_STALE_S",
+    "RECORD_EVENTS_MAX",
+    "ReadyRecord",
+    "check_ready",
+    "clear_ready",
+    "mark_ready",
+    "record_unproven",
+    "record_watcher",
+    "renew_heartbeat",
+]
 
 #: What a detached Docker holder's container id may be (Docker's are 64 hex digits; fakes use names).
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -54,6 +73,9 @@ def _short(text: str) -> str:
 
 #: Seconds a probe waits for the engine's answer: a probe runs every few seconds and must not pile up.
 PROBE_TIMEOUT_S = 3.0
+#: The unproven compiles the record lists (the first ones; ``count`` says how many there are, and the serve dir's
+#: ``unproven-compiles.jsonl`` lists them all): the record stays small however many the engine meets.
+RECORD_EVENTS_MAX = 20
 
 
 @dataclass(frozen=True)
@@ -69,8 +91,12 @@ class ReadyRecord:
     since: str
     #: What serve-full does about a compile the blessing does not hold: refuse, record or stop.
     unproven_policy: str = "refuse"
-    #: The unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
+    #: The first unproven compiles seen while serving (:meth:`bless.flows.serve.seal.UnprovenCompile.to_dict`).
     unproven: tuple[Mapping[str, Any], ...] = ()
+    #: How many distinct unproven compiles were seen (at least ``len(unproven)``).
+    unproven_count: int = 0
+    #: Whether the serve's evidence file is full (more were met than it lists).
+    unproven_full: bool = False
     #: The seal watcher of a detached serve (:func:`~bless.system.procid.process_identity`); ``{}`` while it has not
     #: started yet; None where serve-full itself watches (foreground) or nothing is sealed (``--debug``).
     watcher: Mapping[str, Any] | None = None
@@ -87,11 +113,17 @@ class ReadyRecord:
             "since": self.since,
             "unproven_compile": {
                 "policy": self.unproven_policy,
-                "count": len(self.unproven),
+                "count": self.seen_count,
                 "events": [dict(event) for event in self.unproven],
+                "evidence_full": self.unproven_full,
             },
             "watcher": dict(self.watcher) if self.watcher is not None else None,
         }
+
+    @property
+    def seen_count(self) -> int:
+        """How many distinct unproven compiles the serve met."""
+        return max(self.unproven_count, len(self.unproven))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReadyRecord:
@@ -106,7 +138,7 @@ class ReadyRecord:
                 holder=dict(data["holder"]),
                 since=str(data["since"]),
                 **_unproven_from(data.get("unproven_compile")),
-                watcher=_watcher_from(data.get("watcher")),
+                watcher=_watcher_from(data["watcher"]),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
@@ -127,7 +159,15 @@ def _unproven_from(section: Any) -> dict[str, Any]:
     if not isinstance(section, Mapping) or not isinstance(section.get("events"), list):
         raise ValueError("unproven_compile is not an object with an events list")
     events = tuple(dict(event) for event in section["events"])
-    return {"unproven_policy": str(section.get("policy")), "unproven": events}
+    count = section.get("count", len(events))
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError("unproven_compile count is not a count")
+    return {
+        "unproven_policy": str(section.get("policy")),
+        "unproven": events,
+        "unproven_count": count,
+        "unproven_full": section.get("evidence_full") is True,
+    }
 
 
 def _watcher_from(section: Any) -> dict[str, Any] | None:
@@ -173,6 +213,8 @@ def mark_ready(
     )
     path = store.paths.ready_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        store.paths.ready_heartbeat(name).unlink()  # an earlier serve's watcher never vouches for this one
     _write(path, record)
     return record
 
@@ -181,8 +223,13 @@ def _write(path: Path, record: ReadyRecord) -> None:
     atomic_write_bytes(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
 
 
-def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]) -> ReadyRecord | None:
-    """Rewrite the record (atomically) listing ``events``; None when there is no record to update.
+def record_unproven(
+    store: Store, name: str, events: Sequence[Mapping[str, Any]], *, count: int | None = None, full: bool = False
+) -> ReadyRecord | None:
+    """Rewrite the record (atomically) listing the first ``events``, and ``count`` in all; None without a record.
+
+    At most :data:`RECORD_EVENTS_MAX` events are listed (``count`` defaults to how many were given); ``full``:
+    the serve's evidence file is full.
 
     Never makes a record: one that is gone was cleared because serving ends. Raises OSError (and
     ValueError for a record that is not one) for the caller to report.
@@ -191,7 +238,13 @@ def record_unproven(store: Store, name: str, events: Sequence[Mapping[str, Any]]
     data = load_json_object(path)
     if data is None:
         return None
-    record = dataclasses.replace(ReadyRecord.from_dict(data), unproven=tuple(dict(event) for event in events))
+    listed = tuple(dict(event) for event in events[:RECORD_EVENTS_MAX])
+    record = dataclasses.replace(
+        ReadyRecord.from_dict(data),
+        unproven=listed,
+        unproven_count=len(events) if count is None else count,
+        unproven_full=full,
+    )
     _write(path, record)
     return record
 
@@ -200,15 +253,29 @@ def record_watcher(store: Store, name: str, identity: Mapping[str, Any]) -> Read
     """Rewrite the record (atomically) naming the detached serve's seal watcher; None when there is no record.
 
     Called by the watcher itself before it looks for the first time, so it is the record's only writer from
-    then on. Raises OSError (and ValueError for a record that is not one) for the caller to report.
+    then on. Its heartbeat (``ready/<name>.heartbeat``, naming it) is written first: :func:`renew_heartbeat`
+    keeps it fresh. Raises OSError (and ValueError for a record that is not one) for the caller to report.
     """
     path = store.paths.ready_file(name)
     data = load_json_object(path)
     if data is None:
         return None
     record = dataclasses.replace(ReadyRecord.from_dict(data), watcher=dict(identity))
+    atomic_write_bytes(store.paths.ready_heartbeat(name), (json.dumps(dict(identity), sort_keys=True) + "\n").encode())
     _write(path, record)
     return record
+
+
+def renew_heartbeat(store: Store, name: str) -> bool:
+    """Renew the seal watcher's heartbeat (its file's time: no write, no fsync); False when it is gone.
+
+    Raises OSError (other than its absence) for the caller to report.
+    """
+    try:
+        os.utime(store.paths.ready_heartbeat(name))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def clear_ready(store: Store, name: str) -> None:
@@ -218,6 +285,8 @@ def clear_ready(store: Store, name: str) -> None:
     """
     with contextlib.suppress(OSError):
         store.paths.ready_file(name).unlink()
+    with contextlib.suppress(OSError):
+        store.paths.ready_heartbeat(name).unlink()
 
 
 def check_ready(
@@ -265,11 +334,11 @@ def check_ready(
             "serve with the canary, or accept a skipped canary explicitly (accept_skipped_canary)",
             "accept_skipped_canary",
         )
-    if record.unproven and record.unproven_policy == "refuse":
-        first = record.unproven[0]
+    if record.seen_count and record.unproven_policy == "refuse":
+        first = record.unproven[0] if record.unproven else {}
         what = first.get("kernel") or first.get("path") or first.get("file") or "?"
         raise NotServingError(
-            f"{name}: the engine compiled {len(record.unproven)} kernel(s) or file(s) the blessing does not hold "
+            f"{name}: the engine compiled {record.seen_count} kernel(s) or file(s) the blessing does not hold "
             f"while serving (first: {what}, seen by {first.get('source')}); it keeps answering what it was sent, "
             "but takes no new traffic (unproven_compile = refuse)",
             hint="bless what it met: the serve dir's unproven-compiles.jsonl lists the events; re-bless (rebless) "
@@ -292,7 +361,9 @@ def check_ready(
             "read serve-full's log: the engine may be stopping or stuck",
         ) from None
     if record.watcher is not None:
-        _refuse_unsealed(name, record.watcher)
+        refuse_unsealed(store, name, record.watcher)
+    elif record.canary == "passed":  # a blessed, canary-checked serve (a --debug start is neither, nor sealed)
+        refuse_detached_without_watcher(store, name, record.holder)
     return record
 
 
@@ -376,33 +447,6 @@ def _refuse_unless_container_runs(name: str, holder: Mapping[str, Any], docker: 
             f"the container that served it ({container[:12]}) {what}; whatever answers on the port is not it",
             "start serve-full --detach again (serve-full stop NAME first removes what is left)",
         )
-
-
-def _refuse_unsealed(name: str, watcher: Mapping[str, Any]) -> None:
-    """NotServingError (46) unless the seal watcher of a detached serve runs (on this host)."""
-    alive = process_alive(watcher) if watcher else None
-    if alive is True:
-        return
-    pid = watcher.get("pid")
-    if not watcher:
-        message = "detached serve: its seal watcher has not started yet, so an unproven compile would go unseen"
-        hint, remedy = "wait a moment: a detached serve starts the watcher right after the canary", "watcher_starting"
-    elif alive is False:
-        message = (
-            f"not sealed: the seal watcher of this detached serve (pid {pid}) is gone while its engine still "
-            "answers, so an unproven compile would go unseen"
-        )
-        hint = "read its log (seal-watcher.log in the serve dir); restart the serve: stop it, then serve detached"
-        remedy = "restart_detached_serve"
-    else:
-        message = (
-            f"not sealed here: the seal watcher of this detached serve (pid {pid}) runs on host "
-            f"{shown(str(watcher.get('host'))[:100])}, where this probe cannot see it"
-        )
-        hint, remedy = "ask the host that serves whether it is ready", "ready_on_serving_host"
-    raise NotServingError(
-        f"{name}: {message}", hint=hint, details={"name": name, "reason": "not_sealed"}, remedy=remedy
-    )
 
 
 def _client(host: str, port: int) -> EngineClient:

@@ -12,16 +12,20 @@ Two sources feed it:
   see (Inductor's bundler writing Triton files itself, FlashInfer, DeepGEMM, CUDA's PTX JIT, HOME, temp).
 
 :class:`Seal` applies the policy (``[serving] unproven_compile``, ``serve-full --unproven-compile``) to each
-event: every event is reported to the event sink at once, listed in the readiness record (``serve-full
-ready NAME --json``) and appended to ``unproven-compiles.jsonl`` in the serve dir; ``refuse`` makes the
-readiness probe fail (46) while the engine keeps answering, ``record`` only records, ``stop`` ends serving
-gracefully (serve-full then exits 48, :class:`~bless.errors.UnprovenCompileError`).
+distinct compile (a kernel's cache key, a written path; a repeat is only counted): it is reported to the event
+sink at once, listed in the readiness record (``serve-full ready NAME --json``: the first events and the count)
+and appended, one line, to ``unproven-compiles.jsonl`` in the serve dir (bounded:
+:mod:`bless.core.unproven_evidence`); ``refuse`` makes the readiness probe fail (46) while the engine keeps
+answering, ``record`` only records, ``stop`` ends serving gracefully (serve-full then exits 48,
+:class:`~bless.errors.UnprovenCompileError`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bless.core import unproven_evidence as evidence
 from bless.core.json_form import JsonForm, as_json
 from bless.core.profile import UnprovenCompilePolicy
 from bless.engines.base import EngineAdapter
@@ -38,11 +43,11 @@ from bless.errors import BlessError, UnprovenCompileError
 from bless.evidence_types import OutsideEntry
 from bless.flows.engine_start import EngineSession
 from bless.flows.events import Event, EventSink
-from bless.flows.serve.ready import clear_ready, record_unproven
+from bless.flows.serve.ready import RECORD_EVENTS_MAX, clear_ready, record_unproven
 from bless.runtime.base import Runtime, Started
 from bless.store import Store
 from bless.store.layout import StorePaths
-from bless.system.durable import atomic_write_bytes
+from bless.system.log_follow import LogFollower
 
 __all__ = [
     "LINE_PREFIX",
@@ -159,7 +164,7 @@ class SealWatcher:
     session: EngineSession
     adapter: EngineAdapter
     now: Callable[[], float] = time.time
-    _log_offset: int = 0
+    _log: LogFollower | None = None
     _seen_upper: set[str] = field(default_factory=set)
     _seen_outside: set[str] = field(default_factory=set)
 
@@ -170,18 +175,50 @@ class SealWatcher:
 
     def poll(self) -> list[UnprovenCompile]:
         """What is new since the last poll: seal lines in the log, new compiled files where the engine writes."""
-        return self._from_log() + self._from_upper() + self._from_outside()
+        return [event for batch in self.batches() for event in batch]
 
-    def _from_log(self) -> list[UnprovenCompile]:
-        text = self.runtime.logs(self.started)
-        if len(text) < self._log_offset:
-            self._log_offset = 0  # a shorter log (rotated): read it again rather than miss a line
-        end = text.rfind("\n") + 1  # complete lines only: a line being written is read next time
-        if end <= self._log_offset:
-            return []
-        chunk = text[self._log_offset : end]
-        self._log_offset = end
-        return parse_seal_lines(chunk, now=self.now)
+    def batches(self) -> Iterator[list[UnprovenCompile]]:
+        """:meth:`poll`, one batch at a time: a chunk of the log's seal lines each, then the new files.
+
+        :func:`watching` hands each batch to the seal as it comes, so a poll over a log that gained a gigabyte
+        of seal lines holds one chunk's events at a time, never all of them.
+        """
+        yield from self._from_log()
+        rest = self._from_upper() + self._from_outside()
+        if rest:
+            yield rest
+
+    def _from_log(self) -> Iterator[list[UnprovenCompile]]:
+        """The seal lines the log gained since the last poll, a batch per chunk read from where the last read stopped.
+
+        Constant memory whatever the log's size (:mod:`bless.system.log_follow`); complete lines only (a line
+        being written is read next time). A log truncated or rewritten before everything was read may have lost
+        a seal line: that is itself an event (fail closed), and the log is read again from its start.
+        """
+        if self._log is None:
+            self._log = self.runtime.follow_log(self.started)
+        while True:
+            chunk = self._log.read()
+            found: list[UnprovenCompile] = []
+            if chunk.lost is not None:
+                found.append(
+                    UnprovenCompile(
+                        source="watcher",
+                        time=self.now(),
+                        reason=f"{chunk.lost}: a seal line written before it may have been lost",
+                    )
+                )
+            found += parse_seal_lines(chunk.data.decode("utf-8", "replace"), now=self.now)
+            if found:
+                yield found
+            if not chunk.more:
+                return
+
+    def close(self) -> None:
+        """Let go of the log (an open file of the local runtime)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def _from_upper(self) -> list[UnprovenCompile]:
         entries = [e for e in self.runtime.upper_entries(self.started) if e.path not in self._seen_upper]
@@ -214,7 +251,15 @@ class SealWatcher:
 
 @dataclass
 class Seal:
-    """The policy of one serve applied to each unproven compile (the module docstring says how)."""
+    """The policy of one serve applied to each unproven compile (the module docstring says how).
+
+    Each distinct compile (:func:`~bless.core.unproven_evidence.event_identity`: a kernel's cache key, a path) is
+    reported, listed and appended once; a repeat is only counted (``repeats``). The evidence file is appended to,
+    never rewritten, and bounded (:mod:`bless.core.unproven_evidence`): past its bound one marker line says the
+    list is incomplete and later compiles are only counted (``dropped``). The readiness record lists the first
+    :data:`~bless.flows.serve.ready.RECORD_EVENTS_MAX` events and the count, and is rewritten only when the
+    count changes.
+    """
 
     store: Store
     name: str
@@ -225,12 +270,20 @@ class Seal:
     stop: threading.Event
     #: The blessing served: every event of the evidence file names it (the next ``bless run`` reads them by it).
     config_hash: str = ""
+    #: The distinct compiles recorded, in the order seen.
     seen: list[UnprovenCompile] = field(default_factory=list)
+    #: Events of a compile already recorded (the same kernel missed again).
+    repeats: int = 0
+    #: Compiles not listed before, met once the evidence file was full (counted each time, never listed).
+    dropped: int = 0
+    _identities: set[str] = field(default_factory=set)
+    _size: int | None = None
+    _full: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def stop_requested(self) -> bool:
-        return self.policy == "stop" and bool(self.seen)
+        return self.policy == "stop" and bool(self.seen or self.dropped)
 
     @property
     def evidence_file(self) -> Path:
@@ -241,9 +294,12 @@ class Seal:
         if not found:
             return
         with self._lock:
-            self.seen.extend(found)
-            listed = [{**event.to_dict(), "config_hash": self.config_hash} for event in self.seen]
-        for event in found:
+            new, lines, filled = self._admit(found)
+            if lines:
+                self._append(lines)
+            listed = [self._listed(event) for event in self.seen[:RECORD_EVENTS_MAX]]
+            count, full = len(self.seen), self._full
+        for event in new:
             self.events(
                 Event(
                     "warning",
@@ -251,21 +307,84 @@ class Seal:
                     {"unproven_compile": event.to_dict(), "policy": self.policy},
                 )
             )
-        self._write_evidence(listed)
-        self._update_readiness(listed)
+        if filled:
+            self.events(
+                Event(
+                    "warning",
+                    f"UNPROVEN COMPILE ({self.policy}): {self.evidence_file} is full ({count} distinct compiles "
+                    "listed); later ones are counted, not listed, and the next bless run reads the list as incomplete",
+                )
+            )
+        if new or filled:
+            self._update_readiness(listed, count, full)
         if self.policy == "stop":
             self.stop.set()
 
-    def _write_evidence(self, listed: Sequence[Mapping[str, Any]]) -> None:
-        data = "".join(json.dumps(event, sort_keys=True, separators=(",", ":")) + "\n" for event in listed)
+    def _listed(self, event: UnprovenCompile) -> dict[str, Any]:
+        return {**event.to_dict(), "config_hash": self.config_hash}
+
+    def _admit(self, found: Sequence[UnprovenCompile]) -> tuple[list[UnprovenCompile], list[bytes], bool]:
+        """The events not seen before, their lines (those that fit), and whether the file just became full."""
+        if self._size is None:
+            try:
+                self._size = self.evidence_file.stat().st_size
+            except OSError:
+                self._size = 0
+        new: list[UnprovenCompile] = []
+        lines: list[bytes] = []
+        filled = False
+        size = self._size
+        for event in found:
+            identity = evidence.event_identity(event.to_dict())
+            if identity in self._identities:
+                self.repeats += 1
+                continue
+            if self._full:
+                self.dropped += 1
+                continue
+            line = evidence.evidence_line(self._listed(event))
+            if not evidence.fits(size, line):
+                self._full = filled = True
+                self.dropped += 1
+                lines.append(
+                    evidence.full_line(config_hash=self.config_hash, time=time.time(), recorded=len(self.seen))
+                )
+                continue
+            self._identities.add(identity)
+            self.seen.append(event)
+            new.append(event)
+            lines.append(line)
+            size += len(line)
+        return new, lines, filled
+
+    def _append(self, lines: Sequence[bytes]) -> None:
+        """Append the lines in one write, made durable; a failed write is cut back, never left half a line."""
+        data = b"".join(lines)
+        before = self._size or 0
         try:
-            atomic_write_bytes(self.evidence_file, data.encode())
+            fd = os.open(
+                self.evidence_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+            )
         except OSError as exc:
             self.events(Event("warning", f"could not write {self.evidence_file}: {exc}"))
-
-    def _update_readiness(self, listed: Sequence[Mapping[str, Any]]) -> None:
+            return
         try:
-            record_unproven(self.store, self.name, listed)
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(f"wrote {written} of {len(data)} bytes")
+                os.fsync(fd)
+                self._size = before + len(data)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, before)
+                self.events(Event("warning", f"could not write {self.evidence_file}: {exc}"))
+        finally:
+            os.close(fd)
+
+    def _update_readiness(self, listed: Sequence[Mapping[str, Any]], count: int, full: bool) -> None:
+        try:
+            record_unproven(self.store, self.name, listed, count=count, full=full)
         except (OSError, ValueError, BlessError) as exc:
             if self.policy == "refuse":
                 # Fail closed: a record that cannot say "refused" must not say "ready".
@@ -293,7 +412,8 @@ def unproven_compile_error(seal: Seal) -> UnprovenCompileError:
         hint=f"the events are in {seal.evidence_file}; bless the shapes the traffic reaches (rebless with "
         "coverage), then serve again",
         details={
-            "unproven_compile": [event.to_dict() for event in seal.seen],
+            "unproven_compile": [event.to_dict() for event in seal.seen[:RECORD_EVENTS_MAX]],
+            "count": len(seal.seen),
             "serve_dir": str(seal.serve_dir),
             "evidence_file": str(seal.evidence_file),
         },
@@ -302,8 +422,14 @@ def unproven_compile_error(seal: Seal) -> UnprovenCompileError:
 
 
 @contextmanager
-def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Iterator[None]:
+def watching(
+    watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S, heartbeat: Callable[[], object] | None = None
+) -> Iterator[None]:
     """Poll ``watcher`` in a thread for the ``with`` body, handing what it finds to ``seal``; a last poll at the end.
+
+    ``heartbeat``: called after every poll, by the polling thread itself (a detached serve's watcher renews its
+    heartbeat, :func:`~bless.flows.serve.ready.renew_heartbeat`): a frozen or hung poll stops renewing it, and
+    readiness then fails. A heartbeat that cannot be renewed is said once; it never ends the thread.
 
     A poll that fails (the runtime lost the engine, a file vanished mid-walk) is reported once and retried:
     the body (following the log) notices an engine that is gone. Failing :data:`BLIND_POLLS` times in a row,
@@ -316,7 +442,11 @@ def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Ite
 
     def poll_once() -> None:
         try:
-            seal(watcher.poll())
+            if isinstance(watcher, SealWatcher):
+                for batch in watcher.batches():
+                    seal(batch)
+            else:
+                seal(watcher.poll())
             in_a_row[0] = 0
         except Exception as exc:
             if not failures:
@@ -327,9 +457,22 @@ def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Ite
                 reason = f"the watcher failed {BLIND_POLLS} polls in a row and cannot judge the engine: {exc}"
                 seal([UnprovenCompile(source="watcher", time=time.time(), reason=reason)])
 
+    heartbeat_failed: list[str] = []
+
+    def beat() -> None:
+        if heartbeat is None:
+            return
+        try:
+            heartbeat()
+        except Exception as exc:
+            if not heartbeat_failed:
+                seal.events(Event("warning", f"sealed serving: could not renew the watcher's heartbeat ({exc})"))
+            heartbeat_failed.append(str(exc))
+
     def loop() -> None:
         while not done.is_set():
             poll_once()
+            beat()
             if done.wait(poll_s):
                 break
 
@@ -341,3 +484,5 @@ def watching(watcher: SealWatcher, seal: Seal, *, poll_s: float = POLL_S) -> Ite
         done.set()
         thread.join()
         poll_once()
+        if isinstance(watcher, SealWatcher):
+            watcher.close()

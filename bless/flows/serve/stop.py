@@ -4,7 +4,9 @@ A detached serve is found through its serving lease (:mod:`bless.flows.serve.lea
 the engine that outlived serve-full: a Docker container (by id) or a local process (by pid and
 start time). Stopping it is the same graceful stop as a foreground serve's end (SIGTERM, then
 SIGKILL after the timeout); then the container and its overlay volume (Docker), the serve dir
-(the overlay's upper layer and the engine log) and the lease are removed. Only what carries our
+(the overlay's upper layer and the engine log) and the lease are removed. A serve dir holding
+``unproven-compiles.jsonl`` is kept whatever the policy: it is the evidence a rebless reads (``bless gc``
+ages it out). Only what carries our
 labels or our lease is ever touched.
 
 A lease may still be held by serve-full itself (a ``--detach`` start that has not handed it over yet,
@@ -398,6 +400,9 @@ def _remove_serve_dirs(
 ) -> list[str]:
     """Remove the serve dirs the leases name (only serve dirs of ``name`` under this store); those removed.
 
+    A serve dir holding ``unproven-compiles.jsonl`` (sealed serving met a compile the blessing does not hold) is
+    kept, named in the notes: it is the evidence the next ``bless run`` of the profile reads.
+
     ``runtime``: the Docker runtime reached while stopping, else a local one removes them.
     """
     removed: list[str] = []
@@ -407,6 +412,11 @@ def _remove_serve_dirs(
         serve_dir = Path(lease.serve_dir)
         if serve_dir.parent != store.paths.serve or not serve_dir.name.startswith(f"{name}-"):
             notes.append(f"lease {lease.path} names {serve_dir}, not a serve dir of {name!r}: left alone")
+            continue
+        if os.path.lexists(StorePaths.unproven_compiles(serve_dir)):
+            # What sealed serving met, under any policy: the next bless run of the profile reads it (bless gc
+            # ages it out).
+            notes.append(f"serve dir kept as evidence of unproven compiles (for a rebless): {serve_dir}")
             continue
         problem = discard_serve_dir(serve_dir, runtime=runtime or local(), image=None)
         if problem:
