@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import REPO, run_cli, write_profile
+from tests.integration.helpers import REPO, run_cli, serve_name, write_profile
 
 pytestmark = pytest.mark.integration
 SERVE = "bless.cli.serve"
@@ -229,4 +229,4 @@ def test_a_detached_serve_is_sealed_until_serve_full_stop_ends_it(blessings: dic
     assert stopped.code == 0, stopped.stderr[-3000:]
     assert f"seal watcher pid {watcher['pid']}" in stopped.json()["stopped"]
     assert seal_watchers(root) == [], "no watcher outlives serve-full stop"
-    assert containers_named(f"bless-serve-{name}") == [], "no container is left"
+    assert containers_named(serve_name(name, root)) == [], "no container is left"
