@@ -275,8 +275,8 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
         "retry serve-full stop; if it persists, the process may be stuck in the kernel (ps -o stat)"
     ),
     "port_in_use": _said(
-        "stop what holds the port (serve-full stop NAME if it is a detached serve of ours, bless-serve-NAME "
-        "in docker ps; ss -ltnp shows other listeners), or change serving.port in the profile"
+        "stop what holds the port (serve-full stop NAME if it is a detached serve of ours, bless-serve-NAME-<tag> "
+        "in docker ps; ss -ltnp shows other listeners), or serve on another port (serve-full --port N)"
     ),
     "stale_ready_record": _said("remove it; serve-full writes a new one after its next canary"),
     "accept_skipped_canary": _said(

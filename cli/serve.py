@@ -181,7 +181,11 @@ ListenHostOption = Annotated[
 ListenPortOption = Annotated[
     int | None,
     typer.Option(
-        "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
+        "--port",
+        min=0,
+        max=65535,
+        help="Publish the engine on this port instead of the profile's serving.port; 0: a free port (printed, and "
+        "in serve-full ready NAME --json), so serves side by side on a shared host never collide.",
     ),
 ]
 

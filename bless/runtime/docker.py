@@ -154,8 +154,8 @@ def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
         where = f"{spec.host_ip or '0.0.0.0'}:{spec.host_port}" if spec.host_port else "the published port"
         return EngineFailedError(
             f"Docker could not start container {spec.name!r}: the host port {where} is already in use ({explanation})",
-            hint="stop what holds the port (stop the detached serve if it is one of ours, bless-serve-NAME "
-            "in docker ps; ss -ltnp shows other listeners), or change serving.port in the profile",
+            hint="stop what holds the port (stop the detached serve if it is one of ours, bless-serve-NAME-<tag> "
+            "in docker ps; ss -ltnp shows other listeners), or serve on another port (serving.port)",
             remedy="port_in_use",
             details={"daemon_error": explanation, "host_ip": spec.host_ip, "host_port": spec.host_port},
         )

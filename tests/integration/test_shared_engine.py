@@ -16,7 +16,6 @@ import pytest
 
 from bless.container_labels import store_tag
 from tests.integration.helpers import CliResult, our_containers, run_cli, serve_name, write_profile
-from tests.support.registry import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -49,18 +48,17 @@ def test_two_store_roots_bless_and_serve_one_profile_at_once(tmp_path: Path, no_
         assert candidate["trials"][0]["container"].endswith(f"-{store_tag(root)}"), "run names carry the root"
     assert blessed[0].json()["config_hash"] == blessed[1].json()["config_hash"]
 
-    ports = [free_port(), free_port()]
     try:
+        # --port 0: each serve on a free port of its own (the profile's port is the same for both).
         served = _both(
-            [
-                ("--profile", str(profile), "--root", str(root), "--port", str(port), "--detach", "--json")
-                for root, port in zip(roots, ports, strict=True)
-            ],
+            [("--profile", str(profile), "--root", str(root), "--port", "0", "--detach", "--json") for root in roots],
             program=SERVE,
         )
         for root, result in zip(roots, served, strict=True):
             assert result.code == 0, (root.name, result.stderr[-4000:])
             assert result.json()["result"]["container"]["name"] == serve_name(name, root)
+        ports = {result.json()["result"]["host_port"] for result in served}
+        assert len(ports) == 2 and all(isinstance(port, int) and port > 0 for port in ports)
         for root in roots:
             ready = run_cli("ready", name, "--root", str(root), program=SERVE)
             assert ready.code == 0, (root.name, ready.stderr[-2000:])

@@ -192,6 +192,30 @@ def test_start_registry_stops_what_it_started_and_says_how(tmp_path: Path) -> No
     assert again.returncode == 0 and "nothing to stop" in again.stderr
 
 
+def test_start_registry_without_an_address_takes_a_free_port_and_says_which(tmp_path: Path) -> None:
+    """Two users' (or two checkouts') registries side by side: no fixed port 5000 to collide on."""
+    import urllib.request
+
+    from tests.support.registry import registry_binary
+
+    registry_binary()
+    storages = [tmp_path / "a", tmp_path / "b"]
+    try:
+        addresses = []
+        for storage in storages:
+            started = _script("start-registry.sh", str(storage), cwd=tmp_path)
+            assert started.returncode == 0, started.stderr
+            addresses.append(started.stdout.strip())
+            assert (storage / "registry.addr").read_text().strip() == addresses[-1]
+        assert addresses[0] != addresses[1] and all(a.startswith("127.0.0.1:") for a in addresses)
+        for address in addresses:
+            with urllib.request.urlopen(f"http://{address}/v2/", timeout=5) as reply:
+                assert reply.status == 200
+    finally:
+        for storage in storages:
+            _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (a stopped child of ours stays in /proc until reaped)."""
     try:

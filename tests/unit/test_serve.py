@@ -1027,6 +1027,15 @@ def _other_roots_serve(runtime: FakeRuntime, other_root: Path, name: str = "bles
     )
 
 
+def test_port_0_publishes_the_engine_on_a_free_port(store: Store) -> None:
+    """serve-full --port 0: no fixed port to collide on when serves run side by side on a shared host."""
+    import dataclasses
+
+    plan = do_plan(dataclasses.replace(make_profile(), serving_port=0), store, serving_runtime(), debug=True)
+    assert plan.spec.host_port is None, "the runtime picks a free host port and reads it back"
+    assert plan.spec.port is not None
+
+
 def test_a_serve_records_its_store_root_on_the_container(store: Store) -> None:
     plan = do_plan(make_profile(), store, serving_runtime(), debug=True)
     assert plan.spec.labels[labels.STORE_ROOT] == str(store.root)

@@ -285,7 +285,8 @@ def _serve_spec(
         extra_env=adapter.replay_env() if not facts.debug else None,
         debug=facts.debug,
         host_ip=resolved.profile.serving_host,
-        host_port=resolved.profile.serving_port,
+        # Port 0 (serve-full --port 0): any free port, read back once the engine is published.
+        host_port=resolved.profile.serving_port or None,
         log_path=facts.serve_dir / ENGINE_LOG,
         private_dir=facts.serve_dir / PRIVATE_DIR,
         # A compile the blessing does not hold is reported by the engine the moment Triton looks it up.
