@@ -8,6 +8,7 @@ and in the termination log as well. A refusal without a remedy key keeps its hin
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -247,13 +248,15 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
     ),
     "check_ready_dir_then_stop": _said("check the store root's ready/ dir; serve-full stop NAME, then serve again"),
     "stop_cleans_up": _said("serve-full stop NAME cleans up what is left; then serve again"),
-    "serve_name_per_root": lambda err: (
-        "serve this profile under a name of this root (serve-full --name-per-root), or stop that "
-        f"serve from its own root ({_stop(err)})"
-    ),
     "use_or_stop_serve": lambda err: f"use the running engine, or stop it first ({_stop(err)})",
     "stop_serve_then_retry": lambda err: f"remove it ({_stop(err)}), then retry",
     "stop_from_own_root": lambda err: f"stop it from its own root: {_stop(err)}",
+    "ready_from_own_root": lambda err: (
+        "probe it from its own root: "
+        + shlex.join(
+            ["serve-full", "ready", str(err.details.get("name", "NAME")), "--root", str(err.details.get("store_root"))]
+        )
+    ),
     "serve_again_and_verify": lambda err: (
         f"something changed the copy at {err.details.get('copy')} or the blessed tree {err.details.get('original')} "
         "while it was copied; nothing was started: run serve-full again, and bless verify to audit the store"
@@ -272,8 +275,8 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
         "retry serve-full stop; if it persists, the process may be stuck in the kernel (ps -o stat)"
     ),
     "port_in_use": _said(
-        "stop what holds the port (serve-full stop NAME if it is a detached serve of ours, bless-serve-NAME "
-        "in docker ps; ss -ltnp shows other listeners), or change serving.port in the profile"
+        "stop what holds the port (serve-full stop NAME if it is a detached serve of ours, bless-serve-NAME-<tag> "
+        "in docker ps; ss -ltnp shows other listeners), or serve on another port (serve-full --port N)"
     ),
     "stale_ready_record": _said("remove it; serve-full writes a new one after its next canary"),
     "accept_skipped_canary": _said(

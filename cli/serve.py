@@ -164,9 +164,8 @@ NamePerRootOption = Annotated[
     bool,
     typer.Option(
         "--name-per-root",
-        help="Name the container bless-serve-NAME-<tag of the store root>, not bless-serve-NAME: container "
-        "names and ports are host-wide, so serves of one profile from two store roots need this (and each "
-        "its own --port). serve-full stop NAME --root DIR finds either name.",
+        help="Accepted and ignored: every serve's container is named bless-serve-NAME-<tag of the store root>.",
+        hidden=True,
     ),
 ]
 KeepUpperOption = Annotated[
@@ -182,7 +181,11 @@ ListenHostOption = Annotated[
 ListenPortOption = Annotated[
     int | None,
     typer.Option(
-        "--port", min=1, max=65535, help="Publish the engine on this port instead of the profile's serving.port."
+        "--port",
+        min=0,
+        max=65535,
+        help="Publish the engine on this port instead of the profile's serving.port; 0: a free port (printed, and "
+        "in serve-full ready NAME --json), so serves side by side on a shared host never collide.",
     ),
 ]
 
@@ -382,10 +385,7 @@ def _stop(name: str, root: Path | None, timeout_s: int) -> Report:
 def stop(
     name: Annotated[
         str,
-        typer.Argument(
-            help="The profile's name (the serve runs as bless-serve-NAME, or bless-serve-NAME-<root tag> with "
-            "--name-per-root)."
-        ),
+        typer.Argument(help="The profile's name (the serve runs as bless-serve-NAME-<tag of the store root>)."),
     ],
     root: RootOption = None,
     timeout_s: Annotated[

@@ -7,9 +7,11 @@
 #   4. start `dockerd` detached (setsid nohup), log to $BLESS_DOCKERD_LOG, record its pid in
 #      $BLESS_DOCKERD_PIDFILE, and wait up to $BLESS_DOCKERD_TIMEOUT seconds for `docker info`.
 #
-# `ensure-docker.sh --stop` stops the dockerd that step 4 started (its pid file is the record that this script
-# started it), and only while no container other than bless's runs on it: a daemon others have since put
-# containers on is theirs too, so it is left running and the script says why.
+# `ensure-docker.sh --stop` stops the dockerd that step 4 started, and only that one: its pid file records the pid,
+# the process's start time (a recycled pid is another process) and the user who ran the setup (SUDO_UID under
+# sudo); another user's clean-up leaves it alone. And only while nothing runs on it: engines are shared, and any
+# running container, or any container bless made (whoever's store it serves, in any state), keeps it running, and
+# the script says why.
 #
 # Everything this script says goes to stderr, prefixed "ensure-docker:".
 #
@@ -39,11 +41,12 @@ pid: \$BLESS_DOCKERD_PIDFILE, default /run/bless-dockerd.pid) and wait up to
 \$BLESS_DOCKERD_TIMEOUT (default 60) seconds for it.
 Extra daemon flags can be given in \$BLESS_DOCKERD_ARGS.
 
---stop: stop the dockerd this script started, when no container other than
-bless's runs on it (bless's stop with it). One that runs other containers, or
-whose containers cannot be listed, is left running, and the script says why.
-A Docker Engine started any other way (systemd, by hand, by the docker.io
-package) is left alone.
+--stop: stop the dockerd this script started for you (the same user), when
+nothing uses it: no container runs on it and no container bless made (any
+user's, any state) is on it. One that is in use, whose containers cannot be
+listed, or that another user's setup started is left running, and the script
+says why. A Docker Engine started any other way (systemd, by hand, by the
+docker.io package) is left alone.
 EOF
 }
 
@@ -118,28 +121,38 @@ is_dockerd() {
 BLESS_OWNER_LABEL="org.bless.owner"
 BLESS_OWNER_VALUE="bless"
 
-# Running containers that are not bless's, one "name (image)" a line, read from `docker ps` lines
-# "name<TAB>image<TAB>owner label" on stdin. Empty: nothing but bless uses the daemon.
-foreign_containers() {
-    local name image owner
-    while IFS=$'\t' read -r name image owner; do
+# The user a setup runs for: the one who ran sudo, else this one. The pid file records it; --stop compares.
+setup_user() { printf '%s' "${SUDO_UID:-$(id -u)}"; }
+
+# The start time of pid $1 (clock ticks since boot, /proc/PID/stat field 22): with the pid, one process ever.
+proc_start() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null; }
+
+# The containers that use the daemon, one "name (image)" a line, read from `docker ps -a` lines
+# "name<TAB>image<TAB>state<TAB>owner label" on stdin: every running one, and every one bless made (any user's
+# store, any state: a stopped serve is still that user's to stop and clean up). Empty: nothing uses it.
+containers_in_use() {
+    local name image state owner
+    while IFS=$'\t' read -r name image state owner; do
         [[ -n "$name" ]] || continue
-        [[ "$owner" == "$BLESS_OWNER_VALUE" ]] || printf '%s (%s)\n' "$name" "$image"
+        if [[ "$state" == running || "$owner" == "$BLESS_OWNER_VALUE" ]]; then
+            printf '%s (%s)\n' "$name" "$image"
+        fi
     done
 }
 
-# Why the dockerd this script started must keep running (empty: it may be stopped): someone else's container runs
-# on it, or its containers cannot be listed, so nobody can say that nothing else uses it.
+# Why the dockerd this script started must keep running (empty: it may be stopped): a container uses it, or its
+# containers cannot be listed, so nobody can say that nothing uses it.
 reason_to_keep_running() {
-    local listing foreign
-    if ! listing="$(docker ps --format "{{.Names}}\t{{.Image}}\t{{.Label \"$BLESS_OWNER_LABEL\"}}" 2>&1)"; then
+    local listing used
+    if ! listing="$(docker ps -a --format "{{.Names}}\t{{.Image}}\t{{.State}}\t{{.Label \"$BLESS_OWNER_LABEL\"}}" 2>&1)"; then
         printf "its containers cannot be listed ('docker ps' failed: %s), so it may serve someone else" \
             "$(printf '%s' "$listing" | head -n 1)"
         return 0
     fi
-    foreign="$(printf '%s\n' "$listing" | foreign_containers)"
-    if [[ -n "$foreign" ]]; then
-        printf 'containers other than bless'"'"'s run on it: %s' "$(printf '%s' "$foreign" | paste -sd, - | sed 's/,/, /g')"
+    used="$(printf '%s\n' "$listing" | containers_in_use)"
+    if [[ -n "$used" ]]; then
+        printf 'containers use it (running, or made by bless for some store): %s' \
+            "$(printf '%s' "$used" | paste -sd, - | sed 's/,/, /g')"
     fi
 }
 
@@ -151,20 +164,30 @@ stop_dockerd() {
         say "no $PIDFILE: this script started no dockerd; a Docker Engine started otherwise is left alone"
         return 0
     fi
-    pid="$(cat "$PIDFILE")"
-    if ! is_dockerd "$pid"; then
+    local recorded_start recorded_user
+    read -r pid recorded_user recorded_start _ <"$PIDFILE" || true
+    if ! is_dockerd "$pid" || [[ -n "${recorded_start:-}" && "$(proc_start "$pid")" != "$recorded_start" ]]; then
         rm -f "$PIDFILE"
         say "the dockerd this script started (pid $pid) is not running; removed $PIDFILE"
+        return 0
+    fi
+    if [[ -z "${recorded_user:-}" || -z "${recorded_start:-}" ]]; then
+        say "left running: dockerd (pid $pid); $PIDFILE does not say who started it (an older setup's record)"
+        say "once nobody needs it: sudo kill $pid"
+        return 0
+    fi
+    if [[ "$recorded_user" != "$(setup_user)" ]]; then
+        say "left running: dockerd (pid $pid) was started by the setup of user $recorded_user, not yours ($(setup_user))"
         return 0
     fi
     reason="$(reason_to_keep_running)"
     if [[ -n "$reason" ]]; then
         say "left running: the dockerd this script started (pid $pid), because $reason."
-        say "stop those containers (docker ps lists them) and run this again, or, once nobody needs it: sudo kill $pid"
+        say "once they are stopped and removed (docker ps -a lists them), run this again; or leave it to its users"
         return 0
     fi
     is_root || die "stopping dockerd (pid $pid) needs root; run: sudo $0 --stop"
-    say "stopping dockerd (pid $pid, started by this script; only bless's containers, if any, ran on it)"
+    say "stopping dockerd (pid $pid, started by this script for you; no container uses it)"
     kill -TERM "$pid"
     while is_dockerd "$pid" && (( waited < TIMEOUT )); do
         sleep 1
@@ -266,7 +289,7 @@ pid=$!
 disown "$pid" 2>/dev/null || true
 # Recorded so that --stop (docs/getting-started.md, "Clean up") stops this daemon and never one started some other way.
 mkdir -p "$(dirname "$PIDFILE")"
-echo "$pid" >"$PIDFILE"
+echo "$pid $(setup_user) $(proc_start "$pid")" >"$PIDFILE"
 say "dockerd started (pid $pid); waiting up to ${TIMEOUT}s for 'docker info'"
 
 start=$SECONDS

@@ -6,12 +6,14 @@ PROG=start-registry
 
 usage() {
     cat <<'EOF'
-usage: bash scripts/start-registry.sh STORAGE_DIR [ADDR]     start one; ADDR defaults to 127.0.0.1:5000
+usage: bash scripts/start-registry.sh STORAGE_DIR [ADDR]     start one; ADDR defaults to 127.0.0.1:0
        bash scripts/start-registry.sh --stop STORAGE_DIR      stop the one started on STORAGE_DIR
        bash scripts/start-registry.sh --help
 
 Start: stores blobs under STORAGE_DIR/data, listens on ADDR (plain HTTP: keep it on loopback), writes its pid
-to STORAGE_DIR/registry.pid and its log to STORAGE_DIR/registry.log, and returns once /v2/ answers.
+to STORAGE_DIR/registry.pid and its log to STORAGE_DIR/registry.log, and returns once /v2/ answers. Port 0
+(the default) is a free port, so registries of several users or checkouts run side by side: the address it
+serves is printed on stdout and written to STORAGE_DIR/registry.addr.
 Stop: ends that process (TERM, then KILL after 10 s) and removes registry.pid; the blobs stay in STORAGE_DIR
 (remove the directory to delete them). A pid file whose process is gone, or is no longer this registry, is
 removed and nothing is killed.
@@ -68,7 +70,14 @@ case "${1:-}" in
 esac
 [ $# -le 2 ] || { usage >&2; exit 2; }
 storage=$1
-addr=${2:-127.0.0.1:5000}
+addr=${2:-127.0.0.1:0}
+if [[ "$addr" == *:0 ]]; then
+    # A free port now (the registry binds it a moment later; a start that loses it fails and says so).
+    addr="${addr%:0}:$(python3 -c 'import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+print(s.getsockname()[1])' "${addr%:0}")"
+fi
 binary=$(command -v docker-registry || command -v registry || true)
 [ -n "$binary" ] || { say "docker-registry not installed (apt-get install docker-registry)"; exit 1; }
 mkdir -p "$storage/data"
@@ -86,6 +95,8 @@ for _ in $(seq 1 100); do
   if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://$addr/v2/', timeout=1)" 2>/dev/null; then
     say "serving $addr from $storage/data (pid $(cat "$storage/registry.pid"))"
     say "stop it with: bash scripts/start-registry.sh --stop $storage"
+    printf '%s\n' "$addr" > "$storage/registry.addr"
+    printf '%s\n' "$addr"
     exit 0
   fi
   kill -0 "$(cat "$storage/registry.pid")" 2>/dev/null || break

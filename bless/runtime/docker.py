@@ -16,7 +16,12 @@ Rules this module keeps (DESIGN.md §5):
   is never forced;
 * an ``overlay`` mount is a local-driver volume of type overlay: the host directory is
   the read-only lower layer, writes land in ``scratch/upper`` on the host, where
-  :meth:`DockerRuntime.upper_entries` reads them.
+  :meth:`DockerRuntime.upper_entries` reads them. The volume is made by the container's
+  own create (the mount carries its driver options and our labels), so it never exists
+  unlabelled nor unused: a stop racing the start cannot remove it between a
+  ``volume create`` and the container's create (the daemon would then make an empty,
+  unlabelled one of that name, which every later start refuses). The create's result
+  is checked: a volume that is not this start's overlay fails the start.
 
 The graceful-stop rule (see :meth:`DockerRuntime.stop`): a stop is graceful when the
 container's final state is not ``OOMKilled`` and its exit code is not 137
@@ -152,8 +157,8 @@ def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
         where = f"{spec.host_ip or '0.0.0.0'}:{spec.host_port}" if spec.host_port else "the published port"
         return EngineFailedError(
             f"Docker could not start container {spec.name!r}: the host port {where} is already in use ({explanation})",
-            hint="stop what holds the port (stop the detached serve if it is one of ours, bless-serve-NAME "
-            "in docker ps; ss -ltnp shows other listeners), or change serving.port in the profile",
+            hint="stop what holds the port (stop the detached serve if it is one of ours, bless-serve-NAME-<tag> "
+            "in docker ps; ss -ltnp shows other listeners), or serve on another port (serving.port)",
             remedy="port_in_use",
             details={"daemon_error": explanation, "host_ip": spec.host_ip, "host_port": spec.host_port},
         )
@@ -192,6 +197,22 @@ def _bind_mounts(docker: ModuleType, spec: ContainerSpec) -> list[Any]:
             )
         )
     return sdk_mounts
+
+
+def _overlay_options(source: Path, upper: Path, work: Path) -> dict[str, str]:
+    """The local driver's options of an overlay volume over ``source``."""
+    return {"type": "overlay", "device": "overlay", "o": f"lowerdir={source},upperdir={upper},workdir={work}"}
+
+
+def _same_store(found: Mapping[str, str], owner: Mapping[str, str]) -> bool:
+    """Whether an object labelled ``found`` is ours and of the store ``owner`` (a start's labels) names.
+
+    A start without a store label (a test's, a helper's) accepts any object of ours.
+    """
+    if not bless_labels.is_ours(dict(found)):
+        return False
+    store = owner.get(bless_labels.STORE)
+    return store is None or found.get(bless_labels.STORE) == store
 
 
 def _overlay_mounts(spec: ContainerSpec) -> list[tuple[int, Mount]]:
@@ -344,9 +365,12 @@ class DockerRuntime:
         )
 
     def _prepare_overlay(self, spec: ContainerSpec, index: int, mount: Mount) -> tuple[str, Any]:
-        """Create the overlay volume for one mount; returns (volume name, SDK mount)."""
+        """The SDK mount that makes one overlay volume with the container; returns (volume name, SDK mount).
+
+        A stale volume of this name (a crashed start of this store's) is removed first: the create would
+        otherwise reuse it with its old layers.
+        """
         docker = _docker_module()
-        client = self._client
         scratch = _overlay_scratch(mount)
         source = mount.source.resolve()
         scratch = scratch.resolve()
@@ -359,18 +383,8 @@ class DockerRuntime:
             )
         upper, work = upper_layer.make_overlay_dirs(scratch)
         volume_name = overlay_volume_name(spec.name, index)
-        with _daemon(f"creating overlay volume {volume_name}"):
-            self._clear_stale_volume(volume_name)
-            client.volumes.create(
-                name=volume_name,
-                driver="local",
-                driver_opts={
-                    "type": "overlay",
-                    "device": "overlay",
-                    "o": f"lowerdir={source},upperdir={upper},workdir={work}",
-                },
-                labels=dict(spec.labels),
-            )
+        with _daemon(f"checking overlay volume {volume_name}"):
+            self._clear_stale_volume(volume_name, spec.labels)
         sdk_mount = docker.types.Mount(
             target=mount.target,
             source=volume_name,
@@ -378,11 +392,40 @@ class DockerRuntime:
             # Without no_copy Docker would copy the image's files at the target into the
             # (seemingly empty) volume, i.e. into our upper layer, before the engine runs.
             no_copy=True,
+            labels=dict(spec.labels),
+            driver_config=docker.types.DriverConfig("local", options=_overlay_options(source, upper, work)),
         )
         return volume_name, sdk_mount
 
-    def _clear_stale_volume(self, volume_name: str) -> None:
-        """A volume of ours left by a crash is removed; anything else with the name is a conflict.
+    def _check_overlays(self, spec: ContainerSpec, container: Container) -> None:
+        """Each overlay volume the create made or found must be this start's: our labels, these layers.
+
+        Raises:
+            ContainerConflictError: a volume of that name that is not (made between the stale check and the
+                create by someone else); the start is undone, that volume left alone.
+        """
+        docker = _docker_module()
+        for index, mount in _overlay_mounts(spec):
+            volume_name = overlay_volume_name(spec.name, index)
+            scratch = _overlay_scratch(mount).resolve()
+            wanted = _overlay_options(mount.source.resolve(), scratch / "upper", scratch / "work")
+            with _daemon(f"checking overlay volume {volume_name}"):
+                try:
+                    attrs = self._client.volumes.get(volume_name).attrs
+                except docker.errors.NotFound:
+                    attrs = {}
+            volume_labels = attrs.get("Labels") or {}
+            if _same_store(volume_labels, spec.labels) and (attrs.get("Options") or {}) == wanted:
+                continue
+            raise ContainerConflictError(
+                f"the Docker volume {volume_name!r} container {container.name!r} would mount is not its overlay "
+                "(made by something else meanwhile); nothing was started",
+                hint=f"if it is not in use, remove it (docker volume rm {volume_name}) and retry",
+                details={"name": spec.name, "holder": "foreign-volume", "volume": volume_name},
+            )
+
+    def _clear_stale_volume(self, volume_name: str, owner: Mapping[str, str]) -> None:
+        """A volume of ours (this store's) left by a crash is removed; anything else with the name is a conflict.
 
         Reusing it is not an option: the daemon would keep its old lower/upper dirs.
         """
@@ -391,9 +434,10 @@ class DockerRuntime:
             volume = self._client.volumes.get(volume_name)
         except docker.errors.NotFound:
             return
-        if not bless_labels.is_ours(volume.attrs.get("Labels") or {}):
+        if not _same_store(volume.attrs.get("Labels") or {}, owner):
             raise ContainerConflictError(
-                f"a Docker volume named {volume_name!r} exists WITHOUT our labels; bless will not touch it",
+                f"a Docker volume named {volume_name!r} exists WITHOUT our labels (or another store root's); "
+                "bless will not touch it",
                 hint=f"remove it yourself (docker volume rm {volume_name}) if it is safe, then retry",
             )
         in_use = ContainerConflictError(
@@ -442,6 +486,7 @@ class DockerRuntime:
                 volumes.append(volume_name)
                 sdk_mounts.append(sdk_mount)
             container = self._create(docker, spec.image, spec, self._create_kwargs(spec, sdk_mounts))
+            self._check_overlays(spec, container)
             with _daemon(f"starting container {spec.name}"):
                 try:
                     container.start()

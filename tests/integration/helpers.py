@@ -84,6 +84,13 @@ def write_profile(
     return path
 
 
+def serve_name(name: str, root: Path) -> str:
+    """The container a serve of profile ``name`` from store root ``root`` runs in (its name carries the root's tag)."""
+    from bless.flows.serve.names import serve_container_name
+
+    return serve_container_name(name, per_root=root)
+
+
 def our_containers(*labels: str) -> list[str]:
     """Names of every container (any state) carrying our owner label (and every ``key=value`` label given)."""
     filters = [arg for label in (OWNER_LABEL, *labels) for arg in ("--filter", f"label={label}")]

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from bless.container_labels import store_tag
 from tests.integration.helpers import REPO, CliResult, run_cli, write_profile
 
 pytestmark = pytest.mark.integration
@@ -468,7 +469,7 @@ def _interrupt_during_bootstrap(
     proc: subprocess.Popen[bytes], root: Path, h: str, out: Path, signum: signal.Signals
 ) -> None:
     """Send ``signum`` once the bootstrap container runs; the run must stop it, keep evidence, exit 130."""
-    boot = f"bless-bootstrap-{h[:12]}-c1"
+    boot = f"bless-bootstrap-{h[:12]}-c1-{store_tag(root)}"
     _wait_for(lambda: boot in run_containers(h), 120, "the bootstrap container", proc)
     time.sleep(1.0)  # the engine is booting (importing torch / compiling) when the signal lands
     began = time.monotonic()
@@ -536,7 +537,7 @@ def test_foreign_container_with_our_name_is_refused_and_untouched(
     profile, name = case_profile(tmp_path, "foreign")
     h = config_hash_of(profile)
     root = tmp_path / "root"
-    squatter = f"bless-bootstrap-{h[:12]}-c1"
+    squatter = f"bless-bootstrap-{h[:12]}-c1-{store_tag(root)}"
     foreign = docker_client.containers.run(busybox_image, ["sleep", "600"], name=squatter, detach=True)
     try:
         since = time.time()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bless.core.unproven_evidence import event_identity
-from tests.integration.helpers import REPO, run_cli, write_profile
+from tests.integration.helpers import REPO, run_cli, serve_name, write_profile
 
 pytestmark = pytest.mark.integration
 SERVE = "bless.cli.serve"
@@ -230,7 +230,7 @@ def test_a_detached_serve_is_sealed_until_serve_full_stop_ends_it(blessings: dic
     assert stopped.code == 0, stopped.stderr[-3000:]
     assert f"seal watcher pid {watcher['pid']}" in stopped.json()["stopped"]
     assert seal_watchers(root) == [], "no watcher outlives serve-full stop"
-    assert containers_named(f"bless-serve-{name}") == [], "no container is left"
+    assert containers_named(serve_name(name, root)) == [], "no container is left"
     # What the refusal's hint names is kept for the next bless run: the serve dir with unproven-compiles.jsonl.
     (kept,) = [note for note in stopped.json()["notes"] if "kept as evidence" in note]
     evidence = Path(kept.rsplit(": ", 1)[-1]) / "unproven-compiles.jsonl"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.helpers import run_cli, write_profile
+from tests.integration.helpers import run_cli, serve_name, write_profile
 from tests.integration.test_serve_full import remove_serving, serve
 from tests.support.registry import Registry
 from tests.support.trust_keys import KEY_ENV
@@ -51,7 +51,7 @@ def test_push_pull_serve_from_a_registry_under_trust(
 
     name, port = "fleet-from", 18131
     profile = write_profile(tmp_path / f"{name}.toml", name=name, serving_port=port)
-    container = f"bless-serve-{name}"
+    container = serve_name(name, host)
     try:
         result = serve(
             "--profile", str(profile), "--root", str(host), "--from", f"{registry.ref('caches/reference')}@{digest}",

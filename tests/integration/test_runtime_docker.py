@@ -303,3 +303,30 @@ def test_python_path_goes_before_the_image_s_own_pythonpath(ctx: Ctx, docker_cli
         finish(ctx.rt, started)
     finally:
         docker_client.images.remove(tag, force=True)
+
+
+def test_a_clean_up_racing_a_start_never_leaves_an_unlabelled_overlay_volume(
+    ctx: Ctx, docker_client: Any, tmp_path: Path
+) -> None:
+    """A stop's clean-up (our unused volumes) run at the worst moment of a start: after its overlay is prepared,
+    just before the container's create. Docker used to make an empty, unlabelled volume of that name for the
+    create, which served no overlay and made every later start refuse (12)."""
+
+    class Racing(DockerRuntime):
+        def _create(self, docker: Any, image: str, spec: ContainerSpec, kwargs: dict[str, Any]) -> Any:
+            ctx.rt.cleanup_ours({labels.RUN_ID: ctx.run_id})  # what a racing serve-full stop does
+            return super()._create(docker, image, spec, kwargs)
+
+    racing = Racing()
+    lower = make_lower(tmp_path / "lower")
+    spec = ctx.spec("sh", "-c", GRACEFUL, mounts=(Mount("overlay", lower, "/ov", scratch=tmp_path / "s"),))
+    volume_name = overlay_volume_name(spec.name, 0)
+    for _ in range(2):  # and the next start of the name goes ahead
+        started = racing.start(spec)
+        try:
+            volume = docker_client.volumes.get(volume_name)
+            assert labels.is_ours(volume.attrs["Labels"]), "the volume the container mounts carries our labels"
+            assert volume.attrs["Options"]["type"] == "overlay" and str(lower) in volume.attrs["Options"]["o"]
+        finally:
+            finish(racing, started)
+        assert volume_name not in [v.name for v in docker_client.volumes.list()]

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP
-from tests.integration.helpers import REPO, CliResult, our_containers, run_cli, write_profile
+from tests.integration.helpers import REPO, CliResult, our_containers, run_cli, serve_name, write_profile
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +133,7 @@ def test_detach_canary_passes_and_a_second_start_is_refused(
     root = copy_root(blessed, tmp_path)
     name, port = "sf-detach", 18101
     profile = profile_for(tmp_path, name, port)
-    container = f"bless-serve-{name}"
+    container = serve_name(name, root)
     try:
         result = serve("--profile", str(profile), "--root", str(root), "--detach", "--json")
         assert result.code == 0, result.stderr[-4000:]
@@ -220,7 +220,7 @@ def test_foreground_sigint_stops_gracefully_and_leaves_nothing(
     try:
         assert serving.wait(300), "".join(lines)[-4000:]
         assert get_json(f"http://127.0.0.1:{port}/v1/models")["data"][0]["id"] == "reference-tiny"
-        assert docker_client.containers.get(f"bless-serve-{name}").status == "running"
+        assert docker_client.containers.get(serve_name(name, root)).status == "running"
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=120)
     finally:
@@ -235,7 +235,7 @@ def test_foreground_sigint_stops_gracefully_and_leaves_nothing(
     assert "bless-reference: ready on port" in text, "the engine's log streams to stderr"
     assert "upper layer discarded" in text
     assert not any((root / "serve").iterdir()), "the upper layer is discarded"
-    assert f"bless-serve-{name}" not in our_containers()
+    assert serve_name(name, root) not in our_containers()
 
 
 def test_canary_mismatch_stops_the_container_and_keeps_the_upper_layer(
@@ -261,7 +261,7 @@ def test_canary_mismatch_stops_the_container_and_keeps_the_upper_layer(
     serve_dir = Path(details["serve_dir"])
     assert (serve_dir / "canary.json").is_file() and (serve_dir / "engine.log").is_file()
     assert "upper layer kept" in result.stderr
-    assert f"bless-serve-{name}" not in our_containers()
+    assert serve_name(name, root) not in our_containers()
 
 
 def test_debug_starts_without_the_cache_and_leaves_the_blessing_byte_identical(
@@ -280,7 +280,7 @@ def test_debug_starts_without_the_cache_and_leaves_the_blessing_byte_identical(
     # A profile that drifted (no blessing would match): --debug needs none.
     name, port = "sf-debug", 18104
     profile = profile_for(tmp_path, name, port, env={"BLESS_TEST_DEBUG_DRIFT": "1"})
-    container = f"bless-serve-{name}"
+    container = serve_name(name, root)
     try:
         result = serve("--profile", str(profile), "--root", str(root), "--debug", "--detach", "--json")
         assert result.code == 0, result.stderr[-4000:]
@@ -317,7 +317,7 @@ def test_dry_run_json_prints_the_plan_and_starts_nothing(blessed: Any, tmp_path:
     assert plan["config_hash"] == blessed.config_hash and plan["blessed"] is True
     assert plan["manifest_path"].endswith(f"{blessed.config_hash}.json")
     assert plan["mount"]["kind"] == "overlay" and plan["mount"]["target"] == "/var/cache/bless-engine"
-    assert plan["container"]["name"] == f"bless-serve-{name}"
+    assert plan["container"]["name"] == serve_name(name, blessed.root)
     assert plan["container"]["env"]["HF_TOKEN"] == "<redacted>" and "hf_secret_value" not in result.stdout
     assert plan["container"]["host_port"] == 18105 and plan["verification"]["ok"] is True
     assert created_since(since, name) == []
@@ -479,7 +479,11 @@ def test_refuses_a_foreign_container_holding_the_name_and_never_touches_it(
 ) -> None:
     name = "sf-foreign"
     foreign = docker_client.containers.run(
-        busybox_image, ["sleep", "600"], name=f"bless-serve-{name}", detach=True, labels={"owner": "an-operator"}
+        busybox_image,
+        ["sleep", "600"],
+        name=serve_name(name, blessed.root),
+        detach=True,
+        labels={"owner": "an-operator"},
     )
     try:
         refused(
@@ -490,7 +494,7 @@ def test_refuses_a_foreign_container_holding_the_name_and_never_touches_it(
             "never touched",
         )
         foreign.reload()
-        assert foreign.status == "running" and foreign.name == f"bless-serve-{name}"
+        assert foreign.status == "running" and foreign.name == serve_name(name, blessed.root)
         assert foreign.labels == {"owner": "an-operator"}
     finally:
         foreign.stop(timeout=1)
@@ -502,7 +506,8 @@ def test_a_foreign_overlay_volume_is_refused_by_dry_run_and_start_alike(
 ) -> None:
     """A volume named like the serve's overlay, without our labels, blocks a start: --dry-run must say so too."""
     name = "sf-foreign-volume"
-    volume = docker_client.volumes.create(name=f"bless-serve-{name}-overlay", labels={"owner": "an-operator"})
+    overlay = serve_name(name, blessed.root) + "-overlay"
+    volume = docker_client.volumes.create(name=overlay, labels={"owner": "an-operator"})
     try:
         profile = str(profile_for(tmp_path, name, 18115))
         for extra in (["--dry-run"], []):
@@ -511,7 +516,7 @@ def test_a_foreign_overlay_volume_is_refused_by_dry_run_and_start_alike(
                 name,
                 12,
                 "WITHOUT our labels",
-                f"bless-serve-{name}-overlay",
+                serve_name(name, blessed.root) + "-overlay",
             )
         volume.reload()
         assert volume.attrs["Labels"] == {"owner": "an-operator"}, "never touched"

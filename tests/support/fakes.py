@@ -348,7 +348,8 @@ class FakeRuntime:
         assert self.name_holder(spec.name) == "free", f"name {spec.name} taken"
         phase = spec.labels[labels.PHASE]
         candidate = int(spec.env.get("BLESS_CANDIDATE", "0"))
-        trial = int(spec.name.rsplit("-t", 1)[1]) if phase == labels.PHASE_TRIAL else None
+        # bless-trial-<hash12>-c<candidate>-t<trial>-<store tag>
+        trial = int(spec.name.rsplit("-t", 1)[1].split("-")[0]) if phase == labels.PHASE_TRIAL else None
         behavior = self.scenario(phase, candidate, trial)
         container = FakeContainer(spec, phase, candidate, trial, behavior, upper=list(behavior.upper))
         self.containers.append(container)

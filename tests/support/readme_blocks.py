@@ -149,8 +149,12 @@ def check_parses(line: str) -> None:
 
 def _check_command(words: list[str], line: str) -> None:
     """One command of a line (its words, as the shell splits them)."""
+    assigned = False
     while words and ASSIGNMENT.match(words[0]):
         words.pop(0)
+        assigned = True
+    if assigned and not words:
+        return  # a shell variable for the lines after it (REG="$(cat DIR/registry.addr)")
     assert words, f"no command in {line!r}"
     program, args = Path(words[0]).name, words[1:]
     if words[0] == "bash":

@@ -345,6 +345,31 @@ def test_registry_down_and_killed_mid_pull(tmp_path: Path, registry: AnyRegistry
     assert_untouched(host, old)
 
 
+@ALSO_REAL
+def test_a_pull_by_digest_of_a_blessing_present_here_needs_no_registry(
+    tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store
+):
+    """``serve-full --from REF@sha256:...`` promises "a no-op when present": with the registry down, a digest
+    whose blessing is live here is served from the store; any other reference still needs the registry."""
+    transport = registry.transport
+    manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+    pushed = push_blessing(origin, manifest, parse_reference(registry.ref("c/t:v1")), transport=transport)
+    pulled = pull_blessing(host, parse_reference(registry.ref("c/t:v1")), transport=transport)
+    other = bless_version(origin, tmp_path, "big", NEW_ID)  # a newer blessing, never pulled here
+    registry.kill()
+
+    noop = pull_blessing(host, parse_reference(pulled.pinned), transport=transport)
+    assert not noop.installed and noop.bytes_downloaded == 0 and noop.digest == pushed.digest
+    assert (noop.config_hash, noop.dir_id) == (manifest.config_hash, manifest.cache.dir_id)
+    assert_untouched(host, manifest)
+    with pytest.raises(RegistryUnavailableError):  # by tag: which blessing it names now is the registry's to say
+        pull_blessing(host, parse_reference(registry.ref("c/t:v1")), transport=transport)
+    unknown = registry.ref(f"c/t@{blessing_artifact(other).digest}")
+    with pytest.raises(RegistryUnavailableError):  # a digest not live here
+        pull_blessing(host, parse_reference(unknown), transport=transport)
+    assert_untouched(host, manifest)
+
+
 # --------------------------------------------------------------------------------------------
 # Crash: SIGKILL at each step of a pull
 

@@ -58,6 +58,11 @@ def h12(harness: Harness) -> str:
     return harness.config_hash[:12]
 
 
+def tagged(harness: Harness, name: str) -> str:
+    """A run container's name as the run gives it: the store root's tag at its end."""
+    return f"{name}-{labels.store_tag(harness.store.root)}"
+
+
 # --- accept --------------------------------------------------------------------------------------------
 
 
@@ -105,8 +110,8 @@ def test_clean_run_publishes_manifest_with_k_trials_and_golden(make: Callable[..
     # Containers: deterministic names, our labels, one rw bootstrap then K overlay trials at the same path.
     runtime = harness.runtime
     assert runtime.names() == [
-        f"bless-bootstrap-{h12(harness)}-c1",
-        *(f"bless-trial-{h12(harness)}-c1-t{k}" for k in (1, 2, 3)),
+        tagged(harness, f"bless-bootstrap-{h12(harness)}-c1"),
+        *(tagged(harness, f"bless-trial-{h12(harness)}-c1-t{k}") for k in (1, 2, 3)),
     ]
     assert runtime.all_stopped_and_removed()
     boot, *trials = runtime.containers
@@ -268,11 +273,14 @@ def test_candidates_two_first_rejected_second_published(make: Callable[..., Harn
     )
     h = h12(harness)
     assert harness.runtime.names() == [
-        f"bless-bootstrap-{h}-c1",
-        f"bless-trial-{h}-c1-t1",
-        f"bless-bootstrap-{h}-c2",
-        f"bless-trial-{h}-c2-t1",
-        f"bless-trial-{h}-c2-t2",
+        tagged(harness, name)
+        for name in (
+            f"bless-bootstrap-{h}-c1",
+            f"bless-trial-{h}-c1-t1",
+            f"bless-bootstrap-{h}-c2",
+            f"bless-trial-{h}-c2-t1",
+            f"bless-trial-{h}-c2-t2",
+        )
     ]
     assert [e.spec.env["BLESS_CANDIDATE"] for e in harness.runtime.containers] == ["1", "1", "2", "2", "2"]
     assert harness.runtime.all_stopped_and_removed()
@@ -342,7 +350,9 @@ def test_bootstrap_writing_no_artifact_fails_and_keeps_evidence(make: Callable[.
     assert caught.value.exit_code == ExitCode.BOOTSTRAP_FAILED
     assert int(caught.value.exit_code) == 40
     assert "wrote no compiled artifact" in caught.value.message
-    assert harness.runtime.names() == [f"bless-bootstrap-{h12(harness)}-c1"], "no trial after a failed bootstrap"
+    assert harness.runtime.names() == [tagged(harness, f"bless-bootstrap-{h12(harness)}-c1")], (
+        "no trial after a failed bootstrap"
+    )
     assert harness.runtime.all_stopped_and_removed()
     assert harness.store.find(harness.config_hash) is None
     (rejected,) = harness.rejected_dirs()
@@ -497,33 +507,56 @@ def test_lock_held_is_refused_before_any_engine(make: Callable[..., Harness]) ->
     assert harness.runtime.containers == []
 
 
-def test_leftovers_of_dead_runs_are_removed_live_runs_of_another_root_spared(make: Callable[..., Harness]) -> None:
+def test_leftovers_of_dead_runs_of_this_store_are_removed_others_spared(
+    make: Callable[..., Harness], tmp_path: Path
+) -> None:
     harness = make()
     h = harness.config_hash
     dead_pid = _exited_pid()
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "proc_start": None})
     dead = json.dumps({"host": socket.gethostname(), "pid": dead_pid, "proc_start": None})
+    other_root = tmp_path / "another-store"
 
-    def planted(run_id: str, phase: str, owner: str | None) -> dict[str, str]:
-        found = labels.labels_for(run_id=run_id, phase=phase, config_hash=h, profile="other")
+    def planted(run_id: str, phase: str, owner: str | None, root: Path | None = None) -> dict[str, str]:
+        found = labels.labels_for(
+            run_id=run_id, phase=phase, config_hash=h, profile="other", store_root=root or harness.store.root
+        )
         return {**found, **({labels.OWNER_PROCESS: owner} if owner is not None else {})}
 
     runtime = harness.runtime
-    crashed = runtime.plant(f"bless-trial-{h[:12]}-c1-t2", planted("crashed-run", "trial", dead))
-    legacy = runtime.plant(f"bless-bootstrap-{h[:12]}-c3", planted("legacy-run", "bootstrap", None))
-    live = runtime.plant(f"bless-trial-{h[:12]}-c7-t7", planted("other-root-run", "trial", me))
+    crashed = runtime.plant(tagged(harness, f"bless-trial-{h[:12]}-c1-t2"), planted("crashed-run", "trial", dead))
+    legacy = runtime.plant(tagged(harness, f"bless-bootstrap-{h[:12]}-c3"), planted("legacy-run", "bootstrap", None))
+    live = runtime.plant(tagged(harness, f"bless-trial-{h[:12]}-c7-t7"), planted("two-paths-run", "trial", me))
+    # Another store root's run of the same config on the same engine, its bless process gone: not ours.
+    other_tag = labels.store_tag(other_root)
+    foreign = runtime.plant(
+        f"bless-trial-{h[:12]}-c1-t1-{other_tag}", planted("other-root-run", "trial", dead, other_root)
+    )
     serving = runtime.plant("bless-serve-x", planted("serving", "serve", None))
 
     result = harness.run(trials=1)
 
     assert result.published
-    assert crashed.removed and legacy.removed, "leftovers of runs that are gone are removed"
-    assert not live.removed and not live.stopped, "a live run's container (another store root) is untouched"
+    assert crashed.removed and legacy.removed, "leftovers of this store's runs that are gone are removed"
+    assert not live.removed and not live.stopped, "a live run's container (the same root by another path) is untouched"
+    assert not foreign.removed and not foreign.stopped, "another store root's leftover is never ours to remove"
     assert not serving.removed, "serving containers are never leftovers of a bless run"
     assert {c.get(labels.RUN_ID) for c in runtime.cleanups} == {"crashed-run", "legacy-run"}
     notes = [e.message for e in harness.events if e.kind == "note"]
     assert any("removed leftover" in n and crashed.spec.name in n and legacy.spec.name in n for n in notes)
     assert any("left alone" in n and live.spec.name in n for n in notes)
+    assert not any(foreign.spec.name in n for n in notes)
+
+
+def test_run_containers_carry_the_store_in_their_names_and_labels(make: Callable[..., Harness]) -> None:
+    harness = make()
+    harness.run(trials=1)
+    tag = labels.store_tag(harness.store.root)
+    assert tag == labels.store_tag(harness.store.root / ".." / harness.store.root.name), "one tag per real path"
+    for container in harness.runtime.containers:
+        assert container.spec.name.endswith(f"-{tag}")
+        assert container.spec.labels[labels.STORE] == tag
+        assert container.spec.labels[labels.STORE_ROOT] == str(harness.store.root.resolve())
 
 
 def _exited_pid() -> int:
@@ -550,7 +583,7 @@ def test_interrupt_mid_trial_stops_engines_keeps_evidence_releases_lock(
     assert int(caught.value.exit_code) == 130
     assert "nothing published" in caught.value.message
     runtime = harness.runtime
-    assert runtime.names()[-1] == f"bless-trial-{h12(harness)}-c1-t2"
+    assert runtime.names()[-1] == tagged(harness, f"bless-trial-{h12(harness)}-c1-t2")
     assert runtime.all_stopped_and_removed(), "every engine stopped (gracefully) and removed"
     assert harness.store.find(harness.config_hash) is None
     # Filed apart from the rejections: nothing reading rejected/ counts it as a rejected candidate.

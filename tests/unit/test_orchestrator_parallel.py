@@ -72,7 +72,7 @@ class GpuFakeRuntime(FakeRuntime):
             gpus = spec.gpu_ids or ()
             shared = {name for name, ids in self.alive.items() if set(ids) & set(gpus)}
             assert not shared, f"{spec.name} was given GPUs {gpus} that {shared} are using"
-            trial = int(spec.name.rsplit("-t", 1)[1]) if "-trial-" in spec.name else None
+            trial = int(spec.name.rsplit("-t", 1)[1].split("-")[0]) if "-trial-" in spec.name else None
             self.scenario = lambda phase, candidate, trial_: self.by_gpu(phase, spec.gpu_ids, trial)
             started = super().start(spec)
             self.alive[spec.name] = gpus

@@ -67,6 +67,9 @@ def test_parse_check_catches_what_a_user_would_hit(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"no scripts/nope\.sh"):
         check_parses("bash scripts/nope.sh")
     check_parses("BLESS_SKIP_DOCKER=1 .venv/bin/bless --root /tmp/x run --profile profiles/reference-cpu.toml --wait")
+    check_parses('REG="$(cat ~/bless-fleet/registry/registry.addr)"')  # a variable for the lines after it
+    with pytest.raises(AssertionError, match="no command"):
+        check_parses("# only a comment")
     assert json.loads(run_block(Block(1, "offline", "bless exit-codes --json"), tmp_path, timeout=120).stdout)["ok"]
 
 

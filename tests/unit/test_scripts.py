@@ -192,6 +192,30 @@ def test_start_registry_stops_what_it_started_and_says_how(tmp_path: Path) -> No
     assert again.returncode == 0 and "nothing to stop" in again.stderr
 
 
+def test_start_registry_without_an_address_takes_a_free_port_and_says_which(tmp_path: Path) -> None:
+    """Two users' (or two checkouts') registries side by side: no fixed port 5000 to collide on."""
+    import urllib.request
+
+    from tests.support.registry import registry_binary
+
+    registry_binary()
+    storages = [tmp_path / "a", tmp_path / "b"]
+    try:
+        addresses = []
+        for storage in storages:
+            started = _script("start-registry.sh", str(storage), cwd=tmp_path)
+            assert started.returncode == 0, started.stderr
+            addresses.append(started.stdout.strip())
+            assert (storage / "registry.addr").read_text().strip() == addresses[-1]
+        assert addresses[0] != addresses[1] and all(a.startswith("127.0.0.1:") for a in addresses)
+        for address in addresses:
+            with urllib.request.urlopen(f"http://{address}/v2/", timeout=5) as reply:
+                assert reply.status == 200
+    finally:
+        for storage in storages:
+            _script("start-registry.sh", "--stop", str(storage), cwd=tmp_path)
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (a stopped child of ours stays in /proc until reaped)."""
     try:
@@ -234,8 +258,9 @@ def test_ensure_docker_records_the_pid_of_the_dockerd_it_starts() -> None:
     """--stop can only find the daemon through that record: it must be written right after the start."""
     text = (REPO / "scripts" / "ensure-docker.sh").read_text()
     start = text.index("setsid nohup dockerd")
-    assert text.index('echo "$pid" >"$PIDFILE"') > start
-    assert text.index('echo "$pid" >"$PIDFILE"') < text.index("wait_for_docker", start)
+    record = 'echo "$pid $(setup_user) $(proc_start "$pid")" >"$PIDFILE"'
+    assert text.index(record) > start
+    assert text.index(record) < text.index("wait_for_docker", start)
 
 
 def test_ensure_docker_knows_bless_containers_by_the_label_bless_puts_on_them() -> None:
@@ -251,18 +276,34 @@ def _started_dockerd(tmp_path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(binary), "60"])
 
 
-def _stop_with_containers(tmp_path: Path, docker_ps: str) -> tuple[subprocess.CompletedProcess[str], bool, bool]:
+def _proc_start(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def _stop_with_containers(
+    tmp_path: Path, docker_ps: str, *, record: str | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], bool, bool]:
     """``ensure-docker.sh --stop`` against a started dockerd whose ``docker ps`` answers ``docker_ps`` (a shell
-    snippet); the result, whether the daemon still runs and whether its pid file is still there."""
+    snippet); the result, whether the daemon still runs and whether its pid file is still there.
+
+    ``record``: the pid file's line after the pid, ``{start}`` replaced by the daemon's start time (default: this
+    user and that start time, as setup writes it).
+    """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker").write_text(f"#!/bin/sh\n{docker_ps}\n")
     (bin_dir / "docker").chmod(0o755)
     daemon = _started_dockerd(tmp_path)
     pidfile = tmp_path / "dockerd.pid"
-    pidfile.write_text(f"{daemon.pid}\n")
+    line = (record if record is not None else f"{os.getuid()} {{start}}").format(start=_proc_start(daemon.pid))
+    pidfile.write_text(f"{daemon.pid} {line}\n")
     try:
-        env = {"BLESS_DOCKERD_PIDFILE": str(pidfile), "PATH": f"{bin_dir}:/usr/bin:/bin", "BLESS_DOCKERD_TIMEOUT": "10"}
+        env = {
+            "BLESS_DOCKERD_PIDFILE": str(pidfile),
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "BLESS_DOCKERD_TIMEOUT": "10",
+            **(env or {}),
+        }
         result = _script("ensure-docker.sh", "--stop", cwd=tmp_path, env=env)
         return result, _running(daemon.pid), pidfile.exists()
     finally:
@@ -272,14 +313,51 @@ def _stop_with_containers(tmp_path: Path, docker_ps: str) -> tuple[subprocess.Co
 
 def test_ensure_docker_stop_leaves_a_dockerd_others_run_containers_on(tmp_path: Path) -> None:
     """Setup started it, but a container someone else started since runs on it: stopping it would stop theirs."""
-    listing = "printf 'bless-run-1\\tbless-reference:0.1.0\\tbless\\nwebapp\\tnginx:1\\t\\n'"
+    listing = "printf 'webapp\\tnginx:1\\trunning\\t\\nold\\tnginx:0\\texited\\t\\n'"
     result, running, recorded = _stop_with_containers(tmp_path, listing)
     assert result.returncode == 0, result.stderr
     assert running and recorded, "a daemon others use was stopped (or forgotten)"
     assert "left running: the dockerd this script started" in result.stderr
-    assert "containers other than bless's run on it: webapp (nginx:1)" in result.stderr
-    assert "bless-run-1" not in result.stderr
+    assert "containers use it (running, or made by bless for some store): webapp (nginx:1)" in result.stderr
+    assert "old (nginx:0)" not in result.stderr, "a stopped container of someone else's uses nothing"
     assert "run this again" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        "printf 'bless-serve-x-1a2b3c4d\\tbless-reference:0.1.0\\trunning\\tbless\\n'",
+        "printf 'bless-serve-x-1a2b3c4d\\tbless-reference:0.1.0\\texited\\tbless\\n'",
+    ],
+)
+def test_ensure_docker_stop_leaves_a_dockerd_that_any_bless_container_is_on(listing: str, tmp_path: Path) -> None:
+    """bless's containers are not the clean-up's own: another user's store may be serving (or own a stopped serve)."""
+    result, running, recorded = _stop_with_containers(tmp_path, listing)
+    assert result.returncode == 0, result.stderr
+    assert running and recorded, "a daemon other users' bless containers are on was stopped"
+    assert "bless-serve-x-1a2b3c4d (bless-reference:0.1.0)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ("4242 {start}", "started by the setup of user 4242"),  # another user's setup
+        ("", "does not say who started it"),  # an older setup's record (the pid alone)
+    ],
+)
+def test_ensure_docker_stop_leaves_a_dockerd_another_setup_started(record: str, said: str, tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(tmp_path, "true", record=record)
+    assert result.returncode == 0, result.stderr
+    assert running and recorded, "another user's daemon was stopped"
+    assert said in result.stderr
+
+
+def test_ensure_docker_stop_kills_nothing_when_the_pid_is_another_dockerd_now(tmp_path: Path) -> None:
+    """The recorded pid runs a dockerd again, but one started later (another start time): not the one setup started."""
+    result, running, recorded = _stop_with_containers(tmp_path, "true", record=f"{os.getuid()} 1")
+    assert result.returncode == 0, result.stderr
+    assert running and not recorded
+    assert "is not running" in result.stderr
 
 
 def test_ensure_docker_stop_leaves_a_dockerd_whose_containers_cannot_be_listed(tmp_path: Path) -> None:
@@ -292,9 +370,8 @@ def test_ensure_docker_stop_leaves_a_dockerd_whose_containers_cannot_be_listed(t
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="stopping the daemon is root's (the script refuses otherwise)")
-@pytest.mark.parametrize("docker_ps", ["true", "printf 'bless-serve-x\\tbless-reference:0.1.0\\tbless\\n'"])
-def test_ensure_docker_stop_stops_its_dockerd_when_only_bless_uses_it(docker_ps: str, tmp_path: Path) -> None:
-    result, running, recorded = _stop_with_containers(tmp_path, docker_ps)
+def test_ensure_docker_stop_stops_its_dockerd_when_nothing_uses_it(tmp_path: Path) -> None:
+    result, running, recorded = _stop_with_containers(tmp_path, "true")
     assert result.returncode == 0, result.stderr
     assert not running and not recorded
     assert "stopped dockerd (pid" in result.stderr

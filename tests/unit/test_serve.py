@@ -78,9 +78,13 @@ def serving_runtime(
     )
 
 
-def serve_labels(profile: str = "unit") -> dict[str, str]:
-    """The labels of a serve container of ours for ``profile`` (one that was running before the test)."""
-    return labels.labels_for(run_id="serve-before", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile=profile)
+def serve_labels(profile: str = "unit", root: Path | None = None) -> dict[str, str]:
+    """The labels of a serve container of ours for ``profile`` (one that was running before the test).
+
+    ``root``: the store root that started it (None: one from before serves recorded their root)."""
+    return labels.labels_for(
+        run_id="serve-before", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile=profile, store_root=root
+    )
 
 
 def make_profile(
@@ -152,7 +156,8 @@ def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_pa
     # a foreign container on the name, no blessing. Fix one at a time; the next refusal shows.
     unsafe = make_profile(accelerator="cuda", min_gib=100, env={"TORCH_LOGS": "+dynamo"})
     runtime = serving_runtime(reachable=False, images={})
-    foreign = runtime.plant("bless-serve-unit", {})  # no labels: not ours
+    name = serve.serve_container_name("unit", per_root=store.root)
+    foreign = runtime.plant(name, {})  # no labels: not ours
     with pytest.raises(RuntimeUnavailableError) as excinfo:
         do_plan(unsafe, store, runtime)
     assert code_of(excinfo) == 50 and runtime.calls == ["ping"]
@@ -179,7 +184,7 @@ def test_refusals_happen_in_order_and_never_create_anything(store: Store, tmp_pa
     assert "without our labels" in excinfo5.value.message and "never touched" in excinfo5.value.message
 
     foreign.removed = True  # its owner removed it; a serve of ours holds the name now
-    ours = runtime.plant("bless-serve-unit", serve_labels())
+    ours = runtime.plant(name, serve_labels(root=store.root))
     with pytest.raises(ContainerConflictError) as excinfo6:
         do_plan(clean, store, runtime)
     assert "already running" in excinfo6.value.message
@@ -250,7 +255,7 @@ def test_plan_of_a_blessing(store: Store, tmp_path: Path) -> None:
     assert plan.mount.target == ReferenceAdapter.cache_mount_path
     assert plan.serve_dir.parent == store.root / "serve" and plan.serve_dir.name.startswith("unit-")
     assert not plan.serve_dir.exists(), "planning creates nothing"
-    assert plan.spec.name == "bless-serve-unit" and plan.spec.image == IMAGE_ID
+    assert plan.spec.name == f"bless-serve-unit-{labels.store_tag(store.root)}" and plan.spec.image == IMAGE_ID
     assert plan.spec.host_port == 18123 and plan.spec.host_ip == "127.0.0.1"
     assert plan.spec.labels[labels.PHASE] == labels.PHASE_SERVE
     assert plan.spec.labels[labels.CONFIG_HASH] == manifest.config_hash
@@ -934,7 +939,7 @@ def test_a_start_in_progress_refuses_a_second_start_and_a_dry_run(tmp_path: Path
                 bless.cli.serve.app, ["--profile", str(profile), "--root", str(store.root), "--json", *extra]
             )
             assert result.exit_code == ExitCode.CONTAINER_CONFLICT, result.output
-            assert "another serve-full is starting 'reference-cpu'" in result.output
+            assert "another serve-full is starting (or stopping) 'reference-cpu'" in result.output
     with serve.StartingLock(store, "reference-cpu") as again:  # released: the next start may go ahead
         assert again.path == store.paths.serve_start_lock("reference-cpu")
         again.release()
@@ -961,7 +966,7 @@ def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store:
             return super().stop(started, timeout_s)
 
     runtime = Recording()
-    runtime.plant("bless-serve-unit", serve_labels())
+    runtime.plant(serve.serve_container_name("unit", per_root=store.root), serve_labels(root=store.root))
     outcome = serve.stop_serving("unit", store=store, docker=lambda: runtime, timeout_s=77)
     assert stops == [77] and runtime.calls[-2:] == ["stop", "cleanup_ours"]
     assert outcome.leases_released == 0 and not outcome.notes
@@ -1012,13 +1017,23 @@ def test_a_serve_dir_that_cannot_be_created_is_store_unavailable(
 # --------------------------------------------------------------------------------------------- other store roots
 
 
-def _other_roots_serve(runtime: FakeRuntime, other_root: Path) -> None:
+def _other_roots_serve(runtime: FakeRuntime, other_root: Path, name: str = "bless-serve-unit") -> None:
+    """Another root's serve of profile ``unit``: by default under the untagged name serves had before tags."""
     runtime.plant(
-        "bless-serve-unit",
+        name,
         labels.labels_for(
             run_id="serve-before", phase=labels.PHASE_SERVE, config_hash="0" * 64, profile="unit", store_root=other_root
         ),
     )
+
+
+def test_port_0_publishes_the_engine_on_a_free_port(store: Store) -> None:
+    """serve-full --port 0: no fixed port to collide on when serves run side by side on a shared host."""
+    import dataclasses
+
+    plan = do_plan(dataclasses.replace(make_profile(), serving_port=0), store, serving_runtime(), debug=True)
+    assert plan.spec.host_port is None, "the runtime picks a free host port and reads it back"
+    assert plan.spec.port is not None
 
 
 def test_a_serve_records_its_store_root_on_the_container(store: Store) -> None:
@@ -1027,14 +1042,15 @@ def test_a_serve_records_its_store_root_on_the_container(store: Store) -> None:
 
 
 def test_a_name_held_by_another_roots_serve_names_that_root_and_its_stop(store: Store, tmp_path: Path) -> None:
+    """Only if two roots' tags collide (or a label lies) does another root's serve hold this root's name."""
     runtime = serving_runtime()
-    _other_roots_serve(runtime, tmp_path / "other root")
+    _other_roots_serve(runtime, tmp_path / "other root", serve.serve_container_name("unit", per_root=store.root))
     with pytest.raises(ContainerConflictError) as excinfo:
         do_plan(make_profile(), store, runtime, debug=True)
     assert code_of(excinfo) == ExitCode.CONTAINER_CONFLICT
     assert str(tmp_path / "other root") in excinfo.value.message
     assert f"--root '{tmp_path / 'other root'}'" in (command_line_hint(excinfo.value) or "")
-    assert excinfo.value.details["store_root"] == str(tmp_path / "other root")
+    assert excinfo.value.details["store_root"] == str((tmp_path / "other root").resolve())
 
 
 def test_stop_refuses_a_container_another_root_owns(store: Store, tmp_path: Path) -> None:
@@ -1057,11 +1073,17 @@ def test_a_per_root_name_tells_store_roots_apart_and_one_root_by_any_spelling(st
     assert serve.serve_container_name("unit", per_root=tmp_path / "other") not in (plain, mine)
 
 
-def test_with_a_per_root_name_another_roots_serve_of_the_profile_does_not_block(store: Store, tmp_path: Path) -> None:
+def test_another_roots_serve_of_the_profile_does_not_block_a_start(store: Store, tmp_path: Path) -> None:
+    """Names are per store root by default: neither another root's serve (under its own tagged name) nor an
+    old untagged one blocks this root's start."""
     runtime = serving_runtime()
-    _other_roots_serve(runtime, tmp_path / "other root")
-    plan = do_plan(make_profile(), store, runtime, debug=True, name_per_root=True)
+    _other_roots_serve(runtime, tmp_path / "old root")
+    _other_roots_serve(
+        runtime, tmp_path / "other root", serve.serve_container_name("unit", per_root=tmp_path / "other root")
+    )
+    plan = do_plan(make_profile(), store, runtime, debug=True)
     assert plan.spec.name == serve.serve_container_name("unit", per_root=store.root)
+    assert plan.spec.labels[labels.STORE] == labels.store_tag(store.root)
 
 
 def test_stop_with_two_roots_serving_a_profile_stops_only_its_own(store: Store, tmp_path: Path) -> None:
@@ -1076,8 +1098,8 @@ def test_stop_with_two_roots_serving_a_profile_stops_only_its_own(store: Store, 
     assert outcome.stopped == (mine,)
     assert runtime.container(mine).removed and not runtime.container("bless-serve-unit").stopped
     assert runtime.cleanups == [
-        {labels.PROFILE: "unit", labels.PHASE: labels.PHASE_SERVE, labels.STORE_ROOT: str(store.root)}
-    ]
+        {labels.PROFILE: "unit", labels.PHASE: labels.PHASE_SERVE, labels.STORE: labels.store_tag(store.root)}
+    ], "this root's serves and volumes only, by its tag: another root's are never cleaned up from here"
 
 
 def test_stop_takes_its_own_roots_container_named_by_another_path(store: Store, tmp_path: Path) -> None:

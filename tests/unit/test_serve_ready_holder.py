@@ -141,3 +141,28 @@ def test_serve_full_ready_refuses_a_forged_holder_with_46(store: Store, server: 
     result = CliRunner().invoke(ready_app, [NAME, "--root", str(store.root), "--json"])
     assert result.exit_code == ExitCode.NOT_SERVING, result.stdout
     assert json.loads(result.stdout)["error"]["details"]["reason"] == "holder_malformed"
+
+
+def test_ready_without_a_record_names_the_other_root_that_serves_it_as_stop_does(store: Store, tmp_path: Any) -> None:
+    """``serve-full ready NAME`` run against the default root while another root serves the profile: like
+    ``serve-full stop NAME`` in the same situation, it names that root (and the command to run there)."""
+    from bless.cli.error_hints import command_line_hint
+    from bless.errors import ContainerConflictError
+    from bless.flows.serve import serve_container_name, stop_serving
+
+    other = tmp_path / "other root"
+    runtime = FakeRuntime()
+    ours = labels.labels_for(
+        run_id="r", phase=labels.PHASE_SERVE, config_hash="ab" * 32, profile=NAME, store_root=other
+    )
+    runtime.plant(serve_container_name(NAME, per_root=other), ours)
+    refusal = _reason(store, docker=lambda: runtime)
+    assert refusal.details["reason"] == "other_root"
+    assert str(other) in refusal.message and refusal.details["store_root"] == str(other.resolve())
+    assert f"serve-full ready {NAME} --root '{other}'" in (command_line_hint(refusal) or "")
+    with pytest.raises(ContainerConflictError) as stopped:
+        stop_serving(NAME, store=store, docker=lambda: runtime, timeout_s=5)
+    assert str(other) in stopped.value.message, "stop names the same root"
+    # Without Docker, or with nothing serving it anywhere, the plain refusal stays.
+    assert _reason(store).details["reason"] == "no_record"
+    assert _reason(store, docker=lambda: FakeRuntime()).details["reason"] == "no_record"

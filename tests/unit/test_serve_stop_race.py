@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from bless.errors import LockHeldError, NotServingError, RuntimeUnavailableError
+from bless.errors import ContainerConflictError, LockHeldError, NotServingError, RuntimeUnavailableError
 from bless.flows import serve
+from bless.flows.serve import start_lock
 from bless.flows.serve.ready import check_ready
 from bless.runtime.base import Runtime
 from bless.store import Store
@@ -144,3 +145,45 @@ def test_a_serve_full_that_does_not_stop_is_refused_in_bounded_time_and_keeps_ev
     assert "retry" in (info.value.hint or "")
     assert _alive(child.proc.pid) and _alive(child.engine), "nothing stopped by force: the engine would lose its lease"
     assert len(store.leases.leases()) == 1, "its lease is kept"
+
+
+@pytest.mark.parametrize("stop_after", [0.0, 0.1, 0.3])
+def test_stop_during_a_start_s_checks_ends_that_start_and_nothing_comes_up_after(
+    store: Store, stop_after: float
+) -> None:
+    """A start still checking and planning holds no lease: stop used to find nothing (``stopped: []``, exit 0)
+    and the serve came up behind it. It holds the start lock: stop ends it, and holds that lock meanwhile."""
+    record = store.records()[0].manifest
+    assert record is not None
+    args = [str(store.root), NAME, record.config_hash, record.cache.dir_id, "plan", "1.5"]
+    child = subprocess.Popen([sys.executable, str(CHILD), *args], env=child_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "planning"
+        time.sleep(stop_after)
+        outcome = finishes(
+            lambda: serve.stop_serving(NAME, store=store, docker=no_docker, timeout_s=5, serve_full_slack_s=5)
+        )
+        assert child.wait(timeout=10) == 130, "the start was ended before it started anything"
+        assert "engine" not in child.stdout.read(), "no engine came up"
+        assert outcome.stopped == (f"serve-full pid {child.pid} (starting)",)
+        assert store.leases.leases() == []
+        with pytest.raises(NotServingError):
+            check_ready(store, NAME)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_a_start_while_a_stop_holds_the_start_lock_is_refused(store: Store) -> None:
+    stopped: list[str] = []
+    with (
+        start_lock.hold_for_stop(store, NAME, 1.0, stopped=stopped),
+        pytest.raises(ContainerConflictError, match="starting \\(or stopping\\)"),
+        serve.StartingLock(store, NAME),
+    ):
+        pass
+    assert stopped == []
+    with serve.StartingLock(store, NAME):  # released with the stop
+        pass

@@ -18,6 +18,7 @@ from bless.flows.pull.download import DOWNLOAD_WORKERS, bytes_to_write, check_fr
 from bless.flows.trust_policy import trust_verdict
 from bless.oci.artifact import (
     BlessingArtifact,
+    blessing_artifact,
     parse_trust_artifact,
     trust_tag,
 )
@@ -58,6 +59,21 @@ def _signatures(client: RegistryClient, artifact: BlessingArtifact) -> dict[str,
         return None
     trust = parse_trust_artifact(data, artifact.digest)
     return {blob.title: client.read_blob(blob.digest, blob.size) for blob in trust.blobs}
+
+
+def _present_by_digest(store: Store, digest: str) -> tuple[Manifest, bytes] | None:
+    """The live blessing whose OCI artifact has ``digest``, with its manifest's bytes; None when none has.
+
+    The artifact is built from the manifest alone, reproducibly (:func:`blessing_artifact`), so its digest
+    names the manifest's canonical bytes and every file's sha256: equal digests, the same blessing.
+    """
+    for record in store.records():
+        if record.manifest is None or blessing_artifact(record.manifest).digest != digest:
+            continue
+        live = store.live(record.manifest.config_hash)
+        if live is not None and blessing_artifact(live.manifest).digest == digest:
+            return live.manifest, live.document
+    return None
 
 
 def _remove_dead_pulls(store: Store) -> None:
@@ -104,6 +120,15 @@ def pull_blessing(
             fault(f"pull:{name}")
 
     step("resolve")
+    if reference.digest is not None:
+        # Pinned by digest: a blessing live here whose (reproducible) artifact has that digest is that very
+        # blessing, so the registry is not asked at all ("a no-op when present", even while it is down).
+        present = _present_by_digest(store, reference.digest)
+        if present is not None:
+            step("trust")
+            manifest, data = present
+            verdict = trust_verdict(store, manifest, trust_dir, data=data)  # the trusted metadata stored here
+            return _pull_result(store, reference, blessing_artifact(manifest), manifest, verdict, installed=False)
     client = RegistryClient(reference, plain_http=plain_http, limits=limits, transport=transport)
     artifact, manifest, manifest_bytes = client.resolve_blessing(reference)
     # From here on every exchange also ends by the pull's deadline: one grace for the whole artifact.

@@ -31,10 +31,20 @@ class RunContainers:
     """Makes the engine sessions of one run (bootstrap and trials) and adds up their engine time."""
 
     def __init__(
-        self, resolved: ResolvedConfig, *, adapter: EngineAdapter, runtime: Runtime, run_id: str, image: str | None
+        self,
+        resolved: ResolvedConfig,
+        *,
+        adapter: EngineAdapter,
+        runtime: Runtime,
+        run_id: str,
+        image: str | None,
+        store_root: Path,
     ):
-        """``adapter`` is already specialized for the run's factors; ``image`` is the resolved image id."""
+        """``adapter`` is already specialized for the run's factors; ``image`` is the resolved image id;
+        ``store_root`` the store the run blesses into: its tag is in every name, its identity in every label."""
         self.resolved = resolved
+        self.store_root = store_root
+        self.store_tag = labels.store_tag(store_root)
         self.profile = resolved.profile
         self.adapter = adapter
         self.runtime = runtime
@@ -69,6 +79,7 @@ class RunContainers:
                     phase=phase,
                     config_hash=self.resolved.config_hash,
                     profile=self.profile.name,
+                    store_root=self.store_root,
                 ),
                 labels.OWNER_PROCESS: self._owner_process,
             },
@@ -99,11 +110,15 @@ class RunContainers:
         )
 
     def name(self, phase: str, candidate: int, trial: int | None = None) -> str:
-        """The container name of a bootstrap (``trial`` None) or of one trial of a candidate."""
-        # Deterministic: the per-hash lock makes it unique among our runs, and a foreign
+        """The container name of a bootstrap (``trial`` None) or of one trial of a candidate.
+
+        ``bless-<phase>-<hash12>-c<candidate>[-t<trial>]-<store tag>``: engines are shared, and another store
+        root may bless the same config at the same time; the store's tag keeps the two runs' names apart.
+        """
+        # Deterministic: the per-hash lock makes it unique among this store's runs, and a foreign
         # container squatting it is detected (and refused) rather than raced.
         suffix = f"-t{trial}" if trial is not None else ""
-        return f"bless-{phase}-{self.resolved.config_hash[:12]}-c{candidate}{suffix}"
+        return f"bless-{phase}-{self.resolved.config_hash[:12]}-c{candidate}{suffix}-{self.store_tag}"
 
     def count_engine_time(self, session: EngineSession, report: CoherenceReport | None) -> None:
         """Add a finished session's start-to-ready, request and stop time to :attr:`engine_seconds`."""
@@ -114,18 +129,19 @@ class RunContainers:
             self.engine_seconds += seconds
 
     def clean_leftovers(self, config_hash: str) -> tuple[list[str], list[str]]:
-        """Remove this hash's bless-run containers whose run is gone; returns (removed, spared).
+        """Remove this store's bless-run containers of this hash whose run is gone; returns (removed, spared).
 
-        The per-hash lock is per store root: a run of the same config from another root on the same
-        runtime may be going on right now, and its containers are not leftovers. Those whose creating
-        process still runs (or cannot be checked from here) are spared; a start under one of their
-        names is then a clear conflict rather than a stolen container.
+        Only containers this store root made are looked at (its tag, :data:`labels.STORE`): another root's
+        run of the same config on the same engine is never ours, whatever state it is in. The per-hash lock
+        is per store root, and two processes may still share one root through two paths (one tag): those
+        whose creating process still runs (or cannot be checked from here) are spared; a start under one of
+        their names is then a clear conflict rather than a stolen container.
         """
         removed: list[str] = []
         spared: list[str] = []
         # Only bless-run phases: a serving container of the same config must survive a rebless.
         for phase in (labels.PHASE_BOOTSTRAP, labels.PHASE_TRIAL, labels.PHASE_HELPER):
-            selector = {labels.CONFIG_HASH: config_hash, labels.PHASE: phase}
+            selector = {labels.CONFIG_HASH: config_hash, labels.PHASE: phase, labels.STORE: self.store_tag}
             runs: dict[str, list[ContainerInfo]] = {}
             for info in self.runtime.list_ours(selector):
                 runs.setdefault(info.labels.get(labels.RUN_ID, ""), []).append(info)

@@ -85,7 +85,7 @@ class Orchestrator:
         self.run_id = new_run_id()
         self.image = resolved.factors["runtime"].get("image_id")
         self.containers = RunContainers(
-            resolved, adapter=self.adapter, runtime=runtime, run_id=self.run_id, image=self.image
+            resolved, adapter=self.adapter, runtime=runtime, run_id=self.run_id, image=self.image, store_root=store.root
         )
         self._published: PublishResult | None = None
         self.coverage = CoveragePlan(self.adapter.name, "")

@@ -122,7 +122,7 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path
         # Its lease and serve dir live under the owner's root: only a stop run there cleans them up.
         raise ContainerConflictError(
             f"container {name!r} ({status}) is the serve of another store root, {owner_root}",
-            hint="serve this profile under a name of this root (name_per_root), or stop that serve from its own root",
+            hint="stop that serve from its own root",
             details={
                 "name": name,
                 "holder": "ours",
@@ -130,7 +130,7 @@ def check_name_free(runtime: Runtime, profile: Profile, name: str, *, root: Path
                 "store_root": owner_root,
                 "profile_name": profile.name,
             },
-            remedy="serve_name_per_root",
+            remedy="stop_from_own_root",
         )
     if status == "running":
         message = f"{profile.label} is already running: container {name!r} of ours is up"
@@ -285,7 +285,6 @@ def check_world(
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
     allow_test_knobs: bool = False,
-    name_per_root: bool = False,
 ) -> ServeFacts:
     """Run serve-full's checks in the order of its refusals; every refusal happens here (parameters: as ``plan``)."""
     t0 = time.perf_counter()
@@ -296,7 +295,7 @@ def check_world(
     allowed = _allowed_unsafe(resolution, debug=debug, allow_test_knobs=allow_test_knobs)
     if allowed:
         warnings.append("unsafe settings allowed: " + "; ".join(allowed))
-    name = serve_container_name(profile.name, per_root=store.root if name_per_root else None)
+    name = serve_container_name(profile.name, per_root=store.root)
     check_name_free(runtime, profile, name, root=store.root)
     # The rules of the resolved engine version (vLLM: its markers and force-load switch); unknown
     # versions are refused here, before anything starts, unless allowed.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 from pathlib import Path
 
+from bless.container_labels import store_tag
 from bless.store import builtin_root
 
 __all__ = ["serve_container_name", "stop_command"]
@@ -28,16 +28,14 @@ def stop_command(name: str, root: Path | None = None) -> str:
 
 
 def serve_container_name(profile_name: str, *, per_root: Path | None = None) -> str:
-    """The serving container's name: ``bless-serve-NAME``, one per profile name on a host.
+    """The serving container's name: ``bless-serve-NAME-<tag>``, the tag naming the store root ``per_root``.
 
-    Container names (like ports) are host-wide, so two store roots serving one profile name collide.
-    With ``per_root`` (``serve-full --name-per-root``) the name ends in a tag of that store root,
-    ``bless-serve-NAME-<8 hex digits>``, so serves of one profile from different roots can run side
-    by side (each on its own port).
+    Container names (like ports) are engine-wide, and engines are shared: every serve's name ends in its store
+    root's tag (:func:`bless.container_labels.store_tag`, 8 hex digits), so serves of one profile from
+    different roots run side by side (each on its own port). ``per_root`` None gives the untagged
+    ``bless-serve-NAME`` that serves started before names were tagged carry (``stop`` still finds those).
     """
     name = f"{_SERVE_PREFIX}{profile_name}"
     if per_root is None:
         return name
-    # The real path: two spellings of one root (a symlink, a relative --root) are one store.
-    tag = hashlib.sha256(str(Path(per_root).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return f"{name}-{tag}"
+    return f"{name}-{store_tag(per_root)}"

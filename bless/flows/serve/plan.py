@@ -207,16 +207,15 @@ def plan(
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
     allow_test_knobs: bool = False,
-    name_per_root: bool = False,
 ) -> LaunchPlan:
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
     The order of the refusals is written down once, in docs/concepts/serve-full.md ("Refusals, in
     order"); unsafe debug settings are allowed with ``debug``. With ``debug`` no manifest is
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
-    through (bless's own tests; the serve-full command never sets it). ``name_per_root``: the container
-    name carries a tag of the store root (:func:`serve_container_name`). ``adapter``: the engine's
-    adapter before resolution specialises it.
+    through (bless's own tests; the serve-full command never sets it). The container's name carries a tag of
+    the store root (:func:`serve_container_name`). ``adapter``: the engine's adapter before resolution
+    specialises it.
     """
     facts = check_world(
         profile,
@@ -228,7 +227,6 @@ def plan(
         gpu_probe=gpu_probe,
         now=now,
         allow_test_knobs=allow_test_knobs,
-        name_per_root=name_per_root,
     )
     return build_plan(facts, store=store, runtime=runtime)
 
@@ -287,7 +285,8 @@ def _serve_spec(
         extra_env=adapter.replay_env() if not facts.debug else None,
         debug=facts.debug,
         host_ip=resolved.profile.serving_host,
-        host_port=resolved.profile.serving_port,
+        # Port 0 (serve-full --port 0): any free port, read back once the engine is published.
+        host_port=resolved.profile.serving_port or None,
         log_path=facts.serve_dir / ENGINE_LOG,
         private_dir=facts.serve_dir / PRIVATE_DIR,
         # A compile the blessing does not hold is reported by the engine the moment Triton looks it up.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless.container_labels import PHASE, PHASE_SERVE, PROFILE
+from bless.container_labels import PHASE, PHASE_SERVE, PROFILE, other_store_root
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
 from bless.flows.serve.ready_seal import HEARTBEAT_STALE_S, refuse_detached_without_watcher, refuse_unsealed
@@ -318,6 +318,7 @@ def check_ready(
             "unreadable", f"the readiness record {path} is unreadable ({exc})", stale_hint, "stale_ready_record"
         ) from None
     if data is None:
+        _refuse_other_root(name, store, docker)
         raise refusal(
             "no_record",
             f"no readiness record ({path}): serve-full is not serving this profile yet, or has stopped",
@@ -365,6 +366,31 @@ def check_ready(
     elif record.canary == "passed":  # a blessed, canary-checked serve (a --debug start is neither, nor sealed)
         refuse_detached_without_watcher(store, name, record.holder)
     return record
+
+
+def _refuse_other_root(name: str, store: Store, docker: Callable[[], Runtime] | None) -> None:
+    """NotServingError (46) naming the store root whose running container serves ``name``, when not this one.
+
+    Without a record here, a serve of this profile from another root (its record, lease and serve dir live
+    there) is what ``serve-full stop`` names in the same situation; the probe names it too. Best effort: no
+    Docker, no such container, or Docker unreachable leaves the plain "no readiness record" refusal.
+    """
+    if docker is None:
+        return
+    try:
+        found = docker().list_ours({PROFILE: name, PHASE: PHASE_SERVE})
+    except BlessError:
+        return
+    for info in found:
+        owner_root = other_store_root(info.labels, store.root)
+        if owner_root is not None and info.status == "running":
+            raise NotServingError(
+                f"{name}: no readiness record under {store.root}: container {shown(info.name)} serves this profile "
+                f"for another store root, {shown(owner_root)}",
+                hint=f"probe it from its own root (root {owner_root})",
+                details={"name": name, "reason": "other_root", "store_root": owner_root, "profile_name": name},
+                remedy="ready_from_own_root",
+            )
 
 
 def _holder_refusal(name: str, reason: str, message: str, hint: str) -> NotServingError:

@@ -64,8 +64,6 @@ class ServeRequest:
     no_canary: bool = False
     keep_upper: bool = False
     allow_unknown_engine_version: bool = False
-    #: ``--name-per-root``: the container name carries a tag of the store root (serve_container_name).
-    name_per_root: bool = False
     #: ``--trust DIR``: the blessing must be a validly signed, fresh, current target.
     trust_dir: Path | None = None
     #: ``--from REF``: pulls the blessing into ``store`` (a no-op when present); None without ``--from``.
@@ -178,7 +176,6 @@ def serve_full(
             adapter=adapter,
             debug=request.debug,
             allow_unknown_engine_version=request.allow_unknown_engine_version,
-            name_per_root=request.name_per_root,
         )
         plan_dict = {**the_plan.to_dict(), **_blessing_checks(request, the_plan, fetched)}
         if request.dry_run:

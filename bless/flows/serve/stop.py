@@ -11,8 +11,10 @@ labels or our lease is ever touched.
 
 A lease may still be held by serve-full itself (a ``--detach`` start that has not handed it over yet,
 or a foreground serve): that serve-full is sent SIGTERM (its pid only, never its group) and ends as on
-Ctrl-C, stopping its own engine; the leases are then read again. Every wait is bounded, and nothing is
-released or removed while a lease's holder still runs: no engine is ever left serving without its lease.
+Ctrl-C, stopping its own engine; the leases are then read again. A start that has no lease yet (still checking
+and planning) holds the per-name start lock: it is asked to end the same way, and stop holds that lock until it
+is done, so no start comes up behind its back (:func:`.start_lock.hold_for_stop`). Every wait is bounded, and
+nothing is released or removed while a lease's holder still runs: no engine is ever left serving without its lease.
 The readiness record is cleared only once the engine has stopped.
 
 A detached serve's seal watcher (:mod:`.detached`) is ended first, before its engine: the very process its
@@ -41,6 +43,7 @@ from bless.flows.serve.lease import SERVE_FULL_ROLE
 from bless.flows.serve.names import serve_container_name
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir
+from bless.flows.serve.start_lock import hold_for_stop
 from bless.runtime.base import ContainerInfo, ContainerSpec, Runtime, Started
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
@@ -107,10 +110,50 @@ def stop_serving(
     ``keep_serve_dirs``: keep the serve dirs as evidence (a seal watcher ending the serve under the policy
     ``stop``), each named in the notes.
     """
-    # The serve's container name: plain, or tagged with this root (serve-full --name-per-root).
+    # The serve's container name: this root's (tagged), or plain (a serve started before names were tagged).
     containers = {serve_container_name(name), serve_container_name(name, per_root=store.root)}
     stopped: list[str] = []
     notes: list[str] = []
+    # A start still checking and planning holds no lease yet: it holds the start lock, and is asked to end
+    # first; the lock is then held for the whole stop, so no start begins while this one cleans up.
+    with hold_for_stop(store, name, timeout_s + serve_full_slack_s, stopped=stopped):
+        removed, released = _stop_locked(
+            name,
+            store=store,
+            containers=containers,
+            docker=docker,
+            local=local,
+            timeout_s=timeout_s,
+            serve_full_slack_s=serve_full_slack_s,
+            watcher_stop_s=watcher_stop_s,
+            keep_serve_dirs=keep_serve_dirs,
+            stopped=stopped,
+            notes=notes,
+        )
+    return StopOutcome(
+        name=name,
+        stopped=tuple(stopped),
+        serve_dirs_removed=tuple(removed),
+        leases_released=released,
+        notes=tuple(notes),
+    )
+
+
+def _stop_locked(
+    name: str,
+    *,
+    store: Store,
+    containers: set[str],
+    docker: Callable[[], Runtime],
+    local: Callable[[], LocalRuntime],
+    timeout_s: int,
+    serve_full_slack_s: float,
+    watcher_stop_s: float,
+    keep_serve_dirs: bool,
+    stopped: list[str],
+    notes: list[str],
+) -> tuple[list[str], int]:
+    """The stop under the start lock: (serve dirs removed, leases released)."""
     # A serve-full still starting (or serving in the foreground) holds the lease itself: it is asked to
     # stop (SIGTERM to its pid: it stops its own engine), then the leases are read again, since a start
     # may have handed its lease to a detached engine meanwhile.
@@ -133,13 +176,7 @@ def stop_serving(
         removed = _remove_serve_dirs(name, store, leases, runtime, local, notes=notes)
     with os_errors(f"releasing the serving leases under {store.paths.leases}"):
         released = [lease for container in sorted(containers) for lease in store.leases.release_named(container)]
-    return StopOutcome(
-        name=name,
-        stopped=tuple(stopped),
-        serve_dirs_removed=tuple(removed),
-        leases_released=len(released),
-        notes=tuple(notes),
-    )
+    return removed, len(released)
 
 
 def _leases(store: Store, containers: set[str]) -> list[Lease]:
@@ -330,17 +367,19 @@ def _stop_docker_serves(
     if runtime is not None:
         try:
             _stop_containers(runtime, own, timeout_s, notes=notes)
-            if len(own) == len(found):
-                stopped += runtime.cleanup_ours(ours)
-            else:
-                # Another root serves this profile too (under its own --name-per-root name): its
-                # container and overlay volume are not ours to remove, so clean up by this root's label.
-                for info in own:
-                    scope = _store_root_label(info)
-                    if not scope:  # made before containers recorded their root: cannot be told apart
-                        notes.append(f"container {info.name} records no store root: stopped, not removed")
-                        continue
+            # This root's serves and overlay volumes, by its tag: another root's (serving this profile too,
+            # or starting right now) are never ours to remove.
+            stopped += runtime.cleanup_ours({**ours, labels.STORE: labels.store_tag(store.root)})
+            for info in own:
+                if labels.STORE in info.labels:
+                    continue  # removed just above
+                scope = _store_root_label(info)  # made before containers carried the store's tag
+                if scope:
                     stopped += runtime.cleanup_ours({**ours, **scope})
+                elif len(own) == len(found):  # made before containers recorded their root at all
+                    stopped += runtime.cleanup_ours(ours)
+                else:
+                    notes.append(f"container {info.name} records no store root: stopped, not removed")
         except BlessError as exc:
             if leases:
                 raise
