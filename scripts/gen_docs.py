@@ -421,6 +421,7 @@ def _evidence_blessing() -> Blessing:
         config_hash=document["config_hash"],
         dir_id=document["cache"]["dir_id"],
         hardware=document["factors"]["hardware"],
+        cache_bytes=document["cache"]["total_size"],
     )
 
 

@@ -176,18 +176,8 @@ def for_podman(documents: list[Any], termination_dir: Path) -> list[Any]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     changed: list[Any] = module.for_podman(documents, termination_dir=termination_dir, restart_never=True)
-    # podman 4.3 makes an emptyDir a volume named after it, shared by every pod using that name (a cluster gives
-    # each pod its own): named after the Deployment here, each test's pod has its own.
-    (deployment,) = [doc for doc in changed if doc["kind"] == "Deployment"]
-    pod_spec = deployment["spec"]["template"]["spec"]
-    renamed = {
-        v["name"]: f"{deployment['metadata']['name']}-{v['name']}" for v in pod_spec["volumes"] if "emptyDir" in v
-    }
-    for volume in pod_spec["volumes"]:
-        volume["name"] = renamed.get(volume["name"], volume["name"])
-    for container in pod_spec["initContainers"] + pod_spec["containers"]:
-        for mount in container["volumeMounts"]:
-            mount["name"] = renamed.get(mount["name"], mount["name"])
+    # The pods run as a non-root user (Pod Security "restricted"): the termination directory is theirs to write.
+    termination_dir.chmod(0o1777)
     return changed
 
 
@@ -360,7 +350,7 @@ def test_a_file_tampered_with_in_the_pod_store_between_pull_and_start_is_refused
             "-c",
             'f=$(find /var/lib/bless/blessed -type f | sort | head -n 1); chmod u+w "$f"; printf x >> "$f"',
         ],
-        "volumeMounts": [{"name": "bless-store", "mountPath": "/var/lib/bless"}],
+        "volumeMounts": [next(m for m in pull["volumeMounts"] if m["mountPath"] == "/var/lib/bless")],
         "env": [],
     }
     spec["initContainers"].append(tamper)
