@@ -137,6 +137,14 @@ def render_command(
     cpu: CpuOption = None,
     memory: MemoryOption = None,
     model_claim: ModelClaimOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Read no blessing: the config hash and node affinity from the profile's declarations (a blessing "
+            "not at hand); the pod still serves --from only if it is that config's blessing.",
+        ),
+    ] = False,
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
     transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
@@ -175,6 +183,7 @@ def render_command(
         store=app_state(ctx).store(),
         plain_http=plain_http,
         limits=transfer_limits(min_rate, transfer_grace),
+        dry_run=dry_run,
     )
     return Report(rendered.to_dict(), render_manifests)
 

@@ -74,6 +74,8 @@ ENGINE_CPU_PER_GPU = 4
 ENGINE_MEMORY_GIB_PER_GPU = 16
 CPU_ENGINE_CPU = "2"
 CPU_ENGINE_MEMORY_GIB = 8
+#: An emptyDir for a blessed tree whose size is not known (the dry form): vLLM's trees are tens to hundreds of MB.
+UNKNOWN_TREE_SIZE = "10Gi"
 #: The engine's HOME and temp dir (Inductor's scratch, Triton's own files): not the blessed tree.
 ENGINE_STATE_SIZE = "8Gi"
 #: Registries on the node's own loopback: a pod reaches its own network namespace there, not the node's.
@@ -144,7 +146,7 @@ class Blessing:
     config_hash: str
     dir_id: str
     hardware: Mapping[str, Any]
-    #: The blessed tree's size in bytes: the store and the cache copy are sized from it (0: unknown).
+    #: The blessed tree's size in bytes: the store and the cache copy are sized from it (0: unknown, the dry form).
     cache_bytes: int = 0
 
     @classmethod
@@ -503,7 +505,9 @@ def _store_and_trust_mounts(options: K8sOptions) -> list[dict[str, Any]]:
 
 def _tree_limit(blessing: Blessing) -> str:
     """An emptyDir that holds one blessed tree: its size and half again (a pull's staging, the engine's writes
-    over the copy), and 1 GiB, in whole GiB."""
+    over the copy), and 1 GiB, in whole GiB; :data:`UNKNOWN_TREE_SIZE` when the size is not known (the dry form)."""
+    if blessing.cache_bytes <= 0:
+        return UNKNOWN_TREE_SIZE
     return f"{math.ceil(blessing.cache_bytes * 1.5 / 2**30) + 1}Gi"
 
 
@@ -642,8 +646,9 @@ def _deployment(blessing: Blessing, options: K8sOptions, pod_spec: dict[str, Any
     annotations = {
         "bless.dev/artifact": options.artifact,
         "bless.dev/config-hash": blessing.config_hash,
-        "bless.dev/dir-id": blessing.dir_id,
     }
+    if blessing.dir_id:  # none in the dry form: no blessing was read
+        annotations["bless.dev/dir-id"] = blessing.dir_id
     selector = {key: value for key, value in _labels(options).items() if key != "app.kubernetes.io/managed-by"}
     return {
         "apiVersion": "apps/v1",

@@ -622,3 +622,39 @@ def test_the_profile_configmap_is_a_readable_block(tmp_path: Path) -> None:
     out = to_yaml(rendered(tmp_path, text=text).documents)
     assert "  profile.toml: |\n" in out and "\\n" not in out.split("profile.toml")[1].split("kind:")[0]
     assert next(iter(yaml.safe_load_all(out)))["data"]["profile.toml"] == text
+
+
+# -- the dry form: a TP profile whose GPU blessing is not at hand ---------------------------------------------
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_tp_profile_renders_dry_from_its_declarations_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    import bless.probes as probes
+    from bless.flows.inspect.profile_hash import hash_profile
+
+    def must_not(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the dry form reads nothing of this machine, the store or a registry")
+
+    monkeypatch.setattr(probes, "probe_gpus", list)
+    monkeypatch.setattr(probes, "probe_python_environment", must_not)
+    monkeypatch.setattr(probes, "read_model_dir", must_not)
+    path = Path(__file__).resolve().parents[2] / "profiles" / "vllm-0.26-llama-3.1-70b-dummy-tp4-local.toml"
+    store = Store(tmp_path / "root")  # empty: the GPU blessing is not here, and no registry answers
+    result = render_blessing(
+        path, options(artifact=f"127.0.0.1:9/blessings/tp4@{DIGEST}", model_claim="models"), store=store,
+        transport=must_not, dry_run=True,  # type: ignore[arg-type]
+    )  # fmt: skip
+    found = deployment(result)
+    assert found["metadata"]["annotations"]["bless.dev/config-hash"] == hash_profile(path).resolved.config_hash
+    assert "bless.dev/dir-id" not in found["metadata"]["annotations"]
+    engine = _engine(result)
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    (term,) = pod(result)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["3"]} in term["matchExpressions"]
+    assert result.warnings[0].startswith("dry form: no blessing was read")
+    for document in result.documents:
+        kubernetes_validate.validate(dict(document), version, strict=True)
