@@ -658,3 +658,18 @@ def test_a_tp_profile_renders_dry_from_its_declarations_alone(
     assert result.warnings[0].startswith("dry form: no blessing was read")
     for document in result.documents:
         kubernetes_validate.validate(dict(document), version, strict=True)
+
+
+def test_the_guides_podman_block_never_restarts_and_removes_its_volumes() -> None:
+    """docs/guides/kubernetes.md's podman block: without --restart-never the init container loops (each time
+    contacting the registry); `podman kube play --down` alone leaves the ConfigMaps' volumes behind."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "kubernetes.md").read_text()
+    block = guide.split("### Pods on one machine: podman", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    (edit,) = [line for line in lines if "podman_pod.py" in line and "<" in line]
+    assert "--restart-never" in edit
+    assert lines[-1].startswith("python3 scripts/images/podman_pod.py --down ")
+    assert not any(line.startswith("podman kube play --down") for line in lines)
+    (render,) = [line for line in lines if line.startswith("bless k8s render")]
+    name = render.split("--name ", 1)[1].split()[0]
+    assert f"--trust-configmap {name}-" in render  # the trust ConfigMap's podman volume is per try, like the rest
