@@ -42,6 +42,7 @@ class ExitCode(IntEnum):
     RESOLUTION_FAILED = 31
     HARDWARE_MISMATCH = 32
     UNKNOWN_ENGINE_VERSION = 33
+    ENVIRONMENT_MISMATCH = 34
     BOOTSTRAP_FAILED = 40
     TRIALS_FAILED = 41
     CANARY_FAILED = 42
@@ -269,6 +270,12 @@ class HardwareMismatchError(BlessError):
     exit_code = ExitCode.HARDWARE_MISMATCH
     title = "hardware mismatch"
     meaning = "this machine does not match the profile's declared hardware"
+
+
+class EnvironmentMismatchError(BlessError):
+    exit_code = ExitCode.ENVIRONMENT_MISMATCH
+    title = "environment mismatch"
+    meaning = "the engine's packages, Python or local model differ from the profile's [runtime] / [model] declaration"
 
 
 class UnknownEngineVersionError(BlessError):

@@ -22,14 +22,15 @@ from typing import Any, Literal
 from bless.core.factors import (
     GpuInfo,
     LocalModelDir,
+    ModelDirProbe,
     RevisionLookup,
     declared_hardware_factor,
     model_factor,
     observed_hardware_factor,
     undeclared_hardware,
 )
-from bless.core.profile import HardwareSpec, ModelSpec
-from bless.errors import ResolutionError
+from bless.core.profile import HardwareSpec, ModelSpec, Profile
+from bless.errors import EnvironmentMismatchError, ResolutionError
 
 # --- hardware ------------------------------------------------------------------------------------------
 
@@ -184,6 +185,137 @@ def probe_python_environment(python: str, packages: tuple[str, ...]) -> dict[str
     if not isinstance(data, dict):
         raise ResolutionError(f"unexpected answer from {python!r}")
     return data
+
+
+def declared_environment(profile: Profile, packages: tuple[str, ...]) -> dict[str, Any] | None:
+    """The runtime factor's environment as ``[runtime]`` declares it (``python_version`` and ``packages``), or None.
+
+    A declaration names exactly the engine's hashed ``packages``: one missing or extra would hash another
+    factor than a probe of the serving host does, so it is refused (31), naming what to add or remove.
+    """
+    if profile.python_version is None or profile.packages is None:
+        return None
+    missing = sorted(set(packages) - set(profile.packages))
+    extra = sorted(set(profile.packages) - set(packages))
+    if missing or extra:
+        said = "; ".join(
+            part
+            for part in (
+                f"add {', '.join(missing)}" if missing else "",
+                f"remove {', '.join(extra)} (not hashed by this engine)" if extra else "",
+            )
+            if part
+        )
+        raise ResolutionError(
+            f"{profile.label}: runtime.packages must name exactly the engine's hashed packages "
+            f"({', '.join(sorted(packages))}): {said}",
+            hint="copy runtime.packages from the runtime factor of the profile resolved on the serving host",
+            details={"missing": missing, "extra": extra},
+        )
+    return {"python_version": profile.python_version, "packages": {name: profile.packages[name] for name in packages}}
+
+
+def _no_missing_package(found: dict[str, Any], python: str, where: str) -> dict[str, Any]:
+    """``found`` (a probe's answer) when every engine package is installed; a missing one is refused (31)."""
+    packages = found.get("packages")
+    if not isinstance(packages, dict) or not isinstance(found.get("python_version"), str):
+        raise ResolutionError(f"{where}: unexpected answer from {python!r}: {found!r}")
+    missing = sorted(name for name, version in packages.items() if not isinstance(version, str) or not version)
+    if missing:
+        raise ResolutionError(
+            f"{where}: {', '.join(missing)} not installed for {python!r}: an engine package is never hashed as "
+            "missing (its blessing would be for no engine)",
+            hint="on the serving host, set runtime.python to the engine's interpreter; to hash, diff or gate the "
+            "profile elsewhere (a CI runner), declare runtime.python_version and runtime.packages as the serving "
+            "host has them (its resolved runtime factor)",
+            details={"missing": missing, "python": python},
+            remedy="declare_runtime",
+        )
+    return found
+
+
+def judged_environment(profile: Profile, python: str, packages: tuple[str, ...]) -> dict[str, Any]:
+    """The environment for commands that judge a profile without starting an engine (hash, diff, gate).
+
+    The declaration as it is when the profile has one (nothing is probed); else ``python`` probed, every
+    engine package installed (31 otherwise).
+    """
+    declared = declared_environment(profile, packages)
+    if declared is not None:
+        return declared
+    return _no_missing_package(probe_python_environment(python, packages), python, profile.label)
+
+
+def live_environment(profile: Profile, python: str, packages: tuple[str, ...]) -> dict[str, Any]:
+    """The environment an engine start runs with (bless run, serve-full): ``python`` probed, every engine
+    package installed, and equal to the profile's declaration when it has one (34 otherwise, naming each)."""
+    declared = declared_environment(profile, packages)
+    live = probe_python_environment(python, packages)
+    if declared is None:
+        return _no_missing_package(live, python, profile.label)
+    differences = (
+        [f"python_version: declared {declared['python_version']}, {python!r} has {live.get('python_version')}"]
+        if live.get("python_version") != declared["python_version"]
+        else []
+    )
+    answered = live.get("packages")
+    live_packages: dict[str, Any] = answered if isinstance(answered, dict) else {}
+    for name, version in declared["packages"].items():
+        found = live_packages.get(name)
+        if found != version:
+            differences.append(f"packages.{name}: declared {version}, {python!r} has {found or 'none (not installed)'}")
+    if differences:
+        raise EnvironmentMismatchError(
+            f"{profile.label}: the engine environment differs from the profile's [runtime] declaration: "
+            + "; ".join(differences),
+            hint="run with the interpreter the profile declares (runtime.python), or declare this host's versions "
+            "in the profile (a new config hash) and bless it",
+            details={"differences": differences, "python": python},
+        )
+    return live
+
+
+def judged_model_dir(profile: Profile) -> ModelDirProbe:
+    """The model directory probe for judging commands: a declared ``model.content_sha256`` and ``model.path`` as
+    they are (the directory is not read, and need not exist); else the directory read and hashed."""
+
+    def probe(path: str, *, where: str) -> LocalModelDir:
+        declared = profile.model.content_sha256
+        if declared is None:
+            return read_model_dir(path, where=where)
+        return LocalModelDir(resolved_path=path, content_sha256=declared)
+
+    return probe
+
+
+def live_model_dir(profile: Profile) -> ModelDirProbe:
+    """The model directory probe for an engine start: read and hashed; with a declared ``content_sha256``, its
+    content and real path must be the declared ones (34 otherwise): what judging commands hashed is what runs."""
+
+    def probe(path: str, *, where: str) -> LocalModelDir:
+        live = read_model_dir(path, where=where)
+        declared = profile.model.content_sha256
+        if declared is None:
+            return live
+        differences = []
+        if live.content_sha256 != declared:
+            differences.append(f"content_sha256: declared {declared}, the directory has {live.content_sha256}")
+        if profile.runtime_kind == "local" and live.resolved_path != path:
+            differences.append(
+                f"path: declared {path!r}, whose real path is {live.resolved_path!r} (with a declared content hash "
+                "the path is hashed as written, so it must be the real one)"
+            )
+        if differences:
+            raise EnvironmentMismatchError(
+                f"{where}: the model directory differs from the profile's [model] declaration: "
+                + "; ".join(differences),
+                hint="serve the model directory the profile declares, or declare this one's content_sha256 (the "
+                "model factor resolved here holds it) and its real path, then bless it",
+                details={"differences": differences},
+            )
+        return live
+
+    return probe
 
 
 # --- models --------------------------------------------------------------------------------------------

@@ -233,7 +233,16 @@ COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
         "bless hash, diff and gate then use the declaration on any machine, and bless run and serve-full "
         "refuse a GPU that differs from it"
     ),
+    "declare_runtime": _said(
+        "on the serving host, set runtime.python to the engine's interpreter; to hash, diff or gate the profile "
+        "elsewhere, declare runtime.python_version and runtime.packages as the serving host has them (bless hash "
+        "--json there prints them)"
+    ),
     # gating and engines
+    "gate_allow_unverified": _said(
+        "run the gate with --root at the store that holds the blessed caches, or pass --allow-unverified to gate "
+        "on the manifests alone"
+    ),
     "gate_profile_files": _said(
         "pass profile files: bless gate profiles/a.toml profiles/b.toml --manifests-dir manifests"
     ),

@@ -73,7 +73,18 @@ def gate_command(
     manifests_dir: ManifestsDirOption = None,
     root: RootOption = None,
     verify: Annotated[
-        bool, typer.Option("--verify", help="Also verify the blessed files, when the store root holds them.")
+        bool,
+        typer.Option(
+            "--verify",
+            help="Also verify the blessed files; a profile whose files the store root does not hold fails (21).",
+        ),
+    ] = False,
+    allow_unverified: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unverified",
+            help="With --verify: a profile whose cache files are not in the store root passes on its manifest (noted).",
+        ),
     ] = False,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write a JUnit XML report here (one testcase per profile).")
@@ -94,7 +105,7 @@ def gate_command(
     store = command_store(ctx, root=root, manifests_dir=manifests_dir)
     # Even the default: a gate always means a published set, and a typo in CI must not read as "nothing is blessed".
     check_manifests_dir(store)
-    outcome = gate_profiles(profiles or (), store, verify=verify, junit=junit)
+    outcome = gate_profiles(profiles or (), store, verify=verify, junit=junit, allow_unverified=allow_unverified)
 
     def human(console: Console, shown: Mapping[str, Any]) -> None:
         render_gate(console, {**shown, "_annotations": outcome.annotations})

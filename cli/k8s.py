@@ -37,6 +37,14 @@ def to_yaml(documents: Any) -> str:
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
+    def text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+        """A text of several lines (the profile ConfigMap) as a block scalar, readable as the file it is; YAML
+        itself falls back to a quoted string where a block cannot hold the text exactly (trailing blanks)."""
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    PlainDumper.add_representer(str, text)
+
     return yaml.dump_all(documents, Dumper=PlainDumper, sort_keys=False, default_flow_style=False, width=120)
 
 
@@ -90,6 +98,24 @@ EnvSecretOption = Annotated[
         help="A Secret holding the profile's secret env values, one key per name (the profile leaves them empty).",
     ),
 ]
+CpuOption = Annotated[
+    str | None,
+    typer.Option("--cpu", help="The engine container's CPU (requests = limits; default: 4 per GPU, 2 on CPU)."),
+]
+MemoryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory",
+        help="The engine container's memory (requests = limits; default: 16Gi per GPU, 8Gi on CPU, plus /dev/shm).",
+    ),
+]
+ModelClaimOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model-claim",
+        help="A PersistentVolumeClaim holding the local model, mounted read-only at model.path (default: hostPath).",
+    ),
+]
 ContainerPortOption = Annotated[int, typer.Option("--port", min=1, max=65535, help="The engine's container port.")]
 
 
@@ -108,6 +134,17 @@ def render_command(
     pull_secret: PullSecretOption = None,
     env_secret: EnvSecretOption = None,
     port: ContainerPortOption = k8s.SERVING_PORT,
+    cpu: CpuOption = None,
+    memory: MemoryOption = None,
+    model_claim: ModelClaimOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Read no blessing: the config hash and node affinity from the profile's declarations (a blessing "
+            "not at hand); the pod still serves --from only if it is that config's blessing.",
+        ),
+    ] = False,
     plain_http: PlainHttpOption = None,
     min_rate: MinRateOption = DEFAULT_MIN_RATE,
     transfer_grace: TransferGraceOption = DEFAULT_LIMITS.grace_s,
@@ -135,6 +172,9 @@ def render_command(
         pull_secret=pull_secret,
         env_secret=env_secret,
         port=port,
+        cpu=cpu,
+        memory=memory,
+        model_claim=model_claim,
     )
     rendered = render_blessing(
         profile,
@@ -143,6 +183,7 @@ def render_command(
         store=app_state(ctx).store(),
         plain_http=plain_http,
         limits=transfer_limits(min_rate, transfer_grace),
+        dry_run=dry_run,
     )
     return Report(rendered.to_dict(), render_manifests)
 

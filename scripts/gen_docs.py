@@ -45,7 +45,7 @@ EXIT_CODES_PAGE = REPO / "docs" / "reference" / "exit-codes.md"
 BEGIN, END = "<!-- exit-codes:begin -->\n", "<!-- exit-codes:end -->"
 KUSTOMIZE_BASE = REPO / "deploy" / "kubernetes" / "base"
 BASE_PROFILE = REPO / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml"
-BASE_BLESSING = REPO / "docs" / "evidence" / "vllm-0.26-h200-hermetic" / "manifest-llama-3.1-8b.json"
+BASE_BLESSING = REPO / "docs" / "evidence" / "vllm-0.26-h200-hermetic" / "show-llama-3.1-8b-record.json"
 #: Placeholders an overlay replaces: kustomize's images transformer for the images, a patch for the artifact.
 BASE_ARTIFACT = "registry.example.com/blessings/llama-3.1-8b@sha256:" + "0" * 64
 BASE_KUSTOMIZATION = """\
@@ -421,6 +421,7 @@ def _evidence_blessing() -> Blessing:
         config_hash=document["config_hash"],
         dir_id=document["cache"]["dir_id"],
         hardware=document["factors"]["hardware"],
+        cache_bytes=document["cache"]["total_size"],
     )
 
 

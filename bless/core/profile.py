@@ -30,6 +30,8 @@ class ModelSpec:
     revision: str | None = None
     path: str | None = None
     hf_home: str | None = None
+    #: local: the directory's content hash as declared (hash, diff and gate use it without reading the directory).
+    content_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class Profile:
     python: str | None = None
     shm_size: str | None = None
     ipc_host: bool = False
+    #: local: the engine interpreter's Python version and package versions as declared (both or neither):
+    #: hash, diff and gate use them without probing; run and serve-full refuse live values that differ.
+    python_version: str | None = None
+    packages: Mapping[str, str] | None = None
     serve: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     hardware: HardwareSpec = HardwareSpec(accelerator="cpu")
@@ -192,6 +198,8 @@ def profile_from_dict(document: Mapping[str, Any], *, source: Path | None = None
         python=runtime.get("python"),
         shm_size=runtime.get("shm_size"),
         ipc_host=runtime.get("ipc_host", False),
+        python_version=runtime.get("python_version"),
+        packages=dict(runtime["packages"]) if "packages" in runtime else None,
         model=ModelSpec(**model),
         serve=dict(document.get("serve", {})),
         env=dict(document.get("env", {})),
@@ -242,6 +250,19 @@ def _check_runtime(where: str, runtime: Mapping[str, Any]) -> None:
         raise InputInvalidError(f"{where}: runtime.image: required when runtime.kind is 'docker'")
     if runtime["kind"] == "local" and "image" in runtime:
         raise InputInvalidError(f"{where}: runtime.image: not used by the local runtime; remove it")
+    declared = [key for key in ("python_version", "packages") if key in runtime]
+    if declared and runtime["kind"] != "local":
+        raise InputInvalidError(
+            f"{where}: runtime.{declared[0]}: only the local runtime declares its environment (an image ID fixes "
+            "a Docker engine's); remove it"
+        )
+    if len(declared) == 1:
+        other = "packages" if declared == ["python_version"] else "python_version"
+        raise InputInvalidError(
+            f"{where}: runtime.{declared[0]} is declared without runtime.{other}: declare both (the runtime "
+            "factor as the serving host has it) or neither (probed from runtime.python)",
+            hint="copy both from the runtime factor of the profile resolved on the serving host",
+        )
 
 
 def _check_model(where: str, model: Mapping[str, Any]) -> None:
@@ -250,5 +271,7 @@ def _check_model(where: str, model: Mapping[str, Any]) -> None:
         raise InputInvalidError(f"{where}: model.path: required when model.source is 'local'")
     if source != "local" and "path" in model:
         raise InputInvalidError(f"{where}: model.path: only valid when model.source is 'local'")
+    if source != "local" and "content_sha256" in model:
+        raise InputInvalidError(f"{where}: model.content_sha256: only valid when model.source is 'local'")
     if source == "builtin" and "revision" in model:
         raise InputInvalidError(f"{where}: model.revision: a builtin model has no revision")

@@ -5,11 +5,18 @@ reproducible OCI manifest has the digest of ``--from``: the same bytes the regis
 registry by digest (the OCI manifest and its config blob only, not the cache's files). The hardware factor it was
 proven on becomes the pods' node affinity, and the profile must be the one it was made from. Nothing is written
 anywhere.
+
+The **dry form** (``dry_run``) reads no blessing at all, for a blessing not at hand (a tensor-parallel profile
+blessed on GPUs elsewhere, its registry out of reach): the config hash and the hardware are the profile's own,
+resolved from its declarations (``[hardware]``, ``[runtime]``, ``[model]``) without probing, as ``bless hash``
+does. Nothing is checked against ``--from``: in the pod, serve-full refuses a blessing whose config hash is not
+the profile's (20), and the init container's pull checks the signature.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from bless.core.factors import diff_factors
@@ -19,7 +26,7 @@ from bless.core.untrusted_text import shown
 from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, InputInvalidError, RegistryUnavailableError
-from bless.flows.resolve import resolve_as_blessed
+from bless.flows.resolve import resolve_as_blessed, resolve_for_command
 from bless.k8s.documents import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
 from bless.oci.artifact import blessing_artifact
 from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
@@ -43,6 +50,7 @@ def render_blessing(
     plain_http: bool | None = None,
     limits: TransferLimits = DEFAULT_LIMITS,
     transport: Transport | None = None,
+    dry_run: bool = False,
 ) -> Rendered:
     """Render ``options.artifact`` served with the profile at ``profile_path``.
 
@@ -62,6 +70,8 @@ def render_blessing(
     check_secret_env(profile, options, secret_env)  # before any request: a secret is refused offline too
     require_digest(options.artifact)  # before any request: a tag is never even looked up
     reference = parse_reference(options.artifact)
+    if dry_run:
+        return _dry_render(profile, profile_path, profile_text, adapter, options, secret_env)
     manifest = _stored_blessing(store, reference) if store is not None else None
     if manifest is not None and store is not None:
         read_from = f"the local store {shown(str(store.root))} (no registry contacted)"
@@ -79,6 +89,33 @@ def render_blessing(
         secret_env=secret_env,
     )
     return dataclasses.replace(rendered, blessing_read_from=read_from)
+
+
+def _dry_render(
+    profile: Profile,
+    profile_path: Path,
+    profile_text: str,
+    adapter: EngineAdapter,
+    options: K8sOptions,
+    secret_env: list[str],
+) -> Rendered:
+    """The documents from the profile alone: its config hash and hardware as declared (no blessing read)."""
+    resolution = resolve_for_command(profile, image_resolver=None, hardware="declared", offline=True, adapter=adapter)
+    hardware = resolution.resolved.factors.get("hardware")
+    blessing = Blessing(
+        profile_name=profile.name,
+        config_hash=resolution.config_hash,
+        dir_id="",
+        hardware=dict(hardware) if isinstance(hardware, Mapping) else {},
+    )
+    rendered = render(
+        profile, profile_text, blessing, options, cache_path=adapter.cache_mount_path, secret_env=secret_env
+    )
+    note = (
+        f"dry form: no blessing was read; config hash {resolution.config_hash[:16]}... and the node affinity are "
+        f"{shown(str(profile_path))}'s own declaration; the pod serves --from only if it is that config's blessing"
+    )
+    return dataclasses.replace(rendered, warnings=(note, *rendered.warnings), blessing_read_from="nowhere (dry form)")
 
 
 def _registry_blessing(

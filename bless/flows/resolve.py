@@ -36,9 +36,11 @@ from bless.errors import NoManifestError
 from bless.probes import (
     HardwareSource,
     hardware_factor,
+    judged_environment,
     judged_hardware,
-    probe_python_environment,
-    read_model_dir,
+    judged_model_dir,
+    live_environment,
+    live_model_dir,
     revision_lookup,
 )
 from bless.store import Store
@@ -114,7 +116,12 @@ def resolve_for_command(
 
     generic = adapter or get_adapter(profile.engine)
     resolved = resolve_profile(
-        profile, image_resolver=image_resolver, adapter=generic, hardware_probe=hardware_probe, offline=offline
+        profile,
+        image_resolver=image_resolver,
+        adapter=generic,
+        hardware_probe=hardware_probe,
+        offline=offline,
+        judging=hardware != "probe",
     )
     hardware_source, undeclared = judged[0] if judged else ("declared", ())
     return ProfileResolution(resolved, generic.for_factors(resolved.factors), hardware_source, undeclared)
@@ -135,6 +142,7 @@ def resolve_profile(
     adapter: EngineAdapter | None = None,
     hardware_probe: HardwareProbe = hardware_factor,
     offline: bool = False,
+    judging: bool = False,
 ) -> ResolvedConfig:
     """Resolve ``profile`` to its factors and config hash with the real probes wired in.
 
@@ -143,16 +151,25 @@ def resolve_profile(
     ``sha256:`` IDs resolve. ``hardware_probe`` gives the hardware factor: this machine's by default,
     ``declared_hardware_factor`` for the profile's declaration only. ``offline`` forbids network lookups
     (a revision must be pinned).
+
+    The local runtime's environment and a local model directory: ``judging`` (hash, diff, gate) takes the
+    profile's ``[runtime]`` and ``[model]`` declarations as they are, without probing; otherwise (an engine
+    start) the live ones are read and must equal any declaration (:func:`bless.probes.live_environment`,
+    :func:`bless.probes.live_model_dir`). Either way an engine package that is not installed is refused.
     """
     adapter = adapter or get_adapter(profile.engine)
+
+    def environment(python: str, packages: tuple[str, ...]) -> dict[str, Any]:
+        return (judged_environment if judging else live_environment)(profile, python, packages)
+
     return resolve(
         secrets_from_environment(profile, adapter.env_policy),
         adapter,
         image_resolver=image_resolver,
         hardware_probe=hardware_probe,
-        environment_probe=probe_python_environment,
+        environment_probe=environment,
         revision_lookup=revision_lookup(offline=offline),
-        model_dir_probe=read_model_dir,
+        model_dir_probe=judged_model_dir(profile) if judging else live_model_dir(profile),
     )
 
 

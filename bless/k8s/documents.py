@@ -63,6 +63,24 @@ TERMINATION_LOG = "/dev/termination-log"
 ENGINE_STATE_DIR = "/var/lib/bless-engine"
 SERVING_PORT = 8000
 
+#: The uid and gid both containers run as (Pod Security "restricted": never root). The images need no user of
+#: that id: serve-full gives the engine its own HOME and temp dir, and emptyDirs are writable by the pod's fsGroup.
+RUN_AS_ID = 65532
+#: The init container's share: ``bless pull`` streams and hashes blobs (no engine, no torch).
+INIT_RESOURCES = {"cpu": "1", "memory": "1Gi"}
+#: The engine container's defaults (``--cpu``, ``--memory`` set others): per GPU for a CUDA blessing, else one
+#: CPU engine. A memory-backed /dev/shm is charged to the pod's memory, so its size is added to the limit.
+ENGINE_CPU_PER_GPU = 4
+ENGINE_MEMORY_GIB_PER_GPU = 16
+CPU_ENGINE_CPU = "2"
+CPU_ENGINE_MEMORY_GIB = 8
+#: An emptyDir for a blessed tree whose size is not known (the dry form): vLLM's trees are tens to hundreds of MB.
+UNKNOWN_TREE_SIZE = "10Gi"
+#: The engine's HOME and temp dir (Inductor's scratch, Triton's own files): not the blessed tree.
+ENGINE_STATE_SIZE = "8Gi"
+#: Registries on the node's own loopback: a pod reaches its own network namespace there, not the node's.
+LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
+
 #: NVIDIA GPU feature discovery's node labels (the GPU operator installs it).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
@@ -83,6 +101,7 @@ _IMAGE = re.compile(r"[^\s\x00-\x1f\x7f]{1,1024}")
 _REFERENCE_TEXT = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]{1,2048}")
 #: Replicas is an int32.
 _MAX_REPLICAS = 2**31 - 1
+_QUANTITY = re.compile(r"(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: Seconds on top of the engine's own ready timeout for the start: verify, copy, canary.
 _START_SLACK_S = 300
@@ -112,6 +131,11 @@ class K8sOptions:
     #: The Secret that holds the profile's secret env values, one key per name (never rendered inline).
     env_secret: str | None = None
     port: int = SERVING_PORT
+    #: The engine container's CPU and memory (requests = limits: the Guaranteed QoS class); None: the defaults.
+    cpu: str | None = None
+    memory: str | None = None
+    #: A PersistentVolumeClaim holding a local model (``model.path``), mounted read-only there; None: a hostPath.
+    model_claim: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +146,8 @@ class Blessing:
     config_hash: str
     dir_id: str
     hardware: Mapping[str, Any]
+    #: The blessed tree's size in bytes: the store and the cache copy are sized from it (0: unknown, the dry form).
+    cache_bytes: int = 0
 
     @classmethod
     def of(cls, manifest: Manifest) -> Blessing:
@@ -131,6 +157,7 @@ class Blessing:
             config_hash=manifest.config_hash,
             dir_id=manifest.cache.dir_id,
             hardware=hardware if isinstance(hardware, Mapping) else {},
+            cache_bytes=manifest.cache.total_size,
         )
 
 
@@ -274,6 +301,15 @@ def _check_inputs(profile: Profile, blessing: Blessing, options: K8sOptions, sec
         )
     check_secret_env(profile, options, secret_env)
     engine_gpu_count(profile)  # the GPUs asked for cover the engine's parallelism
+    for option, value in (("--cpu", options.cpu), ("--memory", options.memory)):
+        if value is not None and _QUANTITY.fullmatch(value) is None:
+            raise InputInvalidError(
+                f"{option} {shown(value[:300])} is not a Kubernetes quantity", hint="pass e.g. 4, 500m, 32Gi"
+            )
+    if options.model_claim is not None and _DNS_SUBDOMAIN.fullmatch(options.model_claim) is None:
+        raise InputInvalidError(
+            f"--model-claim {shown(options.model_claim[:300])} is not a claim name Kubernetes accepts"
+        )
 
 
 def check_secret_env(profile: Profile, options: K8sOptions, secret_env: Sequence[str]) -> None:
@@ -350,7 +386,7 @@ def render(
         options = dataclasses.replace(options, name=default_name(profile.name))
     secret_env = sorted(secret_env)
     _check_inputs(profile, blessing, options, secret_env)
-    warnings = _image_warnings(options)
+    warnings = [*_image_warnings(options), *_security_warnings(profile, options)]
     profile_cm = f"{options.name}-profile"
     documents = _config_maps(profile_text, options, profile_cm=profile_cm)
     pod_spec = _pod_spec(profile, blessing, options, profile_cm=profile_cm, cache_path=cache_path)
@@ -358,7 +394,31 @@ def render(
     for name in secret_env:
         engine_env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": options.env_secret, "key": name}}})
     documents.append(_deployment(blessing, options, pod_spec))
-    return Rendered(documents=tuple(documents), warnings=warnings)
+    documents += [_service(options), _disruption_budget(options)]
+    return Rendered(documents=tuple(documents), warnings=tuple(warnings))
+
+
+def _security_warnings(profile: Profile, options: K8sOptions) -> list[str]:
+    """Where the pod cannot meet Pod Security "restricted", and a registry the pods cannot reach."""
+    warnings: list[str] = []
+    registry = options.artifact.split("/", 1)[0].lower()
+    if registry.startswith(LOOPBACK_HOSTS):
+        warnings.append(
+            f"--from names the registry {registry}, a loopback address: in a pod that is the pod's own network "
+            "namespace, not the node's, and the init container cannot pull (push to a registry the nodes reach)"
+        )
+    if profile.ipc_host:
+        warnings.append(
+            "runtime.ipc_host renders hostIPC: true, which Pod Security 'baseline' and 'restricted' refuse: the "
+            "namespace must allow 'privileged' (size /dev/shm with runtime.shm_size instead)"
+        )
+    if profile.model.source == "local" and options.model_claim is None:
+        warnings.append(
+            f"the local model {profile.model.path} is mounted from the node (hostPath), which Pod Security "
+            "'baseline' and 'restricted' refuse, and every node must hold it: name a PersistentVolumeClaim that "
+            "holds it (model_claim) to keep the pod 'restricted'"
+        )
+    return warnings
 
 
 def _image_warnings(options: K8sOptions) -> tuple[str, ...]:
@@ -394,13 +454,24 @@ def _config_maps(profile_text: str, options: K8sOptions, *, profile_cm: str) -> 
 def _pod_spec(
     profile: Profile, blessing: Blessing, options: K8sOptions, *, profile_cm: str, cache_path: str
 ) -> dict[str, Any]:
-    volumes = _volumes(profile, options, profile_cm=profile_cm)
+    volumes = _volumes(profile, blessing, options, profile_cm=profile_cm)
     pod_spec: dict[str, Any] = {
         "affinity": node_affinity(blessing.hardware),
+        # serve-full talks to no API server: no token in the pod.
+        "automountServiceAccountToken": False,
+        # Pod Security "restricted": never root, the runtime's default seccomp profile; the emptyDirs and the
+        # ConfigMaps are the pod's fsGroup's.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_ID,
+            "runAsGroup": RUN_AS_ID,
+            "fsGroup": RUN_AS_ID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         # serve-full stops the engine gracefully within the profile's stop timeout, then cleans up.
         "terminationGracePeriodSeconds": profile.trials.stop_timeout_s + 30,
         "initContainers": [_init_container(options)],
-        "containers": [_engine_container(profile, options, cache_path=cache_path)],
+        "containers": [_engine_container(profile, blessing, options, cache_path=cache_path)],
         "volumes": volumes,
     }
     if profile.ipc_host:
@@ -414,22 +485,47 @@ def _env() -> list[dict[str, str]]:
     return [{"name": "BLESS_TERMINATION_LOG", "value": TERMINATION_LOG}, {"name": "BLESS_ROOT", "value": BLESS_ROOT}]
 
 
-def _store_and_trust_mounts() -> list[dict[str, Any]]:
+def volume_name(options: K8sOptions, what: str) -> str:
+    """A pod volume's name, ``NAME-what``: unique per Deployment name (podman shares same-named emptyDirs between
+    pods), cut with 8 hex digits of the whole when longer than a DNS label."""
+    name = f"{options.name}-{what}"
+    if len(name) <= 63:
+        return name
+    suffix = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{options.name[: 63 - len(what) - len(suffix) - 2].rstrip('-')}-{suffix}-{what}"
+
+
+def _store_and_trust_mounts(options: K8sOptions) -> list[dict[str, Any]]:
     """What both containers mount: the pulled store and the trusted root."""
     return [
-        {"name": "bless-store", "mountPath": BLESS_ROOT},
+        {"name": volume_name(options, "store"), "mountPath": BLESS_ROOT},
         {"name": "bless-trust", "mountPath": TRUST_DIR, "readOnly": True},
     ]
 
 
-def _volumes(profile: Profile, options: K8sOptions, *, profile_cm: str) -> list[dict[str, Any]]:
+def _tree_limit(blessing: Blessing) -> str:
+    """An emptyDir that holds one blessed tree: its size and half again (a pull's staging, the engine's writes
+    over the copy), and 1 GiB, in whole GiB; :data:`UNKNOWN_TREE_SIZE` when the size is not known (the dry form)."""
+    if blessing.cache_bytes <= 0:
+        return UNKNOWN_TREE_SIZE
+    return f"{math.ceil(blessing.cache_bytes * 1.5 / 2**30) + 1}Gi"
+
+
+def _volumes(profile: Profile, blessing: Blessing, options: K8sOptions, *, profile_cm: str) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "bless-store", "emptyDir": {}},
+        {"name": volume_name(options, "store"), "emptyDir": {"sizeLimit": _tree_limit(blessing)}},
         {"name": "bless-trust", "configMap": {"name": options.trust_configmap}},
         {"name": "bless-profile", "configMap": {"name": profile_cm}},
-        {"name": "engine-cache", "emptyDir": {}},
-        {"name": "engine-state", "emptyDir": {}},
+        {"name": volume_name(options, "engine-cache"), "emptyDir": {"sizeLimit": _tree_limit(blessing)}},
+        {"name": volume_name(options, "engine-state"), "emptyDir": {"sizeLimit": ENGINE_STATE_SIZE}},
     ]
+    if profile.model.source == "local" and profile.model.path is not None:
+        source: dict[str, Any] = (
+            {"persistentVolumeClaim": {"claimName": options.model_claim, "readOnly": True}}
+            if options.model_claim
+            else {"hostPath": {"path": profile.model.path, "type": "Directory"}}
+        )
+        volumes.append({"name": "model", **source})
     if options.pull_secret:
         volumes.append(
             {
@@ -442,7 +538,7 @@ def _volumes(profile: Profile, options: K8sOptions, *, profile_cm: str) -> list[
         )
     shm = _shm_limit(profile)
     if shm is not None:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
+        volumes.append({"name": volume_name(options, "dshm"), "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
     return volumes
 
 
@@ -457,7 +553,7 @@ def _shm_limit(profile: Profile) -> str | None:
 def _init_container(options: K8sOptions) -> dict[str, Any]:
     """``bless pull`` of the artifact into the pod's store, under the trusted root."""
     env = _env()
-    mounts = _store_and_trust_mounts()
+    mounts = _store_and_trust_mounts(options)
     if options.pull_secret:
         # The image-pull secret's .dockerconfigjson is a docker config.json: bless pull reads $DOCKER_CONFIG.
         env.append({"name": "DOCKER_CONFIG", "value": REGISTRY_AUTH_DIR})
@@ -470,19 +566,50 @@ def _init_container(options: K8sOptions) -> dict[str, Any]:
         "volumeMounts": mounts,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": dict(INIT_RESOURCES), "limits": dict(INIT_RESOURCES)},
+        "securityContext": _container_security(),
     }
 
 
-def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str) -> dict[str, Any]:
+def _container_security() -> dict[str, Any]:
+    """Pod Security "restricted" for a container: no privilege escalation, no capability."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _mebibytes(quantity: str) -> int:
+    """A binary quantity bless writes (``8Gi``, ``512Mi``, ``64Ki``) in MiB, rounded up."""
+    number, unit = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity).groups()  # type: ignore[union-attr]
+    return math.ceil(int(number) * {None: 2**-20, "Ki": 2**-10, "Mi": 1, "Gi": 1024}[unit])
+
+
+def _engine_resources(profile: Profile, options: K8sOptions) -> dict[str, Any]:
+    """CPU and memory, requests = limits (the Guaranteed QoS class), the GPUs; memory covers a memory /dev/shm."""
+    gpus = engine_gpu_count(profile)
+    cpu = options.cpu or (str(ENGINE_CPU_PER_GPU * gpus) if gpus else CPU_ENGINE_CPU)
+    memory = options.memory
+    if memory is None:
+        shm = _shm_limit(profile)
+        base = (ENGINE_MEMORY_GIB_PER_GPU * gpus if gpus else CPU_ENGINE_MEMORY_GIB) * 1024
+        memory = f"{base + (_mebibytes(shm) if shm else 0)}Mi"
+    amounts: dict[str, str] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        amounts[GPU_RESOURCE] = str(gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _engine_container(profile: Profile, blessing: Blessing, options: K8sOptions, *, cache_path: str) -> dict[str, Any]:
     """``serve-full`` of the profile as the entrypoint, its readiness record behind the probes."""
     mounts = [
-        *_store_and_trust_mounts(),
+        *_store_and_trust_mounts(options),
         {"name": "bless-profile", "mountPath": PROFILE_DIR, "readOnly": True},
-        {"name": "engine-cache", "mountPath": cache_path},
-        {"name": "engine-state", "mountPath": ENGINE_STATE_DIR},
+        {"name": volume_name(options, "engine-cache"), "mountPath": cache_path},
+        {"name": volume_name(options, "engine-state"), "mountPath": ENGINE_STATE_DIR},
     ]
     if _shm_limit(profile) is not None:
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        mounts.append({"name": volume_name(options, "dshm"), "mountPath": "/dev/shm"})
+    if profile.model.source == "local" and profile.model.path is not None:
+        # At the path the profile hashes (vLLM hashes the model path): the engine reads it as on the blessing host.
+        mounts.append({"name": "model", "mountPath": profile.model.path, "readOnly": True})
     ready_command = ["serve-full", "ready", profile.name, "--root", BLESS_ROOT]
     start_budget_s = profile.trials.ready_timeout_s + _START_SLACK_S
     serve_command = [
@@ -508,10 +635,9 @@ def _engine_container(profile: Profile, options: K8sOptions, *, cache_path: str)
         "readinessProbe": _probe(ready_command, failure_threshold=1, timeout_s=10),
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": _engine_resources(profile, options),
+        "securityContext": _container_security(),
     }
-    if profile.hardware.accelerator == "cuda":
-        count = str(engine_gpu_count(profile))
-        engine["resources"] = {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}
     return engine
 
 
@@ -520,8 +646,9 @@ def _deployment(blessing: Blessing, options: K8sOptions, pod_spec: dict[str, Any
     annotations = {
         "bless.dev/artifact": options.artifact,
         "bless.dev/config-hash": blessing.config_hash,
-        "bless.dev/dir-id": blessing.dir_id,
     }
+    if blessing.dir_id:  # none in the dry form: no blessing was read
+        annotations["bless.dev/dir-id"] = blessing.dir_id
     selector = {key: value for key, value in _labels(options).items() if key != "app.kubernetes.io/managed-by"}
     return {
         "apiVersion": "apps/v1",
@@ -529,12 +656,41 @@ def _deployment(blessing: Blessing, options: K8sOptions, pod_spec: dict[str, Any
         "metadata": _metadata(options.name, options, annotations=annotations),
         "spec": {
             "replicas": options.replicas,
+            # Replace a pod only once its GPUs are free: a rollout never asks for more GPUs than the replicas hold.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": _labels(options), "annotations": annotations},
                 "spec": pod_spec,
             },
         },
+    }
+
+
+def _selector(options: K8sOptions) -> dict[str, str]:
+    return {key: value for key, value in _labels(options).items() if key != "app.kubernetes.io/managed-by"}
+
+
+def _service(options: K8sOptions) -> dict[str, Any]:
+    """A ClusterIP Service in front of the ready pods (the readiness probe is the canary gate)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(options.name, options),
+        "spec": {
+            "selector": _selector(options),
+            "ports": [{"name": "http", "port": options.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def _disruption_budget(options: K8sOptions) -> dict[str, Any]:
+    """At most one pod away at a time for a voluntary disruption (a node drain)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(options.name, options),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(options)}},
     }
 
 

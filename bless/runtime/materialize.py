@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bless.errors import BlessError, RuntimeUnavailableError
 from bless.system.os_refusals import NO_SPACE_ERRNOS, full_disk_error
+from bless.system.trees import make_owner_writable, remove_tree
 
 __all__ = ["PARTIAL", "clear_contents", "copy_whole", "holds_partial_copy"]
 
@@ -58,10 +59,7 @@ def holds_partial_copy(target: Path) -> bool:
 def clear_contents(target: Path) -> None:
     """Remove everything inside ``target`` (never following a link); the directory itself stays."""
     for child in target.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+        remove_tree(child)  # read-only directories included (a non-root user's copy of a 0555 blessed tree)
 
 
 def copy_whole(source: Path, target: Path) -> bool:
@@ -89,6 +87,10 @@ def copy_whole(source: Path, target: Path) -> bool:
     try:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, staging, symlinks=True, copy_function=_copy_file)
+        # A blessed tree's directories are 0555: a user other than root (a pod under Pod Security "restricted")
+        # could neither move them out of the staging directory (that rewrites their "..") nor remove them after.
+        # Read-only is not enforced on a copy anyway (root writes through such modes).
+        make_owner_writable(staging)
         for child in sorted(staging.iterdir()):
             child.rename(target / child.name)
         staging.rmdir()  # last: until here, the target is marked as a partial copy

@@ -2,7 +2,7 @@
 # GPU proof of coverage with real vLLM (local runtime): a model that compiles kernels lazily (MoE) is blessed
 # with its coverage warm-up, then served and driven through every token count and varied traffic; every file the
 # engine writes while serving is listed (the overlay's upper layer, its private HOME and temp dir).
-#   STEP=run    bless run (K=$TRIALS), verify, show              -> $OUT/run.json, manifest.json, verify.json
+#   STEP=run    bless run (K=$TRIALS), verify, show              -> $OUT/run.json, show-record.json, verify.json
 #   STEP=serve  serve-full, then scripts/bench/drive_traffic.py: --sweep $SWEEP (every token count once) and
 #               $SECONDS_VARIED s of varied traffic at concurrency $CONCURRENCY, a fraction $STRUCTURED of it
 #               with structured outputs and $CHAT chat completions and tool calls (0.25 each); new files after ready
@@ -41,7 +41,7 @@ if [ "$STEP" = run ]; then
   rc=0; bless verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
   echo "verify exit $rc" | tee -a "$OUT/run.rc"
   expect_rc "bless verify" 0 "$rc"
-  bless show "$HASH" --json > "$OUT/manifest.json"
+  bless show "$HASH" --json > "$OUT/show-record.json"
   bless show "$HASH" > "$OUT/show.txt" 2>&1 || true
   tail -25 "$OUT/run.stderr"
   exit 0

@@ -41,7 +41,7 @@ HASH=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config_
 rc=0; bless verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
 echo "verify exit $rc" | tee "$OUT/verify.rc"
 expect_rc "bless verify" 0 "$rc"
-bless show "$HASH" --json > "$OUT/manifest.json"
+bless show "$HASH" --json > "$OUT/show-record.json"
 
 : > "$OUT/termination-log"
 started=$(date +%s.%N)
@@ -63,7 +63,7 @@ echo "readiness probe: $failed failed (exit 46) before it passed; ready ${ready:
   | tee "$OUT/probe.txt"
 expect_rc "the readiness probe" passed "${ready:+passed}"
 rc=0
-python3 - "$OUT/manifest.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || rc=$?
+python3 - "$OUT/show-record.json" "$PORT" > "$OUT/request.txt" 2>&1 <<'PY' || rc=$?
 import json, sys
 from bless.replay.engine_client import EngineClient
 from bless.engines import get_adapter

@@ -22,7 +22,7 @@ if [ -n "$HASH" ]; then
   rc=0; python3 -m bless.cli.main --root "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
   echo "verify exit $rc" | tee "$OUT/verify.rc"
   expect_rc "bless verify" 0 "$rc"
-  python3 -m bless.cli.main --root "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
+  python3 -m bless.cli.main --root "$ROOT" show "$HASH" --json > "$OUT/show-record.json"
 fi
 if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" rejected; fi
 tail -5 "$OUT/run.stderr"

@@ -38,7 +38,7 @@ if [ -d "$ROOT/rejected" ]; then tar -C "$ROOT" -czf "$OUT/rejected.tgz" --exclu
 rc=0; bless "$ROOT" verify "$HASH" --json > "$OUT/verify.json" 2> "$OUT/verify.stderr" || rc=$?
 echo "verify exit $rc" | tee "$OUT/verify.rc"
 expect_rc "bless verify" 0 "$rc"
-bless "$ROOT" show "$HASH" --json > "$OUT/manifest.json"
+bless "$ROOT" show "$HASH" --json > "$OUT/show-record.json"
 
 # serve-full in the foreground: wait for the canary verdict, then stop it like an operator (SIGINT).
 # Started directly (not through the shell function): $! must be serve-full's own pid for the signal to reach it.

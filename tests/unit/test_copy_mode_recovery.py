@@ -130,3 +130,48 @@ def test_a_target_holding_anything_else_is_still_refused(tmp_path: Path) -> None
         LocalRuntime(use_mount_namespace=False).start(_spec(tmp_path, source, target))
     assert info.value.exit_code == ExitCode.RUNTIME_UNAVAILABLE
     assert (target / "someone-elses.txt").read_text() == "keep me"
+
+
+NON_ROOT = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+def test_a_non_root_user_copies_and_removes_a_read_only_blessed_tree() -> None:
+    """A pod under Pod Security "restricted" runs serve-full as a user other than root: the blessed tree's 0555
+    directories must still be moved out of the staging directory and removed after (EACCES before)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="bless-nonroot-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        source = base / "blessed"
+        (source / "reference" / "inner").mkdir(parents=True)
+        (source / "reference" / "inner" / "artifact.bin").write_bytes(b"x" * 100)
+        for directory in (source / "reference" / "inner", source / "reference", source):
+            for entry in directory.iterdir():
+                entry.chmod(0o444 if entry.is_file() else 0o555)
+        source.chmod(0o555)
+        target = base / "cache"
+        target.mkdir()
+        os.chown(target, NON_ROOT, NON_ROOT)
+        script = (
+            "import os, sys\n"
+            "from pathlib import Path\n"
+            "from bless.runtime.materialize import clear_contents, copy_whole\n"  # imported as root: the
+            f"os.setgid({NON_ROOT}); os.setuid({NON_ROOT})\n"  # interpreter's files may be root's alone
+            "copy_whole(Path(sys.argv[1]), Path(sys.argv[2]))\n"
+            "assert (Path(sys.argv[2]) / 'reference' / 'inner' / 'artifact.bin').read_bytes() == b'x' * 100\n"
+            "clear_contents(Path(sys.argv[2]))\n"
+            "assert not any(Path(sys.argv[2]).iterdir())\n"
+        )
+        repo = Path(__file__).resolve().parents[2]
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(source), str(target)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(repo)}, cwd=base,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        for walked, _dirs, _files in os.walk(base):
+            os.chmod(walked, 0o755)
+        shutil.rmtree(base)

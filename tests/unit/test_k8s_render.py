@@ -124,7 +124,8 @@ def pod(result: k8s.Rendered) -> Mapping[str, Any]:
 def test_every_document_validates_strictly_against_the_openapi_schema(tmp_path: Path, version: str) -> None:
     text = profile_text(runtime_extra='shm_size = "16g"\nipc_host = true')
     result = rendered(tmp_path, text=text, trust_root_json='{"signed": {}}', pull_secret="regcred", namespace="ml")
-    assert [doc["kind"] for doc in result.documents] == ["ConfigMap", "ConfigMap", "Deployment"]
+    kinds = [doc["kind"] for doc in result.documents]
+    assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
     for document in result.documents:
         kubernetes_validate.validate(dict(document), version, strict=True)
 
@@ -160,16 +161,16 @@ def test_the_engine_container_runs_serve_full_behind_the_canary_gate(tmp_path: P
     startup = engine["startupProbe"]
     # The startup budget covers the profile's ready timeout (600 s) plus verify, copy and canary.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600 + 300
-    assert engine["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "2"
     mounts = {m["mountPath"]: m for m in engine["volumeMounts"]}
-    assert mounts["/var/cache/engine"]["name"] == "engine-cache"  # the copy's target: an emptyDir
+    assert mounts["/var/cache/engine"]["name"] == "tiny-engine-cache"  # the copy's target: an emptyDir
     assert mounts[k8s.PROFILE_DIR]["readOnly"] is True
     assert spec["terminationGracePeriodSeconds"] == 45 + 30  # stop_timeout_s plus the cleanup
 
 
 def test_the_profile_configmap_holds_the_profile_byte_for_byte(tmp_path: Path) -> None:
     text = profile_text() + "# a comment the operator wrote\n"
-    (profile_cm, _deployment) = rendered(tmp_path, text=text).documents
+    (profile_cm, *_others) = rendered(tmp_path, text=text).documents
     assert profile_cm["data"] == {"profile.toml": text}
     assert profile_cm["metadata"]["name"] == "tiny-profile"
 
@@ -238,9 +239,11 @@ def test_a_tensor_parallel_blessing_asks_for_its_gpus_shm_and_a_node_with_as_man
     """Issue 26, item 5: TP=4 requests 4 GPUs, a memory-backed /dev/shm for NCCL, and a node with >= 4 GPUs."""
     result = rendered(tmp_path, hardware=TP4, text=TP4_PROFILE)
     engine = _engine(result)
-    assert engine["resources"] == {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
-    assert {"name": "dshm", "mountPath": "/dev/shm"} in engine["volumeMounts"]
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod(result)["volumes"]
+    # 16 GiB per GPU and the memory-backed /dev/shm, which the pod's memory is charged for; requests = limits.
+    amounts = {"cpu": "16", "memory": f"{(16 * 4 + 8) * 1024}Mi", "nvidia.com/gpu": "4"}
+    assert engine["resources"] == {"limits": amounts, "requests": amounts}
+    assert {"name": "tiny-dshm", "mountPath": "/dev/shm"} in engine["volumeMounts"]
+    assert {"name": "tiny-dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod(result)["volumes"]
     (term,) = pod(result)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
@@ -258,14 +261,14 @@ def test_one_gpu_asks_for_no_count_label_and_no_shm(tmp_path: Path) -> None:
         "nodeSelectorTerms"
     ][0]["matchExpressions"]
     assert "nvidia.com/gpu.count" not in [expression["key"] for expression in expressions]
-    assert "dshm" not in [volume["name"] for volume in pod(result)["volumes"]]
-    assert _engine(result)["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "tiny-dshm" not in [volume["name"] for volume in pod(result)["volumes"]]
+    assert _engine(result)["resources"]["limits"] == {"cpu": "4", "memory": "16384Mi", "nvidia.com/gpu": "1"}
 
 
 def test_the_profiles_shm_size_wins_over_the_nccl_default(tmp_path: Path) -> None:
     text = profile_text(hardware_extra="gpu_count = 4", runtime_extra='shm_size = "32g"')
     volumes = pod(rendered(tmp_path, hardware=TP4, text=text))["volumes"]
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in volumes
+    assert {"name": "tiny-dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in volumes
 
 
 def test_more_ranks_than_declared_gpus_is_refused(tmp_path: Path) -> None:
@@ -279,7 +282,8 @@ def test_cpu_affinity_pins_the_architecture_and_requests_no_gpu(tmp_path: Path) 
     spec = pod(rendered(tmp_path, hardware=CPU, text=text))
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
-    assert "resources" not in spec["containers"][0]
+    amounts = {"cpu": "2", "memory": "8192Mi"}
+    assert spec["containers"][0]["resources"] == {"requests": amounts, "limits": amounts}  # no GPU
 
 
 @pytest.mark.parametrize(
@@ -511,8 +515,9 @@ def test_the_podman_edits_change_only_what_podman_needs(tmp_path: Path) -> None:
     )  # fmt: skip
     changed = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
     assert [doc["kind"] for doc in changed] == [doc["kind"] for doc in original]
-    assert changed[:-1] == original[:-1], "only the Deployment changes"
-    (before, after) = (original[-1], changed[-1])
+    at = [doc["kind"] for doc in original].index("Deployment")
+    assert changed[:at] + changed[at + 1 :] == original[:at] + original[at + 1 :], "only the Deployment changes"
+    (before, after) = (original[at], changed[at])
     annotation = "io.podman.annotations.init.container.type"
     assert after["metadata"]["annotations"][annotation] == "always"
     assert after["spec"]["template"]["metadata"]["annotations"][annotation] == "always"
@@ -537,3 +542,134 @@ def test_the_podman_edits_change_only_what_podman_needs(tmp_path: Path) -> None:
                 variable["value"] = next(v for v in theirs["env"] if v["name"] == "BLESS_TERMINATION_LOG")["value"]
         theirs.pop("ports", None)
     assert after == before
+
+
+# -- what an operator reads: resources, security, disruption, the model, the profile --------------------------
+
+
+def test_the_pod_is_restricted_sized_and_without_a_token(tmp_path: Path) -> None:
+    result = rendered(tmp_path)
+    spec = pod(result)
+    assert spec["automountServiceAccountToken"] is False
+    security = spec["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in spec["initContainers"] + spec["containers"]:
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        resources = container["resources"]
+        assert resources["requests"] == resources["limits"] and {"cpu", "memory"} <= set(resources["limits"])
+    for volume in spec["volumes"]:
+        if "emptyDir" in volume:
+            assert volume["emptyDir"]["sizeLimit"], volume
+    assert "hostIPC" not in spec and result.warnings == ()
+
+
+def test_a_rollout_asks_for_no_extra_gpus_and_a_service_and_budget_select_the_pods(tmp_path: Path) -> None:
+    result = rendered(tmp_path, port=8080)
+    found = deployment(result)
+    assert found["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    labels = found["spec"]["template"]["metadata"]["labels"]
+    (service,) = [doc for doc in result.documents if doc["kind"] == "Service"]
+    (budget,) = [doc for doc in result.documents if doc["kind"] == "PodDisruptionBudget"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items() and budget["spec"]["maxUnavailable"] == 1
+
+
+LOCAL_MODEL = '[model]\nsource = "local"\nid = "m"\npath = "/srv/models/m"\ncontent_sha256 = "' + "c" * 64 + '"\n'
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_local_model_is_mounted_at_its_path(tmp_path: Path, version: str) -> None:
+    text = profile_text().replace('[model]\nsource = "builtin"\nid = "reference-tiny"\n', LOCAL_MODEL)
+    assert "/srv/models/m" in text
+    result = rendered(tmp_path, text=text)
+    engine = _engine(result)
+    assert {"name": "model", "mountPath": "/srv/models/m", "readOnly": True} in engine["volumeMounts"]
+    assert {"name": "model", "hostPath": {"path": "/srv/models/m", "type": "Directory"}} in pod(result)["volumes"]
+    assert any("hostPath" in warning for warning in result.warnings)
+    claimed = rendered(tmp_path, text=text, model_claim="models")
+    volume = {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
+    assert volume in pod(claimed)["volumes"] and claimed.warnings == ()
+    for document in result.documents + claimed.documents:
+        kubernetes_validate.validate(dict(document), version, strict=True)
+
+
+def test_a_loopback_registry_and_host_ipc_are_warned_about(tmp_path: Path) -> None:
+    loopback = rendered(tmp_path, artifact=f"127.0.0.1:5000/blessings/tiny@{DIGEST}")
+    assert any("loopback" in warning for warning in loopback.warnings)
+    shared = rendered(tmp_path, text=profile_text(runtime_extra="ipc_host = true"))
+    assert any("hostIPC" in warning and "restricted" in warning for warning in shared.warnings)
+
+
+def test_empty_dirs_are_named_per_deployment(tmp_path: Path) -> None:
+    """podman shares same-named emptyDirs between pods: two names, no volume name in common."""
+
+    def empty_dirs(name: str) -> set[str]:
+        return {v["name"] for v in pod(rendered(tmp_path, name=name))["volumes"] if "emptyDir" in v}
+
+    assert empty_dirs("a").isdisjoint(empty_dirs("b"))
+    long = "x" * 63
+    assert all(len(name) <= 63 for name in empty_dirs(long)) and len(empty_dirs(long)) == 4  # dshm too (TP=2)
+
+
+def test_the_profile_configmap_is_a_readable_block(tmp_path: Path) -> None:
+    import yaml
+
+    from bless.cli.k8s import to_yaml
+
+    text = profile_text()
+    out = to_yaml(rendered(tmp_path, text=text).documents)
+    assert "  profile.toml: |\n" in out and "\\n" not in out.split("profile.toml")[1].split("kind:")[0]
+    assert next(iter(yaml.safe_load_all(out)))["data"]["profile.toml"] == text
+
+
+# -- the dry form: a TP profile whose GPU blessing is not at hand ---------------------------------------------
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_tp_profile_renders_dry_from_its_declarations_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    import bless.probes as probes
+    from bless.flows.inspect.profile_hash import hash_profile
+
+    def must_not(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the dry form reads nothing of this machine, the store or a registry")
+
+    monkeypatch.setattr(probes, "probe_gpus", list)
+    monkeypatch.setattr(probes, "probe_python_environment", must_not)
+    monkeypatch.setattr(probes, "read_model_dir", must_not)
+    path = Path(__file__).resolve().parents[2] / "profiles" / "vllm-0.26-llama-3.1-70b-dummy-tp4-local.toml"
+    store = Store(tmp_path / "root")  # empty: the GPU blessing is not here, and no registry answers
+    result = render_blessing(
+        path, options(artifact=f"127.0.0.1:9/blessings/tp4@{DIGEST}", model_claim="models"), store=store,
+        transport=must_not, dry_run=True,  # type: ignore[arg-type]
+    )  # fmt: skip
+    found = deployment(result)
+    assert found["metadata"]["annotations"]["bless.dev/config-hash"] == hash_profile(path).resolved.config_hash
+    assert "bless.dev/dir-id" not in found["metadata"]["annotations"]
+    engine = _engine(result)
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    (term,) = pod(result)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["3"]} in term["matchExpressions"]
+    assert result.warnings[0].startswith("dry form: no blessing was read")
+    for document in result.documents:
+        kubernetes_validate.validate(dict(document), version, strict=True)
+
+
+def test_the_guides_podman_block_never_restarts_and_removes_its_volumes() -> None:
+    """docs/guides/kubernetes.md's podman block: without --restart-never the init container loops (each time
+    contacting the registry); `podman kube play --down` alone leaves the ConfigMaps' volumes behind."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "kubernetes.md").read_text()
+    block = guide.split("### Pods on one machine: podman", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    (edit,) = [line for line in lines if "podman_pod.py" in line and "<" in line]
+    assert "--restart-never" in edit
+    assert lines[-1].startswith("python3 scripts/images/podman_pod.py --down ")
+    assert not any(line.startswith("podman kube play --down") for line in lines)
+    (render,) = [line for line in lines if line.startswith("bless k8s render")]
+    name = render.split("--name ", 1)[1].split()[0]
+    assert f"--trust-configmap {name}-" in render  # the trust ConfigMap's podman volume is per try, like the rest

@@ -15,6 +15,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+import bless.probes as probes
 from bless.cli.error_hints import command_line_hint
 from bless.core.factors import declared_hardware_factor
 from bless.core.profile import load_profile
@@ -105,6 +106,9 @@ def test_serve_full_fills_an_empty_secret_from_its_environment(tmp_path: Path, m
     declared = 'gpu_count = 1\ngpu_name = "NVIDIA H100 80GB HBM3"\ncompute_capability = "9.0"'
     profile = load_profile(with_env(tmp_path, "", hardware=declared))
     adapter = get_adapter(profile.engine)
+    packages = {"vllm": "0.26.0", "torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
+    installed: dict[str, Any] = {"python_version": "3.12.3", "packages": packages}
+    monkeypatch.setattr(probes, "probe_python_environment", lambda python, packages: installed)  # the serving host's
     monkeypatch.delenv("HF_TOKEN", raising=False)
     without = resolve_profile(profile, image_resolver=None, adapter=adapter, hardware_probe=declared_hardware_factor)
     monkeypatch.setenv("HF_TOKEN", SECRET_VALUE)

@@ -8,7 +8,8 @@ included), else from probing this machine (the row says which; a CUDA profile wi
 declaration fails on a machine without GPUs, naming the fields to declare). A profile passes when
 exactly one valid manifest in the manifests directory carries its config hash; otherwise the row
 names the factors that drifted against the nearest blessing. With ``verify`` the blessed files
-are verified too, when the store root holds them.
+are verified too: a profile whose cache files the store root does not hold fails (nothing was verified),
+unless ``allow_unverified`` lets it pass on its manifest alone (the row notes it).
 
 Library code: nothing here prints. :mod:`.formats` turns a :class:`GateReport` into what CI tools read.
 """
@@ -190,6 +191,7 @@ def gate_profile(
     index: ManifestIndex,
     runtimes: Runtimes,
     verify: bool,
+    allow_unverified: bool = False,
 ) -> GateRow:
     """Judge one profile file against the manifests of ``index`` (already read and validated)."""
     started = time.perf_counter()
@@ -224,7 +226,7 @@ def gate_profile(
     resolved, hardware, config_hash = resolution.resolved, resolution.hardware_source, resolution.config_hash
     try:
         record = _blessed_record(store, index, resolved)
-        verified = _verify_blessed(store, record, notes) if verify else None
+        verified = _verify_blessed(store, record, notes, allow_unverified=allow_unverified) if verify else None
     except _NotBlessed as refusal:
         return failed(refusal.reason, refusal.error, **refusal.row)
     return GateRow(
@@ -267,14 +269,26 @@ def _blessed_record(store: Store, index: ManifestIndex, resolved: ResolvedConfig
     return record
 
 
-def _verify_blessed(store: Store, record: ManifestRecord, notes: list[str]) -> bool | None:
-    """Verify the blessed files when the store root holds them (None: it does not, noted)."""
+def _verify_blessed(
+    store: Store, record: ManifestRecord, notes: list[str], *, allow_unverified: bool = False
+) -> bool | None:
+    """Verify the blessed files. When the store root does not hold them nothing can be verified: the profile
+    fails (21), unless ``allow_unverified`` (None, noted)."""
     manifest = record.manifest
     assert manifest is not None
     blessed_dir = store.blessed_dir(manifest)
     if not blessed_dir.is_dir():
-        notes.append(f"cache files not in {store.root}: not verified")
-        return None
+        if allow_unverified:
+            notes.append(f"cache files not in {store.root}: not verified (allowed)")
+            return None
+        missing = VerifyFailedError(
+            f"cache files not in {store.root}: nothing verified ({blessed_dir} is absent)",
+            hint="point the store root at the store that holds the blessed caches, or allow unverified profiles "
+            "to gate on their manifests alone",
+            details={"blessed_dir": str(blessed_dir)},
+            remedy="gate_allow_unverified",
+        )
+        raise _NotBlessed(missing.message, missing, manifest=str(record.path), verified=False)
     try:
         result = store.verify_blessing(manifest)
     except VerifyFailedError as exc:
@@ -291,8 +305,13 @@ def run_gate(
     store: Store,
     verify: bool = False,
     runtime_factory: RuntimeFactory | None = None,
+    allow_unverified: bool = False,
 ) -> GateReport:
-    """Gate every profile; the manifests directory is read once for all of them."""
+    """Gate every profile; the manifests directory is read once for all of them.
+
+    ``verify``: also verify each blessed tree; one the store root does not hold fails its profile unless
+    ``allow_unverified``.
+    """
     started = time.perf_counter()
     if runtime_factory is None:
         from bless.runtime import get_runtime
@@ -300,7 +319,12 @@ def run_gate(
         runtime_factory = get_runtime
     index = store.index()
     runtimes = Runtimes(runtime_factory)
-    rows = tuple(gate_profile(path, store=store, index=index, runtimes=runtimes, verify=verify) for path in profiles)
+    rows = tuple(
+        gate_profile(
+            path, store=store, index=index, runtimes=runtimes, verify=verify, allow_unverified=allow_unverified
+        )
+        for path in profiles
+    )
     return GateReport(
         rows=rows,
         manifests_dir=str(store.manifests_dir),
@@ -318,8 +342,9 @@ _HINTS: dict[int | None, str] = {
     ExitCode.RESOLUTION_FAILED: "a profile could not be resolved offline (the row says which factor): pin "
     "runtime.image to its sha256 ID and model.revision to a 40-hex commit, or run the gate where the "
     "Docker Engine is reachable",
-    ExitCode.VERIFY_FAILED: "a blessed cache no longer matches its manifest: do not serve it; find what "
-    "changed the read-only files, then re-bless (bless run --profile P --rebless)",
+    ExitCode.VERIFY_FAILED: "a blessed cache that no longer matches its manifest: do not serve it; find what "
+    "changed the read-only files, then re-bless (bless run --profile P --rebless); one not in the store root: run "
+    "the gate where the caches are (--root), or pass --allow-unverified to gate on the manifests alone",
     ExitCode.MANIFEST_INVALID: "repair the manifests directory: restore the invalid file from version "
     "control or the store's archive, or move it out (until then no lookup can be trusted)",
     ExitCode.MANIFEST_DUPLICATE: "keep the right manifest of each duplicated hash and move the other(s) out "

@@ -45,11 +45,17 @@ class GateOutcome:
 
 
 def gate_profiles(
-    profiles: Sequence[Path], store: Store, *, verify: bool = False, junit: Path | None = None
+    profiles: Sequence[Path],
+    store: Store,
+    *,
+    verify: bool = False,
+    junit: Path | None = None,
+    allow_unverified: bool = False,
 ) -> GateOutcome:
     """Gate ``profiles`` (none: ``profiles/*.toml`` of the current directory) against ``store``'s manifests
     dir, and write the JUnit report to ``junit`` when given (its target is checked before the gate runs:
-    a FIFO or a device there is refused at once).
+    a FIFO or a device there is refused at once). With ``verify`` a profile whose cache files ``store`` does
+    not hold fails, unless ``allow_unverified``.
 
     Raises:
         UsageError: no profiles given and none in ``profiles/``.
@@ -69,7 +75,7 @@ def gate_profiles(
             hint="the JUnit report's path names a regular file, or one to be created",
             remedy="junit_regular_file",
         )
-    report = run_gate(paths, store=store, verify=verify)
+    report = run_gate(paths, store=store, verify=verify, allow_unverified=allow_unverified)
     if junit is not None:
         try:
             junit.parent.mkdir(parents=True, exist_ok=True)
