@@ -34,8 +34,13 @@ from tests.unit.store_helpers import make_manifest, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 81559, 81000, 0, "GPU-aaaa")
-#: The H100 blessing of the shipped MoE profile, as `bless show --json` recorded it on the GPU host.
-MOE_RECORD = REPO / "docs" / "evidence" / "vllm-0.26-h100-coverage" / "run2-moe-show-record.json"
+#: The H200 blessings of the shipped MoE profiles, as `bless show --json` recorded them on the GPU host (each proven
+#: as a copy declaring the H200, as scripts/gpu/proof-lib.sh's for_this_gpu writes it).
+TRAFFIC_EVIDENCE = REPO / "docs" / "evidence" / "vllm-0.26-h200-traffic"
+GPU_RECORDS = [
+    ("vllm-0.26-qwen3-30b-a3b-dummy-local.toml", TRAFFIC_EVIDENCE / "moe-show-record.json"),
+    ("vllm-0.26-qwen3-30b-a3b-fp8-dummy-local.toml", TRAFFIC_EVIDENCE / "fp8-show-record.json"),
+]
 VLLM_026 = {"vllm": "0.26.0", "torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
 
 
@@ -118,14 +123,19 @@ def test_every_gpu_profile_hashes_diffs_and_gates_from_a_clean_clone(runner: Cli
 
 
 @pytest.mark.usefixtures("cpu_runner_host")
-def test_the_moe_profile_gates_against_its_recorded_gpu_blessing(runner: CliRunner, tmp_path: Path) -> None:
-    """The declared values are the GPU host's: the hash on this runner is the one the H100 blessing recorded."""
-    record = json.loads(MOE_RECORD.read_text())
+@pytest.mark.parametrize(("name", "record_path"), GPU_RECORDS)
+def test_the_moe_profiles_gate_against_their_recorded_gpu_blessings(
+    runner: CliRunner, tmp_path: Path, name: str, record_path: Path
+) -> None:
+    """The declared values are the GPU host's: the hash on this runner is the one the H200 blessing recorded."""
+    record = json.loads(record_path.read_text())
     manifest = manifest_from_dict({k: v for k, v in record.items() if k not in ("ok", "manifest_path", "blessed_dir")})
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / f"{manifest.config_hash}.json").write_text(json.dumps(manifest.to_dict()))
-    profile = clean_clone_profiles(tmp_path) / "vllm-0.26-qwen3-30b-a3b-dummy-local.toml"
+    shipped = clean_clone_profiles(tmp_path) / name
+    profile = tmp_path / f"this-gpu-{name}"
+    profile.write_text(shipped.read_text().replace('gpu_name = "NVIDIA H100 80GB HBM3"', 'gpu_name = "NVIDIA H200"'))
     gated = runner.invoke(app, ["gate", str(profile), "--manifests-dir", str(manifests), "--json"])
     assert gated.exit_code == 0, gated.stderr
     (row,) = json.loads(gated.stdout)["rows"]
@@ -192,7 +202,7 @@ def model_dir_profile(tmp_path: Path, content: bytes = b"{}") -> tuple[Path, Pat
     digest = probes.hash_model_dir(model, where="test")
     text = (REPO / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml").read_text()
     text = text.replace('"/tmp/models/llama-3.1-8b"', json.dumps(str(model)))
-    text = text.replace("73913dccc58f0fa2ecd18daf1dd33598404fb3f4ca985d2f5b36b44e107f3c4a", digest)
+    text = text.replace("a8fcaf328a4b7cf89726ac5686385c160747f0ccb73cda7978df06dc7ade9689", digest)
     path = tmp_path / "profile.toml"
     path.write_text(text)
     return path, model
