@@ -138,6 +138,8 @@ class UnsafeSetting:
     value: str
     reason: str
     test_knob: bool = False
+    #: A setting that moves where compiled state is written (:func:`relocating_settings`).
+    relocates: bool = False
 
     def describe(self) -> str:
         """``NAME=value (why)``, as refusals and warnings print it."""
@@ -167,6 +169,45 @@ class CompileLocation:
     env: str
     subdir: str
     what: str
+
+
+#: Env names that move where an engine, or a library it loads, writes compiled state, or the HOME and temp dir
+#: those default to. bless sets each itself at every start (every declared compile location into the blessed
+#: tree, HOME and the temp dir to the start's own private dirs, which are watched): a profile that sets one would
+#: put kernels where nothing blesses or watches them (``TORCHINDUCTOR_CACHE_DIR = "/dev/shm/x"``), or be
+#: silently overridden. Refused whatever the value (:func:`relocating_settings`), with every declared compile
+#: location of the engine (:meth:`EngineAdapter.compile_locations`) and the names :data:`RELOCATING_PATTERNS` match.
+RELOCATING_ENV = frozenset(
+    {
+        "HOME", "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+        "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
+        "CUDA_CACHE_PATH", "TORCH_EXTENSIONS_DIR", "PYTHONPYCACHEPREFIX",
+        "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_XLA_CACHE_PATH",
+    }
+)  # fmt: skip
+#: fnmatch patterns (exact case) of further such names: Inductor's cache and scratch dirs, and its remote caches
+#: (compiled artifacts fetched from, and written to, a server outside the blessing).
+RELOCATING_PATTERNS = ("TORCHINDUCTOR_*DIR", "TORCHINDUCTOR_*REMOTE_CACHE*", "TRITON_*CACHE_DIR")
+
+
+def relocating_settings(
+    env: Mapping[str, str], declared: Sequence[CompileLocation], *, already: Sequence[UnsafeSetting] = ()
+) -> list[UnsafeSetting]:
+    """The env settings that move a compile location, HOME or the temp dir (by name, sorted; see
+    :data:`RELOCATING_ENV`), less the names ``already`` refuses for a reason of its own."""
+    named = RELOCATING_ENV | {location.env for location in declared}
+    taken = {setting.name for setting in already}
+    return [
+        UnsafeSetting(
+            name,
+            value,
+            "moves where compiled state is written out of what bless blesses and watches (bless points every "
+            "compile location into the blessed tree and gives each start its own HOME and temp dir)",
+            relocates=True,
+        )
+        for name, value in sorted(env.items())
+        if name not in taken and (name in named or any(fnmatch.fnmatchcase(name, p) for p in RELOCATING_PATTERNS))
+    ]
 
 
 @dataclass(frozen=True)

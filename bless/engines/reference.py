@@ -23,6 +23,7 @@ from bless.engines.base import (
     UnsafeSetting,
     argv_value,
     classify_outside,
+    relocating_settings,
 )
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
@@ -160,7 +161,8 @@ class ReferenceAdapter:
         return normalized
 
     def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
-        """Test knobs, debug env and ``compile = false``, read from what :meth:`launch` starts with."""
+        """Test knobs, debug env, ``compile = false`` and env that moves a compile location, read from what
+        :meth:`launch` starts with."""
         found = [
             UnsafeSetting(name, value, reason, test_knob=table is KNOBS)
             for name, value in sorted(resolved.engine_env().items())
@@ -170,7 +172,7 @@ class ReferenceAdapter:
         ]
         if _serve_factor(resolved).get("compile") is False:
             found.append(UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless"))
-        return found
+        return found + relocating_settings(resolved.engine_env(), self.compile_locations(), already=found)
 
     def launch(
         self, resolved: ResolvedConfig, *, port: int, debug: bool = False, host: str = "127.0.0.1"
