@@ -410,7 +410,7 @@ def _file2_private_key(uri: str) -> PrivateKeyTypes:
     environment).
     """
     path = Path(parse.urlparse(uri).path)
-    data = read_input(path, what=f"private key of signer {uri}", hint=_FILE2_HINT, limit=MAX_KEY_BYTES)
+    data = read_input(path, what="file2 signer key", hint=_FILE2_HINT, limit=MAX_KEY_BYTES)
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:

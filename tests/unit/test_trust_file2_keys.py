@@ -96,7 +96,7 @@ def test_a_missing_file2_key_is_named_in_plain_words(repo: Path, manifest: Manif
     with pytest.raises(InputInvalidError) as caught:
         sign_with(repo, manifest, missing)
     message = caught.value.message
-    assert message == f"{missing}: no such private key of signer file2:{missing} file"
+    assert message == f"{missing}: no such file2 signer key file"
     assert "(with" not in message and "'" not in message  # securesystemslib's garbled tuple is gone
 
 
