@@ -217,6 +217,11 @@ class OutsideRule:
     ``pattern`` is searched in :attr:`OutsideEntry.shown` (``HOME/...``, ``TMPDIR/...`` or an absolute
     container path). ``noise`` True: expected and harmless, for ``reason``; False: compiled state the
     blessing does not hold (``reason`` says what it is).
+
+    ``while_serving`` (noise only): whether the write stays noise when it appears while serving, after the
+    start was judged. Inductor's scratch dir, Python's bytecode and shared-memory segments are written by a
+    start (its load, its imports); the same write later is a compile nobody proved, and the seal reports
+    it (:func:`classify_outside`'s ``serving``). Sockets hold no content: noise whenever they appear.
     """
 
     pattern: re.Pattern[str]
@@ -224,6 +229,7 @@ class OutsideRule:
     reason: str
     #: Only entries of these kinds match (None: any kind).
     kinds: frozenset[OutsideKind] | None = None
+    while_serving: bool = True
 
     def matches(self, entry: OutsideEntry) -> bool:
         """Whether this rule names ``entry``."""
@@ -234,14 +240,36 @@ class OutsideRule:
 COMPILED_SUFFIXES = re.compile(r"\.(so|cubin|ptx|fatbin|hsaco|o|pyd|dll|ptxas|llir|ttir|ttgir|json\.best_config)$")
 
 
-def classify_outside(rules: Sequence[OutsideRule], entries: Sequence[OutsideEntry]) -> OutsideVerdict:
-    """Apply ``rules`` (first match wins); a write no rule names counts as compiled (fail closed)."""
+#: A flat entry of the engine's /dev/shm at its start: a shared-memory segment or a named semaphore (vLLM's
+#: message queues, NCCL, Python's multiprocessing), made by the start. Anything in a directory there is not a
+#: segment, and anything new there while serving is reported (``while_serving`` False). Both adapters list it.
+SHARED_MEMORY_RULE = OutsideRule(
+    re.compile(r"^/dev/shm/(?![^/]*" + COMPILED_SUFFIXES.pattern + r")[^/]+$"),  # a flat name, not a kernel's
+    noise=True,
+    reason="a shared-memory segment the start made (no compiled content)",
+    while_serving=False,
+)
+
+
+def classify_outside(
+    rules: Sequence[OutsideRule], entries: Sequence[OutsideEntry], *, serving: bool = False
+) -> OutsideVerdict:
+    """Apply ``rules`` (first match wins); a write no rule names counts as compiled (fail closed).
+
+    ``serving``: the entries are new since the start was judged (the seal watcher's polls after its first):
+    a noise rule that holds only for a start (``while_serving`` False) names a compile the blessing does
+    not hold.
+    """
     noise: list[str] = []
     compiled: list[str] = []
     for entry in entries:
         shown = entry.shown
         rule = next((rule for rule in rules if rule.matches(entry)), None)
-        if rule is not None and rule.noise:
+        if rule is not None and rule.noise and serving and not rule.while_serving:
+            compiled.append(
+                f"{shown}: written while serving, after the start was judged (noise only at a start: {rule.reason})"
+            )
+        elif rule is not None and rule.noise:
             noise.append(f"{shown}: {rule.reason}")
         elif rule is not None:
             compiled.append(f"{shown}: {rule.reason}")
@@ -360,8 +388,11 @@ class EngineAdapter(Protocol):
         """
         ...
 
-    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
-        """Name each write outside the blessed tree (private HOME, temp dir, container filesystem)."""
+    def classify_outside(self, entries: Sequence[OutsideEntry], *, serving: bool = False) -> OutsideVerdict:
+        """Name each write outside the blessed tree (private HOME, temp dir, container filesystem, /dev/shm).
+
+        ``serving``: written while serving, after the start was judged (:func:`classify_outside`).
+        """
         ...
 
     def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:

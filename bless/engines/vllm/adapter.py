@@ -247,9 +247,9 @@ class VllmAdapter:
         """``{"compile_locations": {ENV: dir under the cache root}}``: the factor every start's env is built from."""
         return {"compile_locations": {loc.env: loc.subdir for loc in self.compile_locations()}}
 
-    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+    def classify_outside(self, entries: Sequence[OutsideEntry], *, serving: bool = False) -> OutsideVerdict:
         """By :data:`evidence.OUTSIDE_RULES`: named noise, else compiled state the blessing does not hold."""
-        return classify_outside(evidence.OUTSIDE_RULES, entries)
+        return classify_outside(evidence.OUTSIDE_RULES, entries, serving=serving)
 
     def replay_env(self) -> dict[str, str]:
         """``VLLM_FORCE_AOT_LOAD=1`` where the release has it, AOT compile is on and the model uses it.
