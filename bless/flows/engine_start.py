@@ -168,7 +168,9 @@ def engine_spec(
     ``seal`` (trials and serving, never the bootstrap, which must write its kernels as the engine
     always does): Triton's cache manager is bless's (:mod:`bless.engines.bless_seal`, placed in the
     private temp dir at the start and put first on the engine's PYTHONPATH), so that a kernel the
-    blessed tree does not hold is reported in the engine's log the moment Triton looks it up.
+    blessed tree does not hold is reported in the engine's log the moment Triton looks it up; and
+    ``PYTHONDONTWRITEBYTECODE=1``, so that no import writes bytecode (the seal watcher reports a
+    ``.pyc`` that appears while serving).
     """
     if runtime.kind == "local" and host_port is not None:
         port, host_port = host_port, None
@@ -191,6 +193,9 @@ def engine_spec(
     if seal and private_dir is not None and cache_mount is not None:
         env["TRITON_CACHE_MANAGER"] = SEAL_MANAGER
         python_path = (f"{ENGINE_TMP}/{SEAL_DIR}",)
+        # No bytecode written by the engine's Python (an image installed without it, uv's default, would write
+        # one per module first imported by a request): a .pyc that still appears while serving is a compile.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
     return ContainerSpec(

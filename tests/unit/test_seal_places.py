@@ -205,3 +205,15 @@ def test_a_local_engine_in_copy_mode_shares_this_dev_shm_and_it_is_listed(tmp_pa
         runtime.stop(started, 5)
         runtime.remove(started)
         Path(f"/dev/shm/{marker}.seg").unlink(missing_ok=True)
+
+
+def test_a_sealed_start_writes_no_bytecode_and_a_debug_start_is_left_alone(store: Store, tmp_path: Path) -> None:
+    """An image installed without bytecode (uv's default) would write a .pyc per module a request imports first:
+    sealed starts turn that off, so a .pyc that appears while serving is the anomaly the watcher reports."""
+    with _engine() as server:
+        the_plan, _runtime = _plan(store, tmp_path, server.port, "refuse")
+    assert the_plan.spec.env["PYTHONDONTWRITEBYTECODE"] == "1"
+    debug = serve.plan(
+        the_plan.profile, store=store, runtime=_runtime, adapter=the_plan.adapter, gpu_probe=lambda: [], debug=True
+    )
+    assert "PYTHONDONTWRITEBYTECODE" not in debug.spec.env
