@@ -255,7 +255,9 @@ class GateFailedError(BlessError):
 class UnsafeEnvError(BlessError):
     exit_code = ExitCode.UNSAFE_ENV
     title = "unsafe environment"
-    meaning = "unsafe debug or cache-disabling settings in the profile"
+    meaning = (
+        "unsafe debug or cache-disabling settings in the profile, or env that moves where compiled state is written"
+    )
 
 
 class ResolutionError(BlessError):

@@ -8,6 +8,7 @@ runtimes nor the protocol depend on the engines package.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -59,6 +60,17 @@ class UpperVerdict:
 
 OutsideWhere = Literal["HOME", "TMPDIR", "container"]
 OutsideKind = Literal["file", "link", "socket", "other"]
+#: The engine's shared memory, which the seal watcher lists while serving (``Runtime.shm_entries``).
+SHM_DIR = "/dev/shm"
+
+
+def outside_kind(mode: int) -> OutsideKind:
+    """What an ``lstat`` mode is, as an :class:`OutsideEntry` says it."""
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "socket" if stat.S_ISSOCK(mode) else "other"
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,8 @@ class OutsideEntry:
 
     ``where`` is the engine's private HOME or temp dir (fresh and empty at the start, so every
     file in it was written by this start; ``path`` relative to it), or ``container``: a change
-    Docker lists in the container's own filesystem (``path`` absolute).
+    Docker lists in the container's own filesystem, or a file in the engine's ``/dev/shm``
+    while it serves (``path`` absolute).
     """
 
     where: OutsideWhere

@@ -91,7 +91,8 @@ def _passphrase(needed: bool, confirm: bool) -> bytes | None:
         text = str(
             typer.prompt("Passphrase of the signing keys", hide_input=True, confirmation_prompt=confirm, err=True)
         )
-    return text.encode("utf-8") if text else None
+    # Bytes that are not UTF-8 come through as they were (surrogateescape): the library refuses them in words.
+    return text.encode("utf-8", "surrogateescape") if text else None
 
 
 def key_access(signers: list[str] | None, *, unencrypted: bool = False) -> KeyAccess:

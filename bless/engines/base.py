@@ -138,6 +138,8 @@ class UnsafeSetting:
     value: str
     reason: str
     test_knob: bool = False
+    #: A setting that moves where compiled state is written (:func:`relocating_settings`).
+    relocates: bool = False
 
     def describe(self) -> str:
         """``NAME=value (why)``, as refusals and warnings print it."""
@@ -169,6 +171,45 @@ class CompileLocation:
     what: str
 
 
+#: Env names that move where an engine, or a library it loads, writes compiled state, or the HOME and temp dir
+#: those default to. bless sets each itself at every start (every declared compile location into the blessed
+#: tree, HOME and the temp dir to the start's own private dirs, which are watched): a profile that sets one would
+#: put kernels where nothing blesses or watches them (``TORCHINDUCTOR_CACHE_DIR = "/dev/shm/x"``), or be
+#: silently overridden. Refused whatever the value (:func:`relocating_settings`), with every declared compile
+#: location of the engine (:meth:`EngineAdapter.compile_locations`) and the names :data:`RELOCATING_PATTERNS` match.
+RELOCATING_ENV = frozenset(
+    {
+        "HOME", "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+        "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
+        "CUDA_CACHE_PATH", "TORCH_EXTENSIONS_DIR", "PYTHONPYCACHEPREFIX",
+        "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_XLA_CACHE_PATH",
+    }
+)  # fmt: skip
+#: fnmatch patterns (exact case) of further such names: Inductor's cache and scratch dirs, and its remote caches
+#: (compiled artifacts fetched from, and written to, a server outside the blessing).
+RELOCATING_PATTERNS = ("TORCHINDUCTOR_*DIR", "TORCHINDUCTOR_*REMOTE_CACHE*", "TRITON_*CACHE_DIR")
+
+
+def relocating_settings(
+    env: Mapping[str, str], declared: Sequence[CompileLocation], *, already: Sequence[UnsafeSetting] = ()
+) -> list[UnsafeSetting]:
+    """The env settings that move a compile location, HOME or the temp dir (by name, sorted; see
+    :data:`RELOCATING_ENV`), less the names ``already`` refuses for a reason of its own."""
+    named = RELOCATING_ENV | {location.env for location in declared}
+    taken = {setting.name for setting in already}
+    return [
+        UnsafeSetting(
+            name,
+            value,
+            "moves where compiled state is written out of what bless blesses and watches (bless points every "
+            "compile location into the blessed tree and gives each start its own HOME and temp dir)",
+            relocates=True,
+        )
+        for name, value in sorted(env.items())
+        if name not in taken and (name in named or any(fnmatch.fnmatchcase(name, p) for p in RELOCATING_PATTERNS))
+    ]
+
+
 @dataclass(frozen=True)
 class OutsideRule:
     """How an adapter names one kind of write outside the blessed tree (first matching rule wins).
@@ -176,6 +217,11 @@ class OutsideRule:
     ``pattern`` is searched in :attr:`OutsideEntry.shown` (``HOME/...``, ``TMPDIR/...`` or an absolute
     container path). ``noise`` True: expected and harmless, for ``reason``; False: compiled state the
     blessing does not hold (``reason`` says what it is).
+
+    ``while_serving`` (noise only): whether the write stays noise when it appears while serving, after the
+    start was judged. Inductor's scratch dir, Python's bytecode and shared-memory segments are written by a
+    start (its load, its imports); the same write later is a compile nobody proved, and the seal reports
+    it (:func:`classify_outside`'s ``serving``). Sockets hold no content: noise whenever they appear.
     """
 
     pattern: re.Pattern[str]
@@ -183,6 +229,7 @@ class OutsideRule:
     reason: str
     #: Only entries of these kinds match (None: any kind).
     kinds: frozenset[OutsideKind] | None = None
+    while_serving: bool = True
 
     def matches(self, entry: OutsideEntry) -> bool:
         """Whether this rule names ``entry``."""
@@ -193,14 +240,36 @@ class OutsideRule:
 COMPILED_SUFFIXES = re.compile(r"\.(so|cubin|ptx|fatbin|hsaco|o|pyd|dll|ptxas|llir|ttir|ttgir|json\.best_config)$")
 
 
-def classify_outside(rules: Sequence[OutsideRule], entries: Sequence[OutsideEntry]) -> OutsideVerdict:
-    """Apply ``rules`` (first match wins); a write no rule names counts as compiled (fail closed)."""
+#: A flat entry of the engine's /dev/shm at its start: a shared-memory segment or a named semaphore (vLLM's
+#: message queues, NCCL, Python's multiprocessing), made by the start. Anything in a directory there is not a
+#: segment, and anything new there while serving is reported (``while_serving`` False). Both adapters list it.
+SHARED_MEMORY_RULE = OutsideRule(
+    re.compile(r"^/dev/shm/(?![^/]*" + COMPILED_SUFFIXES.pattern + r")[^/]+$"),  # a flat name, not a kernel's
+    noise=True,
+    reason="a shared-memory segment the start made (no compiled content)",
+    while_serving=False,
+)
+
+
+def classify_outside(
+    rules: Sequence[OutsideRule], entries: Sequence[OutsideEntry], *, serving: bool = False
+) -> OutsideVerdict:
+    """Apply ``rules`` (first match wins); a write no rule names counts as compiled (fail closed).
+
+    ``serving``: the entries are new since the start was judged (the seal watcher's polls after its first):
+    a noise rule that holds only for a start (``while_serving`` False) names a compile the blessing does
+    not hold.
+    """
     noise: list[str] = []
     compiled: list[str] = []
     for entry in entries:
         shown = entry.shown
         rule = next((rule for rule in rules if rule.matches(entry)), None)
-        if rule is not None and rule.noise:
+        if rule is not None and rule.noise and serving and not rule.while_serving:
+            compiled.append(
+                f"{shown}: written while serving, after the start was judged (noise only at a start: {rule.reason})"
+            )
+        elif rule is not None and rule.noise:
             noise.append(f"{shown}: {rule.reason}")
         elif rule is not None:
             compiled.append(f"{shown}: {rule.reason}")
@@ -319,8 +388,11 @@ class EngineAdapter(Protocol):
         """
         ...
 
-    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
-        """Name each write outside the blessed tree (private HOME, temp dir, container filesystem)."""
+    def classify_outside(self, entries: Sequence[OutsideEntry], *, serving: bool = False) -> OutsideVerdict:
+        """Name each write outside the blessed tree (private HOME, temp dir, container filesystem, /dev/shm).
+
+        ``serving``: written while serving, after the start was judged (:func:`classify_outside`).
+        """
         ...
 
     def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:

@@ -15,6 +15,7 @@ from bless.core.profile import Profile
 from bless.core.verify import TreeListing
 from bless.engines.base import (
     ENGINE_HOME,
+    SHARED_MEMORY_RULE,
     CompileLocation,
     EngineLaunch,
     EnvPolicy,
@@ -23,6 +24,7 @@ from bless.engines.base import (
     UnsafeSetting,
     argv_value,
     classify_outside,
+    relocating_settings,
 )
 from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
@@ -68,6 +70,7 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
         noise=True,
         reason="Inductor's scratch dir, which the engine makes per start and fills from the blessed Mega-Cache "
         "when it loads (its markers and Inductor's cache-hit counters prove the load); deleted at a clean stop",
+        while_serving=False,  # the engine compiles and warms up before it listens: a later file is a compile
     ),
     # Inductor's C++ backend (CPU) compiles ATen's own vectorization headers once per process into
     # <temp>/torchinductor_<user>/precompiled_headers, whatever TORCHINDUCTOR_CACHE_DIR says: the same
@@ -76,9 +79,16 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
         re.compile(r"^TMPDIR/torchinductor_[^/]+/precompiled_headers/"),
         noise=True,
         reason="ATen's C++ headers precompiled by Inductor's CPU backend (the same for every model)",
+        while_serving=False,
     ),
-    OutsideRule(re.compile(r"/__pycache__/[^/]+\.pyc$"), noise=True, reason="Python bytecode of imported modules"),
+    OutsideRule(
+        re.compile(r"/__pycache__/[^/]+\.pyc$"),
+        noise=True,
+        reason="Python bytecode of imported modules",
+        while_serving=False,
+    ),
     OutsideRule(re.compile(r"^HOME/\.triton/"), noise=False, reason="a Triton-style JIT cache under HOME"),
+    SHARED_MEMORY_RULE,
 )
 DEBUG_ENV = {
     "TORCH_COMPILE_DEBUG": "torch.compile debug output (slow, writes debug trees)",
@@ -160,7 +170,8 @@ class ReferenceAdapter:
         return normalized
 
     def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
-        """Test knobs, debug env and ``compile = false``, read from what :meth:`launch` starts with."""
+        """Test knobs, debug env, ``compile = false`` and env that moves a compile location, read from what
+        :meth:`launch` starts with."""
         found = [
             UnsafeSetting(name, value, reason, test_knob=table is KNOBS)
             for name, value in sorted(resolved.engine_env().items())
@@ -170,7 +181,7 @@ class ReferenceAdapter:
         ]
         if _serve_factor(resolved).get("compile") is False:
             found.append(UnsafeSetting("serve.compile", "false", "compile is off: there is no cache to bless"))
-        return found
+        return found + relocating_settings(resolved.engine_env(), self.compile_locations(), already=found)
 
     def launch(
         self, resolved: ResolvedConfig, *, port: int, debug: bool = False, host: str = "127.0.0.1"
@@ -268,9 +279,10 @@ class ReferenceAdapter:
         """
         return (TRITON_LOCATION, CUDA_LOCATION)
 
-    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
-        """Inductor's per-start scratch and bytecode are noise; a kernel under HOME (or anything unnamed) is not."""
-        return classify_outside(OUTSIDE_RULES, entries)
+    def classify_outside(self, entries: Sequence[OutsideEntry], *, serving: bool = False) -> OutsideVerdict:
+        """Inductor's per-start scratch and bytecode are noise at a start, a compile while serving; a kernel under
+        HOME (or anything unnamed) is never noise."""
+        return classify_outside(OUTSIDE_RULES, entries, serving=serving)
 
     def coverage_plan(self, resolved: ResolvedConfig) -> CoveragePlan:
         """One class per shape bucket (:func:`reference_coverage`)."""

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +20,7 @@ from bless.core.factors import ResolvedConfig
 from bless.engines import bless_seal
 from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
-from bless.evidence_types import OutsideEntry, OutsideKind, OutsideWhere, UpperEntry
+from bless.evidence_types import OutsideEntry, OutsideWhere, UpperEntry, outside_kind
 from bless.replay.engine_client import EngineClient, wait_ready
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
 from bless.system.os_refusals import os_errors
@@ -106,24 +105,20 @@ def _placed_by_bless(where: OutsideWhere, relative: str, path: Path, source: byt
     return name.startswith(f"__pycache__/{stem}.") and name.endswith(".pyc") and name.count("/") == 1
 
 
-def _kind(mode: int) -> OutsideKind:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISLNK(mode):
-        return "link"
-    return "socket" if stat.S_ISSOCK(mode) else "other"
-
-
 def list_private(private_dir: Path) -> list[OutsideEntry]:
     """Every file and link a start left in its private HOME and temp dir (directories alone say nothing).
 
     Not listed: what bless placed there itself, the seal module of a sealed start (unchanged) and the
     bytecode Python caches of it; anything else under ``tmp/bless-seal/`` is the engine's write.
     """
+    return list_private_roots([(where, private_dir / name) for where, name, _target in PRIVATE_DIRS])
+
+
+def list_private_roots(roots: Sequence[tuple[OutsideWhere, Path]]) -> list[OutsideEntry]:
+    """:func:`list_private` of the given HOME and temp dirs (a runtime's copies of them, say)."""
     found: list[OutsideEntry] = []
     source = seal_hook_source()
-    for where, name, _target in PRIVATE_DIRS:
-        root = private_dir / name
+    for where, root in roots:
         for directory, dirs, files in os.walk(root):
             dirs.sort()
             for entry in sorted(files) + [d for d in dirs if (Path(directory) / d).is_symlink()]:
@@ -136,7 +131,9 @@ def list_private(private_dir: Path) -> list[OutsideEntry]:
                 except OSError:
                     found.append(OutsideEntry(where=where, path=relative, kind="other"))
                     continue
-                found.append(OutsideEntry(where=where, path=relative, size=info.st_size, kind=_kind(info.st_mode)))
+                found.append(
+                    OutsideEntry(where=where, path=relative, size=info.st_size, kind=outside_kind(info.st_mode))
+                )
     return found
 
 
@@ -171,7 +168,9 @@ def engine_spec(
     ``seal`` (trials and serving, never the bootstrap, which must write its kernels as the engine
     always does): Triton's cache manager is bless's (:mod:`bless.engines.bless_seal`, placed in the
     private temp dir at the start and put first on the engine's PYTHONPATH), so that a kernel the
-    blessed tree does not hold is reported in the engine's log the moment Triton looks it up.
+    blessed tree does not hold is reported in the engine's log the moment Triton looks it up; and
+    ``PYTHONDONTWRITEBYTECODE=1``, so that no import writes bytecode (the seal watcher reports a
+    ``.pyc`` that appears while serving).
     """
     if runtime.kind == "local" and host_port is not None:
         port, host_port = host_port, None
@@ -194,6 +193,9 @@ def engine_spec(
     if seal and private_dir is not None and cache_mount is not None:
         env["TRITON_CACHE_MANAGER"] = SEAL_MANAGER
         python_path = (f"{ENGINE_TMP}/{SEAL_DIR}",)
+        # No bytecode written by the engine's Python (an image installed without it, uv's default, would write
+        # one per module first imported by a request): a .pyc that still appears while serving is a compile.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     weights = tuple(Mount("ro", Path(m.source), m.target) for m in adapter.model_mounts(profile))
     gpus = (profile.hardware.gpu_count or 1) if profile.hardware.accelerator == "cuda" else None
     return ContainerSpec(
@@ -310,6 +312,17 @@ class EngineSession:
             return self.outside
         private_dirs = {m.source.parent for m in self.spec.mounts if m.kind == "private"}
         found = [entry for directory in sorted(private_dirs) for entry in list_private(directory)]
+        if self.runtime.copies_mounts:
+            # A runtime that copies (a pod) presents the private dirs as copies at their targets, where the
+            # engine writes while it runs; its stop brings the writes back to the sources (listed above).
+            where_of = {name: where for where, name, _target in PRIVATE_DIRS}
+            copies = [
+                (where_of[m.source.name], Path(m.target))
+                for m in self.spec.mounts
+                if m.kind == "private" and m.source.name in where_of
+            ]
+            listed = {entry.shown for entry in found}
+            found += [entry for entry in list_private_roots(copies) if entry.shown not in listed]
         return found + self.runtime.filesystem_changes(self.started)
 
     def current_log(self) -> str:

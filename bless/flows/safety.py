@@ -1,6 +1,8 @@
 """The unsafe-settings check shared by ``bless run`` and ``serve-full``.
 
-Debug and cache-disabling settings are always refused: a start with them is not the one blessed.
+Debug and cache-disabling settings are always refused: a start with them is not the one blessed. So are
+settings that move where compiled state is written (``TORCHINDUCTOR_CACHE_DIR``, ``HOME``, ``TMPDIR``, ...:
+:func:`bless.engines.base.relocating_settings`): what is compiled there would be neither blessed nor watched.
 The reference engine's test knobs (``UnsafeSetting.test_knob``) are refused too, unless the caller
 passes ``allow_test_knobs=True``: a parameter of the library, never read from the environment or
 the command line, so that nothing around a production run can weaken it. bless's own integration
@@ -37,8 +39,15 @@ def check_unsafe(resolved: ResolvedConfig, adapter: EngineAdapter, *, allow_test
 def unsafe_hint(unsafe: Sequence[UnsafeSetting]) -> str:
     """What to do, for the kinds of unsafe settings found: debug/cache-disabling ones, test knobs."""
     hints = []
-    settings = [u.name for u in unsafe if not u.test_knob]
+    settings = [u.name for u in unsafe if not u.test_knob and not u.relocates]
     knobs = [u.name for u in unsafe if u.test_knob]
+    moved = [u.name for u in unsafe if u.relocates]
+    if moved:
+        hints.append(
+            f"remove {', '.join(moved)} from the profile's [env]: bless sets every compile location (into the blessed "
+            "tree), HOME and the temp dir (fresh and watched at each start) itself, so that every compiled file is "
+            "blessed or seen"
+        )
     if settings:
         hints.append(
             f"remove {', '.join(settings)} from the profile: a debug or cache-disabling setting makes a start "

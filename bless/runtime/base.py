@@ -165,6 +165,16 @@ class Runtime(Protocol):
         """
         ...
 
+    def shm_entries(self, started: Started) -> list[OutsideEntry]:
+        """Every file, link or other non-directory in the running engine's ``/dev/shm`` now (absolute paths,
+        ``where="container"``); empty once it stopped (its shared memory is gone with it).
+
+        Docker: the container's own ``/dev/shm`` (a tmpfs ``docker diff`` does not list), read by an exec in
+        it. Local: ``/proc/<pid>/root/dev/shm``, the engine's own view (a private tmpfs in a mount namespace;
+        in copy mode the one this process shares with it: a pod's own). The seal watcher judges them.
+        """
+        ...
+
     def name_holder(self, name: str) -> NameHolder:
         """Whether a container with this name exists, and whether it carries our labels."""
         ...

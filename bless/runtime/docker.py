@@ -141,6 +141,42 @@ def _require_owner(mapping: Mapping[str, str], what: str) -> None:
 
 # How the daemon says the published host port is taken: by another container's publish, or by a host listener.
 _PORT_TAKEN = ("port is already allocated", "address already in use")
+#: Lists every non-directory under the engine's /dev/shm: ``<type>\t<size>\t<path>\0`` per entry (find's ``%y``).
+_SHM_FIND = ["find", "/dev/shm", "-mindepth", "1", "!", "-type", "d", "-printf", "%y\t%s\t%p\\0"]
+_SHM_PYTHON = [
+    "python3",
+    "-c",
+    "import os, stat, sys\n"
+    "for d, ds, fs in os.walk('/dev/shm'):\n"
+    "    for n in fs + [x for x in ds if os.path.islink(os.path.join(d, x))]:\n"
+    "        p = os.path.join(d, n)\n"
+    "        try: m = os.lstat(p)\n"
+    "        except OSError: continue\n"
+    "        t = 'f' if stat.S_ISREG(m.st_mode) else 'l' if stat.S_ISLNK(m.st_mode) else "
+    "'s' if stat.S_ISSOCK(m.st_mode) else 'o'\n"
+    "        sys.stdout.buffer.write(f'{t}\\t{m.st_size}\\t{p}\\0'.encode('utf-8', 'surrogateescape'))\n",
+]
+_SHM_PLAIN_FIND = ["find", "/dev/shm", "-mindepth", "1", "!", "-type", "d"]
+_SHM_KINDS: dict[str, Literal["file", "link", "socket"]] = {"f": "file", "l": "link", "s": "socket"}
+
+
+def _parse_shm_listing(raw: bytes) -> list[OutsideEntry]:
+    """``<type>\t<size>\t<path>\0`` records (:data:`_SHM_FIND`) as entries under /dev/shm, sorted by path."""
+    entries: list[OutsideEntry] = []
+    for record in raw.split(b"\0"):
+        kind, _, rest = record.decode("utf-8", "replace").partition("\t")
+        size, _, path = rest.partition("\t")
+        if not path.startswith("/dev/shm/"):
+            continue
+        entries.append(
+            OutsideEntry(
+                where="container",
+                path=path,
+                size=int(size) if size.isdigit() else None,
+                kind=_SHM_KINDS.get(kind, "other"),
+            )
+        )
+    return sorted(entries, key=lambda entry: entry.path)
 
 
 def _start_failed(spec: ContainerSpec, exc: Any) -> BlessError:
@@ -740,6 +776,40 @@ class DockerRuntime:
                 continue  # Docker itself puts its init binary into every container started with --init (ours are)
             kept.append(OutsideEntry(where="container", path=path))
         return kept
+
+    def shm_entries(self, started: Started) -> list[OutsideEntry]:
+        """The running container's ``/dev/shm`` (a tmpfs: not in ``docker diff``), listed by an exec in it.
+
+        GNU ``find`` where the image has it, else the image's ``python3`` (an engine image has one), else a
+        plain ``find`` (busybox: paths only, each a ``file``). A container that is gone or stopped has no
+        shared memory left: empty. A listing that fails otherwise raises RuntimeUnavailableError (the seal
+        watcher counts a watcher that cannot look as an event).
+        """
+        container = self._container(started)
+        if container is None or self._state(container).get("Running") is not True:
+            return []
+        docker = _docker_module()
+        with _daemon(f"listing /dev/shm of {started.name}"):
+            try:
+                for command in (_SHM_FIND, _SHM_PYTHON, _SHM_PLAIN_FIND):
+                    result = container.exec_run(command, stdout=True, stderr=False)
+                    if result.exit_code in (0, None):
+                        break
+            except docker.errors.NotFound:
+                return []
+            except docker.errors.APIError as exc:
+                if not self.is_running(started):
+                    return []  # it stopped between the look and the exec
+                raise RuntimeUnavailableError(f"cannot list /dev/shm of {started.name}: {exc}") from None
+        if result.exit_code not in (0, None):
+            raise RuntimeUnavailableError(
+                f"cannot list /dev/shm of {started.name}: the listing exited with {result.exit_code}",
+                hint="the engine image needs GNU find or python3 for sealed serving to watch its shared memory",
+            )
+        output = result.output if isinstance(result.output, bytes) else b""
+        if command is _SHM_PLAIN_FIND:
+            output = b"".join(b"f\t\t" + line + b"\0" for line in output.splitlines() if line)
+        return _parse_shm_listing(output)
 
     # -- ownership of names ---------------------------------------------------------
 

@@ -55,7 +55,7 @@ from bless.errors import (
     InputInvalidError,
     RuntimeUnavailableError,
 )
-from bless.evidence_types import OutsideEntry, UpperEntry
+from bless.evidence_types import SHM_DIR, OutsideEntry, UpperEntry, outside_kind
 from bless.runtime import materialize
 from bless.runtime import upper as upper_layer
 from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
@@ -343,6 +343,13 @@ class LocalRuntime:
                     f"mount -t overlay overlay -o {shlex.quote(options)} {q_target}",
                     f"overlay of {source} at {target}",
                 )
+        # Its own shared memory, as a container's: nothing of the host's /dev/shm is seen or left behind, and
+        # what the engine puts there is what the seal watcher lists (shm_entries).
+        size = f",size={spec.shm_size.removesuffix('b')}" if spec.shm_size else ""  # tmpfs: bytes have no suffix
+        step(
+            f"mount -t tmpfs -o {shlex.quote(f'mode=1777,nosuid,nodev{size}')} bless-shm {SHM_DIR}",
+            f"a private tmpfs at {SHM_DIR}",
+        )
         if spec.workdir is not None:
             step(f"cd {shlex.quote(spec.workdir)}", f"cd {spec.workdir}")
         # exec of a missing binary would only say "not found" with sh's wording; say ours.
@@ -506,6 +513,35 @@ class LocalRuntime:
         """The exit code (128 + N for signal N) once exited; None while running or unknown."""
         proc = self._proc(started)
         return None if proc is None else self._peek(proc)
+
+    def shm_entries(self, started: Started) -> list[OutsideEntry]:
+        """The engine's ``/dev/shm`` as it sees it (``/proc/<pid>/root/dev/shm``) while its process lives.
+
+        In a mount namespace that is the private tmpfs the prologue mounts; in copy mode, the ``/dev/shm``
+        this process shares with the engine (a pod's own; on a shared host, every process's: what others
+        write there counts too, fail closed). Read by pid, so the detached watcher (another process) reads
+        it as well.
+        """
+        if not started.id.isdigit():
+            return []
+        root = Path(f"/proc/{started.id}/root") / SHM_DIR.lstrip("/")
+        entries: list[OutsideEntry] = []
+        try:
+            walked = list(os.walk(root))
+        except OSError:
+            return []
+        for directory, dirs, files in walked:
+            for name in sorted(files) + sorted(d for d in dirs if (Path(directory) / d).is_symlink()):
+                path = Path(directory) / name
+                shown = f"{SHM_DIR}/{path.relative_to(root).as_posix()}"
+                try:
+                    info = path.lstat()
+                except OSError:
+                    continue  # gone between the walk and the look
+                entries.append(
+                    OutsideEntry(where="container", path=shown, size=info.st_size, kind=outside_kind(info.st_mode))
+                )
+        return entries
 
     def logs(self, started: Started) -> str:
         """The log file so far (stdout and stderr interleaved)."""

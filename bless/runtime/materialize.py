@@ -10,6 +10,14 @@ an empty target, and the staging directory goes only once every entry was moved.
 killed serve-full left behind (mid-copy or mid-swap) is recognised and cleared on the next start, instead
 of being refused as "not empty" on every restart. A copy that fails (a full disk: :class:`NoSpaceError`,
 exit 15) clears what it wrote before it refuses.
+
+A whole copy stays bless's too: before anything is copied into it, the target directory itself is marked
+with the extended attribute :data:`COPY_MARK` (invisible to the engine, to the copy's verification and to
+the comparison with the original). A serve container killed after its copy was made (OOM, a failed
+liveness probe) leaves a complete copy, and the engine's writes in it, in the pod's ``emptyDir``; the
+restart in the same pod finds the mark, clears the target and copies again (the copy is then verified
+as every copy is), instead of refusing "not empty" (50) on every restart. A file system without user
+extended attributes gets no mark: such a target is refused as before, and the refusal says so.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from bless.errors import BlessError, RuntimeUnavailableError
 from bless.system.os_refusals import NO_SPACE_ERRNOS, full_disk_error
 from bless.system.trees import make_owner_writable, remove_tree
 
-__all__ = ["PARTIAL", "clear_contents", "copy_whole", "holds_partial_copy"]
+__all__ = ["COPY_MARK", "PARTIAL", "clear_contents", "copy_whole", "holds_copy", "holds_partial_copy"]
 
 #: The staging directory of a copy in progress, inside its target: its presence marks the target as bless's.
 PARTIAL = ".bless-partial-copy"
+#: The extended attribute on a target directory whose contents are bless's copy (its value: the source copied).
+COPY_MARK = "user.bless.copy"
 
 
 class _NoSpace(Exception):
@@ -56,6 +66,21 @@ def holds_partial_copy(target: Path) -> bool:
         return False
 
 
+def holds_copy(target: Path) -> bool:
+    """Whether ``target`` (a directory, never a link) carries :data:`COPY_MARK`: its contents are bless's copy."""
+    try:
+        os.getxattr(target, COPY_MARK, follow_symlinks=False)
+    except OSError:
+        return False  # no mark, or a file system without user extended attributes
+    return True
+
+
+def _mark(target: Path, source: Path) -> None:
+    """Mark ``target`` as bless's copy before anything is copied into it (best effort: see the module docstring)."""
+    with contextlib.suppress(OSError):
+        os.setxattr(target, COPY_MARK, os.fsencode(source)[:200], follow_symlinks=False)
+
+
 def clear_contents(target: Path) -> None:
     """Remove everything inside ``target`` (never following a link); the directory itself stays."""
     for child in target.iterdir():
@@ -77,15 +102,19 @@ def copy_whole(source: Path, target: Path) -> bool:
             )
         if holds_partial_copy(target):
             _clear(target, source, "clearing the partial copy a killed start left")
+        elif holds_copy(target):
+            _clear(target, source, "clearing the copy a killed start left (copied again, then verified)")
         elif any(target.iterdir()):
             raise RuntimeUnavailableError(
                 f"cannot materialize {source} at {target}: the target exists and is not an empty directory "
-                f"(and holds no partial copy of bless's, {PARTIAL})",
-                hint="remove its contents or choose another target",
+                f"(and holds no copy of bless's: no partial copy {PARTIAL}, no {COPY_MARK} mark)",
+                hint="remove its contents or choose another target (a copy bless made on a file system without "
+                "user extended attributes cannot be recognised: clear it before the restart)",
             )
     staging = target / PARTIAL
     try:
         target.mkdir(parents=True, exist_ok=True)
+        _mark(target, source)
         shutil.copytree(source, staging, symlinks=True, copy_function=_copy_file)
         # A blessed tree's directories are 0555: a user other than root (a pod under Pod Security "restricted")
         # could neither move them out of the staging directory (that rewrites their "..") nor remove them after.

@@ -122,7 +122,10 @@ class Store:
         The store root, the manifests dir, the manifest file, ``blessed/``, ``blessed/<hash>/`` and
         the blessed tree's root must not be writable by group or others (nor, below the root, be
         symlinks): whoever can write there can swap the manifest and its tree together, and every
-        byte would still verify. Call before hashing (verify, serve-full, gate --verify).
+        byte would still verify. The manifest file, ``blessed/`` and ``blessed/<hash>/`` must carry no
+        setuid, setgid or sticky bit either (bless makes them with exact modes; the tree's own modes are
+        :func:`~bless.core.verify.verify_tree`'s); the root and the manifests dir may (an operator's
+        setgid shared directory). Call before hashing (verify, serve-full, gate --verify).
 
         ``live``: the manifest's live record when the caller looked it up already (serve-full serves
         those very bytes), so it is not looked up again.
@@ -144,7 +147,8 @@ class Store:
             tree.parent,
             tree,
         ]
-        refuse_untrusted_paths(checked, config_hash=manifest.config_hash, root=self.root)
+        exact = [*([live.path] if live else []), self._paths.blessed, tree.parent]  # the tree: verify_tree's
+        refuse_untrusted_paths(checked, config_hash=manifest.config_hash, root=self.root, exact=exact)
 
     def verify_blessing(
         self,

@@ -25,13 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib import parse
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 from tuf.api.metadata import Key
 
 from bless.errors import TrustExistsError, TrustInvalidError, UsageError
 from bless.system.durable import create_new_file
+from bless.system.user_files import read_input
 from bless.trust.metadata import TOP_LEVEL_ROLES, read_trust_file
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "SIGNER_SCHEMES",
     "KeySources",
     "LoadedSigners",
+    "check_passphrase",
     "has_encrypted_keys",
     "load_signers",
     "new_key",
@@ -60,6 +64,8 @@ _IMPORTABLE = ("hsm", "gcpkms", "awskms", "azurekms", "hv")
 
 #: Largest private key file read (an encrypted Ed25519 PKCS#8 PEM is about 400 bytes).
 MAX_KEY_BYTES = 64 << 10
+#: The longest passphrase the key encryption takes (cryptography's PKCS#8 limit), in UTF-8 bytes.
+MAX_PASSPHRASE_BYTES = 1023
 #: The TUF private key files of DIR/keys: ``<role>-<anything>.pem`` (``_key_file`` writes ``<role>-<keyid[:16]>``;
 #: a key holder may copy theirs in under another suffix). Only these are loaded: keys/ also holds files that
 #: are not TUF private keys (the Model Signing pair, whose public half is 0644 by design), and loading those
@@ -90,6 +96,10 @@ class KeySources:
     unencrypted: bool = False
     secrets_handler: SecretsHandler | None = None
 
+    def __post_init__(self) -> None:
+        if self.passphrase is not None:
+            check_passphrase(self.passphrase)
+
     def require_file_key_protection(self, role: str) -> None:
         """Refuse to write a file key for ``role`` that would be unencrypted without being asked."""
         if self.passphrase is None and not self.unencrypted:
@@ -100,6 +110,23 @@ class KeySources:
                 details={"role": role, "passphrase_env": PASSPHRASE_ENV},
                 remedy="protect_file_key",
             )
+
+
+def check_passphrase(passphrase: bytes) -> None:
+    """Refuse (UsageError, 2) a passphrase no key could be written or opened with: over
+    :data:`MAX_PASSPHRASE_BYTES` bytes, or not UTF-8 text. Checked when the sources are made, before
+    anything is created or read."""
+    hint = f"give a passphrase of 1 to {MAX_PASSPHRASE_BYTES} bytes of UTF-8 text ({PASSPHRASE_ENV} or the prompt)"
+    if len(passphrase) > MAX_PASSPHRASE_BYTES:
+        raise UsageError(
+            f"the key passphrase is {len(passphrase)} bytes, over the {MAX_PASSPHRASE_BYTES} bytes a key's "
+            "encryption takes",
+            hint=hint,
+        )
+    try:
+        passphrase.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("the key passphrase is not UTF-8 text", hint=hint) from None
 
 
 @dataclass(frozen=True)
@@ -351,7 +378,8 @@ def uri_signers(
     for role, role_uris in uris.items():
         keys = list(candidates.get(role, ()))
         for uri in role_uris:
-            signer, failure = _match(uri, keys, secrets_handler)
+            private = _file2_private_key(uri) if uri.partition(":")[0] == "file2" else None
+            signer, failure = _match(uri, keys, secrets_handler, private)
             if signer is None:
                 why = f" ({failure})" if failure else ""
                 raise TrustInvalidError(
@@ -365,14 +393,58 @@ def uri_signers(
     return found
 
 
-def _match(uri: str, keys: list[Key], secrets_handler: SecretsHandler | None) -> tuple[Signer | None, str]:
-    """The signer of ``uri`` for the one of ``keys`` it holds; else None and why the last other try failed."""
+_FILE2_HINT = (
+    "--signer ROLE=file2:PATH names an unencrypted PKCS#8 PEM private key file, mode 0600, of at most "
+    f"{MAX_KEY_BYTES} bytes; prefer bless's encrypted file keys or an HSM/KMS signer"
+)
+
+
+def _file2_private_key(uri: str) -> PrivateKeyTypes:
+    """The private key a ``file2:PATH`` URI names, read once through the bounded reader of user files.
+
+    securesystemslib's own reader opens the path with no bound (a FIFO hangs it, /dev/zero reads until
+    memory runs out) and garbles its not-found message; bless reads the file itself, as every file a user
+    names: a FIFO, a device, a directory, a file over :data:`MAX_KEY_BYTES` or a missing one is invalid
+    input (3). A key readable by group or others is refused as the keys directory refuses one (66). The
+    path is the URI's, as written (``CRYPTO_SIGNER_PATH_PREFIX`` is not read: the library reads no
+    environment).
+    """
+    path = Path(parse.urlparse(uri).path)
+    data = read_input(path, what="file2 signer key", hint=_FILE2_HINT, limit=MAX_KEY_BYTES)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as exc:
+        raise TrustInvalidError(f"cannot read private key {path}: {exc.strerror or exc}", hint=_FILE2_HINT) from None
+    if mode & 0o077:
+        raise TrustInvalidError(
+            f"private key {path} (signer {uri}) is readable by others (mode {mode:o})", hint=f"chmod 600 {path}"
+        )
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        raise TrustInvalidError(
+            f"cannot load private key {path} (signer {uri}): {exc}"[:500], hint=_FILE2_HINT
+        ) from None
+
+
+def _match(
+    uri: str, keys: list[Key], secrets_handler: SecretsHandler | None, private: PrivateKeyTypes | None = None
+) -> tuple[Signer | None, str]:
+    """The signer of ``uri`` for the one of ``keys`` it holds; else None and why the last other try failed.
+
+    ``private``: a ``file2:`` URI's key, read already (:func:`_file2_private_key`).
+    """
     from securesystemslib.exceptions import UnverifiedSignatureError
 
     failure = ""
     for key in keys:
         try:
-            signer = Signer.from_priv_key_uri(uri, key, secrets_handler)
+            if private is not None:
+                if not isinstance(key, SSlibKey):
+                    raise ValueError(f"expected an SSlibKey for {uri}")
+                signer: Signer = CryptoSigner(private, key)
+            else:
+                signer = Signer.from_priv_key_uri(uri, key, secrets_handler)
             key.verify_signature(signer.sign(_PROBE), _PROBE)
         except UnverifiedSignatureError:
             continue  # another key of the role

@@ -330,3 +330,32 @@ def test_a_clean_up_racing_a_start_never_leaves_an_unlabelled_overlay_volume(
         finally:
             finish(racing, started)
         assert volume_name not in [v.name for v in docker_client.volumes.list()]
+
+
+_SHM_WRITER = "mkdir -p /dev/shm/x && echo k > /dev/shm/x/k.so && echo s > /dev/shm/psm_1 && echo ready; sleep 600"
+
+
+@pytest.mark.parametrize("which", ["busybox", "reference"])
+def test_shm_entries_lists_the_container_s_own_dev_shm_while_it_runs(
+    ctx: Ctx, docker_client: Any, request: pytest.FixtureRequest, which: str
+) -> None:
+    """/dev/shm is a tmpfs docker diff never shows: the seal watcher reads it by an exec (GNU find, python3 or
+    busybox's find), and nothing is left of it once the container stopped."""
+    image = ctx.image if which == "busybox" else request.getfixturevalue("reference_image")
+    started = ctx.rt.start(ctx.spec("sh", "-c", _SHM_WRITER, image=image))
+    try:
+        deadline = time.monotonic() + 60
+        while "ready" not in ctx.rt.logs(started):
+            assert time.monotonic() < deadline and ctx.rt.is_running(started), ctx.rt.logs(started)
+            time.sleep(0.1)
+        listed = ctx.rt.shm_entries(started)
+        assert [(entry.where, entry.path) for entry in listed] == [
+            ("container", "/dev/shm/psm_1"),
+            ("container", "/dev/shm/x/k.so"),
+        ]
+        if which == "reference":  # GNU find: sizes and kinds too
+            assert [(entry.size, entry.kind) for entry in listed] == [(2, "file"), (2, "file")]
+        assert not any(entry.path.startswith("/dev/shm") for entry in ctx.rt.filesystem_changes(started))
+    finally:
+        finish(ctx.rt, started)
+    assert ctx.rt.shm_entries(started) == []

@@ -254,6 +254,8 @@ class FakeContainer:
     behavior: Behavior
     log: str = ""
     upper: list[UpperEntry] = field(default_factory=list)
+    #: What is in its /dev/shm while it runs (absolute paths under /dev/shm): the test writes it.
+    shm: list[str] = field(default_factory=list)
     server: FakeEngineServer | None = None  # its in-process engine; None: never listened, or answered elsewhere
     exit_code: int | None = None  # None while it runs
     stopped: bool = False  # stop() was called
@@ -408,6 +410,12 @@ class FakeRuntime:
     def filesystem_changes(self, started: Started) -> list[OutsideEntry]:
         changes = self.container(started.name).behavior.container_changes
         return [OutsideEntry(where="container", path=path) for path in changes]
+
+    def shm_entries(self, started: Started) -> list[OutsideEntry]:
+        container = self.container(started.name)
+        if container.stopped or container.exit_code is not None:
+            return []
+        return [OutsideEntry(where="container", path=path) for path in list(container.shm)]
 
     def name_holder(self, name: str) -> NameHolder:
         self._call("name_holder")

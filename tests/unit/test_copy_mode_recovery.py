@@ -13,6 +13,7 @@ The disks are real small tmpfs mounts (root); the kill is a real SIGKILL of a pr
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from bless import container_labels as labels
 from bless.errors import ExitCode, NoSpaceError, RuntimeUnavailableError
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
-from bless.runtime.materialize import PARTIAL
+from bless.runtime.materialize import COPY_MARK, PARTIAL
 from tests.support.runtime_helpers import tree_digest, wait_exit
 from tests.unit.test_full_disk import small_disk
 
@@ -175,3 +176,76 @@ def test_a_non_root_user_copies_and_removes_a_read_only_blessed_tree() -> None:
         for walked, _dirs, _files in os.walk(base):
             os.chmod(walked, 0o755)
         shutil.rmtree(base)
+
+
+_ENGINE = """
+import os, sys, time
+from pathlib import Path
+cache, home = Path(sys.argv[1]), Path(sys.argv[2])
+(cache / "written-while-serving.bin").write_bytes(b"engine write")  # what vLLM's rewrites leave in a copy
+next(p for p in cache.rglob("*.bin") if p.name != "written-while-serving.bin").write_bytes(b"rewritten")
+(home / ".cache").mkdir()
+(home / ".cache" / "state").write_text("x")
+(cache / "ready").write_text("ready")
+time.sleep(600)
+"""
+
+
+def test_a_serve_killed_after_its_copy_is_recovered_by_the_restart_in_the_same_pod(tmp_path: Path) -> None:
+    """The emptyDirs keep a complete copy and the engine's writes: the restart clears, copies again, verifies."""
+    source = _source(tmp_path, files=20, size=256)
+    home_source = tmp_path / "private" / "home"
+    home_source.mkdir(parents=True)
+    cache_target, state_target = tmp_path / "engine-cache", tmp_path / "engine-state"
+    cache_target.mkdir()  # the pod's emptyDirs exist before serve-full runs
+    state_target.mkdir()
+    home_target = state_target / "home"
+    verified: list[Path] = []
+
+    def check_copy(copy: Path) -> None:
+        assert tree_digest(copy) == tree_digest(source), "the engine would start on what was not verified"
+        verified.append(copy)
+
+    def spec(command: tuple[str, ...]) -> ContainerSpec:
+        return ContainerSpec(
+            name=f"bless-unit-{uuid.uuid4().hex[:8]}",
+            command=command,
+            env={},
+            labels=LABELS,
+            log_path=tmp_path / f"{uuid.uuid4().hex[:8]}.log",
+            mounts=(
+                Mount("ro", source, str(cache_target), check_copy=check_copy),
+                Mount("private", home_source, str(home_target)),
+            ),
+        )
+
+    first = LocalRuntime(use_mount_namespace=False)
+    started = first.start(spec((sys.executable, "-c", _ENGINE, str(cache_target), str(home_target))))
+    deadline = time.monotonic() + 30
+    while not (cache_target / "ready").exists():
+        assert time.monotonic() < deadline and first.exit_code(started) is None, first.logs(started)
+        time.sleep(0.02)
+    os.killpg(int(started.id), signal.SIGKILL)  # the container is killed: nothing of serve-full runs after
+    wait_exit(first, started)
+    assert (home_target / ".cache" / "state").exists() and tree_digest(cache_target) != tree_digest(source)
+
+    second = LocalRuntime(use_mount_namespace=False)  # the restarted container: a new serve-full
+    restarted = second.start(spec((sys.executable, "-c", "pass")))  # refused with 50 before, on every restart
+    assert verified == [cache_target, cache_target], "the copy is verified again before the engine starts"
+    assert tree_digest(cache_target) == tree_digest(source), "the killed engine's writes are gone"
+    assert list(home_target.iterdir()) == [], "the killed engine's HOME is fresh again"
+    assert wait_exit(second, restarted) == 0
+    second.stop(restarted, 2)
+    second.remove(restarted)
+
+
+def test_a_copy_without_bless_mark_is_still_refused(tmp_path: Path) -> None:
+    """Only bless's mark makes a non-empty target bless's: the same contents without it are kept and refused."""
+    source = _source(tmp_path, files=2, size=16)
+    target = tmp_path / "target"
+    shutil.copytree(source, target)
+    with pytest.raises(RuntimeUnavailableError, match="no copy of bless's") as info:
+        LocalRuntime(use_mount_namespace=False).start(_spec(tmp_path, source, target))
+    assert info.value.exit_code == ExitCode.RUNTIME_UNAVAILABLE
+    assert tree_digest(target) == tree_digest(source)
+    assert COPY_MARK not in os.listxattr(target)

@@ -449,3 +449,38 @@ def test_push_refuses_a_blessing_whose_tree_is_group_writable(tmp_path: Path) ->
         push_blessing(store, manifest, parse_reference("127.0.0.1:9/caches/tiny:v1"), plain_http=True)
     assert info.value.exit_code == 21
     assert info.value.details["reason"] == "store_permissions"
+
+
+@pytest.mark.parametrize("bit", [stat.S_ISGID, stat.S_ISVTX, stat.S_ISUID], ids=["setgid", "sticky", "setuid"])
+@pytest.mark.parametrize("where", ["manifest", "blessed", "hash dir"])
+def test_verify_refuses_a_special_bit_on_a_store_path_bless_makes_exactly(tmp_path: Path, where: str, bit: int) -> None:
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    manifest_path = store.manifest_path(manifest.config_hash)
+    assert manifest_path is not None
+    target = {
+        "manifest": manifest_path,
+        "blessed": store.root / "blessed",
+        "hash dir": store.root / "blessed" / manifest.config_hash,
+    }[where]
+    target.chmod(mode(target) | bit)
+    with pytest.raises(VerifyFailedError, match="setuid, setgid or sticky") as info:
+        store.check_permissions(manifest)
+    assert info.value.exit_code == 21
+    assert info.value.details["reason"] == "store_permissions"
+    assert str(target) in info.value.message
+    assert "chmod u-s,g-s,-t" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("bit", [stat.S_ISGID, stat.S_ISVTX], ids=["setgid", "sticky"])
+@pytest.mark.parametrize("where", ["root", "manifests"])
+def test_a_setgid_or_sticky_store_root_or_manifests_dir_is_accepted(tmp_path: Path, where: str, bit: int) -> None:
+    """An operator's setgid shared directory: the bit lets nobody replace an entry, the write bits decide that."""
+    store = Store(tmp_path / "root")
+    manifest = publish(store, "run1", "a")
+    target = store.root if where == "root" else store.manifests_dir
+    target.chmod(mode(target) | bit)
+    store.check_permissions(manifest)
+    target.chmod(mode(target) | stat.S_IWOTH)  # writable by others stays refused, bit or not
+    with pytest.raises(VerifyFailedError, match="writable by other"):
+        store.check_permissions(manifest)

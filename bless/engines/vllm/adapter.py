@@ -22,6 +22,7 @@ from bless.engines.base import (
     UnsafeSetting,
     argv_value,
     classify_outside,
+    relocating_settings,
 )
 from bless.engines.vllm import coverage, evidence, serve_args, versions
 from bless.engines.vllm.env import ENV_POLICY, PINNED_ENV, unsafe_env_settings
@@ -246,9 +247,9 @@ class VllmAdapter:
         """``{"compile_locations": {ENV: dir under the cache root}}``: the factor every start's env is built from."""
         return {"compile_locations": {loc.env: loc.subdir for loc in self.compile_locations()}}
 
-    def classify_outside(self, entries: Sequence[OutsideEntry]) -> OutsideVerdict:
+    def classify_outside(self, entries: Sequence[OutsideEntry], *, serving: bool = False) -> OutsideVerdict:
         """By :data:`evidence.OUTSIDE_RULES`: named noise, else compiled state the blessing does not hold."""
-        return classify_outside(evidence.OUTSIDE_RULES, entries)
+        return classify_outside(evidence.OUTSIDE_RULES, entries, serving=serving)
 
     def replay_env(self) -> dict[str, str]:
         """``VLLM_FORCE_AOT_LOAD=1`` where the release has it, AOT compile is on and the model uses it.
@@ -271,11 +272,14 @@ class VllmAdapter:
         return serve_args.normalize_serve(serve, where=where)
 
     def unsafe_settings(self, resolved: ResolvedConfig) -> list[UnsafeSetting]:
-        """Debug, cache-disabling and eager settings: a blessed start must compile and load for real.
+        """Debug, cache-disabling and eager settings, and env that moves a compile location: a blessed start must
+        compile and load for real, where bless blesses and watches.
 
         Read from the hashed serve arguments and the env the start gets (what :meth:`launch` uses).
         """
-        return unsafe_env_settings(resolved.engine_env()) + serve_args.unsafe_serve_settings(_serve_factor(resolved))
+        env = resolved.engine_env()
+        found = unsafe_env_settings(env) + serve_args.unsafe_serve_settings(_serve_factor(resolved))
+        return found + relocating_settings(env, self.compile_locations(), already=found)
 
     # --- launching ---------------------------------------------------------------------------------
 

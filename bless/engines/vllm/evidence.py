@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bless.core.verify import TreeListing
-from bless.engines.base import COMPILED_SUFFIXES, OutsideRule
+from bless.engines.base import COMPILED_SUFFIXES, SHARED_MEMORY_RULE, OutsideRule
 from bless.engines.vllm.versions import VllmVersionRules
 from bless.errors import BootstrapFailedError
 from bless.evidence_types import ArtifactSummary, LogSignals, UpperEntry, UpperVerdict
@@ -143,7 +143,12 @@ _JIT = re.compile(r"^jit/")
 #: Every compile location vLLM's source shows is pointed into the tree, so a compiled file here means a
 #: writer nobody declared: the trial fails naming it, and the adapter learns a new location.
 OUTSIDE_RULES: tuple[OutsideRule, ...] = (
-    OutsideRule(re.compile(r"/__pycache__/[^/]+\.pyc$"), noise=True, reason="Python bytecode of imported modules"),
+    OutsideRule(
+        re.compile(r"/__pycache__/[^/]+\.pyc$"),
+        noise=True,
+        reason="Python bytecode of imported modules",
+        while_serving=False,
+    ),
     # Seen at every start of vLLM 0.26 (H200): three sockets named by a UUID, left in the temp dir
     # after a clean stop (its ZeroMQ IPC endpoints between the API server and the engine core).
     OutsideRule(
@@ -156,6 +161,7 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
     OutsideRule(re.compile(r"^HOME/\.triton/"), noise=False, reason="Triton's default cache under HOME"),
     OutsideRule(re.compile(r"^HOME/\.nv/"), noise=False, reason="CUDA's default PTX JIT cache under HOME"),
     OutsideRule(re.compile(r"^TMPDIR/torchinductor_"), noise=False, reason="Inductor's default cache dir"),
+    SHARED_MEMORY_RULE,
 )
 
 # --- reading evidence -----------------------------------------------------------------------------

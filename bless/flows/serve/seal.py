@@ -7,8 +7,10 @@ Two sources feed it:
   ``bless-seal: {...}``, to the engine's log before Triton compiles. :func:`parse_seal_lines` reads them.
 * **the watcher** (:class:`SealWatcher`): about every second it lists every place the running engine can
   write (the overlay's upper layer or the verified copy's new files, its private HOME and temp dir, a
-  container's own filesystem) and has the adapter judge what is new (``classify_upper``,
-  ``classify_outside``): a new compiled artifact is an unproven compile. It covers what the hook cannot
+  container's own filesystem, its ``/dev/shm``) and has the adapter judge what is new (``classify_upper``,
+  ``classify_outside``): a new compiled artifact is an unproven compile. Its first look is the start's:
+  what a start writes as a matter of course (Inductor's scratch dir, Python's bytecode, shared-memory
+  segments) is noise there, and a compile when it appears later, while serving. It covers what the hook cannot
   see (Inductor's bundler writing Triton files itself, FlashInfer, DeepGEMM, CUDA's PTX JIT, HOME, temp).
 
 :class:`Seal` applies the policy (``[serving] unproven_compile``, ``serve-full --unproven-compile``) to each
@@ -167,6 +169,9 @@ class SealWatcher:
     _log: LogFollower | None = None
     _seen_upper: set[str] = field(default_factory=set)
     _seen_outside: set[str] = field(default_factory=set)
+    #: Whether the first look outside the tree was made: what it found is the start's (judged as a start's
+    #: writes); what is new after it was written while serving.
+    _outside_baseline: bool = False
 
     @property
     def started(self) -> Started:
@@ -238,14 +243,20 @@ class SealWatcher:
         ]
 
     def _from_outside(self) -> list[UnprovenCompile]:
-        fresh: list[OutsideEntry] = [e for e in self.session.outside_so_far() if e.shown not in self._seen_outside]
+        # Every writable place outside the tree: the private HOME and temp dir, the container's filesystem,
+        # and the engine's /dev/shm. After the first look, what a start may write (Inductor's scratch, bytecode,
+        # shared-memory segments) is a compile nobody proved: the adapter judges it with ``serving``.
+        listed = self.session.outside_so_far() + self.runtime.shm_entries(self.started)
+        fresh: list[OutsideEntry] = [e for e in listed if e.shown not in self._seen_outside]
+        serving = self._outside_baseline
         found: list[UnprovenCompile] = []
         for entry in fresh:
             self._seen_outside.add(entry.shown)
-            verdict = self.adapter.classify_outside([entry])
+            verdict = self.adapter.classify_outside([entry], serving=serving)
             if verdict.compiled:
                 reason = verdict.compiled[0].split(": ", 1)[-1]
                 found.append(UnprovenCompile(source="watcher", time=self.now(), path=entry.shown, reason=reason))
+        self._outside_baseline = True
         return found
 
 
