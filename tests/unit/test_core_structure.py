@@ -100,7 +100,14 @@ def test_runtimes_import_no_engine(module: str) -> None:
 
 
 #: Modules allowed past ~500 lines, each one concern (docs/dev/architecture.md, "Layout", says which and why).
-LONG_MODULES = {"runtime/docker.py", "runtime/local.py", "oci/client.py", "k8s/documents.py"}
+LONG_MODULES = {
+    "runtime/docker.py",
+    "runtime/local.py",
+    "oci/client.py",
+    "k8s/documents.py",
+    "errors.py",
+    "__init__.py",
+}
 
 
 def test_long_modules_are_the_documented_ones() -> None:
