@@ -15,7 +15,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from bless.core.untrusted_text import shown
+from bless.untrusted_text import shown
 
 
 class ExitCode(IntEnum):

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bless import __version__
 from bless import runtime as runtimes  # get_runtime looked up at call time (a test may swap it)
+from bless._version import __version__
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
