@@ -85,21 +85,26 @@ from bless.errors import (
     WeakerBlessingError,
 )
 from bless.flows.events import Event, EventSink
+from bless.flows.gate.outcome import GateOutcome
 from bless.flows.gc import GcOutcome
 from bless.flows.inspect import VerifyOutcome
 from bless.flows.inspect.diff import BlessingDiff
 from bless.flows.inspect.listing import BlessingList
 from bless.flows.inspect.show import ShownBlessing
 from bless.flows.run import RunResult
+from bless.flows.serve.ready import ReadyRecord
 from bless.flows.serve.serve_full import ServeHooks, ServeOutcome
+from bless.flows.serve.stop import StopOutcome
 from bless.flows.sign import SignOutcome
 from bless.runtime.base import Runtime
 from bless.store import Store
+from bless.trust import SignResult as TrustSigning
 from bless.trust.repository import InitResult as TrustInitResult
 
 if TYPE_CHECKING:
     import bless.flows.pull as _pull_flow
     import bless.flows.push as _push_flow
+    import bless.flows.serve as _serve_flow
     from bless.flows.pull import PullResult
     from bless.flows.push import PushResult
 else:
@@ -117,6 +122,7 @@ else:
             return getattr(importlib.import_module(self._name), attribute)
 
     _pull_flow = _Deferred("bless.flows.pull")
+    _serve_flow = _Deferred("bless.flows.serve")
     _push_flow = _Deferred("bless.flows.push")
 
 
@@ -138,6 +144,8 @@ VerifyResult = VerifyOutcome
 ServeResult = ServeOutcome
 SignResult = SignOutcome
 GcResult = GcOutcome
+GateResult = GateOutcome
+StopResult = StopOutcome
 
 #: What the command line shows as progress is logged here too (INFO; warnings at WARNING) when a call is
 #: given no ``events=``: configure ``logging`` to see it. The library itself never prints.
@@ -169,6 +177,8 @@ __all__ = [
     "EventSink",
     "ExitCode",
     "GateFailedError",
+    "GateOutcome",
+    "GateResult",
     "GcOutcome",
     "GcResult",
     "HardwareMismatchError",
@@ -188,6 +198,7 @@ __all__ = [
     "Progress",
     "PullResult",
     "PushResult",
+    "ReadyRecord",
     "RegistryError",
     "RegistryUnavailableError",
     "ResolutionError",
@@ -203,6 +214,8 @@ __all__ = [
     "SignOutcome",
     "SignResult",
     "SignatureUntrustedError",
+    "StopOutcome",
+    "StopResult",
     "Store",
     "StoreUnavailableError",
     "StrPath",
@@ -213,6 +226,7 @@ __all__ = [
     "TrustExistsError",
     "TrustInitResult",
     "TrustInvalidError",
+    "TrustSigning",
     "UnknownEngineVersionError",
     "UnprovenCompileError",
     "UnsafeEnvError",
@@ -226,6 +240,7 @@ __all__ = [
     "__version__",
     "collect_garbage",
     "diff",
+    "gate",
     "init_trust",
     "list_blessings",
     "load_profile",
@@ -234,8 +249,11 @@ __all__ = [
     "pull",
     "push",
     "resolve_profile",
+    "rotate_trust",
     "run_blessing",
     "serve",
+    "serve_ready",
+    "serve_stop",
     "show",
     "sign",
     "verify",
@@ -401,6 +419,8 @@ def serve(
     allow_unknown_engine_version: bool = False,
     runtime: Runtime | None = None,
     hooks: ServeHooks | None = None,
+    from_reference: str | None = None,
+    plain_http: bool | None = None,
 ) -> ServeOutcome:
     """Serve a profile on its blessed cache, fail closed (``serve-full``).
 
@@ -408,6 +428,8 @@ def serve(
     is ready and canary-checked; otherwise the call serves until ``hooks.stop`` is set or the engine ends.
     Every refusal before serving raises a :class:`BlessError` (a blessed file that differs:
     :class:`VerifyFailedError`, 21); a failure once serving began is ``result.failure``.
+    ``from_reference``: pull the blessing from this registry reference first (as :func:`pull`, under
+    ``trust_dir``; a no-op when present), as ``serve-full --from`` does.
     """
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
@@ -422,10 +444,12 @@ def serve(
     trust = _trust_metadata("trust_dir", trust_dir)
     the_runtime = _runtime(runtime)
     the_hooks = check.optional_instance("hooks", hooks, ServeHooks, "a bless.ServeHooks")
+    fetch = _fetcher(from_reference, trust, check.optional_flag("plain_http", plain_http))
     loaded = _profile_argument(profile)
     request = ServeRequest(
         profile=loaded,
         store=the_store,
+        fetch=fetch,
         detach=detach,
         dry_run=dry_run,
         no_canary=no_canary,
@@ -433,6 +457,53 @@ def serve(
         trust_dir=trust,
     )
     return serve_full(request, runtime=the_runtime, hooks=the_hooks)
+
+
+def _fetcher(
+    reference: object, trust: Path | None, plain_http: bool | None
+) -> collections.abc.Callable[[Store], _serve_flow.Fetched] | None:
+    """``serve(from_reference=)``: the pull the serve flow makes before its checks; None without one."""
+    if reference is None:
+        return None
+    text = check.text("from_reference", reference)
+
+    def fetch(store: Store) -> _serve_flow.Fetched:
+        from bless.flows.pull import pull_blessing
+        from bless.flows.serve import Fetched
+
+        pulled = pull_blessing(store, text, trust_dir=trust, plain_http=plain_http)
+        return Fetched(reference=text, config_hash=pulled.config_hash, dir_id=pulled.dir_id, report=pulled.to_dict())
+
+    return fetch
+
+
+def serve_stop(name: str, *, store: Store | None = None, timeout_s: int = 30) -> StopOutcome:
+    """Stop the detached serve ``name`` (``serve-full stop``): gracefully (SIGKILL after ``timeout_s``), then
+    remove its container or process group, serve dir and serving lease. Nothing found is no error:
+    ``result.found`` is False."""
+    from functools import partial
+
+    from bless.flows.serve.stop import stop_serving
+    from bless.runtime import get_runtime
+
+    text = check.text("name", name)
+    the_store = _store(store)
+    seconds = check.count("timeout_s", timeout_s, maximum=3600)
+    return stop_serving(text, store=the_store, docker=partial(get_runtime, "docker"), timeout_s=seconds)
+
+
+def serve_ready(name: str, *, store: Store | None = None, accept_skipped_canary: bool = False) -> ReadyRecord:
+    """The readiness of the serve ``name`` (``serve-full ready``): its record while a canary-checked engine
+    serves it; a probe, so anything else raises :class:`NotServingError` (46)."""
+    from functools import partial
+
+    from bless.flows.serve.ready import check_ready
+    from bless.runtime import get_runtime
+
+    text = check.text("name", name)
+    the_store = _store(store)
+    accept = check.flag("accept_skipped_canary", accept_skipped_canary)
+    return check_ready(the_store, text, accept_skipped_canary=accept, docker=partial(get_runtime, "docker"))
 
 
 def pull(
@@ -570,6 +641,53 @@ def init_trust(trust_dir: StrPath, *, passphrase: bytes | None = None, unencrypt
             hint="pass passphrase=b'...' to encrypt the private keys, or unencrypted=True to write them in the clear",
         )
     return init_repository(directory, sources=KeySources(passphrase=secret, unencrypted=unencrypted))
+
+
+def rotate_trust(
+    trust_dir: StrPath, role: str, *, passphrase: bytes | None = None, expires: timedelta | None = None
+) -> TrustSigning:
+    """Replace ``role``'s keys with a fresh file key in a new root version and re-sign (``bless trust rotate``).
+
+    ``passphrase``: of the repository's encrypted file keys, and for the new one (None: unencrypted keys).
+    ``expires``: how long the re-signed metadata is valid (None: the default).
+    """
+    from bless.flows.trust import rotate_trust as rotate
+    from bless.trust import DEFAULT_EXPIRES
+    from bless.trust.keys import KeyAccess
+
+    directory = check.path("trust_dir", trust_dir)
+    which = check.text("role", role)
+    secret = check.secret("passphrase", passphrase)
+    valid_for = DEFAULT_EXPIRES if expires is None else check.duration("expires", expires)
+    access = KeyAccess(passphrase=lambda needed, confirm: secret, unencrypted=secret is None)
+    seconds = max(1, int(valid_for.total_seconds()))
+    unit = next((unit for unit, size in (("d", 86400), ("h", 3600), ("m", 60)) if seconds % size == 0), "s")
+    count = seconds // {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
+    return rotate(directory, which, access=access, expires=f"{count}{unit}")
+
+
+def gate(
+    profiles: collections.abc.Sequence[StrPath] = (),
+    *,
+    store: Store | None = None,
+    verify: bool = False,
+    junit: StrPath | None = None,
+) -> GateOutcome:
+    """Gate ``profiles`` (none: ``profiles/*.toml`` here) against the store's manifests (``bless gate``).
+
+    A profile that is not blessed is a result: ``result.report.ok`` is False and ``result.failure`` is the
+    :class:`GateFailedError` (24) the command exits with. ``verify`` also checks the cache files where they
+    are present; ``junit`` writes the JUnit report there.
+    """
+    from bless.flows.gate.outcome import gate_profiles
+
+    if isinstance(profiles, str | os.PathLike) or not isinstance(profiles, collections.abc.Sequence):
+        raise UsageError("profiles must be a list of profile paths", hint="pass profiles=['profiles/a.toml']")
+    paths = [check.path("profiles[]", item) for item in profiles]
+    the_store = _store(store)
+    return gate_profiles(
+        paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
+    )
 
 
 def list_blessings(*, store: Store | None = None) -> BlessingList:
