@@ -329,3 +329,25 @@ def test_sign_verifies_the_tree_before_signing(scratch: Path) -> None:
     assert targets.read_bytes() == before
     check = bless.verify(result.config_hash)
     assert not check.ok  # verify reports the same difference as a result, without raising
+
+
+def test_the_examples_type_check_under_mypy_strict(tmp_path: Path) -> None:
+    """The page's examples are typed programs against the public API alone: ``mypy --strict`` accepts each.
+
+    The checkout's mypy cache is copied when present (a cold check of bless takes about half a minute)."""
+    for index, example in enumerate(examples()):
+        (tmp_path / f"example_{index}.py").write_text(example.code, encoding="utf-8")
+    cache = tmp_path / ".mypy_cache"
+    if (REPO / ".mypy_cache").is_dir():
+        shutil.copytree(REPO / ".mypy_cache", cache)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), *sorted(map(str, tmp_path.glob("*.py")))],
+        cwd=REPO,  # bless from the checkout (an editable install's finder is not followed by mypy)
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
+    for example in examples():  # the public API alone: nothing internal is imported
+        assert not re.search(r"^\s*(from|import) bless\.", example.code, re.MULTILINE), example.line
