@@ -97,7 +97,7 @@ from bless.flows.serve.serve_full import ServeHooks, ServeOutcome
 from bless.flows.serve.stop import StopOutcome
 from bless.flows.sign import SignOutcome
 from bless.runtime.base import Runtime
-from bless.store import Store
+from bless.store import Store as _StoreImpl
 from bless.trust import SignResult as TrustSigning
 from bless.trust.repository import InitResult as TrustInitResult
 
@@ -132,6 +132,30 @@ def __getattr__(name: str) -> typing.Any:
     if name == "PushResult":
         return _push_flow.PushResult
     raise AttributeError(f"module 'bless' has no attribute {name!r}")
+
+
+@typing.runtime_checkable
+class Store(typing.Protocol):
+    """A store as a caller holds it (:func:`open_store`): where it is, and where a blessing's manifest is.
+
+    What it holds is read through :func:`list_blessings`, :func:`show` and :func:`verify`, and changed only by
+    the calls (:func:`run_blessing`, :func:`pull`, :func:`collect_garbage`): publishing, rejecting, locking and
+    collecting garbage directly are not a caller's to do, so this type does not offer them.
+    """
+
+    @property
+    def root(self) -> Path:
+        """The store's root directory."""
+        ...
+
+    @property
+    def manifests_dir(self) -> Path:
+        """Where its live manifests are (``<root>/manifests`` unless given)."""
+        ...
+
+    def manifest_path(self, config_hash: str) -> Path | None:
+        """The live manifest file of ``config_hash`` (the full hash), or None when it is not blessed."""
+        ...
 
 
 #: A file system path as the calls accept it.
@@ -266,9 +290,16 @@ def _log_event(event: Event) -> None:
     logger.log(level, "%s", event.message, extra={"bless_event": event})
 
 
-def _store(store: object) -> Store:
-    given = check.optional_instance("store", store, Store, "a Store (bless.open_store())")
-    return given if given is not None else open_store()
+def _store(store: object) -> _StoreImpl:
+    """The store a call was given (what :func:`open_store` returned), or the default one."""
+    given = check.optional_instance("store", store, _StoreImpl, "a Store (bless.open_store())")
+    return given if given is not None else _open_store(None, None)
+
+
+def _open_store(root: Path | None, manifests_dir: Path | None) -> _StoreImpl:
+    from bless.store import default_root
+
+    return _StoreImpl(root if root is not None else default_root(), manifests_dir)
 
 
 def _runtime(runtime: object) -> Runtime | None:
@@ -298,11 +329,7 @@ def open_store(root: StrPath | None = None, manifests_dir: StrPath | None = None
 
     ``manifests_dir``: where its live manifests are (None: ``<root>/manifests``), e.g. a git checkout.
     """
-    from bless.store import default_root
-
-    the_root = check.optional_path("root", root)
-    the_manifests = check.optional_path("manifests_dir", manifests_dir)
-    return Store(the_root if the_root is not None else default_root(), the_manifests)
+    return _open_store(check.optional_path("root", root), check.optional_path("manifests_dir", manifests_dir))
 
 
 def load_profile(path: StrPath) -> Profile:
@@ -461,13 +488,13 @@ def serve(
 
 def _fetcher(
     reference: object, trust: Path | None, plain_http: bool | None
-) -> collections.abc.Callable[[Store], _serve_flow.Fetched] | None:
+) -> collections.abc.Callable[[_StoreImpl], _serve_flow.Fetched] | None:
     """``serve(from_reference=)``: the pull the serve flow makes before its checks; None without one."""
     if reference is None:
         return None
     text = check.text("from_reference", reference)
 
-    def fetch(store: Store) -> _serve_flow.Fetched:
+    def fetch(store: _StoreImpl) -> _serve_flow.Fetched:
         from bless.flows.pull import pull_blessing
         from bless.flows.serve import Fetched
 

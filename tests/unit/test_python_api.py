@@ -337,6 +337,10 @@ def test_the_examples_type_check_under_mypy_strict(tmp_path: Path) -> None:
     The checkout's mypy cache is copied when present (a cold check of bless takes about half a minute)."""
     for index, example in enumerate(examples()):
         (tmp_path / f"example_{index}.py").write_text(example.code, encoding="utf-8")
+    # A caller's store offers no writer operations: mypy refuses each (the expected errors, one a line).
+    writers = ("publish", "reject", "gc", "lock", "recover")
+    misuse = "import bless\n\nstore = bless.open_store()\n" + "".join(f"store.{name}\n" for name in writers)
+    (tmp_path / "misuse.py").write_text(misuse, encoding="utf-8")
     cache = tmp_path / ".mypy_cache"
     if (REPO / ".mypy_cache").is_dir():
         shutil.copytree(REPO / ".mypy_cache", cache)
@@ -348,6 +352,9 @@ def test_the_examples_type_check_under_mypy_strict(tmp_path: Path) -> None:
         timeout=600,
         check=False,
     )
-    assert checked.returncode == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[0] for line in errors] == [str(tmp_path / "misuse.py")] * len(writers), checked.stdout
+    assert all('"Store" has no attribute' in line for line in errors), errors
+    assert not any(hasattr(bless.Store, name) for name in writers)
     for example in examples():  # the public API alone: nothing internal is imported
         assert not re.search(r"^\s*(from|import) bless\.", example.code, re.MULTILINE), example.line
