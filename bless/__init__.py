@@ -92,6 +92,7 @@ from bless.flows.inspect.diff import BlessingDiff
 from bless.flows.inspect.listing import BlessingList
 from bless.flows.inspect.show import ShownBlessing
 from bless.flows.run import RunResult
+from bless.flows.serve.plan import PlanContainer, PlanMount, ServePlan
 from bless.flows.serve.ready import ReadyRecord
 from bless.flows.serve.serve_full import ServeHooks, ServeOutcome
 from bless.flows.serve.stop import StopOutcome
@@ -218,6 +219,8 @@ __all__ = [
     "NoManifestError",
     "NoSpaceError",
     "NotServingError",
+    "PlanContainer",
+    "PlanMount",
     "Profile",
     "Progress",
     "PullResult",
@@ -233,6 +236,7 @@ __all__ = [
     "RuntimeUnavailableError",
     "ServeHooks",
     "ServeOutcome",
+    "ServePlan",
     "ServeResult",
     "ShownBlessing",
     "SignOutcome",

@@ -356,3 +356,16 @@ def test_the_examples_type_check_under_mypy_strict(tmp_path: Path) -> None:
     assert not any(hasattr(bless.Store, name) for name in writers)
     for example in examples():  # the public API alone: nothing internal is imported
         assert not re.search(r"^\s*(from|import) bless\.", example.code, re.MULTILINE), example.line
+
+
+def test_the_serve_plan_is_typed_and_holds_what_its_type_says(scratch: Path) -> None:
+    """``ServeResult.plan`` is a ``bless.ServePlan`` (a TypedDict), not an untyped mapping; a dry run's plan has
+    exactly its keys (``trust`` for a blessed plan; ``from`` only when pulled first)."""
+    assert typing.get_type_hints(bless.ServeResult)["plan"] is bless.ServePlan
+    bless.run_blessing(PROFILE, trials=2)
+    planned = bless.serve(PROFILE, dry_run=True)
+    declared = set(bless.ServePlan.__required_keys__) | set(bless.ServePlan.__optional_keys__)
+    assert set(planned.plan) == declared - {"from"}
+    assert set(planned.plan["container"]) == set(typing.get_type_hints(bless.PlanContainer))
+    mount = planned.plan["mount"]
+    assert mount is not None and set(mount) == set(typing.get_type_hints(bless.PlanMount))
