@@ -369,3 +369,17 @@ def test_the_serve_plan_is_typed_and_holds_what_its_type_says(scratch: Path) -> 
     assert set(planned.plan["container"]) == set(typing.get_type_hints(bless.PlanContainer))
     mount = planned.plan["mount"]
     assert mount is not None and set(mount) == set(typing.get_type_hints(bless.PlanMount))
+
+
+def test_every_path_a_result_holds_is_a_path() -> None:
+    """One type per concept: a directory or file a result names is a ``pathlib.Path`` (it was a str in RunResult
+    and a Path elsewhere)."""
+    offenders = []
+    for name in bless.__all__:
+        cls = getattr(bless, name)
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            continue
+        for field_name, hint in typing.get_type_hints(cls).items():
+            if field_name.endswith(("_dir", "_path", "archived_manifest")) and hint not in (Path, Path | None):
+                offenders.append(f"{name}.{field_name}: {hint}")
+    assert offenders == []
