@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from bless._version import __version__
 from bless.core import arguments as check
+from bless.core.arguments import BlessOptions, ServeOptions
 from bless.core.factors import ResolvedConfig
 from bless.core.profile import Profile
 from bless.errors import (
@@ -183,6 +184,7 @@ __all__ = [
     "ArtifactNotFoundError",
     "BelowThresholdError",
     "BlessError",
+    "BlessOptions",
     "BlessingDiff",
     "BlessingError",
     "BlessingList",
@@ -235,6 +237,7 @@ __all__ = [
     "Runtime",
     "RuntimeUnavailableError",
     "ServeHooks",
+    "ServeOptions",
     "ServeOutcome",
     "ServePlan",
     "ServeResult",
@@ -362,6 +365,7 @@ def resolve_profile(
 
 def run_blessing(
     profile: Profile | StrPath,
+    options: BlessOptions | None = None,
     *,
     store: Store | None = None,
     trials: int | None = None,
@@ -377,6 +381,7 @@ def run_blessing(
 ) -> RunResult:
     """Bless a profile (``bless run``): compile its cache, prove it with K trials, publish or reject it.
 
+    The options come as ``options`` (a :class:`BlessOptions`) or as the keywords of the same names, not both.
     ``trials``: K, 1 to 1000 (None: the profile's ``[trials] count``). ``confidence``: of the failure-rate
     bound, strictly between 0 and 1 (None: 0.95). ``candidates``: bootstraps to try, 1 to 20. ``rebless``
     replaces an existing blessing (else :class:`AlreadyBlessedError`, 10); ``allow_weaker`` lets it have a
@@ -389,22 +394,33 @@ def run_blessing(
     from bless.flows.run import RunOptions, bless_profile
     from bless.flows.run.results import DEFAULT_CONFIDENCE
 
+    keywords = BlessOptions(
+        trials=trials,
+        confidence=confidence,
+        candidates=candidates,
+        rebless=rebless,
+        allow_weaker=allow_weaker,
+        wait=wait,
+        allow_unknown_engine_version=allow_unknown_engine_version,
+        parallel=parallel,
+    )
+    asked = check.one_of("options", options, BlessOptions, keywords)
     the_store = _store(store)
     the_runtime = _runtime(runtime)
     sink = check.callback("events", events)
-    options = RunOptions(
-        trials=check.optional_count("trials", trials, maximum=1000),
-        confidence=DEFAULT_CONFIDENCE if confidence is None else check.fraction("confidence", confidence),
-        candidates=check.count("candidates", candidates, maximum=20),
-        rebless=check.flag("rebless", rebless),
-        wait_lock=check.flag("wait", wait),
-        allow_weaker=check.flag("allow_weaker", allow_weaker),
-        allow_unknown_engine_version=check.flag("allow_unknown_engine_version", allow_unknown_engine_version),
-        parallel=check.optional_count("parallel", parallel),
+    run_options = RunOptions(
+        trials=check.optional_count("trials", asked.trials, maximum=1000),
+        confidence=DEFAULT_CONFIDENCE if asked.confidence is None else check.fraction("confidence", asked.confidence),
+        candidates=check.count("candidates", asked.candidates, maximum=20),
+        rebless=check.flag("rebless", asked.rebless),
+        wait_lock=check.flag("wait", asked.wait),
+        allow_weaker=check.flag("allow_weaker", asked.allow_weaker),
+        allow_unknown_engine_version=check.flag("allow_unknown_engine_version", asked.allow_unknown_engine_version),
+        parallel=check.optional_count("parallel", asked.parallel),
     )
     return bless_profile(
         profile if isinstance(profile, Profile) else check.path("profile", profile),
-        options,
+        run_options,
         store=the_store,
         runtime=the_runtime,
         events=sink or _log_event,  # type: ignore[arg-type]  # checked callable
@@ -441,22 +457,26 @@ def verify(
 
 def serve(
     profile: Profile | StrPath,
+    options: ServeOptions | None = None,
     *,
     store: Store | None = None,
     dry_run: bool = False,
     detach: bool = False,
     trust_dir: StrPath | None = None,
-    no_canary: bool = False,
+    canary: bool = True,
     allow_unknown_engine_version: bool = False,
-    runtime: Runtime | None = None,
-    hooks: ServeHooks | None = None,
     from_reference: str | None = None,
     plain_http: bool | None = None,
+    runtime: Runtime | None = None,
+    hooks: ServeHooks | None = None,
+    no_canary: bool | None = None,
 ) -> ServeOutcome:
     """Serve a profile on its blessed cache, fail closed (``serve-full``).
 
+    The options come as ``options`` (a :class:`ServeOptions`) or as the keywords of the same names, not both.
     ``dry_run`` returns the plan (every check made, nothing started); ``detach`` returns once the engine
     is ready and canary-checked; otherwise the call serves until ``hooks.stop`` is set or the engine ends.
+    ``canary`` False skips the canary (``no_canary=True`` is its older spelling).
     Every refusal before serving raises a :class:`BlessError` (a blessed file that differs:
     :class:`VerifyFailedError`, 21); a failure once serving began is ``result.failure``.
     ``from_reference``: pull the blessing from this registry reference first (as :func:`pull`, under
@@ -464,27 +484,40 @@ def serve(
     """
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
+    if no_canary is not None:
+        warnings.warn("serve(no_canary=True) is now serve(canary=False)", DeprecationWarning, stacklevel=2)
+        canary = not check.flag("no_canary", no_canary)
+    keywords = ServeOptions(
+        dry_run=dry_run,
+        detach=detach,
+        canary=canary,
+        allow_unknown_engine_version=allow_unknown_engine_version,
+        trust_dir=trust_dir,
+        from_reference=from_reference,
+        plain_http=plain_http,
+    )
+    asked = check.one_of("options", options, ServeOptions, keywords)
     the_store = _store(store)
     for name, value in (
-        ("dry_run", dry_run),
-        ("detach", detach),
-        ("no_canary", no_canary),
-        ("allow_unknown_engine_version", allow_unknown_engine_version),
+        ("dry_run", asked.dry_run),
+        ("detach", asked.detach),
+        ("canary", asked.canary),
+        ("allow_unknown_engine_version", asked.allow_unknown_engine_version),
     ):
         check.flag(name, value)
-    trust = _trust_metadata("trust_dir", trust_dir)
+    trust = _trust_metadata("trust_dir", asked.trust_dir)
     the_runtime = _runtime(runtime)
     the_hooks = check.optional_instance("hooks", hooks, ServeHooks, "a bless.ServeHooks")
-    fetch = _fetcher(from_reference, trust, check.optional_flag("plain_http", plain_http))
+    fetch = _fetcher(asked.from_reference, trust, check.optional_flag("plain_http", asked.plain_http))
     loaded = _profile_argument(profile)
     request = ServeRequest(
         profile=loaded,
         store=the_store,
         fetch=fetch,
-        detach=detach,
-        dry_run=dry_run,
-        no_canary=no_canary,
-        allow_unknown_engine_version=allow_unknown_engine_version,
+        detach=asked.detach,
+        dry_run=asked.dry_run,
+        no_canary=not asked.canary,
+        allow_unknown_engine_version=asked.allow_unknown_engine_version,
         trust_dir=trust,
     )
     return serve_full(request, runtime=the_runtime, hooks=the_hooks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -135,3 +136,59 @@ def callback(name: str, value: object) -> Callable[..., object] | None:
     if value is not None and not callable(value):
         raise _refuse(name, "a callable or None", value)
     return value
+
+
+@dataclass(frozen=True)
+class BlessOptions:
+    """How :func:`bless.run_blessing` goes, as one value (as python-tuf's ``UpdaterConfig`` is for its updater):
+    build it once, pass it to every run. Each field is the keyword of the same name; the call checks them."""
+
+    #: K, 1 to 1000 (None: the profile's ``[trials] count``).
+    trials: int | None = None
+    #: Of the failure-rate bound, strictly between 0 and 1 (None: 0.95).
+    confidence: float | None = None
+    #: Bootstraps to try after a rejection, 1 to 20.
+    candidates: int = 1
+    #: Replace an existing blessing (else AlreadyBlessedError, 10).
+    rebless: bool = False
+    #: With ``rebless``: publish even with a weaker failure-rate bound (else WeakerBlessingError, 13).
+    allow_weaker: bool = False
+    #: Queue behind another writer of the config (else LockHeldError, 11).
+    wait: bool = False
+    #: Bless with an engine version bless has no rules for (else UnknownEngineVersionError, 33).
+    allow_unknown_engine_version: bool = False
+    #: Trials at once, at least 1 (None: as many as the GPUs fit; CPU: 1).
+    parallel: int | None = None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How :func:`bless.serve` goes, as one value; each field is the keyword of the same name."""
+
+    #: Make every check and start nothing: the result holds the plan.
+    dry_run: bool = False
+    #: Return once the engine is ready and canary-checked (else serve until ``hooks.stop`` is set).
+    detach: bool = False
+    #: Check the engine's answers against the blessing's golden outputs before serving (False: skip it, loudly).
+    canary: bool = True
+    #: Serve with an engine version bless has no rules for.
+    allow_unknown_engine_version: bool = False
+    #: The trust repository (or its ``metadata/``): the blessing must be a validly signed, current target.
+    trust_dir: str | os.PathLike[str] | None = None
+    #: Pull the blessing from this registry reference first (a no-op when present).
+    from_reference: str | None = None
+    #: Talk to the registry over plain HTTP (None: only for localhost).
+    plain_http: bool | None = None
+
+
+def one_of(name: str, options: object, kind: type[T], keywords: T) -> T:
+    """The options of a call given as ``options=`` (an instance of ``kind``) or as keywords, not both."""
+    if options is None:
+        return keywords
+    given = instance(name, options, kind, f"a bless.{kind.__name__}")
+    if keywords != kind():
+        raise UsageError(
+            f"give {name}= or its keywords, not both",
+            hint=f"put every option into the bless.{kind.__name__}, or pass them all as keywords",
+        )
+    return given

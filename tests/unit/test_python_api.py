@@ -234,6 +234,11 @@ BAD_CALLS: list[tuple[str, dict[str, object]]] = [
     ("run_blessing", {"profile": PROFILE, "store": "root"}),
     ("run_blessing", {"profile": PROFILE, "events": "print"}),
     ("run_blessing", {"profile": "profiles/\0"}),
+    ("run_blessing", {"profile": PROFILE, "options": bless.BlessOptions(trials=0)}),
+    ("run_blessing", {"profile": PROFILE, "options": bless.BlessOptions(), "trials": 3}),
+    ("run_blessing", {"profile": PROFILE, "options": {"trials": 3}}),
+    ("serve", {"profile": PROFILE, "options": bless.ServeOptions(canary="no")}),  # type: ignore[arg-type]
+    ("serve", {"profile": PROFILE, "options": bless.ServeOptions(), "dry_run": True}),
     ("run_blessing", {"profile": ["profiles/reference-cpu.toml"]}),
     ("verify", {"config_hash": H, "trust_dir": ""}),
     ("verify", {"config_hash": H, "trust_dir": "a\0b"}),
@@ -377,8 +382,8 @@ def test_every_path_a_result_holds_is_a_path() -> None:
     offenders = []
     for name in bless.__all__:
         cls = getattr(bless, name)
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-            continue
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or name.endswith("Options"):
+            continue  # options take any path a caller has (bless.StrPath)
         for field_name, hint in typing.get_type_hints(cls).items():
             if field_name.endswith(("_dir", "_path", "archived_manifest")) and hint not in (Path, Path | None):
                 offenders.append(f"{name}.{field_name}: {hint}")
