@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 import re
 import shutil
@@ -388,3 +389,14 @@ def test_every_path_a_result_holds_is_a_path() -> None:
             if field_name.endswith(("_dir", "_path", "archived_manifest")) and hint not in (Path, Path | None):
                 offenders.append(f"{name}.{field_name}: {hint}")
     assert offenders == []
+
+
+def test_without_events_progress_goes_to_the_bless_logger(scratch: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What the command line shows as progress is logged (``bless.logger``, INFO) when no ``events=`` is given;
+    the logger has a NullHandler, so nothing reaches stderr unless the caller configures logging."""
+    assert any(isinstance(handler, logging.NullHandler) for handler in bless.logger.handlers)
+    with caplog.at_level(logging.INFO, logger="bless"):
+        bless.run_blessing(PROFILE, trials=2)
+    records = [record for record in caplog.records if record.name == "bless"]
+    assert records, "no progress was logged"
+    assert all(isinstance(getattr(record, "bless_event", None), bless.Event) for record in records)
