@@ -507,7 +507,9 @@ def serve(
         check.flag(name, value)
     trust = _trust_metadata("trust_dir", asked.trust_dir)
     the_runtime = _runtime(runtime)
-    the_hooks = check.optional_instance("hooks", hooks, ServeHooks, "a bless.ServeHooks")
+    the_hooks = check.optional_instance("hooks", hooks, ServeHooks, "a bless.ServeHooks") or ServeHooks(
+        events=_log_event
+    )
     fetch = _fetcher(asked.from_reference, trust, check.optional_flag("plain_http", asked.plain_http))
     loaded = _profile_argument(profile)
     request = ServeRequest(
