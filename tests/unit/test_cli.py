@@ -1043,7 +1043,10 @@ def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path:
     # bless alone, not the checkout: an editable install leaves bless_cache.egg-info (metadata) at the checkout's top
     (deps / "bless").symlink_to(Path(bless.__file__).resolve().parent)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)}
-    check = "import importlib.metadata as m\ntry:\n    m.version('bless-cache')\nexcept m.PackageNotFoundError:\n    print('no')"
+    check = (
+        "import importlib.metadata as m\ntry:\n    m.version('bless-cache')\n"
+        "except m.PackageNotFoundError:\n    print('no')"
+    )
     # cwd: -c and -m put it first on sys.path, and the checkout's is where bless_cache.egg-info is
     absent = subprocess.run(
         [sys.executable, "-S", "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
