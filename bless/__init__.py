@@ -8,8 +8,8 @@ an :class:`ExitCode`, in families a caller can catch by who is at fault (:class:
 internal: it may change in any release.
 
 Each call checks its options first (a bad one is a :class:`UsageError`, exit code 2, before any engine,
-key, registry or store is touched), then makes one call of the flow the command line uses. The Docker SDK
-and the engines are imported inside the calls that need them.
+key, registry or store is touched), then makes one call of the flow the command line uses. The Docker SDK and
+the registry client (oras, requests) are imported only by the calls that need them.
 """
 
 from __future__ import annotations

@@ -92,7 +92,9 @@ def test_import_bless_loads_no_engine_runtime_or_command_line() -> None:
     ``typing.get_type_hints``); the Docker SDK, the engines, the runtimes and the command line are imported
     only by the calls that need them."""
     script = "import sys, bless\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('docker', 'typer', "
-    script += "'rich', 'huggingface_hub', 'torch') or m.startswith(('bless.runtime.docker', 'bless.cli', "
+    script += (
+        "'rich', 'huggingface_hub', 'torch', 'oras', 'requests') or m.startswith(('bless.runtime.docker', 'bless.cli', "
+    )
     script += "'bless.engines.reference'))))\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
