@@ -24,6 +24,12 @@ def test_the_python_api_examples_run_against_docker_and_a_registry(
     # ``blessed`` only orders: the examples bless the shipped reference profile, the session blessing's config
     # hash, and two runs of one config on one Docker Engine would share their run containers' names (12).
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    # The image by the ID the session built: the tag may move mid-test where other checkouts rebuild it on this
+    # Docker Engine, and a moved tag is another config hash (the examples resolve the profile more than once).
+    profile = tmp_path / "profiles" / "reference-cpu.toml"
+    text = profile.read_text(encoding="utf-8")
+    assert 'image = "bless-reference:0.1.0"' in text
+    profile.write_text(text.replace('image = "bless-reference:0.1.0"', f'image = "{reference_image}"', 1))
     (tmp_path / "home").mkdir()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BLESS_ROOT", str(tmp_path / "root"))
