@@ -434,6 +434,7 @@ def verify(
     store: Store | None = None,
     trust_dir: StrPath | None = None,
     progress: Progress | None = None,
+    max_workers: int | None = None,
 ) -> VerifyOutcome:
     """Check a blessing's files byte for byte against its manifest (``bless verify``).
 
@@ -441,7 +442,7 @@ def verify(
     exception: ``result.ok`` is False and ``result.problems`` lists every difference. ``trust_dir``: the
     trust repository (``bless trust init``'s directory, or its ``metadata/``); the manifest must also be a
     validly signed, fresh, current TUF target (a :class:`TrustError`, 60-66, otherwise). ``progress``:
-    called with the bytes hashed since its last call.
+    called with the bytes hashed since its last call; ``max_workers``: hashing threads (None: the default).
     """
     from contextlib import nullcontext
 
@@ -452,7 +453,8 @@ def verify(
     trust = _trust_metadata("trust_dir", trust_dir)
     report = check.callback("progress", progress)
     factory = (lambda total: nullcontext(report)) if report is not None else None
-    return verify_blessing(the_store, text, trust_dir=trust, progress=factory)  # type: ignore[arg-type]
+    workers = check.optional_count("max_workers", max_workers, maximum=256)
+    return verify_blessing(the_store, text, trust_dir=trust, progress=factory, workers=workers)  # type: ignore[arg-type]
 
 
 def serve(

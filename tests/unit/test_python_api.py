@@ -249,6 +249,7 @@ BAD_CALLS: list[tuple[str, dict[str, object]]] = [
     ("verify", {"config_hash": ""}),
     ("verify", {"config_hash": H + "\0"}),
     ("verify", {"config_hash": H, "progress": 5}),
+    ("verify", {"config_hash": H, "max_workers": 0}),
     ("serve", {"profile": PROFILE, "trust_dir": ""}),
     ("serve", {"profile": PROFILE, "dry_run": "true"}),
     ("serve", {"profile": PROFILE, "hooks": {}}),
