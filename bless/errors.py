@@ -15,7 +15,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from bless.core.untrusted_text import shown
+from bless.untrusted_text import shown
 
 
 class ExitCode(IntEnum):
@@ -114,13 +114,54 @@ class BlessError(Exception):
         }
 
 
-class UsageError(BlessError):
+# --- families: whom a caller can blame -------------------------------------------------------------------
+# Grouped by who is at fault, as python-tuf's tuf/api/exceptions.py groups its errors: a caller catches a
+# family (``except bless.TrustError``) instead of listing codes. A family declares no exit code of its own;
+# every class below it keeps its code.
+
+
+class ConfigError(BlessError):
+    """The call itself is wrong: an option, a profile or another input the caller gave (2, 3, 30, 33)."""
+
+
+class ConflictError(BlessError):
+    """What was asked conflicts with what the store, trust repository or host already holds (10-14, 16):
+    another writer, an existing blessing or trust repository, a container of that name, a downgrade."""
+
+
+class BlessingError(BlessError):
+    """The blessing the call names: none matches, its manifest is invalid or duplicated, a gate found profiles
+    without one (20, 22-24)."""
+
+
+class VerificationError(BlessError):
+    """Blessed files differ from what their manifest records, before or during use (21, 43)."""
+
+
+class EngineError(BlessError):
+    """The engine (or its compile) failed to prove, start, answer or reuse a blessing (40-42, 44-48)."""
+
+
+class HostError(BlessError):
+    """This machine or its services cannot do it: disk, store permissions, factor resolution, hardware, the
+    container runtime, the image, GPUs (15, 17, 31, 32, 50-52)."""
+
+
+class TrustError(BlessError):
+    """Signed trust metadata refused the blessing, or the signing repository is unusable (14, 60-66)."""
+
+
+class RegistryError(BlessError):
+    """The OCI registry or what it returned (70-74)."""
+
+
+class UsageError(ConfigError):
     exit_code = ExitCode.USAGE
     title = "usage error"
     meaning = "bad command-line usage"
 
 
-class InputInvalidError(BlessError):
+class InputInvalidError(ConfigError):
     """A profile or other input file is unreadable or does not match its schema."""
 
     exit_code = ExitCode.INPUT_INVALID
@@ -128,25 +169,25 @@ class InputInvalidError(BlessError):
     meaning = "a profile or input file is unreadable or invalid"
 
 
-class AlreadyBlessedError(BlessError):
+class AlreadyBlessedError(ConflictError):
     exit_code = ExitCode.ALREADY_BLESSED
     title = "already blessed"
     meaning = "a blessing already exists for this config hash (use --rebless)"
 
 
-class LockHeldError(BlessError):
+class LockHeldError(ConflictError):
     exit_code = ExitCode.LOCK_HELD
     title = "lock held"
     meaning = "another bless holds the lock for this config hash"
 
 
-class ContainerConflictError(BlessError):
+class ContainerConflictError(ConflictError):
     exit_code = ExitCode.CONTAINER_CONFLICT
     title = "container conflict"
     meaning = "a container of ours is already running, or a foreign container holds our name"
 
 
-class WeakerBlessingError(BlessError):
+class WeakerBlessingError(ConflictError):
     """``--rebless`` would replace a blessing with one whose failure-rate bound is weaker."""
 
     exit_code = ExitCode.WEAKER_BLESSING
@@ -154,7 +195,7 @@ class WeakerBlessingError(BlessError):
     meaning = "--rebless would replace a blessing with a weaker failure-rate bound (use --allow-weaker)"
 
 
-class NoSpaceError(BlessError):
+class NoSpaceError(HostError):
     """A write found the disk full, the quota used up, or the file system read-only; nothing was committed."""
 
     exit_code = ExitCode.NO_SPACE
@@ -165,7 +206,7 @@ class NoSpaceError(BlessError):
     )
 
 
-class DowngradeError(BlessError):
+class DowngradeError(ConflictError):
     """A pull would replace the live blessing of a config with an older one."""
 
     exit_code = ExitCode.DOWNGRADE
@@ -173,7 +214,7 @@ class DowngradeError(BlessError):
     meaning = "a pull would replace a newer live blessing of the config with an older one (use --allow-downgrade)"
 
 
-class StoreUnavailableError(BlessError):
+class StoreUnavailableError(HostError):
     """The store cannot be used here: its root or one of its dirs is not a directory, or a lock, lease or
     other store file cannot be created or opened for a reason other than a full or read-only disk
     (that is :class:`NoSpaceError`). The environment is at fault, not bless and not the manifests."""
@@ -186,7 +227,7 @@ class StoreUnavailableError(BlessError):
     )
 
 
-class NoManifestError(BlessError):
+class NoManifestError(BlessingError):
     """No blessed manifest matches a config hash; ``details['nearest']`` holds the factor diff."""
 
     exit_code = ExitCode.NO_MANIFEST
@@ -206,7 +247,7 @@ class TreeCheck(Protocol):
     def problems(self) -> Sequence[_Problem]: ...
 
 
-class VerifyFailedError(BlessError):
+class VerifyFailedError(VerificationError):
     exit_code = ExitCode.VERIFY_FAILED
     title = "verification failed"
     meaning = "blessed cache files differ from the manifest"
@@ -234,25 +275,25 @@ class VerifyFailedError(BlessError):
         )
 
 
-class ManifestInvalidError(BlessError):
+class ManifestInvalidError(BlessingError):
     exit_code = ExitCode.MANIFEST_INVALID
     title = "invalid manifest"
     meaning = "a manifest is unreadable, schema-invalid or of an unknown version"
 
 
-class ManifestDuplicateError(BlessError):
+class ManifestDuplicateError(BlessingError):
     exit_code = ExitCode.MANIFEST_DUPLICATE
     title = "duplicate manifest (store corruption)"
     meaning = "two manifests claim one config hash (store corruption)"
 
 
-class GateFailedError(BlessError):
+class GateFailedError(BlessingError):
     exit_code = ExitCode.GATE_FAILED
     title = "gate failed"
     meaning = "bless gate: one or more profiles are not blessed"
 
 
-class UnsafeEnvError(BlessError):
+class UnsafeEnvError(ConfigError):
     exit_code = ExitCode.UNSAFE_ENV
     title = "unsafe environment"
     meaning = (
@@ -260,7 +301,7 @@ class UnsafeEnvError(BlessError):
     )
 
 
-class ResolutionError(BlessError):
+class ResolutionError(HostError):
     """A factor (image ID, model revision, hardware facts) could not be resolved."""
 
     exit_code = ExitCode.RESOLUTION_FAILED
@@ -268,19 +309,19 @@ class ResolutionError(BlessError):
     meaning = "a factor (image ID, model revision, hardware) could not be resolved"
 
 
-class HardwareMismatchError(BlessError):
+class HardwareMismatchError(HostError):
     exit_code = ExitCode.HARDWARE_MISMATCH
     title = "hardware mismatch"
     meaning = "this machine does not match the profile's declared hardware"
 
 
-class EnvironmentMismatchError(BlessError):
+class EnvironmentMismatchError(HostError):
     exit_code = ExitCode.ENVIRONMENT_MISMATCH
     title = "environment mismatch"
     meaning = "the engine's packages, Python or local model differ from the profile's [runtime] / [model] declaration"
 
 
-class UnknownEngineVersionError(BlessError):
+class UnknownEngineVersionError(ConfigError):
     """The engine version has no entry in bless's per-version rules (its markers, hashed env, layout are unknown)."""
 
     exit_code = ExitCode.UNKNOWN_ENGINE_VERSION
@@ -288,25 +329,25 @@ class UnknownEngineVersionError(BlessError):
     meaning = "bless has no rules for this engine version (see bless engines; --allow-unknown-engine-version)"
 
 
-class BootstrapFailedError(BlessError):
+class BootstrapFailedError(EngineError):
     exit_code = ExitCode.BOOTSTRAP_FAILED
     title = "bootstrap failed"
     meaning = "phase 1 (bootstrap compile) failed"
 
 
-class TrialsFailedError(BlessError):
+class TrialsFailedError(EngineError):
     exit_code = ExitCode.TRIALS_FAILED
     title = "trials failed"
     meaning = "phase 2 (replay-coherence / reuse trials) rejected every candidate"
 
 
-class CanaryFailedError(BlessError):
+class CanaryFailedError(EngineError):
     exit_code = ExitCode.CANARY_FAILED
     title = "canary failed"
     meaning = "serve-full: the canary did not reproduce the golden output"
 
 
-class CacheChangedError(BlessError):
+class CacheChangedError(VerificationError):
     """The blessed files changed between verification and use."""
 
     exit_code = ExitCode.CACHE_CHANGED
@@ -314,7 +355,7 @@ class CacheChangedError(BlessError):
     meaning = "serve-full: blessed files changed between verification and use"
 
 
-class EngineFailedError(BlessError):
+class EngineFailedError(EngineError):
     """The engine did not start or become ready (outside of a bless run)."""
 
     exit_code = ExitCode.ENGINE_FAILED
@@ -322,7 +363,7 @@ class EngineFailedError(BlessError):
     meaning = "serve-full: the engine exited or never became ready"
 
 
-class CacheNotUsedError(BlessError):
+class CacheNotUsedError(EngineError):
     """The served engine did not load the blessed cache (it compiled, or keyed its cache differently)."""
 
     exit_code = ExitCode.CACHE_NOT_USED
@@ -330,7 +371,7 @@ class CacheNotUsedError(BlessError):
     meaning = "serve-full: the engine did not load the blessed cache (it compiled or keyed it anew)"
 
 
-class NotServingError(BlessError):
+class NotServingError(EngineError):
     exit_code = ExitCode.NOT_SERVING
     title = "not serving"
     meaning = (
@@ -339,7 +380,7 @@ class NotServingError(BlessError):
     )
 
 
-class CoverageIncompleteError(BlessError):
+class CoverageIncompleteError(EngineError):
     """The profile requires full coverage and the engine's coverage model cannot reach a family or class."""
 
     exit_code = ExitCode.COVERAGE_INCOMPLETE
@@ -347,7 +388,7 @@ class CoverageIncompleteError(BlessError):
     meaning = "bless run: full coverage is required and a kernel family or class, or serves' evidence, is out of reach"
 
 
-class UnprovenCompileError(BlessError):
+class UnprovenCompileError(EngineError):
     """The served engine compiled something the blessing does not hold (policy ``stop``)."""
 
     exit_code = ExitCode.UNPROVEN_COMPILE
@@ -355,25 +396,25 @@ class UnprovenCompileError(BlessError):
     meaning = "serve-full: the engine compiled a kernel the blessing does not hold and was stopped (policy stop)"
 
 
-class RuntimeUnavailableError(BlessError):
+class RuntimeUnavailableError(HostError):
     exit_code = ExitCode.RUNTIME_UNAVAILABLE
     title = "runtime unavailable"
     meaning = "the container runtime (Docker) or local runtime is unavailable"
 
 
-class ImageMissingError(BlessError):
+class ImageMissingError(HostError):
     exit_code = ExitCode.IMAGE_MISSING
     title = "image missing"
     meaning = "the engine image is not present"
 
 
-class InsufficientGpuError(BlessError):
+class InsufficientGpuError(HostError):
     exit_code = ExitCode.INSUFFICIENT_GPU
     title = "not enough GPU"
     meaning = "not enough GPUs or GPU memory for the profile"
 
 
-class TrustExistsError(BlessError):
+class TrustExistsError(ConflictError, TrustError):
     """``bless trust init`` would overwrite existing keys or metadata."""
 
     exit_code = ExitCode.TRUST_EXISTS
@@ -381,7 +422,7 @@ class TrustExistsError(BlessError):
     meaning = "bless trust init: keys or metadata already exist in that directory (never overwritten)"
 
 
-class UnsignedError(BlessError):
+class UnsignedError(TrustError):
     """Under ``--trust``: the blessing is not a target of the trusted, signed metadata."""
 
     exit_code = ExitCode.UNSIGNED
@@ -389,7 +430,7 @@ class UnsignedError(BlessError):
     meaning = "--trust: the blessing is not a target of the signed metadata (unsigned or delisted)"
 
 
-class SignatureUntrustedError(BlessError):
+class SignatureUntrustedError(TrustError):
     """Signed metadata carries no valid signature by a key the trusted root lists for its role."""
 
     exit_code = ExitCode.SIGNATURE_UNTRUSTED
@@ -397,7 +438,7 @@ class SignatureUntrustedError(BlessError):
     meaning = "--trust: signed metadata has no valid signature by a key the trusted root lists"
 
 
-class BelowThresholdError(BlessError):
+class BelowThresholdError(TrustError):
     """Signed metadata has valid signatures, but fewer than its role's threshold."""
 
     exit_code = ExitCode.BELOW_THRESHOLD
@@ -405,13 +446,13 @@ class BelowThresholdError(BlessError):
     meaning = "--trust: signed metadata has fewer valid signatures than its role's threshold"
 
 
-class MetadataExpiredError(BlessError):
+class MetadataExpiredError(TrustError):
     exit_code = ExitCode.METADATA_EXPIRED
     title = "signed metadata expired"
     meaning = "--trust: signed metadata has expired (re-sign with bless sign)"
 
 
-class RollbackError(BlessError):
+class RollbackError(TrustError):
     """Validly signed metadata older than the newest this host has already trusted."""
 
     exit_code = ExitCode.ROLLBACK
@@ -419,7 +460,7 @@ class RollbackError(BlessError):
     meaning = "--trust: signed metadata is older than the newest this host has trusted (rollback)"
 
 
-class TargetMismatchError(BlessError):
+class TargetMismatchError(TrustError):
     """The manifest's bytes differ from the signed target's length or hashes."""
 
     exit_code = ExitCode.TARGET_MISMATCH
@@ -427,7 +468,7 @@ class TargetMismatchError(BlessError):
     meaning = "--trust: the manifest differs from the signed target's length or hashes"
 
 
-class TrustInvalidError(BlessError):
+class TrustInvalidError(TrustError):
     """Trust metadata or keys are missing, malformed or inconsistent, or the signing repository cannot be written."""
 
     exit_code = ExitCode.TRUST_INVALID
@@ -438,19 +479,19 @@ class TrustInvalidError(BlessError):
     )
 
 
-class RegistryUnavailableError(BlessError):
+class RegistryUnavailableError(RegistryError):
     exit_code = ExitCode.REGISTRY_UNAVAILABLE
     title = "registry unavailable"
     meaning = "the OCI registry is unreachable or refused the request or credentials"
 
 
-class ArtifactNotFoundError(BlessError):
+class ArtifactNotFoundError(RegistryError):
     exit_code = ExitCode.ARTIFACT_NOT_FOUND
     title = "artifact not found"
     meaning = "the registry has no such repository, tag or digest"
 
 
-class DigestMismatchError(BlessError):
+class DigestMismatchError(RegistryError):
     """A downloaded blob or manifest does not hash to the digest it was asked for."""
 
     exit_code = ExitCode.DIGEST_MISMATCH
@@ -458,7 +499,7 @@ class DigestMismatchError(BlessError):
     meaning = "a downloaded blob or manifest does not match its digest (altered in the registry)"
 
 
-class ArtifactInvalidError(BlessError):
+class ArtifactInvalidError(RegistryError):
     """What the registry returned is not a well-formed bless artifact."""
 
     exit_code = ExitCode.ARTIFACT_INVALID
@@ -466,7 +507,7 @@ class ArtifactInvalidError(BlessError):
     meaning = "the artifact is not a well-formed bless artifact (media types, paths, layout)"
 
 
-class TransferIncompleteError(BlessError):
+class TransferIncompleteError(RegistryError):
     """A download ended before all its bytes arrived."""
 
     exit_code = ExitCode.TRANSFER_INCOMPLETE
@@ -482,7 +523,7 @@ class InterruptedByUserError(BlessError):
     meaning = "interrupted by SIGINT/SIGTERM (containers stopped, evidence kept)"
 
 
-class EngineHttpError(BlessError):
+class EngineHttpError(EngineError):
     """A request to the engine failed or its reply was malformed; ``refused`` marks a closed port."""
 
     title = "engine request failed"
@@ -492,7 +533,7 @@ class EngineHttpError(BlessError):
         self.refused = refused
 
 
-class NotReadyError(BlessError):
+class NotReadyError(EngineError):
     """The engine exited, timed out or kept failing before it became ready."""
 
     title = "engine not ready"
@@ -501,13 +542,30 @@ class NotReadyError(BlessError):
 def _declaring_classes() -> list[type[BlessError]]:
     """Every BlessError class that declares an exit code itself (subclasses that inherit one do not)."""
     found: list[type[BlessError]] = []
+    seen: set[type[BlessError]] = set()
     pending: list[type[BlessError]] = [BlessError]
     while pending:
         cls = pending.pop()
+        if cls in seen:  # a class in two families is reached twice
+            continue
+        seen.add(cls)
         if "exit_code" in vars(cls):
             found.append(cls)
         pending.extend(cls.__subclasses__())
     return found
+
+
+#: The families, in the order a caller reads them (docs/reference/python-api.md lists each with its codes).
+FAMILIES: tuple[type[BlessError], ...] = (
+    ConfigError,
+    ConflictError,
+    BlessingError,
+    VerificationError,
+    EngineError,
+    HostError,
+    TrustError,
+    RegistryError,
+)
 
 
 def _exit_codes() -> tuple[tuple[ExitCode, str], ...]:

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 import bless
+from bless._version import DISTRIBUTION
 from bless.errors import UsageError
 from bless.store import Store, default_root
 
@@ -60,7 +61,7 @@ VerboseOption = Annotated[
 def installed_version() -> str:
     """bless's version: the installed distribution's, else (a checkout run without installing) the package's own."""
     try:
-        return importlib.metadata.version("bless")
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return bless.__version__
 

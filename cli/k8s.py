@@ -15,8 +15,8 @@ from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, ProfileOption, app_state
 from bless.cli.registry import MinRateOption, PlainHttpOption, TransferGraceOption, transfer_limits
 from bless.core.untrusted_text import shown
+from bless.flows.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from bless.k8s import documents as k8s
-from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 
 k8s_app = typer.Typer(
     name="k8s",

@@ -16,7 +16,7 @@ from bless.cli import render
 from bless.cli.boundary import Report, command
 from bless.cli.common import JsonOption, app_state, reading_store
 from bless.cli.trust import TrustOption, render_trust
-from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
+from bless.flows.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE, TransferLimits, parse_rate
 from bless.store import Store
 from bless.trust import trust_report
 

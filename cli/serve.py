@@ -66,7 +66,7 @@ from bless.cli.trust import TrustOption, render_trust
 from bless.core.profile import Profile, load_profile
 from bless.flows import serve
 from bless.flows.events import Event
-from bless.oci.limits import DEFAULT_LIMITS, DEFAULT_MIN_RATE
+from bless.flows.transfer import DEFAULT_LIMITS, DEFAULT_MIN_RATE
 from bless.runtime import get_runtime
 
 app = typer.Typer(

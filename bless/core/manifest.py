@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -99,7 +100,8 @@ class Manifest:
         """Serialized, validated manifest (pretty, stable key order, trailing newline)."""
         document = self.to_dict()
         validate_document(document, where="manifest being written")
-        return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+        text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        return (text + "\n").encode("utf-8")
 
 
 def factor_field(factors: Mapping[str, Any], section: str, key: str) -> Any:
@@ -156,6 +158,27 @@ def _schema_errors(document: dict[str, Any]) -> list[str]:
     return schema_errors("manifest.v1", document)
 
 
+def _non_finite_numbers(document: dict[str, Any]) -> list[str]:
+    """NaN and the infinities: not JSON, and the schema's bounds let NaN through (every comparison is false).
+
+    The file listing is left out (its sizes are checked as integers by :func:`listing_conforms` and the schema).
+    """
+    found: list[str] = []
+    pending: list[tuple[str, Any]] = [
+        (key, value if key != "cache" or not isinstance(value, dict) else {**value, "files": [], "dirs": []})
+        for key, value in document.items()
+    ]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append(f"{where}: {value} is not a JSON number")
+        elif isinstance(value, dict):
+            pending.extend((f"{where}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+    return sorted(found)
+
+
 def validate_document(document: Any, *, where: str) -> None:
     """Schema validation plus the checks a schema cannot express; raises ManifestInvalidError."""
     _validated_files(document, where=where)
@@ -172,7 +195,7 @@ def _validated_files(document: Any, *, where: str) -> tuple[FileEntry, ...]:
             f"{SCHEMA_VERSION}",
             hint="use the bless version that wrote it, or re-bless with this one",
         )
-    errors = _schema_errors(document)
+    errors = _non_finite_numbers(document) or _schema_errors(document)
     if errors:
         raise ManifestInvalidError(
             f"{where}: " + "; ".join(errors),

@@ -8,7 +8,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import bless
 from bless.core.coverage import CoverageFamily, CoveragePlan, group_token_counts
 from bless.core.factors import ResolvedConfig
 from bless.core.profile import Profile
@@ -95,6 +94,9 @@ DEBUG_ENV = {
     "TORCH_LOGS": "torch trace logging (a debug start)",
     "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "disables every Inductor cache (forces recompiles)",
 }
+
+#: The directory that holds the bless package (a checkout, or site-packages): a local engine's PYTHONPATH.
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ReferenceAdapter:
@@ -200,7 +202,7 @@ class ReferenceAdapter:
                 "--host",
                 host,
             )
-            env = {"PYTHONPATH": str(Path(bless.__file__).resolve().parent.parent)}
+            env = {"PYTHONPATH": str(PACKAGE_ROOT)}
         command = [
             *prefix,
             "--port", str(port),

@@ -77,18 +77,21 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
 def push_blessing(
     store: Store,
     manifest: Manifest,
-    reference: Reference,
+    reference: Reference | str,
     *,
     metadata_dir: Path | None = None,
     plain_http: bool | None = None,
     progress: Callable[[int], None] | None = None,
     transport: Transport | None = None,
 ) -> PushResult:
-    """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given).
+    """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given; a reference
+    given as written on a command line is parsed here).
 
     ``transport``: what carries the registry client's requests (None: the network; the unit tests'
     in-memory registry otherwise).
     """
+    if isinstance(reference, str):
+        reference = parse_reference(reference)
     signing = _signing_metadata(metadata_dir, manifest) if metadata_dir is not None else None
     blessed_dir = store.blessed_dir(manifest)
     check = store.verify_blessing(manifest)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bless.errors import VerifyFailedError
 from bless.flows.lookup import lookup_live
 from bless.store import LiveManifest, Store
 from bless.trust import DEFAULT_EXPIRES, KeySources, SignResult, parse_duration, sign_blessing
@@ -53,11 +54,18 @@ def sign_stored_blessing(
     A re-blessed config's older signed versions are delisted unless ``keep_previous``. ``sources``: the
     file keys' passphrase and the signer URIs (HSM, KMS) by role.
 
+    The blessed tree is verified against the manifest first: a signature vouches for files, so a tree that
+    differs from its manifest is never signed.
+
     Raises:
+        VerifyFailedError: the blessed files differ from the manifest (nothing is signed).
         TrustInvalidError, NoSpaceError: the signing repository (or the bundle) cannot be used or written.
         UsageError: ``model_signing`` without the model-signing package.
     """
     manifest = live.manifest
+    check = store.verify_blessing(manifest)
+    if not check.ok:
+        raise VerifyFailedError.from_result(check, store.blessed_dir(manifest), config_hash=manifest.config_hash)
     signing = sign_blessing(
         keys, manifest, live.document, sources=sources, expires=expires, keep_previous=keep_previous
     )

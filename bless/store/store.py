@@ -157,18 +157,20 @@ class Store:
         progress: ProgressFn | None = None,
         before_hashing: Callable[[Path], None] | None = None,
         live: LiveManifest | None = None,
+        workers: int | None = None,
     ) -> VerifyResult:
         """The one check of a blessing (verify, gate --verify, serve-full, push): permissions, then bytes.
 
         :meth:`check_permissions` first (raising :class:`VerifyFailedError`; ``live`` as there), then
         ``before_hashing`` with the blessed dir (serve-full stamps its snapshot there, and takes the dir
-        from it), then :func:`~bless.core.verify.verify_tree` (read-only expected); the caller judges the result.
+        from it), then :func:`~bless.core.verify.verify_tree` (read-only expected; ``workers`` hashing threads,
+        None: its default); the caller judges the result.
         """
         blessed_dir = self.blessed_dir(manifest)
         self._check_permissions(manifest, blessed_dir, live)
         if before_hashing is not None:
             before_hashing(blessed_dir)
-        return verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress)
+        return verify_tree(blessed_dir, manifest.cache.files, manifest.cache.dirs, progress=progress, workers=workers)
 
     def new_staging_dir(self, run_id: str) -> Path:
         """Create ``root/staging/<run_id>/`` with an ``.owner`` record (pid, host) and return it.

@@ -13,9 +13,9 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from bless.core.untrusted_text import shown
 from bless.errors import InputInvalidError
 from bless.system.bounded_read import UnreadableFileError, file_kind, read_bounded
+from bless.untrusted_text import shown
 
 __all__ = ["INPUT_FILE_MAX", "check_output_target", "read_input", "similar_files"]
 

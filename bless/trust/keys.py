@@ -359,7 +359,8 @@ def _backend_hint(scheme: str) -> str:
     if scheme == "hsm":
         return (
             "set PYKCS11LIB to the token's PKCS#11 module (e.g. /usr/lib/softhsm/libsofthsm2.so), check the key id "
-            f"and label, give the user PIN ({HSM_PIN_ENV}), and install the hsm extra (pip install 'bless[hsm]'); "
+            f"and label, give the user PIN ({HSM_PIN_ENV}), and install the hsm extra "
+            "(pip install 'bless-cache[hsm]'); "
             "HSM keys are ECDSA P-256 or P-384"
         )
     extra = {"gcpkms": "gcpkms", "awskms": "awskms", "azurekms": "azurekms", "hv": "vault"}.get(scheme, scheme)

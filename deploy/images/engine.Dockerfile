@@ -48,7 +48,7 @@ RUN set -eu; \
     case "$BLESS_FROM" in \
       wheelhouse) \
         [ -d "$ctx/wheelhouse" ] || { echo "engine.Dockerfile: BLESS_FROM=wheelhouse needs wheelhouse/ in the build context (scripts/images/build-engine-image.sh makes one); for pip from PyPI use --build-arg BLESS_FROM=source with the repository as context" >&2; exit 1; }; \
-        set -- --no-index --find-links "$ctx/wheelhouse" bless ;; \
+        set -- --no-index --find-links "$ctx/wheelhouse" bless-cache ;; \
       source) \
         [ -f "$ctx/pyproject.toml" ] || { echo "engine.Dockerfile: BLESS_FROM=source needs bless's repository as the build context" >&2; exit 1; }; \
         set -- "$ctx" ;; \

@@ -357,7 +357,7 @@ bless_source_hash() {
 
 # make_bless_wheelhouse SRC DEST IMAGE [PYTHON]: DEST (a new dir) gets bless's wheel built from SRC (a copy
 # made by copy_bless_source) and every dependency as a wheel for PYTHON of IMAGE (pip_target_args), so that
-# `pip install --no-index --find-links DEST bless` works in IMAGE without a network. The dependencies are
+# `pip install --no-index --find-links DEST bless-cache` works in IMAGE without a network. The dependencies are
 # cached in $CACHE_DIR/bless-deps-<target>-<pyproject> (they change only with pyproject.toml); older ones of
 # the same target are dropped.
 make_bless_wheelhouse() {
@@ -367,8 +367,8 @@ make_bless_wheelhouse() {
     new_scratch bless-wheel
     run_pip "$image" "pip wheel --no-deps (bless's wheel)" \
         wheel --disable-pip-version-check --no-deps --wheel-dir "$SCRATCH_DIR" "$src"
-    wheel="$(find "$SCRATCH_DIR" -maxdepth 1 -name 'bless-*.whl' -print -quit)"
-    [[ -n "$wheel" ]] || die "pip wheel made no bless-*.whl in $SCRATCH_DIR"
+    wheel="$(find "$SCRATCH_DIR" -maxdepth 1 -name 'bless_cache-*.whl' -print -quit)"
+    [[ -n "$wheel" ]] || die "pip wheel made no bless_cache-*.whl in $SCRATCH_DIR"
     target_key="$(printf '%s\n' "${PIP_TARGET[*]}" | sha256)"
     deps_key="$(sha256 <"$src/pyproject.toml")"
     deps="$CACHE_DIR/bless-deps-${target_key:0:12}-${deps_key:0:12}"
@@ -379,7 +379,7 @@ make_bless_wheelhouse() {
         tmp="$SCRATCH_DIR"
         run_pip "$image" "pip download of bless's dependencies into $deps" \
             download --disable-pip-version-check --dest "$tmp" "${PIP_TARGET[@]}" "$wheel"
-        rm -f "$tmp"/bless-*.whl
+        rm -f "$tmp"/bless_cache-*.whl
         touch "$tmp/.complete"
         rm -rf "$deps"
         mv "$tmp" "$deps"

@@ -1023,7 +1023,7 @@ def test_version_prints_the_installed_version_and_exits_0(
 
     code, out, _ = _entry(capsys, entry, ["--version"])
     assert code == 0
-    assert out == f"{program} {importlib.metadata.version('bless')}\n"
+    assert out == f"{program} {importlib.metadata.version('bless-cache')}\n"
 
 
 def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path: Path) -> None:
@@ -1041,15 +1041,16 @@ def test_version_falls_back_to_the_package_when_bless_is_not_installed(tmp_path:
     deps = tmp_path / "deps"
     deps.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.startswith(("bless-", "__editable__", "bless.")):
+        if not entry.name.startswith(("bless-", "bless_cache", "__editable__", "bless.")):
             (deps / entry.name).symlink_to(entry)
-    # bless alone, not the checkout: an editable install leaves bless.egg-info (metadata) at the checkout's top
+    # bless alone, not the checkout: an editable install leaves bless_cache.egg-info (metadata) at the checkout's top
     (deps / "bless").symlink_to(Path(bless.__file__).resolve().parent)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(deps)}
     check = (
-        "import importlib.metadata as m\ntry:\n    m.version('bless')\nexcept m.PackageNotFoundError:\n    print('no')"
+        "import importlib.metadata as m\ntry:\n    m.version('bless-cache')\n"
+        "except m.PackageNotFoundError:\n    print('no')"
     )
-    # cwd: -c and -m put it first on sys.path, and the checkout's is where bless.egg-info is
+    # cwd: -c and -m put it first on sys.path, and the checkout's is where bless_cache.egg-info is
     absent = subprocess.run(
         [sys.executable, "-S", "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
     )

@@ -329,3 +329,14 @@ def test_the_one_call_check_sees_a_second_library_call() -> None:
 
     with pytest.raises(AssertionError, match="no parse/render helper"):
         _library_calls("unlisted", unlisted)
+
+
+def test_the_command_line_reaches_the_registry_layer_only_through_the_flows() -> None:
+    """cli/ -> flows -> oci: the transfer limits' defaults come from ``bless.flows.transfer``."""
+    offenders = sorted(
+        f"{path.name}: {node.module}"
+        for path in (REPO / "cli").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bless.oci")
+    )
+    assert offenders == []

@@ -469,7 +469,7 @@ def test_non_finite_numbers_are_refused(tmp_path, document, constant):
     path = tmp_path / "m.json"
     path.write_text(text)
     error = refused(path)
-    assert "not valid JSON" in error.message or "factors cannot be hashed" in error.message
+    assert any(words in error.message for words in ("not valid JSON", "factors cannot be hashed", "not a JSON number"))
 
 
 def test_lone_surrogate_in_factors_is_refused(tmp_path, document):

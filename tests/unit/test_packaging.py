@@ -51,6 +51,40 @@ def test_every_directory_with_package_data_is_a_listed_package() -> None:
             assert list(directory.glob(pattern)), f"{package}: {pattern} matches nothing"
 
 
+def test_the_distribution_is_bless_cache_and_the_import_name_stays_bless() -> None:
+    """ "bless" on PyPI is an unrelated project (a Bluetooth LE server): installing it by that name would get it."""
+    from bless._version import DISTRIBUTION
+
+    assert PYPROJECT["project"]["name"] == DISTRIBUTION == "bless-cache"
+    assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["bless", "bless.*"]
+
+
+#: The CI gate's workflow, which users copy into their repositories.
+GATE_WORKFLOW = REPO / "docs" / "ci" / "bless-gate.yml"
+
+
+def test_the_ci_gate_installs_bless_by_path_and_pinned_hash_never_by_name() -> None:
+    """A bare name from a package index is a dependency-confusion hole: ``bless==0.1.0`` installs another project."""
+    import yaml
+
+    workflow = yaml.safe_load(GATE_WORKFLOW.read_text(encoding="utf-8"))
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    installs = [step for step in steps if "pip install" in step.get("run", "")]
+    assert len(installs) == 1, installs
+    (install,) = installs
+    lines = [line.strip() for line in install["run"].splitlines() if line.strip()]
+    pip = [line for line in lines if "pip install" in line]
+    assert pip == ['python -m pip install "./$BLESS_WHEEL"'], pip  # a path: pip never asks an index for bless
+    check = 'echo "$BLESS_WHEEL_SHA256  $BLESS_WHEEL" | sha256sum --check --strict'
+    assert lines.index(check) < lines.index(pip[0]), "the wheel's hash is checked before it is installed"
+    wheel = install["env"]["BLESS_WHEEL"]
+    version = re.escape(PYPROJECT["project"]["version"])
+    assert re.fullmatch(r"[\w./-]+/bless_cache-" + version + r"-py3-none-any\.whl", wheel), wheel
+    assert re.fullmatch(r"[0-9a-f]{64}", str(install["env"]["BLESS_WHEEL_SHA256"]))
+    text = GATE_WORKFLOW.read_text(encoding="utf-8")
+    assert not re.search(r"pip install\s+[\"']?bless(-cache)?\b", text), "an install by name"
+
+
 def test_console_scripts_name_bless_modules() -> None:
     """The entry points must name modules the wheel installs (a top-level ``cli`` is not installed)."""
     assert PYPROJECT["project"]["scripts"] == {"bless": "bless.cli.main:main", "serve-full": "bless.cli.serve:main"}
@@ -78,7 +112,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    (built,) = out.glob("bless-*.whl")
+    (built,) = out.glob("bless_cache-*.whl")
     return built
 
 
@@ -88,7 +122,10 @@ def test_the_wheel_installs_only_bless(wheel: Path) -> None:
         names = archive.namelist()
         dist_info = next(name.split("/")[0] for name in names if name.endswith(".dist-info/METADATA"))
         top_level = archive.read(f"{dist_info}/top_level.txt").decode().split()
+        metadata = archive.read(f"{dist_info}/METADATA").decode()
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
+    assert re.search(r"^Name: bless-cache$", metadata, re.MULTILINE), metadata[:500]
+    assert dist_info == f"bless_cache-{PYPROJECT['project']['version']}.dist-info", dist_info
     assert {name.split("/")[0] for name in names} == {"bless", dist_info}
     assert top_level == ["bless"]
     assert re.search(r"^bless = bless\.cli\.main:main$", entry_points, re.MULTILINE), entry_points
@@ -145,13 +182,17 @@ def test_a_venv_with_only_the_wheel_runs_both_commands(wheel: Path, tmp_path: Pa
     probe = run(
         str(python),
         "-c",
-        "import importlib.util, bless, bless.cli.main, bless.core.schemas\n"
+        "import importlib.metadata as m, importlib.util, sysconfig, bless, bless.cli.main, bless.core.schemas\n"
         "print(bless.__file__)\n"
+        "print(m.version('bless-cache'), sorted(d.metadata['Name'] for d in m.distributions("
+        "path=[sysconfig.get_paths()['purelib']])))\n"
         "print(sorted(bless.core.schemas.validator('profile.v1').schema['properties']))\n"
         "print([name for name in ('cli', 'manifests') if importlib.util.find_spec(name) is not None])\n",
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
-    origin, schema_fields, strays = probe.stdout.splitlines()
+    origin, installed, schema_fields, strays = probe.stdout.splitlines()
+    # the venv's own site-packages holds one distribution, bless-cache (its metadata is what --version reads)
+    assert installed == f"{PYPROJECT['project']['version']} ['bless-cache']", installed
     assert Path(origin).is_relative_to(venv), origin
     assert "'runtime'" in schema_fields, schema_fields  # the profile schema, read from the wheel's bless/schema
     assert strays == "[]", "a top-level cli or manifests package is importable from the wheel's venv"

@@ -59,10 +59,16 @@ class VerifyOutcome(JsonForm):
 
 
 def verify_blessing(
-    store: Store, text: str, *, trust_dir: Path | None = None, progress: ProgressFactory | None = None
+    store: Store,
+    text: str,
+    *,
+    trust_dir: Path | None = None,
+    progress: ProgressFactory | None = None,
+    workers: int | None = None,
 ) -> VerifyOutcome:
     """Verify the blessing ``text`` names (a config hash or a unique prefix): every file's size and sha256,
     nothing extra; under ``trust_dir`` its manifest must first be a validly signed, current TUF target.
+    ``workers``: hashing threads (None: the default).
 
     Raises:
         NoManifestError, InputInvalidError, ManifestInvalidError, ManifestDuplicateError: the lookup.
@@ -74,8 +80,8 @@ def verify_blessing(
     verdict = trust_verdict(store, manifest, trust_dir, data=live.document)
     blessed_dir = store.blessed_dir(manifest)
     if progress is None:
-        result = store.verify_blessing(manifest)
+        result = store.verify_blessing(manifest, workers=workers)
     else:
         with progress(manifest.cache.total_size) as advance:
-            result = store.verify_blessing(manifest, progress=advance)
+            result = store.verify_blessing(manifest, progress=advance, workers=workers)
     return VerifyOutcome(manifest.config_hash, blessed_dir, result, verdict)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bless import __version__
 from bless import runtime as runtimes  # get_runtime looked up at call time (a test may swap it)
+from bless._version import __version__
 from bless.core.coverage import CoveragePlan, describe_plan
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.manifest import Manifest, cache_tree_from_listing, default_provenance
@@ -176,9 +176,9 @@ class Orchestrator:
             trials_planned=options.k,
             confidence=options.confidence,
             failure_rate_bound=failure_rate_bound(passes, options.confidence) if published else None,
-            manifest_path=str(publish.manifest_path) if publish else None,
-            blessed_dir=str(publish.blessed_dir) if publish else None,
-            archived_manifest=str(publish.archived_manifest) if publish and publish.archived_manifest else None,
+            manifest_path=publish.manifest_path if publish else None,
+            blessed_dir=publish.blessed_dir if publish else None,
+            archived_manifest=publish.archived_manifest if publish else None,
             wall_seconds=time.monotonic() - started,
             engine_seconds=self.containers.engine_seconds,
             warnings=tuple(self._warnings),

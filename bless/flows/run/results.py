@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bless.core.coverage import CoverageRun
@@ -157,9 +158,9 @@ class RunResult(JsonForm):
     trials_planned: int
     confidence: float
     failure_rate_bound: float | None
-    manifest_path: str | None
-    blessed_dir: str | None
-    archived_manifest: str | None
+    manifest_path: Path | None
+    blessed_dir: Path | None
+    archived_manifest: Path | None
     wall_seconds: float = field(metadata=as_json(to_json=rounded(3)))
     engine_seconds: float = field(metadata=as_json(to_json=rounded(3)))
     warnings: tuple[str, ...] = ()

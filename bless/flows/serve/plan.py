@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from bless import container_labels as labels
 from bless.core.factors import GpuInfo, ResolvedConfig
@@ -34,6 +34,60 @@ _LOOPBACK_FOR = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
 DEBUG_BANNER = (
     "DEBUG START, NOT BLESSED: no manifest was checked, no compiled cache is mounted, the engine runs "
     "eager (compile off). Outputs and performance are not what a blessed start serves."
+)
+
+
+class PlanMount(TypedDict):
+    """How the blessed tree reaches the engine."""
+
+    kind: str
+    source: str
+    target: str
+    upper_dir: str | None
+    presented_as: str | None
+
+
+class PlanContainer(TypedDict):
+    """The engine's container or process, secrets redacted."""
+
+    name: str
+    image: str | None
+    command: list[str]
+    env: dict[str, str]
+    labels: dict[str, str]
+    home: str | None
+    port: int | None
+    host_ip: str
+    host_port: int | None
+    gpus: int | None
+
+
+#: A serve's plan as ``serve-full --dry-run --json`` prints it: every check made, what would start. ``trust`` is
+#: there for a blessed plan, ``from`` when the blessing was pulled first (a keyword: hence this spelling).
+ServePlan = TypedDict(
+    "ServePlan",
+    {
+        "blessed": bool,
+        "debug": bool,
+        "banner": str | None,
+        "profile": str,
+        "profile_name": str,
+        "config_hash": str,
+        "run_id": str,
+        "manifest_path": str | None,
+        "blessed_dir": str | None,
+        "golden_prompts": int,
+        "serve_dir": str,
+        "mount": PlanMount | None,
+        "container": PlanContainer,
+        "verification": dict[str, Any] | None,
+        "snapshot": dict[str, Any] | None,
+        "allowed_unsafe": list[str],
+        "warnings": list[str],
+        "timings": dict[str, float],
+        "trust": NotRequired[dict[str, Any]],
+        "from": NotRequired[dict[str, Any]],
+    },
 )
 
 
@@ -148,7 +202,7 @@ class LaunchPlan:
             completion_fields=self.adapter.completion_fields,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ServePlan:
         """JSON-ready plan; secret env values (and secret-looking flags) are ``<redacted>``."""
         # By hand (not JsonForm): a redacted view of the profile, the mount and the container spec.
         spec = self.spec

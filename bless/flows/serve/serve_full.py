@@ -30,7 +30,7 @@ from bless.flows.serve import detached
 from bless.flows.serve import seal as sealing
 from bless.flows.serve.finish import FinishResult, finish
 from bless.flows.serve.follow import follow
-from bless.flows.serve.plan import LaunchPlan, plan
+from bless.flows.serve.plan import LaunchPlan, ServePlan, plan
 from bless.flows.serve.serve_dir import ENGINE_LOG
 from bless.flows.serve.start import LaunchResult, start
 from bless.flows.serve.start_lock import StartingLock
@@ -97,7 +97,7 @@ class ServeHooks:
 class ServeOutcome:
     """How a serve-full ended: the plan, the start, and (foreground) how serving ended."""
 
-    plan: Mapping[str, Any]
+    plan: ServePlan
     dry_run: bool = False
     result: LaunchResult | None = None
     finish: FinishResult | None = None
@@ -177,7 +177,12 @@ def serve_full(
             debug=request.debug,
             allow_unknown_engine_version=request.allow_unknown_engine_version,
         )
-        plan_dict = {**the_plan.to_dict(), **_blessing_checks(request, the_plan, fetched)}
+        plan_dict = the_plan.to_dict()
+        checks = _blessing_checks(request, the_plan, fetched)
+        if "trust" in checks:
+            plan_dict["trust"] = checks["trust"]
+        if "from" in checks:
+            plan_dict["from"] = checks["from"]
         if request.dry_run:
             return ServeOutcome(plan=plan_dict, dry_run=True)
         hooks.on_plan(plan_dict)
@@ -216,7 +221,7 @@ def _serve_foreground(
     request: ServeRequest,
     the_plan: LaunchPlan,
     result: LaunchResult,
-    plan_dict: Mapping[str, Any],
+    plan_dict: ServePlan,
     *,
     runtime: Runtime,
     hooks: ServeHooks,
