@@ -99,6 +99,8 @@ from bless.flows.serve.ready import ReadyRecord
 from bless.flows.serve.serve_full import ServeHooks, ServeOutcome
 from bless.flows.serve.stop import StopOutcome
 from bless.flows.sign import SignOutcome
+from bless.k8s.documents import K8sOptions
+from bless.k8s.documents import Rendered as K8sRendered
 from bless.runtime.base import Runtime
 from bless.store import Store as _StoreImpl
 from bless.trust import SignResult as TrustSigning
@@ -216,6 +218,8 @@ __all__ = [
     "InputInvalidError",
     "InsufficientGpuError",
     "InterruptedByUserError",
+    "K8sOptions",
+    "K8sRendered",
     "LockHeldError",
     "ManifestDuplicateError",
     "ManifestInvalidError",
@@ -275,6 +279,7 @@ __all__ = [
     "diff",
     "gate",
     "init_trust",
+    "k8s_render",
     "list_blessings",
     "load_profile",
     "logger",
@@ -757,6 +762,35 @@ def gate(
     the_store = _store(store)
     return gate_profiles(
         paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
+    )
+
+
+def k8s_render(
+    profile: StrPath,
+    options: K8sOptions,
+    *,
+    store: Store | None = None,
+    trust_dir: StrPath | None = None,
+    plain_http: bool | None = None,
+    dry_run: bool = False,
+) -> K8sRendered:
+    """The Kubernetes documents that serve ``options.artifact`` (a digest) with ``profile`` (``bless k8s render``).
+
+    The blessing's manifest is read from ``store`` when it holds that digest, else from the registry; ``trust_dir``
+    renders its ``root.json`` as the trust ConfigMap; ``dry_run`` reads no blessing (the profile's declarations
+    only). ``result.documents`` are the Deployment, Service, PodDisruptionBudget and ConfigMaps; ``result.warnings``
+    what an operator must know (a loopback reference, where Pod Security "restricted" cannot hold).
+    """
+    from bless.flows.k8s import render_blessing
+
+    given = check.optional_instance("options", options, K8sOptions, "a bless.K8sOptions(...)")
+    if given is None:
+        raise UsageError("options is required", hint="pass options=bless.K8sOptions(artifact=..., ...)")
+    path = check.path("profile", profile)
+    trust = check.optional_path("trust_dir", trust_dir)
+    http = None if plain_http is None else check.flag("plain_http", plain_http)
+    return render_blessing(
+        path, given, trust_dir=trust, store=_store(store), plain_http=http, dry_run=check.flag("dry_run", dry_run)
     )
 
 

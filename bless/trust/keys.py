@@ -395,7 +395,7 @@ def uri_signers(
 
 
 _FILE2_HINT = (
-    "--signer ROLE=file2:PATH names an unencrypted PKCS#8 PEM private key file, mode 0600, of at most "
+    "a file2:PATH signer names an unencrypted PKCS#8 PEM private key file, mode 0600, of at most "
     f"{MAX_KEY_BYTES} bytes; prefer bless's encrypted file keys or an HSM/KMS signer"
 )
 

@@ -33,7 +33,7 @@ def _load_script(name: str) -> ModuleType:
 # What a newcomer runs sits at the top of scripts/; benchmarks, GPU proofs and image builds each have a folder.
 TOP_LEVEL_SCRIPTS = {
     "setup.sh", "main.sh", "test.sh", "ensure-docker.sh", "ensure-podman.sh", "start-registry.sh", "common.sh",
-    "gen_docs.py", "vllm_rules.py",
+    "gen_docs.py", "vllm_rules.py", "vllm_moe_tables.py", "vllm_coverage_cites.py",  # data from a release's source
 }  # fmt: skip
 SCRIPT_FOLDERS = {"bench": "bench_*.py", "gpu": "gpu-proof-*.sh", "images": "build-*-image.sh"}
 

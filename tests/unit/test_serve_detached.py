@@ -195,7 +195,7 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
     """python -m bless.cli.seal_watch, started as --detach starts it, then serve-full stop NAME."""
     result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     assert len(store.leases.release_named(result.started.name)) == 1  # this test's engine is a local process
-    engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    engine = _engine_process()
     watcher_pid: int | None = None
     try:
         the_plan = result.plan
@@ -286,6 +286,27 @@ def test_serve_full_stop_still_removes_a_serve_dir_without_evidence(
     assert outcome.serve_dirs_removed == (str(doc.serve_dir),) and not doc.serve_dir.exists()
 
 
+def _engine_process() -> subprocess.Popen[bytes]:
+    """A stand-in engine (a sleeping process) with a /dev/shm of its own where a mount namespace can be had.
+
+    The watcher lists the engine's /dev/shm; a local engine without a namespace shares this host's, where other
+    tests and programs write at any moment (a compile of nobody's, to a fail-closed seal). As root the stand-in
+    gets its own tmpfs, as the local runtime gives a real engine in a namespace.
+    """
+    if os.geteuid() != 0:
+        return subprocess.Popen(["sleep", "300"], start_new_session=True)
+    engine = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs -o size=1m bless-test-shm /dev/shm && exec sleep 300"],
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{engine.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+        assert engine.poll() is None and time.monotonic() < deadline, "the stand-in engine did not start"
+        time.sleep(0.02)
+    return engine
+
+
 @contextlib.contextmanager
 def _real_watcher(
     store: Store, tmp_path: Path, server: FakeEngineServer
@@ -293,7 +314,7 @@ def _real_watcher(
     """A detached serve of a local engine (a sleeping process) sealed by a real watcher process; stopped at the end."""
     result, runtime, doc = _detached(store, tmp_path, server, "refuse")
     assert len(store.leases.release_named(result.started.name)) == 1  # this engine is a local process
-    engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    engine = _engine_process()
     try:
         the_plan = result.plan
         assert the_plan.manifest is not None

@@ -122,11 +122,13 @@ def test_a_plan_on_a_copying_runtime_verifies_the_copy_and_says_so(tmp_path: Pat
     with FakeEngineServer(openai_engine(lambda prompt, n: [0])) as server:
         plan, runtime = _blessed_plan(store, tmp_path, server.port)
     assert plan.mount is not None and plan.mount.check_copy is None
-    assert plan.to_dict()["mount"]["presented_as"].startswith("overlay")
+    mount = plan.to_dict()["mount"]
+    assert mount is not None and str(mount["presented_as"]).startswith("overlay")
     runtime.copies_mounts = True  # as the local runtime without a mount namespace
     plan = serve.plan(plan.profile, store=store, runtime=runtime, adapter=plan.adapter, allow_test_knobs=True)
     assert plan.mount is not None and plan.mount.check_copy is not None
-    assert plan.to_dict()["mount"]["presented_as"].startswith("verified copy")
+    mount = plan.to_dict()["mount"]
+    assert mount is not None and str(mount["presented_as"]).startswith("verified copy")
     assert plan.blessed_dir is not None
     copy = tmp_path / "copy"
     shutil.copytree(plan.blessed_dir, copy)
