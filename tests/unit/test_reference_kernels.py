@@ -3,8 +3,8 @@
 Real torch.compile (Inductor's C++ backend) in child processes, with a compiler wrapper on ``CXX`` that logs
 each call before running the real one: a cold boot builds kernels (the wrapper is called) and saves them
 beside the Mega-Cache, listed with their sha256 in meta.json; a warm boot in a fresh Inductor dir loads the
-artifact, copies the kernels in, and never calls the compiler. A kernel that does not match meta.json is not
-copied: Inductor builds it, and the load still counts as a load (the counters say so).
+artifact, copies the kernels in, and never calls the compiler. Kernels that do not match meta.json are not
+copied (all or none): Inductor then builds them, as every load did before the kernels were kept.
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ from typing import Any
 
 import pytest
 
-from bless.engines.reference_engine import markers
-from bless.engines.reference_engine.artifact import KERNELS_DIR, META_FILE, loaded_kernels
-
-REPO = Path(__file__).resolve().parents[2]
-CHILD = Path(__file__).with_name("reference_boot_child.py")
-
 try:
     import torch  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -32,6 +26,22 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     if os.environ.get("BLESS_REQUIRE_TORCH") == "1":
         raise ImportError(_MISSING) from exc
     pytest.skip(_MISSING, allow_module_level=True)
+
+from bless.engines.reference_engine import markers
+from bless.engines.reference_engine.artifact import (
+    KERNELS_DIR,
+    META_FILE,
+    ArtifactPaths,
+    artifact_key,
+    build_meta,
+    loaded_kernels,
+    restore_kernels,
+    write_artifact,
+)
+from bless.engines.reference_engine.model import ModelArgs
+
+REPO = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).with_name("reference_boot_child.py")
 
 
 def compiler_wrapper(directory: Path) -> tuple[Path, Path]:
@@ -98,14 +108,32 @@ def test_a_warm_boot_loads_the_artifact_s_kernels_and_runs_no_compiler(tmp_path:
             meta_path.parent / KERNELS_DIR / relative
         ).read_bytes()
 
-    # A kept kernel altered: none is copied, Inductor builds them, and the Mega-Cache load still counts.
-    first = meta_path.parent / KERNELS_DIR / sorted(kernels)[0]
-    first.write_bytes(first.read_bytes() + b"\0")
-    again = boot(tmp_path / "again" / "inductor", cache, wrapper)
-    assert again["loaded"] is True
-    (line,) = [m for m in again["markers"] if m.startswith(markers.KERNELS_NOT_RESTORED)]
-    assert "does not match the sha256/size" in line
-    assert builds(log), "without the kept kernels Inductor builds them"
+
+def test_kernels_are_copied_all_or_none_and_only_when_they_match_meta(tmp_path: Path) -> None:
+    key = artifact_key(ModelArgs(), "cpu", "t")
+    paths = ArtifactPaths.under(tmp_path / "cache", key)
+    kernels = {"ab/cab.main.so": b"kernel one", "cd/ccd.main.so": b"kernel two"}
+    meta = build_meta(key, ModelArgs(), "cpu", "t", b"mega", poisoned=False, kernels=kernels)
+    write_artifact(paths, b"mega", meta, kernels)
+    assert sorted(meta["kernels"]) == sorted(kernels)
+
+    inductor = tmp_path / "inductor"
+    assert restore_kernels(paths, meta, inductor) == 2
+    assert {p.relative_to(inductor).as_posix(): p.read_bytes() for p in inductor.rglob("*.so")} == kernels
+
+    # One kept kernel altered (or gone): none is copied, the engine says why, and Inductor builds them.
+    (paths.directory / KERNELS_DIR / "cd" / "ccd.main.so").write_bytes(b"kernel 2")
+    elsewhere = tmp_path / "elsewhere"
+    assert "cd/ccd.main.so does not match the sha256/size" in str(restore_kernels(paths, meta, elsewhere))
+    (paths.directory / KERNELS_DIR / "cd" / "ccd.main.so").unlink()
+    assert "unreadable" in str(restore_kernels(paths, meta, elsewhere))
+    assert not elsewhere.exists()
+    # A listed path that could leave Inductor's dir, or a kernel list that is not an object: refused.
+    for bad in ({"../x.so": meta["kernels"]["ab/cab.main.so"]}, ["ab/cab.main.so"]):
+        assert isinstance(restore_kernels(paths, {**meta, "kernels": bad}, elsewhere), str)
+    assert not elsewhere.exists()
+    # An artifact saved before kernels were kept lists none: nothing to copy, Inductor builds them.
+    assert restore_kernels(paths, {k: v for k, v in meta.items() if k != "kernels"}, elsewhere) == 0
 
 
 def test_loaded_kernels_reads_only_libraries_under_the_inductor_dir(tmp_path: Path) -> None:
