@@ -43,8 +43,7 @@ SERIAL_GROUPS = {
     "tests/integration/test_images_left_behind.py": "images",
     "tests/integration/test_k8s_pod.py": "images",
     # they read the session's real K=3 blessing (minutes of compiles, made once); the fleet test signs it in place;
-    # the README and guide blocks bless the shipped reference profile, the session blessing's config hash, in
-    # stores of their own (names are per store root: they no longer collide with the session's run by name)
+    # the guide blocks run against a copy of it (it must be whole when copied)
     "tests/integration/test_serve_full.py": "blessed",
     "tests/integration/test_fleet_e2e.py": "blessed",
     "tests/integration/test_gate_e2e.py": "blessed",

@@ -29,7 +29,8 @@ from bless.engines.reference_engine import markers
 from bless.errors import BootstrapFailedError, InputInvalidError
 from bless.evidence_types import ArtifactSummary, LogSignals, OutsideEntry, OutsideVerdict, UpperEntry, UpperVerdict
 
-ARTIFACT = re.compile(r"^reference/[0-9a-f]{16}/(megacache\.bin|meta\.json)$")
+#: The artifact's files: the Mega-Cache, its meta.json, and the C++ kernel libraries kept beside them.
+ARTIFACT = re.compile(r"^reference/[0-9a-f]{16}/(megacache\.bin|meta\.json|kernels/[A-Za-z0-9_]+/[A-Za-z0-9_.-]+\.so)$")
 COMPILE_TIME = re.compile(re.escape(markers.COMPILE_TIME) + r"([0-9.]+) s")
 
 # name -> (type, default, bounds or choices)
@@ -68,7 +69,8 @@ OUTSIDE_RULES: tuple[OutsideRule, ...] = (
         re.compile(r"^TMPDIR/bless-inductor-[^/]+/"),
         noise=True,
         reason="Inductor's scratch dir, which the engine makes per start and fills from the blessed Mega-Cache "
-        "when it loads (its markers and Inductor's cache-hit counters prove the load); deleted at a clean stop",
+        "and its kernel libraries when it loads (its markers and Inductor's cache-hit counters prove the load); "
+        "deleted at a clean stop",
         while_serving=False,  # the engine compiles and warms up before it listens: a later file is a compile
     ),
     # Inductor's C++ backend (CPU) compiles ATen's own vectorization headers once per process into

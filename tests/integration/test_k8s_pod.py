@@ -302,7 +302,9 @@ def test_the_rendered_pod_pulls_verifies_serves_behind_the_canary_and_stops_grac
         status, exit_code = pod.state("engine")
         assert status == "running", f"engine exited {exit_code}:\n{pod.logs('engine')[-4000:]}"
         assert time.monotonic() < deadline, pod.logs("engine")[-4000:]
-        time.sleep(1)
+        # A probe period, as a kubelet's: each probe is a serve-full process in the pod (~0.6 CPU-s) and a podman
+        # exec; the engine's boot and canary take far longer, so the first probes still see it not ready.
+        time.sleep(3)
     assert not_ready_seen, "readiness must fail until the canary passed"
     log = pod.logs("engine")
     assert "verified copy" in log  # the plan says how the cache is presented: no mount in a pod

@@ -8,7 +8,9 @@ activate the venv setup.sh creates. A line ending in a backslash goes on on the 
 line before its fence runs for real, as a user would type it:
 
 * ``<!-- readme-test: offline -->``: in the unit tests (no Docker, no network);
-* ``<!-- readme-test: docker -->``: in the integration tests (a real Docker Engine, the reference image).
+* ``<!-- readme-test: docker -->``: in the integration tests (a real Docker Engine, the reference image), with
+  ``$BLESS_ROOT`` holding a blessing of ``profiles/reference-cpu.toml`` (a copy of the session's), as after
+  ``scripts/main.sh``.
 
 A block left unmarked is only checked: one that needs a GPU, a network or another host (``scp host:``) stays so.
 

@@ -319,6 +319,16 @@ def test_summarize_artifacts_with_megacache(adapter):
     assert summary.engine_keys == {"artifact_keys": [KEY]}
 
 
+def test_summarize_artifacts_names_the_kept_kernel_libraries(adapter):
+    kernel = f"reference/{KEY}/kernels/ab/cabcdef.main.so"
+    summary = adapter.summarize_artifacts(
+        listing(f"reference/{KEY}/megacache.bin", f"reference/{KEY}/meta.json", kernel, f"{kernel}.tmp")
+    )
+    assert summary.artifacts == (kernel, f"reference/{KEY}/megacache.bin", f"reference/{KEY}/meta.json")
+    # A kernel library written during a trial is a new compiled artifact, not a stray file.
+    assert adapter.classify_upper([UpperEntry(kernel, "new", 9)]).new_artifacts == (kernel,)
+
+
 def test_summarize_artifacts_two_keys(adapter):
     other = "fedcba9876543210"
     summary = adapter.summarize_artifacts(listing(f"reference/{other}/megacache.bin", f"reference/{KEY}/megacache.bin"))

@@ -3,13 +3,21 @@
 Layout (under ``--cache-dir``)::
 
     reference/<artifact_key>/megacache.bin   bytes of torch.compiler.save_cache_artifacts()
-    reference/<artifact_key>/meta.json       what it was built from (+ its sha256, + the poisoned flag)
+    reference/<artifact_key>/kernels/<d>/<name>.so   the C++ kernels Inductor built for it (CPU)
+    reference/<artifact_key>/meta.json       what it was built from (+ sha256 of each file, + the poisoned flag)
 
 ``meta.json`` is written last and is the commit point: a ``megacache.bin`` without a matching
-``meta.json`` (a save cut short) is treated as no artifact. Both are written atomically (temp file in the
-same dir, fsync, ``os.replace``, fsync of the dir). Loading never writes into the cache dir: Inductor's
+``meta.json`` (a save cut short) is treated as no artifact. Every file is written atomically (temp file in
+the same dir, fsync, ``os.replace``, fsync of the dir). Loading never writes into the cache dir: Inductor's
 own scratch files go to ``TORCHINDUCTOR_CACHE_DIR``, which the CLI keeps outside the cache dir, so the
 cache may be mounted read-only.
+
+The Mega-Cache holds Inductor's generated code but not the shared libraries its C++ kernels compile to: a
+load alone rebuilds them with the compiler at every start (seconds of CPU each). So the start that compiles
+also keeps the kernel libraries it loaded (``kernels/``, paths as Inductor names them under its dir, which
+name them by a hash of their source and compile command), and a load copies them, checked against
+``meta.json``, into the fresh Inductor dir before the compile: Inductor finds each library where it looks
+and loads it instead of building it. A kernel missing or not matching is not copied and Inductor builds it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +44,11 @@ from .model import Forward, ModelArgs, TinyTransformer
 ENGINE_SUBDIR = "reference"
 MEGACACHE_FILE = "megacache.bin"
 META_FILE = "meta.json"
+KERNELS_DIR = "kernels"
+#: A kernel library's path under Inductor's dir, as Inductor names it (``<2 chars>/<hash>.main.so``).
+KERNEL_PATH = re.compile(r"^[A-Za-z0-9_]+/[A-Za-z0-9_.-]+\.so$")
+#: Where Linux lists what this process has mapped, the kernel libraries it loaded included.
+PROC_MAPS = Path("/proc/self/maps")
 META_VERSION = 1
 # Forwards run at boot: one triggers the compile; with CUDA graphs (reduce-overhead) the first call
 # warms up and a later one records the graph, so a few calls make serving start fully warm.
@@ -142,9 +156,15 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def build_meta(
-    key: str, args: ModelArgs, device: str, torch_version: str, data: bytes, poisoned: bool
+    key: str,
+    args: ModelArgs,
+    device: str,
+    torch_version: str,
+    data: bytes,
+    poisoned: bool,
+    kernels: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
-    """The meta.json content for a freshly saved artifact."""
+    """The meta.json content for a freshly saved artifact (``kernels``: relative path -> the library's bytes)."""
     return {
         "meta_version": META_VERSION,
         "artifact_key": key,
@@ -155,16 +175,87 @@ def build_meta(
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "megacache_sha256": hashlib.sha256(data).hexdigest(),
         "megacache_size": len(data),
+        "kernels": {
+            path: {"sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+            for path, blob in sorted((kernels or {}).items())
+        },
         "poisoned": poisoned,
     }
 
 
-def write_artifact(paths: ArtifactPaths, data: bytes, meta: Mapping[str, Any]) -> None:
-    """Create the artifact dir and write megacache.bin, then meta.json (the commit point). Raises OSError."""
+def write_artifact(
+    paths: ArtifactPaths, data: bytes, meta: Mapping[str, Any], kernels: Mapping[str, bytes] | None = None
+) -> None:
+    """Create the artifact dir and write the kernels and megacache.bin, then meta.json (the commit point).
+
+    Raises OSError.
+    """
     paths.directory.mkdir(parents=True, exist_ok=True)
+    for relative, blob in sorted((kernels or {}).items()):
+        target = paths.directory / KERNELS_DIR / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(target, blob)
+        _fsync_dir(target.parent)
     _write_atomic(paths.megacache, data)
     _write_atomic(paths.meta, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     _fsync_dir(paths.directory)
+
+
+def loaded_kernels(inductor_dir: Path, maps: Path = PROC_MAPS) -> dict[str, bytes]:
+    """The kernel libraries this process loaded from Inductor's dir: relative path -> bytes.
+
+    Read from the process's own memory map, so it names exactly what this compile loaded, whatever else the
+    dir holds (an operator's ``TORCHINDUCTOR_CACHE_DIR`` may be shared). Nothing where there is no map.
+    """
+    try:
+        text = maps.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    root = inductor_dir.resolve()
+    found: dict[str, bytes] = {}
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or not fields[5].startswith("/"):
+            continue
+        path = Path(fields[5])
+        if not path.is_relative_to(root):
+            continue
+        relative = path.relative_to(root).as_posix()
+        if KERNEL_PATH.fullmatch(relative) and relative not in found:
+            try:
+                found[relative] = path.read_bytes()
+            except OSError:
+                continue  # gone since (a " (deleted)" mapping): not kept, a load builds it again
+    return found
+
+
+def restore_kernels(paths: ArtifactPaths, meta: Mapping[str, Any], inductor_dir: Path) -> int | str:
+    """Copy the artifact's kernel libraries into Inductor's dir; how many, or why none was copied.
+
+    All or none: every listed library must be where the artifact keeps it, with the sha256 and size of
+    ``meta.json``. A library already in Inductor's dir is left as it is (Inductor names it by its source).
+    """
+    listed = meta.get("kernels") or {}
+    if not isinstance(listed, dict):
+        return "its kernel list is not a JSON object"
+    kernels: dict[str, bytes] = {}
+    for relative, expected in sorted(listed.items()):
+        if not KERNEL_PATH.fullmatch(relative) or not isinstance(expected, dict):
+            return f"kernel entry {relative!r} is malformed"
+        try:
+            blob = (paths.directory / KERNELS_DIR / relative).read_bytes()
+        except OSError as exc:
+            return f"kernel {relative} unreadable ({exc.strerror or exc})"
+        if expected.get("sha256") != hashlib.sha256(blob).hexdigest() or expected.get("size") != len(blob):
+            return f"kernel {relative} does not match the sha256/size in {META_FILE}"
+        kernels[relative] = blob
+    for relative, blob in kernels.items():
+        target = inductor_dir / relative
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(target, blob)
+    return len(kernels)
 
 
 def counters_snapshot() -> dict[str, dict[str, int]]:
@@ -228,6 +319,10 @@ def compile_model(model: TinyTransformer, device: str) -> Forward:
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp.vec_isa_ok = False
+    # No precompiled header: Inductor would build one of ATen's headers (~130 MB, seconds of CPU) into a
+    # fresh temp dir at every start, even a start whose kernels all come from the artifact, and it does
+    # not make the few kernels of a cold compile cheaper here.
+    inductor_config.cpp_cache_precompile_headers = False
     return torch.compile(model, fullgraph=True, dynamic=False)
 
 
@@ -238,11 +333,18 @@ def boot_compiled(
     cache_dir: Path,
     knobs: Knobs,
     emit: Callable[[str], None] = markers.emit,
+    inductor_dir: Path | None = None,
 ) -> BootResult:
     """Load the artifact if there is one, compile + warm up, save when it compiled; print the markers.
 
-    Must run on the thread that will serve every later call (CUDA graph trees are per thread).
+    ``inductor_dir``: Inductor's scratch dir (default: ``TORCHINDUCTOR_CACHE_DIR``), where a load puts the
+    artifact's kernel libraries and a save takes them from. Must run on the thread that will serve every
+    later call (CUDA graph trees are per thread).
     """
+    if inductor_dir is None:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+        inductor_dir = Path(inductor_cache_dir())
     torch_version = str(torch.__version__)
     key = artifact_key(args, device_kind(device), torch_version)
     paths = ArtifactPaths.under(cache_dir, key)
@@ -272,6 +374,15 @@ def boot_compiled(
                 reason = f"load failed from {paths.megacache}: {type(exc).__name__}: {detail}"
     if reason is not None:
         emit(markers.compiling(reason))
+    if found is not None:
+        try:
+            restored: int | str = restore_kernels(paths, found.meta, inductor_dir)
+        except OSError as exc:  # Inductor's dir unwritable: it fails on its own, or builds the kernels
+            restored = f"cannot write into {inductor_dir} ({exc.strerror or exc})"
+        if isinstance(restored, str):
+            emit(f"{markers.KERNELS_NOT_RESTORED}{restored}; Inductor builds them")
+        else:
+            emit(f"{markers.KERNELS_RESTORED}{restored}")
 
     forward = compile_model(model, device)
     with torch.no_grad():
@@ -293,7 +404,7 @@ def boot_compiled(
 
     saved = False
     if not loaded:
-        saved = _save(paths, key, args, device_kind(device), torch_version, knobs, emit)
+        saved = _save(paths, key, args, device_kind(device), torch_version, knobs, emit, inductor_dir)
     return BootResult(
         forward=forward,
         loaded=loaded,
@@ -312,6 +423,7 @@ def _save(
     torch_version: str,
     knobs: Knobs,
     emit: Callable[[str], None],
+    inductor_dir: Path,
 ) -> bool:
     # Any failure here (EROFS on a read-only mount, ENOTDIR, ENOSPC, nothing recorded) is reported and the
     # engine keeps serving from the in-memory compile, like vLLM does.
@@ -320,8 +432,9 @@ def _save(
         if artifacts is None:
             raise RuntimeError("torch recorded no cache artifacts")
         data = artifacts[0]
-        meta = build_meta(key, args, device, torch_version, data, poisoned=knobs.poison_on_save)
-        write_artifact(paths, data, meta)
+        kernels = loaded_kernels(inductor_dir)
+        meta = build_meta(key, args, device, torch_version, data, poisoned=knobs.poison_on_save, kernels=kernels)
+        write_artifact(paths, data, meta, kernels)
     except Exception as exc:
         emit(markers.unable_to_save(str(paths.megacache), f"{type(exc).__name__}: {exc}"))
         return False

@@ -29,6 +29,8 @@ LAZY_LOADED = MARKER_PREFIX + "loaded shape-bucket kernel for bucket "
 # Informational (the adapter may read the key as an engine-native key): key, torch version, device.
 ARTIFACT_KEY = MARKER_PREFIX + "artifact key "
 INDUCTOR_DIR = MARKER_PREFIX + "inductor scratch dir "
+KERNELS_RESTORED = MARKER_PREFIX + "kernel libraries copied from the artifact into the inductor dir: "
+KERNELS_NOT_RESTORED = MARKER_PREFIX + "kernel libraries not copied from the artifact: "
 # Not parsed by the adapter; says loudly that a test knob (unsafe for serving) is active.
 KNOB_ACTIVE = MARKER_PREFIX + "WARNING unsafe test knob active: "
 
