@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from bless import open_store
 from bless.core.unproven_evidence import event_identity
 from bless.errors import BlessError
 from bless.flows import serve as serve_flow
 from bless.runtime import get_runtime
+from bless.store import Store
 from tests.integration.helpers import REPO, run_cli, serve_name, write_profile
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def ready_code(name: str, root: Path) -> int:
     run every 0.25-0.5 s; every poll that decides ends with the command itself, as a probe runs it.
     """
     try:
-        serve_flow.check_ready(open_store(root), name, docker=partial(get_runtime, "docker"))
+        serve_flow.check_ready(Store(root), name, docker=partial(get_runtime, "docker"))
     except BlessError as exc:
         return int(exc.exit_code)
     return 0
