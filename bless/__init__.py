@@ -628,16 +628,18 @@ def push(
     trust_dir: StrPath | None = None,
     plain_http: bool | None = None,
     progress: Progress | None = None,
+    max_workers: int | None = None,
     metadata_dir: StrPath | None = None,
 ) -> _push_flow.PushResult:
     """Push a blessing (hash or unique prefix) to an OCI registry (``bless push``); it is verified first
     (a blessed file that differs: :class:`VerifyFailedError`, 21).
 
     ``trust_dir``: the trust repository (or its ``metadata/``), whose TUF metadata is attached
-    (``metadata_dir``: its older name). ``progress``: called with the bytes uploaded since its last call.
+    (``metadata_dir``: its older name). ``progress``: called with the bytes uploaded since its last call;
+    ``max_workers``: parallel uploads.
     Credentials come from the docker config (``docker login``).
     """
-    from bless.flows.push import push_blessing
+    from bless.flows.push import UPLOAD_WORKERS, push_blessing
 
     text = check.text("config_hash", config_hash)
     target = check.text("reference", reference)
@@ -650,6 +652,7 @@ def push(
     trust = _trust_metadata("trust_dir", trust_dir)
     flag = check.optional_flag("plain_http", plain_http)
     report = check.callback("progress", progress)
+    workers = check.optional_count("max_workers", max_workers, maximum=64)
     return push_blessing(
         the_store,
         the_store.live_prefix(text).manifest,
@@ -657,6 +660,7 @@ def push(
         metadata_dir=trust,
         plain_http=flag,
         progress=report,  # type: ignore[arg-type]  # checked callable
+        workers=workers if workers is not None else UPLOAD_WORKERS,
     )
 
 

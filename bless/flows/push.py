@@ -9,7 +9,9 @@ that signs the blessing is pushed as its signatures artifact (tag ``sha256-<hex>
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +76,61 @@ def _signing_metadata(metadata_dir: Path, manifest: Manifest) -> dict[str, bytes
     return files
 
 
+#: Blobs uploaded at once by default (as many as a pull downloads).
+UPLOAD_WORKERS = 4
+
+
+def _upload_missing(
+    first: RegistryClient,
+    reference: Reference,
+    sources: list[tuple[BlobRef, Path | bytes]],
+    plain_http: bool | None,
+    transport: Transport | None,
+    progress: Callable[[int], None] | None,
+    workers: int,
+) -> list[BlobRef]:
+    """Upload each blob the registry lacks, ``workers`` at a time; the blobs sent. After the first failure no
+    further blob is started, and that first failure is raised (the others are usually its consequences)."""
+    local = threading.local()
+    lock = threading.Lock()
+    sent: list[BlobRef] = []
+    failures: list[BaseException] = []
+
+    def client() -> RegistryClient:
+        if threading.current_thread() is threading.main_thread():
+            return first
+        if not hasattr(local, "client"):
+            local.client = RegistryClient(reference, plain_http=plain_http, transport=transport)
+        return local.client  # type: ignore[no-any-return]
+
+    def push_one(blob: BlobRef, source: Path | bytes) -> None:
+        with lock:
+            if failures:
+                return
+        try:
+            if not client().blob_exists(blob.digest):
+                client().upload_blob(blob.digest, blob.size, source)
+                with lock:
+                    sent.append(blob)
+            if progress is not None:
+                with lock:
+                    progress(blob.size)
+        except BaseException as exc:
+            with lock:
+                failures.append(exc)
+
+    if workers <= 1:
+        for blob, source in sources:
+            push_one(blob, source)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(push_one, blob, source) for blob, source in sources]:
+                future.result()
+    if failures:
+        raise failures[0]
+    return sent
+
+
 def push_blessing(
     store: Store,
     manifest: Manifest,
@@ -83,12 +140,13 @@ def push_blessing(
     plain_http: bool | None = None,
     progress: Callable[[int], None] | None = None,
     transport: Transport | None = None,
+    workers: int = UPLOAD_WORKERS,
 ) -> PushResult:
     """Push ``manifest``'s blessing to ``reference`` (a tag, or its digest when none is given; a reference
     given as written on a command line is parsed here).
 
     ``transport``: what carries the registry client's requests (None: the network; the unit tests'
-    in-memory registry otherwise).
+    in-memory registry otherwise). ``workers``: blobs uploaded at once, each thread with its own client.
     """
     if isinstance(reference, str):
         reference = parse_reference(reference)
@@ -100,17 +158,9 @@ def push_blessing(
     artifact = blessing_artifact(manifest)
     check_distributable(artifact)
     client = RegistryClient(reference, plain_http=plain_http, transport=transport)
-    uploaded = 0
-    uploaded_bytes = 0
     sources: list[tuple[BlobRef, Path | bytes]] = [(artifact.config, manifest.to_json_bytes())]
     sources += [(blob, blessed_dir / blob.title) for blob in unique_blobs(artifact.files)]
-    for blob, source in sources:
-        if not client.blob_exists(blob.digest):
-            client.upload_blob(blob.digest, blob.size, source)
-            uploaded += 1
-            uploaded_bytes += blob.size
-        if progress is not None:
-            progress(blob.size)
+    sent = _upload_missing(client, reference, sources, plain_http, transport, progress, workers)
     tag = reference.tag or artifact.digest
     client.put_manifest(artifact.manifest_bytes, tag, OCI_MANIFEST_MEDIA_TYPE)
     signatures = None
@@ -131,9 +181,9 @@ def push_blessing(
         digest=artifact.digest,
         config_hash=manifest.config_hash,
         blobs_total=len(sources),
-        blobs_uploaded=uploaded,
+        blobs_uploaded=len(sent),
         bytes_total=sum(blob.size for blob, _ in sources),
-        bytes_uploaded=uploaded_bytes,
+        bytes_uploaded=sum(blob.size for blob in sent),
         signatures=signatures,
     )
 

@@ -468,3 +468,47 @@ def test_an_image_pull_secret_mounted_as_kubernetes_does_is_the_docker_config(
     monkeypatch.setenv("DOCKER_CONFIG", str(secret))
     push_blessing(origin, manifest, ref, transport=registry)
     assert pull_blessing(host, ref, transport=registry).installed
+
+
+@ALSO_REAL
+def test_parallel_uploads_push_each_missing_blob_once_and_the_same_artifact(
+    tmp_path: Path, registry: AnyRegistry, origin: Store, host: Store
+) -> None:
+    transport = registry.transport
+    manifest = bless_version(origin, tmp_path, "a", OLD_ID)
+    serial = push_blessing(
+        origin, manifest, parse_reference(registry.ref("c/serial:v1")), transport=transport, workers=1
+    )
+    parallel = push_blessing(
+        origin, manifest, parse_reference(registry.ref("c/parallel:v1")), transport=transport, workers=4
+    )
+    assert parallel.digest == serial.digest
+    assert parallel.blobs_uploaded == serial.blobs_uploaded == serial.blobs_total  # a new repository: every blob
+    assert parallel.bytes_uploaded == serial.bytes_uploaded
+    pulled = pull_blessing(host, parse_reference(registry.ref("c/parallel:v1")), transport=transport)
+    assert pulled.installed and pulled.digest == serial.digest
+
+
+def test_a_failed_parallel_upload_is_raised_and_no_manifest_is_tagged(
+    tmp_path: Path, origin: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bless.errors import RegistryUnavailableError
+    from bless.oci.client import RegistryClient
+
+    registry = RegistrySimulator()
+    manifest = bless_version(origin, tmp_path, "big", OLD_ID)
+    real_upload = RegistryClient.upload_blob
+    manifests_put: list[str] = []
+
+    def failing_upload(self: RegistryClient, digest: str, size: int, source: Path | bytes) -> None:
+        if size == 1 << 20:  # big.bin: the one blob of its size
+            raise RegistryUnavailableError("the registry dropped the upload")
+        real_upload(self, digest, size, source)
+
+    monkeypatch.setattr(RegistryClient, "upload_blob", failing_upload)
+    monkeypatch.setattr(RegistryClient, "put_manifest", lambda self, *a: manifests_put.append("put"))
+    with pytest.raises(RegistryUnavailableError, match="dropped the upload"):
+        push_blessing(
+            origin, manifest, parse_reference(registry.ref("c/t:v1")), transport=registry.transport, workers=4
+        )
+    assert manifests_put == [], "a blessing whose blobs did not all arrive is never tagged"
