@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import types
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +40,7 @@ from bless.engines.vllm.coverage import (
 from bless.errors import InputInvalidError
 from bless.replay.engine_client import EngineClient
 from bless.replay.trials import drive_coverage
+from tests.unit.test_coverage import _source_default_config as source_default_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "coverage" / "0.26.0"
 FP8 = MoeQuant("fp8_w8a8", (128, 128))
@@ -93,20 +93,9 @@ def family(coverage: CoveragePlan, name: str) -> CoverageFamily:
 # --- block-FP8 fused MoE ----------------------------------------------------------------------------------------
 
 
-def _source_default_config() -> Any:
-    """vLLM 0.26's own ``get_default_config`` (verbatim excerpt) on CUDA, not ROCm, not batch-invariant."""
-    namespace: dict[str, Any] = {
-        "envs": types.SimpleNamespace(VLLM_BATCH_INVARIANT=False),
-        "current_platform": types.SimpleNamespace(is_rocm=lambda: False),
-        "should_moe_wna16_use_cuda": lambda *args: False,
-    }
-    exec((FIXTURES / "get_default_config.py.txt").read_text(encoding="utf-8"), namespace)
-    return namespace["get_default_config"]
-
-
 @pytest.mark.parametrize("block", [(128, 128), (64, 128), (96, 64)])
 def test_the_block_fp8_default_rule_is_vllms_own_for_every_token_count(block: tuple[int, int]) -> None:
-    source = _source_default_config()
+    source = source_default_config()
     quant = MoeQuant("fp8_w8a8", block)
     for m in range(1, 20000, 3):
         assert default_config(m, 128, quant) == source(m, 128, 768, 2048, 8, "fp8_w8a8", list(block)), (m, block)

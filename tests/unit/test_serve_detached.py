@@ -198,29 +198,7 @@ def test_serve_full_stop_ends_a_real_watcher_process_before_the_local_engine(
     engine = _engine_process()
     watcher_pid: int | None = None
     try:
-        the_plan = result.plan
-        assert the_plan.manifest is not None
-        store.leases.acquire(
-            the_plan.manifest.config_hash,
-            the_plan.manifest.cache.dir_id,
-            name=the_plan.container_name,
-            holder=process_identity(engine.pid),
-            serve_dir=the_plan.serve_dir,
-        )
-        started = dataclasses.replace(
-            result.started,
-            id=str(engine.pid),
-            spec=dataclasses.replace(
-                result.started.spec, mounts=tuple(m for m in result.started.spec.mounts if m.kind == "private")
-            ),
-        )
-        local_doc = dataclasses.replace(
-            doc,
-            runtime_kind="local",
-            started=started,
-            engine_holder=process_identity(engine.pid),
-            local_mount_namespace=False,
-        )
+        local_doc = _as_local_engine(store, result, doc, engine)
         identity = detached.spawn_watcher(local_doc, start_s=60)
         watcher_pid = identity["pid"]
         assert process_alive(identity) is True and identity["pid"] != process_identity()["pid"]
@@ -286,6 +264,35 @@ def test_serve_full_stop_still_removes_a_serve_dir_without_evidence(
     assert outcome.serve_dirs_removed == (str(doc.serve_dir),) and not doc.serve_dir.exists()
 
 
+def _as_local_engine(
+    store: Store, result: serve.LaunchResult, doc: detached.WatchDoc, engine: subprocess.Popen[bytes]
+) -> detached.WatchDoc:
+    """The detached serve's watch doc with ``engine`` (a local process, leased as the serve) as its engine."""
+    the_plan = result.plan
+    assert the_plan.manifest is not None
+    store.leases.acquire(
+        the_plan.manifest.config_hash,
+        the_plan.manifest.cache.dir_id,
+        name=the_plan.container_name,
+        holder=process_identity(engine.pid),
+        serve_dir=the_plan.serve_dir,
+    )
+    started = dataclasses.replace(
+        result.started,
+        id=str(engine.pid),
+        spec=dataclasses.replace(
+            result.started.spec, mounts=tuple(m for m in result.started.spec.mounts if m.kind == "private")
+        ),
+    )
+    return dataclasses.replace(
+        doc,
+        runtime_kind="local",
+        started=started,
+        engine_holder=process_identity(engine.pid),
+        local_mount_namespace=False,
+    )
+
+
 def _engine_process() -> subprocess.Popen[bytes]:
     """A stand-in engine (a sleeping process) with a /dev/shm of its own where a mount namespace can be had.
 
@@ -316,29 +323,7 @@ def _real_watcher(
     assert len(store.leases.release_named(result.started.name)) == 1  # this engine is a local process
     engine = _engine_process()
     try:
-        the_plan = result.plan
-        assert the_plan.manifest is not None
-        store.leases.acquire(
-            the_plan.manifest.config_hash,
-            the_plan.manifest.cache.dir_id,
-            name=the_plan.container_name,
-            holder=process_identity(engine.pid),
-            serve_dir=the_plan.serve_dir,
-        )
-        started = dataclasses.replace(
-            result.started,
-            id=str(engine.pid),
-            spec=dataclasses.replace(
-                result.started.spec, mounts=tuple(m for m in result.started.spec.mounts if m.kind == "private")
-            ),
-        )
-        local_doc = dataclasses.replace(
-            doc,
-            runtime_kind="local",
-            started=started,
-            engine_holder=process_identity(engine.pid),
-            local_mount_namespace=False,
-        )
+        local_doc = _as_local_engine(store, result, doc, engine)
         identity = detached.spawn_watcher(local_doc, start_s=60)
         try:
             yield local_doc, identity, runtime

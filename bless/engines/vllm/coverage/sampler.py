@@ -36,7 +36,9 @@ SAMPLER_PROMPT_TOKENS = 16
 SAMPLER_MAX_TOKENS = 8
 
 
-def _sampler_class(key: str, fields: Mapping[str, Any], burst: int, **more: Any) -> CoverageClass:
+def request_class(key: str, fields: Mapping[str, Any], burst: int = 1, **more: Any) -> CoverageClass:
+    """A class reached by a request shape, not a token count: ``burst`` requests of the fixed short prompt with
+    ``fields``, :data:`SAMPLER_MAX_TOKENS` tokens each (``more``: the endpoint, the companions)."""
     return CoverageClass(
         key=key,
         token_count=SAMPLER_PROMPT_TOKENS,
@@ -79,7 +81,7 @@ def sampler_family(
     bursts = sorted({1, min(2, max_seqs), triton_batch} | ({16} if max_seqs >= 16 else set()))
     modes = list(SAMPLING_MODES) + [(f"logprobs={k}", {"logprobs": k}) for k in LOGPROBS_COUNTS if k <= max_logprobs]
     classes = [
-        _sampler_class(f"{name}, {burst} request(s) at once", fields, burst)
+        request_class(f"{name}, {burst} request(s) at once", fields, burst)
         for name, fields in modes
         for burst in bursts
     ]
@@ -146,10 +148,10 @@ def _sampler_classes_033(
     for mix, batch, keys in topk_topp_lazy_classes_033(max_seqs, tokens, vocab_size, sms):
         key = f"top-k/top-p {mix}, {batch} request(s) at once ({len(keys)} kernel key(s))"
         if mix == "top_k rows with top_p-only rows":
-            classes.append(_sampler_class(key, _TOP_K, batch - 1, companions=1, companion_sampling=dict(_TOP_P)))
+            classes.append(request_class(key, _TOP_K, batch - 1, companions=1, companion_sampling=dict(_TOP_P)))
         else:
             mode = {"top_k": _TOP_K, "top_p": _TOP_P}.get(mix, {**_TOP_K, **_TOP_P})
-            classes.append(_sampler_class(key, mode, batch))
+            classes.append(request_class(key, mode, batch))
     widths = 0
     for logprobs in range(max_logprobs + 1):
         padded = 1
@@ -158,7 +160,7 @@ def _sampler_classes_033(
         while padded <= MAX_LOGPROB_TOKEN_IDS:
             ids = [FIRST_LOGPROB_ID + index for index in range(padded)]
             asked = {"logprobs": logprobs, "logprob_token_ids": ids}
-            classes.append(_sampler_class(f"logprob_token_ids: logprobs={logprobs}, {padded} columns", asked, 1))
+            classes.append(request_class(f"logprob_token_ids: logprobs={logprobs}, {padded} columns", asked, 1))
             widths += 1
             padded *= 2
     why = (

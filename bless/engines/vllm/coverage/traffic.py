@@ -8,21 +8,8 @@ from typing import Any
 
 from bless.core.coverage import CoverageClass, CoverageFamily
 from bless.engines.vllm.coverage.base import MODELED_RELEASES, extra_flag, is_moe
-from bless.engines.vllm.coverage.sampler import SAMPLER_PROMPT_TOKENS
+from bless.engines.vllm.coverage.sampler import request_class
 from bless.engines.vllm.coverage_rules import RELEASE_RULES
-
-#: Architectures vLLM 0.26 runs on Model Runner V2 although they are MoE (config/vllm.py
-#: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES); every other MoE runs on V1, every dense model on V2.
-DEFAULT_V2_ARCHITECTURES = frozenset(
-    {
-        "DeepseekV2ForCausalLM",
-        "GraniteMoeForCausalLM",
-        "InklingForCausalLM",
-        "InklingForConditionalGeneration",
-        "LongcatFlashNgramForCausalLM",
-        "Qwen2MoeForCausalLM",
-    }
-)
 
 
 def model_runner(
@@ -30,10 +17,10 @@ def model_runner(
 ) -> str | None:
     """``v1`` or ``v2``: the model runner the release picks (``VllmConfig.use_v2_model_runner``); None: unknown.
 
-    ``VLLM_USE_V2_MODEL_RUNNER`` decides when set; else in 0.26 a MoE outside :data:`DEFAULT_V2_ARCHITECTURES`
-    runs on V1 (0.33 runs every model on V2), and so does a configuration with a feature V2 lacks (stock
-    torch.compile, sequence parallelism over tensor parallelism, prefill context parallelism, a speculative method
-    other than EAGLE/MTP/DFlash).
+    ``VLLM_USE_V2_MODEL_RUNNER`` decides when set; else in 0.26 a MoE outside the release's
+    ``v2_default_moe_architectures`` (:mod:`bless.engines.vllm.coverage_rules`) runs on V1 (0.33 runs every model
+    on V2), and so does a configuration with a feature V2 lacks (stock torch.compile, sequence parallelism over
+    tensor parallelism, prefill context parallelism, a speculative method other than EAGLE/MTP/DFlash).
     """
     forced = env.get("VLLM_USE_V2_MODEL_RUNNER")
     if forced is not None and forced.strip() != "":
@@ -41,8 +28,8 @@ def model_runner(
     if config is None:
         return None
     architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
-    rules = RELEASE_RULES.get(release or "")
-    listed = rules.v2_default_moe_architectures if rules is not None else DEFAULT_V2_ARCHITECTURES
+    rules = RELEASE_RULES.get(release or "", RELEASE_RULES["0.26.0"])
+    listed = rules.v2_default_moe_architectures
     if listed is not None and is_moe(config) and not any(a in listed for a in architectures):
         return "v1"
     compilation = serve.get("compilation_config")
@@ -82,7 +69,6 @@ STRUCTURED_KINDS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("JSON object", {"response_format": {"type": "json_object"}}),
     ("grammar", {"structured_outputs": {"grammar": 'root ::= "yes" | "no" | "maybe"'}}),
 )
-STRUCTURED_MAX_TOKENS = 8
 
 
 def structured_outputs_family(
@@ -119,19 +105,7 @@ def structured_outputs_family(
 
     def add(key: str, fields: Mapping[str, Any], burst: int = 1, companions: int = 0) -> None:
         if burst + companions <= max_seqs:
-            classes.append(
-                CoverageClass(
-                    key=key,
-                    token_count=SAMPLER_PROMPT_TOKENS,
-                    members=1,
-                    first=SAMPLER_PROMPT_TOKENS,
-                    last=SAMPLER_PROMPT_TOKENS,
-                    sampling=dict(fields),
-                    burst=burst,
-                    max_tokens=STRUCTURED_MAX_TOKENS,
-                    companions=companions or None,
-                )
-            )
+            classes.append(request_class(key, fields, burst, companions=companions or None))
 
     regex = dict(STRUCTURED_KINDS[0][1])
     for rows, burst in (("1 row", 1), ("2-15 rows", 2), ("16 rows", 16)):
@@ -222,19 +196,7 @@ def chat_family(release: str | None, serve: Mapping[str, Any], chat_template: bo
     routes = list(CHAT_ROUTES if parser else CHAT_ROUTES[:2])
     if parser and _auto_tool_choice(serve):
         routes.append(("chat, tools with tool_choice auto", {"tools": [WEATHER_TOOL], "tool_choice": "auto"}))
-    classes = tuple(
-        CoverageClass(
-            key=key,
-            token_count=SAMPLER_PROMPT_TOKENS,
-            members=1,
-            first=SAMPLER_PROMPT_TOKENS,
-            last=SAMPLER_PROMPT_TOKENS,
-            sampling=fields,
-            max_tokens=STRUCTURED_MAX_TOKENS,
-            endpoint="chat",
-        )
-        for key, fields in routes
-    )
+    classes = tuple(request_class(key, fields, endpoint="chat") for key, fields in routes)
     tools = (
         f"tool calls through parser {parser} (required, named{', auto' if len(routes) > len(CHAT_ROUTES) else ''})"
         if parser
