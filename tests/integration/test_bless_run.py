@@ -71,20 +71,24 @@ def _docker_lines(*args: str) -> list[str]:
     return sorted(line for line in out.splitlines() if line.strip())
 
 
-def run_containers(config_hash: str, *, extra_label: str | None = None) -> list[str]:
-    """Our bless-run containers (any state) of this config hash only."""
+def run_containers(config_hash: str, *, extra_label: str | None = None, root: Path | None = None) -> list[str]:
+    """Our bless-run containers (any state) of this config hash only (of the store ``root`` only, when given: another
+    store may bless the same profile meanwhile, as the README blocks do with the session blessing's)."""
     filters = ["--filter", f"label={OWNER}", "--filter", f"label=org.bless.config-hash={config_hash}"]
     if extra_label:
         filters += ["--filter", f"label={extra_label}"]
+    if root is not None:
+        filters += ["--filter", f"label=org.bless.store={store_tag(root)}"]
     names = _docker_lines("ps", "-a", *filters, "--format", "{{.Names}}")
     return [n for n in names if n.startswith(RUN_PHASES) and config_hash[:12] in n]
 
 
-def run_volumes(config_hash: str) -> list[str]:
-    """Our overlay volumes of this config hash."""
+def run_volumes(config_hash: str, *, root: Path | None = None) -> list[str]:
+    """Our overlay volumes of this config hash (of the store ``root`` only, when given)."""
+    store = ["--filter", f"label=org.bless.store={store_tag(root)}"] if root is not None else []
     return _docker_lines(
         "volume", "ls", "--filter", f"label={OWNER}", "--filter", f"label=org.bless.config-hash={config_hash}",
-        "--format", "{{.Name}}",
+        *store, "--format", "{{.Name}}",
     )  # fmt: skip
 
 
@@ -93,9 +97,9 @@ def run_id_containers(run_id: str) -> list[str]:
     return _docker_lines("ps", "-a", "--filter", f"label=org.bless.run-id={run_id}", "--format", "{{.Names}}")
 
 
-def assert_nothing_left(config_hash: str) -> None:
-    assert run_containers(config_hash) == [], "containers of ours left behind"
-    assert run_volumes(config_hash) == [], "overlay volumes of ours left behind"
+def assert_nothing_left(config_hash: str, root: Path | None = None) -> None:
+    assert run_containers(config_hash, root=root) == [], "containers of ours left behind"
+    assert run_volumes(config_hash, root=root) == [], "overlay volumes of ours left behind"
 
 
 def created_between(since: float, until: float, label: str) -> list[str]:
@@ -196,7 +200,7 @@ def test_happy_path_k3_blessing_is_published_verified_and_listed(blessed: Any) -
     assert not (root / "locks" / f"{h}.holder").exists()
     # Containers: none of this run's left.
     assert run_id_containers(data["run_id"]) == []
-    assert_nothing_left(h)
+    assert_nothing_left(h, root)  # the session blessing's hash: README blocks bless it too, in stores of their own
 
 
 # --- 2, 3, 11. nondeterminism knob, unsafe-env refusal, --json of failures --------------------------------
@@ -410,7 +414,7 @@ def test_rebless_refused_without_flag_then_archives_prior_and_gc_drops_it(blesse
     assert archived.is_file(), "gc keeps the archived manifest (history)"
     verify = bless(root, "verify", h)
     assert verify.code == 0, verify.stderr
-    assert run_containers(h, extra_label=f"org.bless.profile={name}") == []
+    assert run_containers(h, extra_label=f"org.bless.profile={name}", root=root) == []
     assert run_id_containers(data["run_id"]) == []
 
 
