@@ -24,8 +24,6 @@ from bless.core.json_form import JsonForm, as_json
 
 #: Prompt token ids start here: low ids are special tokens in most vocabularies (BOS, EOS, padding).
 FIRST_PROMPT_TOKEN = 1000
-#: The endpoints a coverage request may use: the OpenAI completions API (token-id prompts) or chat completions.
-ENDPOINTS = ("completions", "chat")
 #: The one user message of a chat coverage request (chat prompts are text: the template decides the tokens).
 CHAT_MESSAGE = "Name three colours and one animal, then call the tool if one is offered."
 
