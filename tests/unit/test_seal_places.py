@@ -28,13 +28,12 @@ from bless.engines.vllm.adapter import VllmAdapter
 from bless.evidence_types import OutsideEntry
 from bless.flows import serve
 from bless.flows.engine_start import EngineSession, list_private
-from bless.flows.serve.seal import SealWatcher
 from bless.runtime.base import ContainerSpec, Mount
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from tests.support.fakes import FakeRuntime
 from tests.unit.test_serve_flow import _engine
-from tests.unit.test_serve_seal import _plan, _refused, _serve_while, _wait_for
+from tests.unit.test_serve_seal import _plan, _refused, _serve_while, _wait_for, _watching
 
 
 @pytest.fixture
@@ -48,29 +47,20 @@ def _write(path: Path, data: bytes = b"x") -> None:
 
 
 def test_a_starts_writes_are_noise_at_the_first_look_and_compiles_after_it(store: Store, tmp_path: Path) -> None:
-    with _engine() as server:
-        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
-        result = serve.start(the_plan, runtime=runtime)
-        try:
-            session = the_plan.session(runtime, started=result.started)
-            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
-            container = runtime.container(result.started.name)
-            tmp = the_plan.serve_dir / serve.PRIVATE_DIR / "tmp"
-            # What the start wrote: its Inductor scratch, bytecode of its imports, a shared-memory segment.
-            _write(tmp / "bless-inductor-abc" / "fx" / "c.so")
-            _write(tmp / "lib" / "__pycache__" / "mod.cpython-311.pyc")
-            container.shm = ["/dev/shm/psm_start"]
-            assert watcher.poll() == [], "the start's own writes are noise at the first look"
-            # The same kinds of writes while serving, and anything in /dev/shm.
-            _write(tmp / "bless-inductor-abc" / "fx" / "new.so")
-            _write(tmp / "lib" / "__pycache__" / "late.cpython-311.pyc")
-            container.shm = ["/dev/shm/psm_start", "/dev/shm/psm_late", "/dev/shm/x/inductor/k.so"]
-            found = watcher.poll()
-            assert watcher.poll() == [], "each write is one event, once"
-        finally:
-            session.stop()
-            runtime.remove(result.started)
-            result.release_lease()
+    with _watching(store, tmp_path) as (the_plan, runtime, result, watcher):
+        container = runtime.container(result.started.name)
+        tmp = the_plan.serve_dir / serve.PRIVATE_DIR / "tmp"
+        # What the start wrote: its Inductor scratch, bytecode of its imports, a shared-memory segment.
+        _write(tmp / "bless-inductor-abc" / "fx" / "c.so")
+        _write(tmp / "lib" / "__pycache__" / "mod.cpython-311.pyc")
+        container.shm = ["/dev/shm/psm_start"]
+        assert watcher.poll() == [], "the start's own writes are noise at the first look"
+        # The same kinds of writes while serving, and anything in /dev/shm.
+        _write(tmp / "bless-inductor-abc" / "fx" / "new.so")
+        _write(tmp / "lib" / "__pycache__" / "late.cpython-311.pyc")
+        container.shm = ["/dev/shm/psm_start", "/dev/shm/psm_late", "/dev/shm/x/inductor/k.so"]
+        found = watcher.poll()
+        assert watcher.poll() == [], "each write is one event, once"
     assert sorted(event.path or "" for event in found) == [
         "/dev/shm/psm_late",
         "/dev/shm/x/inductor/k.so",

@@ -7,11 +7,12 @@ cache manager), a new compiled artifact in the overlay's upper layer, a kernel i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bless.core.profile import UnprovenCompilePolicy
@@ -235,22 +236,34 @@ def test_seal_lines_are_read_after_a_process_tag_and_an_unreadable_one_still_cou
     assert events[1].reason is not None and "unreadable" in events[1].reason
 
 
-def test_the_watcher_reads_only_complete_log_lines(store: Store, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _watching(
+    store: Store, tmp_path: Path
+) -> Iterator[tuple[serve.LaunchPlan, FakeRuntime, serve.LaunchResult, SealWatcher]]:
+    """A started serve (record policy, the fake runtime) and a watcher of it; both ended on the way out."""
     with _engine() as server:
         the_plan, runtime = _plan(store, tmp_path, server.port, "record")
         result = serve.start(the_plan, runtime=runtime)
+        watcher: SealWatcher | None = None
         try:
             session = the_plan.session(runtime, started=result.started)
             watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
-            container = runtime.container(result.started.name)
-            assert watcher.poll() == []
-            container.log += SEAL_LINE[:40]  # the engine is still writing this line
-            assert watcher.poll() == []
-            container.log += SEAL_LINE[40:] + "\n"
-            assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
-            assert watcher.poll() == [], "each line once"
+            yield the_plan, runtime, result, watcher
         finally:
+            if watcher is not None:
+                watcher.close()
             serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)
+
+
+def test_the_watcher_reads_only_complete_log_lines(store: Store, tmp_path: Path) -> None:
+    with _watching(store, tmp_path) as (_the_plan, runtime, result, watcher):
+        container = runtime.container(result.started.name)
+        assert watcher.poll() == []
+        container.log += SEAL_LINE[:40]  # the engine is still writing this line
+        assert watcher.poll() == []
+        container.log += SEAL_LINE[40:] + "\n"
+        assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
+        assert watcher.poll() == [], "each line once"
 
 
 def test_a_quoted_prefix_is_no_event_and_hostile_payloads_still_count_without_breaking_the_parse() -> None:
@@ -264,18 +277,9 @@ def test_a_quoted_prefix_is_no_event_and_hostile_payloads_still_count_without_br
 
 def test_the_watcher_reports_unexpected_writes_as_a_trial_would_fail_on_them(store: Store, tmp_path: Path) -> None:
     """The reference adapter expects no write at all while loading: a rewritten file is an event, not ignored."""
-    with _engine() as server:
-        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
-        result = serve.start(the_plan, runtime=runtime)
-        try:
-            session = the_plan.session(runtime, started=result.started)
-            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
-            runtime.container(result.started.name).upper = [UpperEntry("notes/readme.txt", "rewritten", 3)]
-            (event,) = watcher.poll()
-        finally:
-            the_plan.session(runtime, started=result.started).stop()
-            runtime.remove(result.started)
-            result.release_lease()
+    with _watching(store, tmp_path) as (_the_plan, runtime, result, watcher):
+        runtime.container(result.started.name).upper = [UpperEntry("notes/readme.txt", "rewritten", 3)]
+        (event,) = watcher.poll()
     assert event.path == "notes/readme.txt" and event.reason is not None and "do not expect" in event.reason
 
 
@@ -364,23 +368,15 @@ def test_the_evidence_file_and_the_readiness_record_stay_bounded_under_a_flood_o
 
 
 def test_a_seal_line_then_a_truncation_before_the_next_poll_is_not_missed(store: Store, tmp_path: Path) -> None:
-    with _engine() as server:
-        the_plan, runtime = _plan(store, tmp_path, server.port, "record")
-        result = serve.start(the_plan, runtime=runtime)
-        try:
-            session = the_plan.session(runtime, started=result.started)
-            watcher = SealWatcher(runtime=runtime, session=session, adapter=the_plan.adapter)
-            container = runtime.container(result.started.name)
-            container.log += "INFO serving\n" * 10
-            assert watcher.poll() == []
-            container.log += SEAL_LINE + "\n"  # written ...
-            container.log = "INFO after the truncation, a longer log than before " * 4 + "\n"  # ... and cut away
-            (event,) = watcher.poll()
-            assert event.source == "watcher" and event.reason is not None
-            assert "truncated or rewritten" in event.reason and "may have been lost" in event.reason
-            assert watcher.poll() == [], "read again from its start, each line once"
-            container.log += SEAL_LINE + "\n"
-            assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
-        finally:
-            watcher.close()
-            serve.finish(the_plan, result, runtime=runtime, keep_upper=False, failed=False)
+    with _watching(store, tmp_path) as (_the_plan, runtime, result, watcher):
+        container = runtime.container(result.started.name)
+        container.log += "INFO serving\n" * 10
+        assert watcher.poll() == []
+        container.log += SEAL_LINE + "\n"  # written ...
+        container.log = "INFO after the truncation, a longer log than before " * 4 + "\n"  # ... and cut away
+        (event,) = watcher.poll()
+        assert event.source == "watcher" and event.reason is not None
+        assert "truncated or rewritten" in event.reason and "may have been lost" in event.reason
+        assert watcher.poll() == [], "read again from its start, each line once"
+        container.log += SEAL_LINE + "\n"
+        assert [e.kernel for e in watcher.poll()] == ["fused_moe_kernel"]
