@@ -150,7 +150,13 @@ SHAPES["qwen3-30b-a3b-fp8"] = {
 }  # fmt: skip
 
 
-def build_tokenizer(out: Path, chat_template: str) -> tuple[int, int]:
+# Special tokens a shape's tool-call parser looks up in the vocabulary: vLLM's llama3_json parser refuses every
+# chat request (HTTP 500) when the tokenizer lacks Llama 3's <|python_tag|>. Appended after training, so the other
+# ids stay as they were.
+TOOL_TOKENS: dict[str, list[str]] = {"llama-3.1-8b": ["<|python_tag|>"], "llama-3.1-70b": ["<|python_tag|>"]}
+
+
+def build_tokenizer(out: Path, chat_template: str, extra_special: list[str]) -> tuple[int, int]:
     """Train the small byte-level BPE tokenizer into ``out`` with ``chat_template``; returns its (bos, eos) ids.
 
     The template is rendered once with tools and a tool result first: a template that cannot render is
@@ -169,6 +175,8 @@ def build_tokenizer(out: Path, chat_template: str) -> tuple[int, int]:
     )
     tokenizer.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    if extra_special:
+        fast.add_tokens(extra_special, special_tokens=True)
     fast.chat_template = chat_template
     rendered = fast.apply_chat_template(
         SELF_CHECK_MESSAGES, tools=SELF_CHECK_TOOLS, tokenize=False, add_generation_prompt=True
@@ -201,7 +209,7 @@ def main(argv: list[str]) -> int:
         return 2
     kind, out = argv[0], Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    bos, eos = build_tokenizer(out, CHAT_TEMPLATES[kind])
+    bos, eos = build_tokenizer(out, CHAT_TEMPLATES[kind], TOOL_TOKENS.get(kind, []))
     if kind == "tiny":
         build_tiny(out, bos, eos)
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,13 @@ from tests.unit.store_helpers import make_manifest, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 81559, 81000, 0, "GPU-aaaa")
-#: The H200 blessings of the shipped MoE profiles, as `bless show --json` recorded them on the GPU host (each proven
-#: as a copy declaring the H200, as scripts/gpu/proof-lib.sh's for_this_gpu writes it).
+#: The H200 blessings of the shipped MoE and 8B profiles, as `bless show --json` recorded them on the GPU host (each
+#: proven as a copy declaring the H200, as scripts/gpu/proof-lib.sh's for_this_gpu writes it).
 TRAFFIC_EVIDENCE = REPO / "docs" / "evidence" / "vllm-0.26-h200-traffic"
 GPU_RECORDS = [
     ("vllm-0.26-qwen3-30b-a3b-dummy-local.toml", TRAFFIC_EVIDENCE / "moe-show-record.json"),
     ("vllm-0.26-qwen3-30b-a3b-fp8-dummy-local.toml", TRAFFIC_EVIDENCE / "fp8-show-record.json"),
+    ("vllm-0.26-llama-3.1-8b-dummy-local.toml", TRAFFIC_EVIDENCE / "8b-show-record.json"),
 ]
 VLLM_026 = {"vllm": "0.26.0", "torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
 
@@ -202,7 +204,8 @@ def model_dir_profile(tmp_path: Path, content: bytes = b"{}") -> tuple[Path, Pat
     digest = probes.hash_model_dir(model, where="test")
     text = (REPO / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml").read_text()
     text = text.replace('"/tmp/models/llama-3.1-8b"', json.dumps(str(model)))
-    text = text.replace("a8fcaf328a4b7cf89726ac5686385c160747f0ccb73cda7978df06dc7ade9689", digest)
+    text, declared = re.subn(r'^content_sha256 = "[0-9a-f]{64}"', f'content_sha256 = "{digest}"', text, flags=re.M)
+    assert declared == 1, "the shipped 8B profile declares one model content hash"
     path = tmp_path / "profile.toml"
     path.write_text(text)
     return path, model
