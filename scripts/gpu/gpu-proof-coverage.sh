@@ -3,7 +3,8 @@
 # with its coverage warm-up, then served and driven through every token count and varied traffic; every file the
 # engine writes while serving is listed (the overlay's upper layer, its private HOME and temp dir).
 #   STEP=run    bless run (K=$TRIALS), verify, show              -> $OUT/run.json, show-record.json, verify.json
-#   STEP=serve  serve-full, then scripts/bench/drive_traffic.py: --sweep $SWEEP (every token count once) and
+#   STEP=serve  serve-full, then scripts/bench/drive_traffic.py: --sweep $SWEEP (every token count once, below
+#               max_model_len) and
 #               $SECONDS_VARIED s of varied traffic at concurrency $CONCURRENCY, a fraction $STRUCTURED of it
 #               with structured outputs and $CHAT chat completions and tool calls (0.25 each); new files after ready
 #               -> $OUT/serve-*.txt, traffic.json, new-files.txt (compiled ones in new-compiled.txt)
@@ -84,9 +85,13 @@ name=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb
 prober=$!
 port=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb")).get("serving", {}).get("port", 8000))' "$PROFILE")
 vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model_dir/config.json")
+# A prompt of M tokens plus its one output token must fit the context: vLLM refuses M = max_model_len (HTTP 400).
+context=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["serve"].get("max_model_len", 0))' "$PROFILE")
+sweep=${SWEEP:-2048}
+if [ "$context" -gt 0 ] && [ "$sweep" -ge "$context" ]; then sweep=$((context - 1)); fi
 rc=0
 model=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["serve"].get("served_model_name", "m"))' "$PROFILE")
-python3 scripts/bench/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "${SWEEP:-2048}" \
+python3 scripts/bench/drive_traffic.py --port "$port" --model "$model" --vocab "$vocab" --sweep "$sweep" \
   --seconds "${SECONDS_VARIED:-120}" --concurrency "${CONCURRENCY:-16}" --max-prompt "${MAX_PROMPT:-3900}" \
   --structured "${STRUCTURED:-0.25}" --chat "${CHAT:-0.25}" \
   > "$OUT/traffic.json" 2> "$OUT/traffic.stderr" || rc=$?
