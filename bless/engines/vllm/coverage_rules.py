@@ -88,10 +88,15 @@ class ReleaseRules:
     swap_ab_cite: Cite
     #: Env settings of the release that change the fused-MoE kernel selection in ways not modeled.
     moe_env_not_modeled: tuple[str, ...]
+    #: How one engine's ranks see the experts (coverage/moe.py ``moe_rank_shapes``): expert parallelism takes the
+    #: tensor-parallel size; all-to-all kernels only with data parallelism; E // EP experts a rank, one more for the
+    #: first E % EP; the tuned file keyed on the rank's E and N; the block padding on the model's E.
+    expert_parallel_cites: tuple[Cite, ...]
 
     def cites(self) -> tuple[Cite, ...]:
         """Every citation of the release, in order (what the fixture test checks)."""
         found: list[Cite] = [self.runner_cite, *self.jit_warmup_cites, self.naive_cite, self.swap_ab_cite]
+        found.extend(self.expert_parallel_cites)
         for kernel in (*self.v2_sampler_kernels, *self.grammar_bitmask.values()):
             found.append(kernel.defined)
             if kernel.warmed_by is not None:
@@ -101,6 +106,7 @@ class ReleaseRules:
 
 
 FP8_BLOCK_SUFFIX = ",dtype=fp8_w8a8,block_shape=[128,128]"
+_MOE = "vllm/model_executor/layers/fused_moe/"
 
 # --- vLLM 0.26.0 -------------------------------------------------------------------------------------------------
 
@@ -208,6 +214,14 @@ RULES_026 = ReleaseRules(
     ),
     swap_ab_cite=Cite(
         "vllm/model_executor/layers/fused_moe/utils.py", 576, "def enable_swap_ab(BLOCK_SIZE_M: int, BLOCK_SIZE_N: int)"
+    ),
+    expert_parallel_cites=(
+        Cite(_MOE + "config.py", 1206, "and vllm_parallel_config.enable_expert_parallel"),
+        Cite(_MOE + "config.py", 1236, "ep_size = tp_size"),
+        Cite(_MOE + "config.py", 1054, "self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel"),
+        Cite(_MOE + "expert_map_manager.py", 69, "local_num_experts = base_experts + 1 if ep_rank < remainder"),
+        Cite(_MOE + "moe_align_block_size.py", 74, "max_num_tokens_padded = topk_ids.numel() + num_experts"),
+        Cite(_MOE + "fused_moe.py", 1373, "E, _, N = w2_shape"),
     ),
     moe_env_not_modeled=("VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT", "VLLM_USE_FLASHINFER_MOE_FP16"),
 )
@@ -359,6 +373,14 @@ RULES_033 = ReleaseRules(
         "VLLM_BATCH_INVARIANT",
         "VLLM_USE_FLASHINFER_MOE_FP16",
         "VLLM_TRITON_USE_TD",
+    ),
+    expert_parallel_cites=(
+        Cite(_MOE + "config.py", 1200, "and vllm_parallel_config.enable_expert_parallel"),
+        Cite(_MOE + "config.py", 1230, "ep_size = tp_size"),
+        Cite(_MOE + "config.py", 1037, "self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel"),
+        Cite(_MOE + "expert_map_manager.py", 69, "local_num_experts = base_experts + 1 if ep_rank < remainder"),
+        Cite(_MOE + "moe_align_block_size.py", 137, "max_num_tokens_padded = topk_ids.numel() + num_experts"),
+        Cite(_MOE + "fused_moe.py", 1436, "E, _, N = w2_shape"),
     ),
 )
 

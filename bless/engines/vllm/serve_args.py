@@ -26,6 +26,8 @@ class _Arg:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] = ()
+    #: vLLM's short spelling of the flag (``-tp``): refused in extra_args like the flag itself.
+    short: str | None = None
 
 
 # Order = argv order. Only what the profile states is hashed and passed: an omitted argument means
@@ -37,8 +39,11 @@ SERVE_ARGS: dict[str, _Arg] = {
     "max_model_len": _Arg("--max-model-len", "int", 1),
     "max_num_seqs": _Arg("--max-num-seqs", "int", 1),
     "max_num_batched_tokens": _Arg("--max-num-batched-tokens", "int", 1),
-    "tensor_parallel_size": _Arg("--tensor-parallel-size", "int", 1, 1024),
-    "pipeline_parallel_size": _Arg("--pipeline-parallel-size", "int", 1, 1024),
+    "tensor_parallel_size": _Arg("--tensor-parallel-size", "int", 1, 1024, short="-tp"),
+    "pipeline_parallel_size": _Arg("--pipeline-parallel-size", "int", 1, 1024, short="-pp"),
+    # The MoE layers' tensor parallelism becomes expert parallelism: each rank holds whole experts, which changes
+    # the fused-MoE shapes the coverage model plans per rank (coverage/moe.py moe_rank_shapes).
+    "enable_expert_parallel": _Arg("--enable-expert-parallel", "bool", short="-ep"),
     "gpu_memory_utilization": _Arg("--gpu-memory-utilization", "float", 0.0, 1.0),
     "kv_cache_dtype": _Arg("--kv-cache-dtype", "str"),
     "quantization": _Arg("--quantization", "str"),
@@ -80,6 +85,7 @@ _MANAGED_FLAGS = frozenset(
     {"--host", "--port", "--model", "--revision", "--compilation-config", "-cc", "--api-key", "--hf-token"}
     | {arg.flag for arg in SERVE_ARGS.values()}
     | {"--no-" + arg.flag[2:] for arg in SERVE_ARGS.values() if arg.kind == "bool"}
+    | {arg.short for arg in SERVE_ARGS.values() if arg.short}
     | set(TABLE_ARGS.values())
     | {"-sc"}
 )
@@ -408,7 +414,9 @@ def _normalize_extra_args(value: Any, *, where: str) -> list[str]:
         table = next((key for prefix, key in _TABLE_FLAG_PREFIXES.items() if flag.startswith(prefix)), None)
         table = table or _TABLE_ALIASES.get(flag) or next((k for k, f in TABLE_ARGS.items() if f == flag), None)
         if flag in _MANAGED_FLAGS or table:
-            modeled = [key for key, spec in SERVE_ARGS.items() if flag in (spec.flag, "--no-" + spec.flag[2:])]
+            modeled = [
+                key for key, spec in SERVE_ARGS.items() if flag in (spec.flag, "--no-" + spec.flag[2:], spec.short)
+            ]
             if modeled:
                 hint = f"use serve.{modeled[0]} instead"
             elif table:

@@ -48,12 +48,28 @@ _DATA_FILE = "moe_configs.json"
 
 @dataclass(frozen=True)
 class MoeShape:
-    """What the fused-MoE kernel of one rank sees: experts, top-k, N per rank, hidden size K."""
+    """What the fused-MoE kernel of one rank sees: experts, top-k, N per rank, hidden size K.
+
+    ``experts`` is the rank's own expert count (the tuned file's E and the default rule's); with expert parallelism
+    ``global_experts`` is the model's (``moe_align_block_size`` pads for every expert of the model) and the expert
+    map rules out the naive block assignment.
+    """
 
     experts: int
     top_k: int
     n_per_rank: int
     hidden: int
+    global_experts: int | None = None
+
+    @property
+    def expert_map(self) -> bool:
+        """Whether the rank holds a part of the experts only (vLLM passes an expert map)."""
+        return self.global_experts is not None
+
+    @property
+    def padded_experts(self) -> int:
+        """The expert count ``moe_align_block_size`` pads for: the model's."""
+        return self.global_experts if self.global_experts is not None else self.experts
 
 
 @dataclass(frozen=True)
@@ -150,12 +166,13 @@ def fused_moe_key(m: int, shape: MoeShape, config: Mapping[str, int], quant: Moe
     """
     block_m = int(config["BLOCK_SIZE_M"])
     valid = m * shape.top_k
-    naive = valid * 4 <= shape.experts
+    experts = shape.padded_experts
+    naive = not shape.expert_map and valid * 4 <= experts
     if naive:
         em_w13 = em_w2 = valid * block_m
     else:
-        sorted_size = valid + shape.experts * (block_m - 1)
-        if valid < shape.experts:
+        sorted_size = valid + experts * (block_m - 1)
+        if valid < experts:
             sorted_size = min(valid * block_m, sorted_size)
         em_w13 = min(sorted_size, m * shape.top_k * block_m) if m < block_m else sorted_size
         em_w2 = min(sorted_size, valid * block_m) if valid < block_m else sorted_size
@@ -176,8 +193,10 @@ def fused_moe_splits(shape: MoeShape, configs: Iterable[Mapping[str, int]], conf
     ``M < BLOCK_SIZE_M`` (for every block size the configurations use) switch the padded row count.
     """
     splits = set(config_changes)
-    splits.add(shape.experts // (4 * shape.top_k) + 1)
-    splits.add((shape.experts - 1) // shape.top_k + 1)
+    experts = shape.padded_experts
+    if not shape.expert_map:
+        splits.add(experts // (4 * shape.top_k) + 1)
+    splits.add((experts - 1) // shape.top_k + 1)
     for config in configs:
         block_m = int(config["BLOCK_SIZE_M"])
         splits.add(block_m)
@@ -225,22 +244,65 @@ def describe_key(key: Hashable) -> str:
     )
 
 
-def moe_shape(config: Mapping[str, Any], tensor_parallel: int) -> tuple[MoeShape | None, str]:
-    """The fused-MoE shape of a model's config.json for one rank, or None and why it is not modeled."""
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _parallel_size(serve: Mapping[str, Any], key: str, flags: tuple[str, ...]) -> int | None:
+    """A parallel size of the serve arguments (the key, else its flag in extra_args; 1 when unset), None if bad."""
+    value: Any = serve.get(key)
+    if value is None:
+        value = next((v for v in (extra_flag(serve, flag) for flag in flags) if v is not None), None)
+    if value is None:
+        return 1
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        return None
+    return size if size > 0 and not isinstance(value, bool) else None
+
+
+def _switch(serve: Mapping[str, Any], key: str, flags: tuple[str, ...]) -> bool:
+    """A boolean serve argument, set as the key or as a bare flag in extra_args."""
+    return serve.get(key) is True or any(extra_flag(serve, flag) == "" for flag in flags)
+
+
+def moe_rank_shapes(config: Mapping[str, Any], serve: Mapping[str, Any]) -> tuple[tuple[MoeShape, ...], str]:
+    """The distinct fused-MoE shapes the ranks of one engine see, or () and why they are not modeled.
+
+    vLLM 0.26 (``FusedMoEParallelConfig.make``, ``determine_expert_map``): without expert parallelism every rank
+    holds every expert and N / tensor_parallel_size of each; with ``enable_expert_parallel`` (one engine, no data
+    parallelism) the MoE layer's tensor parallelism becomes expert parallelism of the same size: N whole, and rank r
+    of EP holds E // EP experts, one more for the first E % EP ranks. Data parallelism (all-to-all kernels in the
+    batched format) and EPLB's redundant experts are not modeled.
+    """
     architectures = config.get("architectures") or []
     fields = next((MOE_FIELDS[a] for a in architectures if a in MOE_FIELDS), None)
     if fields is None:
-        return None, f"no MoE field layout known for {', '.join(map(str, architectures)) or 'this model'}"
+        return (), f"no MoE field layout known for {', '.join(map(str, architectures)) or 'this model'}"
     experts, top_k, intermediate = (config.get(name) for name in fields)
     hidden = config.get("hidden_size")
-    values = (experts, top_k, intermediate, hidden)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        return None, f"config.json lacks positive integers for {', '.join(fields)}, hidden_size"
+    if not all(_positive(v) for v in (experts, top_k, intermediate, hidden)):
+        return (), f"config.json lacks positive integers for {', '.join(fields)}, hidden_size"
     assert isinstance(experts, int) and isinstance(top_k, int) and isinstance(intermediate, int)
     assert isinstance(hidden, int)
+    tensor_parallel = _parallel_size(serve, "tensor_parallel_size", ("--tensor-parallel-size", "-tp"))
+    data_parallel = _parallel_size(serve, "data_parallel_size", ("--data-parallel-size", "-dp"))
+    if tensor_parallel is None or data_parallel is None:
+        return (), "serve.tensor_parallel_size and serve.data_parallel_size must be positive integers"
+    if data_parallel > 1:
+        return (), f"data_parallel_size {data_parallel}: MoE over data-parallel ranks (all-to-all) is not modeled"
+    if _switch(serve, "enable_eplb", ("--enable-eplb",)):
+        return (), "EPLB's redundant experts change each rank's expert count at run time: not modeled"
+    if _switch(serve, "enable_expert_parallel", ("--enable-expert-parallel", "-ep")) and tensor_parallel > 1:
+        if experts < tensor_parallel:
+            return (), f"{experts} experts do not spread over expert_parallel_size {tensor_parallel}"
+        base, remainder = divmod(experts, tensor_parallel)
+        counts = sorted({base + 1, base} if remainder else {base})
+        return tuple(MoeShape(count, top_k, intermediate, hidden, global_experts=experts) for count in counts), ""
     if intermediate % tensor_parallel:
-        return None, f"{fields[2]} {intermediate} does not split over tensor_parallel_size {tensor_parallel}"
-    return MoeShape(experts, top_k, intermediate // tensor_parallel, hidden), ""
+        return (), f"{fields[2]} {intermediate} does not split over tensor_parallel_size {tensor_parallel}"
+    return (MoeShape(experts, top_k, intermediate // tensor_parallel, hidden),), ""
 
 
 def serve_shape(serve: Mapping[str, Any]) -> ServeShape:
@@ -343,6 +405,34 @@ def _moe_gap_033(serve: Mapping[str, Any], env: Mapping[str, str]) -> str | None
     return None
 
 
+@dataclass(frozen=True)
+class _RankPlan:
+    """One rank shape's tile configuration rule: the tuned file vLLM reads for it, else the default rule."""
+
+    shape: MoeShape
+    file_name: str
+    table: Mapping[int, Mapping[str, int]] | None
+    quant: MoeQuant
+
+    @classmethod
+    def of(cls, release: str, shape: MoeShape, gpu_name: str, quant: MoeQuant) -> _RankPlan:
+        file_name = config_file_name(shape.experts, shape.n_per_rank, gpu_name, quant)
+        return cls(shape, file_name, tuned_table(release, file_name), quant)
+
+    def pick(self, m: int) -> Mapping[str, int]:
+        return nearest_config(self.table, m) if self.table else default_config(m, self.shape.experts, self.quant)
+
+    def words(self, release: str) -> str:
+        moe = self.shape
+        where = f"E={moe.experts}"
+        if moe.global_experts is not None:
+            where = f"E={moe.experts} of {moe.global_experts} (expert parallel)"
+        source = (
+            f"tuned file {self.file_name}" if self.table else f"default rule (vLLM {release} ships no {self.file_name})"
+        )
+        return f"{where}, top_k={moe.top_k}, N={moe.n_per_rank} per rank, {source}"
+
+
 #: The most token counts one engine step may schedule that the model plans for (vLLM itself accepts more; a plan
 #: past this would describe steps no GPU holds the activations of).
 MAX_PLANNED_TOKENS = 1 << 24
@@ -400,31 +490,33 @@ def fused_moe_family(
             False,
             "serve.max_model_len must exceed serve.max_num_batched_tokens so that one prompt reaches every token count",
         ), (1, shape.max_batched_tokens)
-    tensor_parallel = int(serve.get("tensor_parallel_size") or 1)
-    moe, why = moe_shape(config, tensor_parallel)
-    if moe is None:
+    shapes, why = moe_rank_shapes(config, serve)
+    if not shapes:
         return family(True, False, why), (1, shape.max_batched_tokens)
     if not gpu_name:
         return family(True, False, "the GPU product is unknown: the tuned file cannot be chosen"), (1, 1)
-    file_name = config_file_name(moe.experts, moe.n_per_rank, gpu_name, quant)
-    table = tuned_table(release, file_name)
-    pick: Callable[[int], Mapping[str, int]] = (
-        (lambda m: nearest_config(table, m)) if table else (lambda m: default_config(m, moe.experts, quant))
-    )
+    ranks = [_RankPlan.of(release, moe, gpu_name, quant) for moe in shapes]
     token_range = (1, shape.max_batched_tokens)
-    changes = config_changes(pick, *token_range)
-    used = [pick(m) for m in (token_range[0], *changes)]
-    classes = group_token_range(
-        *token_range,
-        lambda m: fused_moe_key(m, moe, pick(m), quant),
-        describe_key,
-        splits={*fused_moe_splits(moe, used, changes), shape.capture_max + 1},
-        prefer_above=shape.capture_max,
-    )
-    source = f"tuned file {file_name}" if table else f"default rule (vLLM {release} ships no {file_name})"
+    splits = {shape.capture_max + 1}
+    for rank in ranks:
+        changes = config_changes(rank.pick, *token_range)
+        splits |= fused_moe_splits(rank.shape, [rank.pick(m) for m in (token_range[0], *changes)], changes)
+
+    def key_of(m: int) -> Hashable:
+        keys = tuple(fused_moe_key(m, rank.shape, rank.pick(m), quant) for rank in ranks)
+        return keys[0] if len(keys) == 1 else keys  # ranks of unequal expert counts: each compiles its own
+
+    def describe(key: Hashable) -> str:
+        if len(ranks) == 1:
+            return describe_key(key)
+        assert isinstance(key, tuple)
+        pairs = zip(ranks, key, strict=True)
+        return "; ".join(f"ranks with E={rank.shape.experts}: {describe_key(one)}" for rank, one in pairs)
+
+    classes = group_token_range(*token_range, key_of, describe, splits=splits, prefer_above=shape.capture_max)
     weights = "bf16/fp16" if quant == UNQUANTIZED else f"{quant.dtype} blocks {quant.block_shape}, Triton backend"
     reason = (
-        f"E={moe.experts}, top_k={moe.top_k}, N={moe.n_per_rank} per rank, {weights}, {source}; "
+        f"{'; '.join(rank.words(release) for rank in ranks)}, {weights}; "
         f"CUDA graphs captured up to {shape.capture_max} tokens"
     )
     return family(True, True, reason, classes), token_range
