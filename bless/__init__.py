@@ -51,6 +51,7 @@ from bless.errors import (
     EnvironmentMismatchError,
     ExitCode,
     GateFailedError,
+    GpuSelectionError,
     HardwareMismatchError,
     HostError,
     ImageMissingError,
@@ -101,6 +102,7 @@ from bless.flows.serve.stop import StopOutcome
 from bless.flows.sign import SignOutcome
 from bless.k8s.documents import K8sOptions
 from bless.k8s.documents import Rendered as K8sRendered
+from bless.replay.devices import GpuRank
 from bless.runtime.base import Runtime
 from bless.store import Store as _StoreImpl
 from bless.trust import SignResult as TrustSigning
@@ -212,6 +214,8 @@ __all__ = [
     "GateResult",
     "GcOutcome",
     "GcResult",
+    "GpuRank",
+    "GpuSelectionError",
     "HardwareMismatchError",
     "HostError",
     "ImageMissingError",
@@ -490,6 +494,7 @@ def serve(
     :class:`VerifyFailedError`, 21); a failure once serving began is ``result.failure``.
     ``from_reference``: pull the blessing from this registry reference first (as :func:`pull`, under
     ``trust_dir``; a no-op when present), as ``serve-full --from`` does.
+    Runs on the GPUs ``$CUDA_VISIBLE_DEVICES`` names, rank 0 on the first (``result.plan["ranks"]`` says which).
     """
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
@@ -530,6 +535,7 @@ def serve(
         no_canary=not asked.canary,
         allow_unknown_engine_version=asked.allow_unknown_engine_version,
         trust_dir=trust,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
     return serve_full(request, runtime=the_runtime, hooks=the_hooks)
 

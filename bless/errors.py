@@ -55,6 +55,7 @@ class ExitCode(IntEnum):
     RUNTIME_UNAVAILABLE = 50
     IMAGE_MISSING = 51
     INSUFFICIENT_GPU = 52
+    GPU_SELECTION_INVALID = 53
     UNSIGNED = 60
     SIGNATURE_UNTRUSTED = 61
     BELOW_THRESHOLD = 62
@@ -144,7 +145,7 @@ class EngineError(BlessError):
 
 class HostError(BlessError):
     """This machine or its services cannot do it: disk, store permissions, factor resolution, hardware, the
-    container runtime, the image, GPUs (15, 17, 31, 32, 50-52)."""
+    container runtime, the image, GPUs (15, 17, 31, 32, 50-53)."""
 
 
 class TrustError(BlessError):
@@ -412,6 +413,14 @@ class InsufficientGpuError(HostError):
     exit_code = ExitCode.INSUFFICIENT_GPU
     title = "not enough GPU"
     meaning = "not enough GPUs or GPU memory for the profile"
+
+
+class GpuSelectionError(HostError):
+    """``CUDA_VISIBLE_DEVICES`` names a GPU this host does not have, or one GPU twice: ranks would shift."""
+
+    exit_code = ExitCode.GPU_SELECTION_INVALID
+    title = "GPU selection invalid"
+    meaning = "CUDA_VISIBLE_DEVICES names a GPU this host does not have, or one GPU twice"
 
 
 class TrustExistsError(ConflictError, TrustError):

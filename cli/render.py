@@ -240,7 +240,7 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
             cell("; ".join(str(reason) for reason in result.get("reasons", [])) or "-"),
         )
     console.print(table)
-    for line in describe_proven_gpus(factors, trials):
+    for line in describe_proven_gpus(factors, trials, data.get("provenance")):
         console.print(cell(line))
     bound = trials.get("failure_rate_bound")
     if isinstance(bound, Mapping):
@@ -266,11 +266,12 @@ def render_manifest(console: Console, data: Mapping[str, Any]) -> None:
     blessing_words.kv_lines(console, blessing_words.flat(provenance) or [("", "(none)")], indent="  ")
 
 
-def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any]) -> list[str]:
-    """How many GPUs a blessing was proven on, and in which order each trial saw them (indices and UUIDs).
+def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any], provenance: Any = None) -> list[str]:
+    """How many GPUs a blessing was proven on, and which GPU each rank of the bootstrap and of each trial ran on.
 
-    The order matters: Inductor bakes device indices into generated code, so a cache proven on GPUs
-    0,1 is not proven on 2,3 unless a trial ran there.
+    A blessing records logical ranks (serve-full runs them on any GPUs of the product, docs/concepts/serve-full.md,
+    "Device binding"); the lines say where the proof ran: ``rank 0: GPU 1 (GPU-...)``. A manifest written before
+    ranks were recorded lists each trial's GPUs in the order recorded, without ranks.
     """
     if factor_field(factors, "hardware", "accelerator") != "cuda":
         return []
@@ -281,15 +282,36 @@ def describe_proven_gpus(factors: Mapping[str, Any], trials: Mapping[str, Any]) 
         return [f"GPUs: {per_engine} {name} per engine; which GPUs the trials ran on was not recorded"]
     listed = ", ".join(f"{device.get('index')} ({device.get('uuid')})" for device in devices)
     lines = [f"GPUs: {per_engine} {name} per engine, proven on {len(devices)} in all: {listed}"]
-    orders: dict[tuple[str, ...], list[str]] = {}
+    bootstrap = provenance.get("bootstrap") if isinstance(provenance, Mapping) else None
+    ranked = _ranks(bootstrap.get("gpus") if isinstance(bootstrap, Mapping) else None)
+    if ranked:
+        lines.append(f"  bootstrap: {ranked}")
+    orders: dict[str, list[str]] = {}
     for result in trials.get("results", []):
         gpus = result.get("gpus") if isinstance(result, Mapping) else None
-        if isinstance(gpus, list) and gpus:
-            order = tuple(str(gpu.get("index")) for gpu in gpus if isinstance(gpu, Mapping))
-            orders.setdefault(order, []).append(str(result.get("index", "?")))
-    for order, numbers in orders.items():
-        lines.append(f"  GPUs {','.join(order)} (in this order): trial(s) {', '.join(numbers)}")
+        if not isinstance(gpus, list) or not gpus:
+            continue
+        ranked = _ranks(gpus)
+        if not ranked:  # recorded before ranks were
+            ranked = "GPUs " + ",".join(str(gpu.get("index")) for gpu in gpus if isinstance(gpu, Mapping))
+            ranked += " (in this order)"
+        orders.setdefault(ranked, []).append(str(result.get("index", "?")))
+    for ranked, numbers in orders.items():
+        if ranked.startswith("GPUs "):
+            lines.append(f"  {ranked}: trial(s) {', '.join(numbers)}")
+        else:
+            lines.append(f"  trial(s) {', '.join(numbers)}: {ranked}")
     return lines
+
+
+def _ranks(gpus: Any) -> str | None:
+    """``rank 0: GPU 1 (GPU-...), rank 1: GPU 0 (GPU-...)``, or None unless every record names its rank."""
+    if not isinstance(gpus, list) or not gpus:
+        return None
+    if not all(isinstance(gpu, Mapping) and isinstance(gpu.get("rank"), int) for gpu in gpus):
+        return None
+    ordered = sorted(gpus, key=lambda gpu: int(gpu["rank"]))
+    return ", ".join(f"rank {gpu['rank']}: GPU {gpu.get('index')} ({gpu.get('uuid')})" for gpu in ordered)
 
 
 def _render_coverage(console: Console, coverage: Any) -> None:

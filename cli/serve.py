@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import os
 import signal
 import sys
 import threading
@@ -272,6 +273,7 @@ class ServeFullOptions:
             store=open_store(self.root, self.manifests_dir),
             trust_dir=source.trust,
             fetch=source.fetcher(console),
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             **{name: getattr(self, name) for name in _PASSED_THROUGH},
         )
 

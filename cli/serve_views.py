@@ -15,8 +15,10 @@ from rich.text import Text
 from bless.cli import render
 from bless.core.untrusted_text import shown
 from bless.flows import serve
+from bless.replay.devices import GpuRank
 
 __all__ = [
+    "rank_lines",
     "render_banners",
     "render_detached",
     "render_dry_run",
@@ -76,6 +78,14 @@ def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
     ]
     console.print(Text("serve-full plan", style="bold"))
     console.print(render.kv_table(rows))
+    for line in rank_lines(plan.get("ranks")):
+        console.print(render.cell(line))
+
+
+def rank_lines(ranks: Any) -> list[str]:
+    """One line per rank of the engine, :attr:`GpuRank.line`: ``rank 1 -> GPU 0 (GPU-91f9...)`` (the plan's or the
+    readiness record's ``ranks``)."""
+    return [GpuRank.from_dict(rank).line for rank in ranks or ()]
 
 
 def render_dry_run(console: Console, data: Mapping[str, Any]) -> None:
@@ -144,3 +154,5 @@ def render_ready(console: Console, data: Mapping[str, Any]) -> None:
             shown(f"{data['name']}: {data['host']}:{data['port']}, canary {data['canary']}, since {data['since']}"),
         )
     )
+    for line in rank_lines(data.get("ranks")):
+        console.print(render.cell(line))

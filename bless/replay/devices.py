@@ -1,8 +1,13 @@
-"""Trial slots on the GPUs of one host, and whether a cache answers the same on every device.
+"""Trial slots on the GPUs of one host, the GPUs a served engine is bound to, and whether a cache answers
+the same on every device.
 
 A *slot* is the GPU set one engine uses (``hardware.gpu_count`` GPUs, the tensor-parallel
 size): ``bless run --parallel N`` runs up to N trials at once, one per slot, and every slot
 is a different set of GPUs. Pure logic: the GPU list comes from the caller (nvidia-smi).
+
+Ranks: a slot's GPUs are in rank order. The runtime presents them to the engine in that order
+(``CUDA_VISIBLE_DEVICES`` set to their UUIDs, which CUDA enumerates in the order listed), and the
+engine puts local rank r on ``cuda:r``: rank r runs on the slot's r-th GPU (:class:`GpuRank`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,48 @@ from typing import Any
 
 from bless.core.factors import GpuInfo
 from bless.core.profile import HardwareSpec
-from bless.errors import InsufficientGpuError
+from bless.errors import GpuSelectionError, HardwareMismatchError, InsufficientGpuError
 
 #: One completion as compared across devices: its text and token ids.
 Output = tuple[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class GpuRank:
+    """Which physical GPU one rank of an engine runs on: rank ``rank`` is the engine's ``cuda:<rank>``.
+
+    ``index`` is nvidia-smi's (PCI order), ``uuid`` names the GPU for good, ``name`` is its product.
+    """
+
+    rank: int
+    index: int
+    uuid: str
+    name: str
+
+    @property
+    def line(self) -> str:
+        """``rank 1 -> GPU 0 (GPU-91f9...)``: how serve-full's output names the binding, one line per rank."""
+        return f"rank {self.rank} -> GPU {self.index}" + (f" ({self.uuid})" if self.uuid else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"rank", "index", "uuid", "name"}``: the form of the serve plan's and readiness record's ``ranks``."""
+        return {"rank": self.rank, "index": self.index, "uuid": self.uuid, "name": self.name}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GpuRank:
+        """Read one back; a malformed one is a ValueError."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a rank is not an object")
+        rank, index, uuid, name = (data.get(key) for key in ("rank", "index", "uuid", "name"))
+        if not (isinstance(rank, int) and isinstance(index, int) and isinstance(uuid, str) and isinstance(name, str)):
+            raise ValueError("a rank is not {rank, index, uuid, name} with counts and strings")
+        if not (_count(rank) and _count(index)):
+            raise ValueError("a rank's rank and index are counts")
+        return cls(rank=rank, index=index, uuid=uuid, name=name)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)
@@ -45,26 +88,104 @@ class GpuSlot:
         """``0`` / ``2,3`` / ``cpu``: the compact form for a live table column."""
         return ",".join(str(gpu.index) for gpu in self.gpus) if self.gpus else "cpu"
 
+    @property
+    def ranks(self) -> tuple[GpuRank, ...]:
+        """The slot's GPUs as ranks: rank r runs on the r-th GPU (the order :attr:`device_ids` hands them over)."""
+        return tuple(GpuRank(rank, gpu.index, gpu.uuid, gpu.name) for rank, gpu in enumerate(self.gpus))
+
     def records(self) -> list[dict[str, Any]]:
-        """The GPUs as manifest/trial records: index, UUID, name."""
-        return [{"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name} for gpu in self.gpus]
+        """The GPUs as manifest/trial records, in rank order: rank, index, UUID, name."""
+        return [rank.to_dict() for rank in self.ranks]
 
 
 def visible_gpus(gpus: Sequence[GpuInfo], cuda_visible_devices: str | None) -> list[GpuInfo]:
-    """The GPUs an operator's ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) leaves to bless; all when unset."""
+    """The GPUs an operator's ``CUDA_VISIBLE_DEVICES`` leaves to bless, in its order; all when unset.
+
+    Each entry is an nvidia-smi index, a full UUID, or a unique UUID prefix (``GPU-8f2c``), as CUDA takes
+    them; an empty value leaves none. An entry that names no GPU of this host (a typo, a GPU of another
+    host), names several (an ambiguous prefix) or names a GPU already named is refused (53): CUDA would stop
+    at it or read it otherwise, and silently skipping it shifts every later GPU to another rank.
+    """
     if cuda_visible_devices is None:
         return list(gpus)
+    if not cuda_visible_devices.strip():
+        return []
 
     def names(gpu: GpuInfo, item: str) -> bool:
-        # CUDA takes an index, a full UUID, or a unique UUID prefix ("GPU-8f2c").
         return item == str(gpu.index) or (item.startswith("GPU-") and gpu.uuid.startswith(item))
 
+    known = ", ".join(f"{gpu.index} ({gpu.uuid})" if gpu.uuid else str(gpu.index) for gpu in gpus) or "none"
     chosen: list[GpuInfo] = []
-    for item in (part.strip() for part in cuda_visible_devices.split(",")):
-        match = next((gpu for gpu in gpus if item and names(gpu, item)), None)
-        if match is not None and match not in chosen:
-            chosen.append(match)
+    for position, item in enumerate(part.strip() for part in cuda_visible_devices.split(",")):
+        matches = [gpu for gpu in gpus if item and names(gpu, item)]
+        problem = None
+        if len(matches) != 1:
+            problem = "names no GPU of this host" if not matches else f"names {len(matches)} GPUs (an ambiguous prefix)"
+        elif matches[0] in chosen:
+            problem = f"names GPU {matches[0].index} again"
+        if problem is not None:
+            raise GpuSelectionError(
+                f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {position} ({item!r}) {problem}; "
+                f"this host's GPUs (nvidia-smi): {known}",
+                hint="set CUDA_VISIBLE_DEVICES to distinct nvidia-smi indices or GPU UUIDs (or prefixes) of this "
+                "host, in the order the engine's ranks should use them, or unset it to use the GPUs in nvidia-smi's "
+                "order",
+                details={
+                    "cuda_visible_devices": cuda_visible_devices,
+                    "entry": position,
+                    "item": item,
+                    "gpus": [{"index": gpu.index, "uuid": gpu.uuid} for gpu in gpus],
+                },
+            )
+        chosen.append(matches[0])
     return chosen
+
+
+def serving_slot(spec: HardwareSpec, gpus: Sequence[GpuInfo], cuda_visible_devices: str | None) -> GpuSlot:
+    """The GPUs one served engine runs on, in rank order (rank r on the r-th); no GPUs for a CPU profile.
+
+    ``gpus``: the host's GPUs as nvidia-smi lists them; ``cuda_visible_devices``: the operator's selection and
+    order of them (None: nvidia-smi's order). The first ``hardware.gpu_count`` of what it leaves are bound.
+    A blessing records logical ranks, so any GPUs of the declared product serve it, in any order. Refused:
+    an entry naming no GPU or one twice (53, :func:`visible_gpus`), fewer GPUs left than the count (52), bound
+    GPUs of mixed products, or of another product or compute capability than ``[hardware]`` declares (32).
+    """
+    if spec.accelerator != "cuda":
+        return GpuSlot(0)
+    count = spec.gpu_count or 1
+    left = visible_gpus(gpus, cuda_visible_devices)
+    restricted = "" if cuda_visible_devices is None else f" (CUDA_VISIBLE_DEVICES={cuda_visible_devices!r})"
+    if len(left) < count:
+        raise InsufficientGpuError(
+            f"the profile needs {count} GPU(s) (hardware.gpu_count); {len(left)} here{restricted}",
+            hint="run on a host with enough GPUs (nvidia-smi lists them), or let CUDA_VISIBLE_DEVICES name enough",
+            details={"needed_gpus": count, "found_gpus": len(left), "cuda_visible_devices": cuda_visible_devices},
+        )
+    slot = GpuSlot(0, tuple(left[:count]))
+    listed = "; ".join(
+        f"rank {rank}: GPU {gpu.index} {gpu.name} (compute capability {gpu.compute_capability})"
+        for rank, gpu in enumerate(slot.gpus)
+    )
+    details = {"ranks": slot.records(), "cuda_visible_devices": cuda_visible_devices}
+    if len({(gpu.name, gpu.compute_capability) for gpu in slot.gpus}) > 1:
+        raise HardwareMismatchError(
+            f"the {count} GPUs the engine would run on{restricted} are of mixed products: {listed}",
+            hint="let CUDA_VISIBLE_DEVICES name GPUs of one product (the profile's hardware.gpu_name)",
+            details=details,
+        )
+    first = slot.gpus[0]
+    for key, declared, found in (
+        ("gpu_name", spec.gpu_name, first.name),
+        ("compute_capability", spec.compute_capability, first.compute_capability),
+    ):
+        if declared is not None and declared != found:
+            raise HardwareMismatchError(
+                f"the profile declares hardware.{key}={declared!r}; the GPUs the engine would run on{restricted} "
+                f"are not: {listed}",
+                hint="let CUDA_VISIBLE_DEVICES name GPUs of the declared product, or serve on matching hardware",
+                details={**details, "key": key, "declared": declared, "found": found},
+            )
+    return slot
 
 
 def trial_slots(

@@ -57,8 +57,9 @@ class ContainerSpec:
     host_ip: str = "127.0.0.1"
     host_port: int | None = None
     gpus: int | None = None
-    #: Which GPUs (UUIDs or nvidia-smi indices), when the engine must use these and no others (parallel
-    #: trials: one GPU set each). None: the first ``gpus`` GPUs, as Docker's ``count`` gives them.
+    #: Which GPUs (UUIDs or nvidia-smi indices), when the engine must use these and no others (a trial's slot,
+    #: a serve's bound GPUs), in rank order: the runtime presents them in this order (:func:`rank_order_env`),
+    #: so rank r runs on the r-th. None: the first ``gpus`` GPUs, as Docker's ``count`` gives them.
     gpu_ids: tuple[str, ...] | None = None
     shm_size: str | None = None
     ipc_host: bool = False
@@ -68,6 +69,21 @@ class ContainerSpec:
     #: Dirs put first on the engine's PYTHONPATH, before what it would have had: the spec's env, else the
     #: image's (Docker) or the one the local runtime passes through (bless's seal module, a sealed start).
     python_path: tuple[str, ...] = ()
+
+
+def rank_order_env(spec: ContainerSpec, *, container: bool = False) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` naming ``spec.gpu_ids`` in their order, which is how both runtimes present a
+    spec's GPUs in rank order: CUDA enumerates the devices it names in the order listed, and the engine puts
+    local rank r on ``cuda:r``. Empty without ``gpu_ids``.
+
+    ``container`` (its GPUs are numbered anew inside it): empty unless there are several GPUs to order and every id
+    is a UUID, the one name a GPU keeps inside a container (an nvidia-smi index would name another GPU there). One
+    GPU has no order to keep, and older vLLM releases read ``CUDA_VISIBLE_DEVICES`` as integers only (0.20.1 does).
+    """
+    ids = spec.gpu_ids or ()
+    if not ids or (container and (len(ids) < 2 or not all(i.startswith(("GPU-", "MIG-")) for i in ids))):
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,15 @@ from bless.errors import (
 )
 from bless.evidence_types import OutsideEntry, UpperEntry
 from bless.runtime import upper as upper_layer
-from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+from bless.runtime.base import (
+    ContainerInfo,
+    ContainerSpec,
+    Mount,
+    NameHolder,
+    Started,
+    StopResult,
+    rank_order_env,
+)
 from bless.system.log_follow import CHUNK_BYTES, LogChunk, LogFollower
 
 if TYPE_CHECKING:
@@ -302,8 +310,9 @@ def _stop_and_remove(container: Container, timeout_s: int = 10) -> bool:
 def device_requests(spec: ContainerSpec) -> list[Any]:
     """The GPUs a container gets (SDK ``DeviceRequest`` values).
 
-    Exactly ``spec.gpu_ids`` when given (one GPU set per parallel trial), else the first
-    ``spec.gpus`` (Docker's ``count``), else none.
+    Exactly ``spec.gpu_ids`` when given (a trial's slot, a serve's bound GPUs), else the first
+    ``spec.gpus`` (Docker's ``count``), else none. Docker hands them over as a set: the container's env
+    (:func:`~bless.runtime.base.rank_order_env`) puts them in rank order.
     """
     docker = _docker_module()
     if spec.gpu_ids:
@@ -543,6 +552,9 @@ class DockerRuntime:
         if spec.home is not None:
             # Same HOME in bootstrap, trials and serving (vLLM hashes HOME-derived paths).
             env["HOME"] = spec.home
+        # The devices Docker hands over appear in CUDA's own order inside the container; named by UUID they
+        # appear in rank order (rank r on the r-th of spec.gpu_ids), as the local runtime presents them.
+        env.update(rank_order_env(spec, container=True))
         kwargs: dict[str, Any] = {
             "name": spec.name,
             "entrypoint": [spec.command[0]],

@@ -58,7 +58,15 @@ from bless.errors import (
 from bless.evidence_types import SHM_DIR, OutsideEntry, UpperEntry, outside_kind
 from bless.runtime import materialize
 from bless.runtime import upper as upper_layer
-from bless.runtime.base import ContainerInfo, ContainerSpec, Mount, NameHolder, Started, StopResult
+from bless.runtime.base import (
+    ContainerInfo,
+    ContainerSpec,
+    Mount,
+    NameHolder,
+    Started,
+    StopResult,
+    rank_order_env,
+)
 from bless.system.log_follow import FileFollower, LogFollower, TextFollower
 
 # What the engine inherits from our environment: enough to find binaries, libraries and
@@ -272,8 +280,8 @@ class LocalRuntime:
         if home is not None:
             env["HOME"] = home
         if spec.gpu_ids:
-            # This engine's GPU set and no other, whatever the host's CUDA_VISIBLE_DEVICES said.
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_ids)
+            # This engine's GPU set and no other, in rank order, whatever the host's CUDA_VISIBLE_DEVICES said.
+            env.update(rank_order_env(spec))
         elif spec.gpus and spec.gpus > 0 and "CUDA_VISIBLE_DEVICES" not in env:
             # Docker's count=N gives the first N GPUs; do the same on a bare host.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.gpus))

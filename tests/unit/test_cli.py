@@ -548,6 +548,43 @@ def test_show_says_how_many_gpus_and_in_which_order_the_blessing_was_proven_on(
     assert "GPUs 2,3 (in this order): trial(s) 2" in result.stderr
 
 
+def test_show_renders_where_each_rank_of_the_bootstrap_and_the_trials_ran(
+    bless: Invoke, store: Store, tmp_path: Path
+) -> None:
+    """A TP=2 blessing whose trials ran on GPUs 0,1 and, swapped, 1,0: the ranks, and --json keeps them."""
+    gpus = [{"index": index, "uuid": f"GPU-{index}{index}", "name": "NVIDIA H200"} for index in range(2)]
+    in_order = [{"rank": rank, **gpu} for rank, gpu in enumerate(gpus)]
+    swapped = [{"rank": rank, **gpu} for rank, gpu in enumerate(reversed(gpus))]
+    factors = {
+        **make_factors(),
+        "hardware": {"accelerator": "cuda", "gpu_count": 2, "gpu_name": "NVIDIA H200", "compute_capability": "9.0"},
+    }
+    tree = write_tree(tmp_path / "tree-ranks")
+    manifest = make_manifest(tree, factors)
+    manifest = dataclasses.replace(
+        manifest,
+        trials={
+            "planned": 2,
+            "passed": 2,
+            "parallel": 1,
+            "devices": gpus,
+            "results": [
+                {"index": 1, "passed": True, "reasons": [], "slot": 0, "gpus": in_order},
+                {"index": 2, "passed": True, "reasons": [], "slot": 0, "gpus": swapped},
+            ],
+        },
+        provenance={**manifest.provenance, "bootstrap": {"gpus": in_order}},
+    )
+    store.publish(tree, manifest)
+    result = bless("show", manifest.config_hash)
+    assert result.exit_code == 0, result.stderr
+    assert "bootstrap: rank 0: GPU 0 (GPU-00), rank 1: GPU 1 (GPU-11)" in result.stderr
+    assert "trial(s) 1: rank 0: GPU 0 (GPU-00), rank 1: GPU 1 (GPU-11)" in result.stderr
+    assert "trial(s) 2: rank 0: GPU 1 (GPU-11), rank 1: GPU 0 (GPU-00)" in result.stderr
+    shown = json.loads(bless("show", manifest.config_hash, "--json").stdout)
+    assert [gpu["uuid"] for gpu in shown["trials"]["results"][1]["gpus"] if gpu["rank"] == 0] == ["GPU-11"]
+
+
 def test_show_golden_outputs_readable_and_escaped(bless: Invoke, store: Store, profile: Path, tmp_path: Path) -> None:
     """Golden outputs of a byte-level engine: escaped text (no raw control bytes reach the terminal) and token ids."""
     resolved = resolve_profile(load_profile(profile), image_resolver=None)

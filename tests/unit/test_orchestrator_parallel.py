@@ -22,7 +22,9 @@ from bless.core.factors import GpuInfo, ResolvedConfig, resolve
 from bless.core.profile import HardwareSpec, Profile
 from bless.core.schemas import schema_errors
 from bless.engines.reference import ReferenceAdapter
-from bless.errors import ExitCode, InsufficientGpuError, InterruptedByUserError
+from bless.errors import ExitCode, GpuSelectionError, InsufficientGpuError, InterruptedByUserError
+from bless.flows.run import RunOptions
+from bless.flows.run.orchestrator import Orchestrator
 from bless.replay.devices import GpuSlot
 from bless.runtime.base import ContainerSpec, Started, StopResult
 from bless.store import Store
@@ -159,7 +161,11 @@ def test_default_parallel_fills_all_8_gpus_one_trial_each(make: Callable[..., Pa
     assert recorded == {f"GPU-{i:08d}-fake" for i in range(8)}
     assert {d["index"] for d in manifest.trials["devices"]} == set(range(8))
     # The bootstrap (where the golden outputs come from) ran on slot 0's GPU, and says so.
-    assert manifest.provenance["bootstrap"]["gpus"] == [{"index": 0, "uuid": "GPU-00000000-fake", "name": H200}]
+    assert manifest.provenance["bootstrap"]["gpus"] == [
+        {"rank": 0, "index": 0, "uuid": "GPU-00000000-fake", "name": H200}
+    ]
+    assert all(r["gpus"][0]["rank"] == 0 for r in manifest.trials["results"])  # rank 0 ran on it
+    assert all("rank" not in d for d in manifest.trials["devices"])  # the devices proven on: no rank of their own
     assert result.to_dict()["orchestration_overhead"] is None, "overlapping engine time is not an overhead ratio"
     # The schema knows the new fields: recorded ones validate, malformed ones do not.
     document = json.loads(Path(str(result.manifest_path)).read_text())
@@ -334,3 +340,23 @@ def test_cpu_profiles_run_parallel_slots_without_gpus(make: Callable[..., Parall
     assert result.published and result.slots == (GpuSlot(0), GpuSlot(1))
     assert set(trial_gpus(harness.runtime).values()) == {None}
     assert harness.runtime.max_alive == 2
+
+
+def test_a_typo_in_the_operators_gpu_selection_refuses_the_run_before_any_engine(
+    make: Callable[..., ParallelHarness],
+) -> None:
+    """CUDA_VISIBLE_DEVICES=0,9 on an 8-GPU host: refused (53), never run on GPU 0 alone with the 9 skipped."""
+    harness = make()
+    orchestrator = Orchestrator(
+        harness.resolved,
+        store=harness.store,
+        runtime=harness.runtime,
+        adapter=ReferenceAdapter(),
+        events=harness.events.append,
+        gpu_probe=lambda: list(harness.gpus),
+        cuda_visible_devices="0,9",
+    )
+    with pytest.raises(GpuSelectionError) as caught:
+        orchestrator.run(RunOptions(trials=2))
+    assert caught.value.exit_code == 53 and "entry 1 ('9') names no GPU of this host" in caught.value.message
+    assert harness.runtime.gpu_sets == {}, "no engine started"

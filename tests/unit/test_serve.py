@@ -311,11 +311,11 @@ def test_unsafe_env_test_override(store: Store, tmp_path: Path, monkeypatch: pyt
 
 def test_gpu_memory_refusal() -> None:
     spec = HardwareSpec(accelerator="cuda", gpu_count=2, min_gpu_memory_gib=40)
-    busy = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 12 * GIB)
+    busy = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 80 * GIB, 12 * GIB, 3, "GPU-3")
     check_gpu_memory(spec, [H100, H100])
     with pytest.raises(InsufficientGpuError) as excinfo:
         check_gpu_memory(spec, [H100, busy])
-    assert "GPU 1" in excinfo.value.message and "12.0 GiB free" in excinfo.value.message
+    assert "rank 1 on GPU 3" in excinfo.value.message and "12.0 GiB free" in excinfo.value.message
     assert excinfo.value.exit_code == ExitCode.INSUFFICIENT_GPU
     with pytest.raises(InsufficientGpuError, match="has 1 GPU"):
         check_gpu_memory(spec, [H100])

@@ -359,7 +359,13 @@ class Orchestrator:
                 "results": [trial.to_dict() for trial in trials],
                 "parallel": len(self.slots),
                 # Every GPU a trial proved the cache on (the cross-device check compared them all).
-                "devices": list({g["uuid"] or str(g["index"]): g for t in trials for g in t.slot.records()}.values()),
+                "devices": list(
+                    {
+                        gpu.uuid or str(gpu.index): {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}
+                        for t in trials
+                        for gpu in t.slot.gpus
+                    }.values()
+                ),
             },
             golden=golden,
             coverage={

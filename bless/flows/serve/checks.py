@@ -27,7 +27,7 @@ from bless.flows.serve.names import serve_container_name
 from bless.flows.serve.serve_dir import new_serve_dir
 from bless.flows.serve.snapshot import Snapshot, cache_changed_error
 from bless.probes import probe_gpus
-from bless.replay.devices import has_free_memory, required_free_mib
+from bless.replay.devices import GpuSlot, has_free_memory, required_free_mib, serving_slot
 from bless.runtime.base import Runtime
 from bless.store import LiveManifest, Store
 
@@ -53,7 +53,8 @@ def verify_copy(manifest: Manifest, blessed_dir: Path, copy: Path) -> None:
 
 
 def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
-    """Refuse (52) unless the first ``gpu_count`` GPUs each have ``min_gpu_memory_gib`` free."""
+    """Refuse (52) unless the first ``gpu_count`` GPUs (the engine's, in rank order) each have
+    ``min_gpu_memory_gib`` free."""
     need_mib = required_free_mib(spec)
     if need_mib is None:
         return
@@ -65,11 +66,12 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
             hint="run on a host with enough GPUs (nvidia-smi lists them)",
             details={"needed_gpus": count, "found_gpus": len(gpus)},
         )
-    short = [(index, gpu) for index, gpu in enumerate(gpus[:count]) if not has_free_memory(gpu, need_mib)]
+    short = [(rank, gpu) for rank, gpu in enumerate(gpus[:count]) if not has_free_memory(gpu, need_mib)]
     if short:
         listed = ", ".join(
-            f"GPU {index} ({gpu.name}): {gpu.memory_free_mib / 1024:.1f} GiB free of {gpu.memory_total_mib / 1024:.1f}"
-            for index, gpu in short
+            f"rank {rank} on GPU {gpu.index} ({gpu.name}): {gpu.memory_free_mib / 1024:.1f} GiB free of "
+            f"{gpu.memory_total_mib / 1024:.1f}"
+            for rank, gpu in short
         )
         raise InsufficientGpuError(
             f"the profile needs {spec.min_gpu_memory_gib:g} GiB of free GPU memory per GPU; {listed}",
@@ -79,12 +81,14 @@ def check_gpu_memory(spec: HardwareSpec, gpus: Sequence[GpuInfo]) -> None:
                 "min_gpu_memory_gib": spec.min_gpu_memory_gib,
                 "short": [
                     {
-                        "index": index,
+                        "rank": rank,
+                        "index": gpu.index,
+                        "uuid": gpu.uuid,
                         "name": gpu.name,
                         "free_mib": gpu.memory_free_mib,
                         "total_mib": gpu.memory_total_mib,
                     }
-                    for index, gpu in short
+                    for rank, gpu in short
                 ],
             },
         )
@@ -158,19 +162,35 @@ class Preflight:
 
     #: The image's ID (Docker), read once: the container starts from it, so a tag moved later changes nothing.
     image_id: str | None
-    #: The GPUs probed for the memory check (CUDA profiles), reused for the hardware factor.
+    #: The GPUs the engine will run on, in rank order (CUDA profiles): checked for memory, the hardware factor's,
+    #: and handed to the runtime by UUID.
     gpus: tuple[GpuInfo, ...] | None
 
+    @property
+    def slot(self) -> GpuSlot:
+        """The engine's GPUs as a slot: rank r on the r-th (no GPUs for a CPU profile)."""
+        return GpuSlot(0, self.gpus or ())
 
-def preflight(profile: Profile, runtime: Runtime, gpu_probe: Callable[[], list[GpuInfo]]) -> Preflight:
-    """The runtime reachable (50), the image present (51), the GPUs with the memory the profile states (52)."""
+
+def preflight(
+    profile: Profile,
+    runtime: Runtime,
+    gpu_probe: Callable[[], list[GpuInfo]],
+    cuda_visible_devices: str | None = None,
+) -> Preflight:
+    """The runtime reachable (50), the image present (51), the engine's GPUs bound to its ranks (53, 52, 32), those
+    GPUs with the memory the profile states (52).
+
+    ``cuda_visible_devices``: the operator's ``CUDA_VISIBLE_DEVICES`` (None: unset), which selects and orders the
+    probed GPUs (:func:`bless.replay.devices.serving_slot`).
+    """
     runtime.ping()
     image_id = runtime.resolve_image(profile.image or "") if profile.runtime_kind == "docker" else None
-    gpus: list[GpuInfo] | None = None
-    if profile.hardware.accelerator == "cuda":
-        gpus = gpu_probe()
-        check_gpu_memory(profile.hardware, gpus)
-    return Preflight(image_id, tuple(gpus) if gpus is not None else None)
+    if profile.hardware.accelerator != "cuda":
+        return Preflight(image_id, None)
+    slot = serving_slot(profile.hardware, gpu_probe(), cuda_visible_devices)
+    check_gpu_memory(profile.hardware, slot.gpus)
+    return Preflight(image_id, slot.gpus)
 
 
 def resolve_here(profile: Profile, adapter: EngineAdapter, found: Preflight) -> ProfileResolution:
@@ -269,6 +289,8 @@ class ServeFacts:
     run_id: str
     #: The runtime presents mounts as writable copies (:attr:`Runtime.copies_mounts`).
     copies_mounts: bool
+    #: The GPUs the engine runs on, in rank order (no GPUs for a CPU profile).
+    slot: GpuSlot
     allowed_unsafe: tuple[str, ...]
     warnings: tuple[str, ...]
     timings: Mapping[str, float]
@@ -285,10 +307,11 @@ def check_world(
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
     allow_test_knobs: bool = False,
+    cuda_visible_devices: str | None = None,
 ) -> ServeFacts:
     """Run serve-full's checks in the order of its refusals; every refusal happens here (parameters: as ``plan``)."""
     t0 = time.perf_counter()
-    found = preflight(profile, runtime, gpu_probe)
+    found = preflight(profile, runtime, gpu_probe, cuda_visible_devices)
     t1 = time.perf_counter()
     resolution = resolve_here(profile, adapter, found)
     warnings: list[str] = []
@@ -315,6 +338,7 @@ def check_world(
         serve_dir=new_serve_dir(store.paths.serve, profile.name, now),
         run_id=new_run_id(),
         copies_mounts=runtime.copies_mounts,
+        slot=found.slot,
         allowed_unsafe=tuple(allowed),
         warnings=(*warnings, *(blessing.warnings if blessing is not None else ())),
         timings={"preflight_s": t1 - t0, "resolve_s": t2 - t1, "verify_s": t3 - t2},

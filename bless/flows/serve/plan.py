@@ -25,6 +25,7 @@ from bless.flows.serve.checks import ServeFacts, VerifiedBlessing, check_world, 
 from bless.flows.serve.serve_dir import ENGINE_LOG, PRIVATE_DIR
 from bless.flows.serve.snapshot import Snapshot
 from bless.probes import probe_gpus
+from bless.replay.devices import GpuRank
 from bless.runtime.base import ContainerSpec, Mount, Runtime, Started
 from bless.runtime.upper import check_overlay_path
 from bless.store import Store
@@ -64,6 +65,8 @@ class PlanContainer(TypedDict):
 
 #: A serve's plan as ``serve-full --dry-run --json`` prints it: every check made, what would start. ``trust`` is
 #: there for a blessed plan, ``from`` when the blessing was pulled first (a keyword: hence this spelling).
+#: ``ranks``: the GPUs the engine runs on, ``{"rank", "index", "uuid", "name"}`` each, rank 0 first (empty on a
+#: CPU profile).
 ServePlan = TypedDict(
     "ServePlan",
     {
@@ -80,6 +83,7 @@ ServePlan = TypedDict(
         "serve_dir": str,
         "mount": PlanMount | None,
         "container": PlanContainer,
+        "ranks": list[dict[str, Any]],
         "verification": dict[str, Any] | None,
         "snapshot": dict[str, Any] | None,
         "allowed_unsafe": list[str],
@@ -113,6 +117,8 @@ class LaunchPlan:
     allowed_unsafe: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
+    #: The GPUs the engine runs on, rank 0 first (the spec's ``gpu_ids`` in this order); empty on a CPU profile.
+    ranks: tuple[GpuRank, ...] = ()
 
     @property
     def blessed(self) -> bool:
@@ -242,6 +248,7 @@ class LaunchPlan:
                 "host_port": spec.host_port,
                 "gpus": spec.gpus,
             },
+            "ranks": [rank.to_dict() for rank in self.ranks],
             "verification": self.verification.to_dict() if self.verification else None,
             "snapshot": self.snapshot.to_dict() if self.snapshot else None,
             "allowed_unsafe": list(self.allowed_unsafe),
@@ -261,6 +268,7 @@ def plan(
     gpu_probe: Callable[[], list[GpuInfo]] = probe_gpus,
     now: datetime | None = None,
     allow_test_knobs: bool = False,
+    cuda_visible_devices: str | None = None,
 ) -> LaunchPlan:
     """Decide how to serve ``profile``; every refusal happens here, before any container exists.
 
@@ -269,7 +277,8 @@ def plan(
     looked up and no cache is mounted. ``allow_test_knobs`` lets the reference engine's test knobs
     through (bless's own tests; the serve-full command never sets it). The container's name carries a tag of
     the store root (:func:`serve_container_name`). ``adapter``: the engine's adapter before resolution
-    specialises it.
+    specialises it. ``cuda_visible_devices``: the operator's ``CUDA_VISIBLE_DEVICES`` (None: unset), which selects
+    and orders the GPUs the engine's ranks run on (docs/concepts/serve-full.md, "Device binding").
     """
     facts = check_world(
         profile,
@@ -281,6 +290,7 @@ def plan(
         gpu_probe=gpu_probe,
         now=now,
         allow_test_knobs=allow_test_knobs,
+        cuda_visible_devices=cuda_visible_devices,
     )
     return build_plan(facts, store=store, runtime=runtime)
 
@@ -308,6 +318,7 @@ def build_plan(facts: ServeFacts, *, store: Store, runtime: Runtime) -> LaunchPl
         allowed_unsafe=facts.allowed_unsafe,
         warnings=tuple(warnings),
         timings=facts.timings,
+        ranks=facts.slot.ranks,
     )
 
 
@@ -345,6 +356,8 @@ def _serve_spec(
         private_dir=facts.serve_dir / PRIVATE_DIR,
         # A compile the blessing does not hold is reported by the engine the moment Triton looks it up.
         seal=not facts.debug,
+        # Rank r on the r-th GPU bound: the runtime presents them to the engine in this order.
+        gpu_ids=facts.slot.device_ids or None,
     )
 
 

@@ -40,6 +40,7 @@ from bless.container_labels import PHASE, PHASE_SERVE, PROFILE, other_store_root
 from bless.core.untrusted_text import shown
 from bless.errors import BlessError, EngineHttpError, NotServingError
 from bless.flows.serve.ready_seal import HEARTBEAT_STALE_S, refuse_detached_without_watcher, refuse_unsealed
+from bless.replay.devices import GpuRank
 from bless.replay.engine_client import EngineClient
 from bless.runtime.base import Runtime
 from bless.store import Store
@@ -100,6 +101,8 @@ class ReadyRecord:
     #: The seal watcher of a detached serve (:func:`~bless.system.procid.process_identity`); ``{}`` while it has not
     #: started yet; None where serve-full itself watches (foreground) or nothing is sealed (``--debug``).
     watcher: Mapping[str, Any] | None = None
+    #: The GPUs the engine runs on, rank 0 first (empty on a CPU profile, and in a record written before ranks were).
+    ranks: tuple[GpuRank, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         # By hand (not JsonForm): a file format (read back by from_dict), the policy and the events nested as one key.
@@ -118,6 +121,7 @@ class ReadyRecord:
                 "evidence_full": self.unproven_full,
             },
             "watcher": dict(self.watcher) if self.watcher is not None else None,
+            "ranks": [rank.to_dict() for rank in self.ranks],
         }
 
     @property
@@ -139,6 +143,7 @@ class ReadyRecord:
                 since=str(data["since"]),
                 **_unproven_from(data.get("unproven_compile")),
                 watcher=_watcher_from(data["watcher"]),
+                ranks=tuple(GpuRank.from_dict(rank) for rank in data.get("ranks") or ()),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
@@ -190,6 +195,7 @@ def mark_ready(
     holder: Mapping[str, Any],
     unproven_policy: str = "refuse",
     watcher: Mapping[str, Any] | None = None,
+    ranks: Sequence[GpuRank] = (),
 ) -> ReadyRecord:
     """Write the record (atomically) once the canary passed.
 
@@ -198,7 +204,8 @@ def mark_ready(
 
     ``holder``: what keeps serving, as :func:`~bless.store.process_identity` records a process (serve-full
     in the foreground, a detached local engine), or ``{"container", "name"}`` for a detached Docker
-    container, which the probe looks up by id (:func:`check_ready`'s ``docker``).
+    container, which the probe looks up by id (:func:`check_ready`'s ``docker``). ``ranks``: the GPUs the engine
+    runs on, rank 0 first (the plan's device binding).
     """
     record = ReadyRecord(
         name=name,
@@ -210,6 +217,7 @@ def mark_ready(
         since=utc_now(),
         unproven_policy=unproven_policy,
         watcher=watcher,
+        ranks=tuple(ranks),
     )
     path = store.paths.ready_file(name)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,8 @@ class ServeRequest:
     trust_dir: Path | None = None
     #: ``--from REF``: pulls the blessing into ``store`` (a no-op when present); None without ``--from``.
     fetch: Callable[[Store], Fetched] | None = None
+    #: The operator's ``CUDA_VISIBLE_DEVICES`` (None: unset): selects and orders the GPUs the engine's ranks run on.
+    cuda_visible_devices: str | None = None
 
 
 @dataclass
@@ -176,6 +178,7 @@ def serve_full(
             adapter=adapter,
             debug=request.debug,
             allow_unknown_engine_version=request.allow_unknown_engine_version,
+            cuda_visible_devices=request.cuda_visible_devices,
         )
         plan_dict = the_plan.to_dict()
         checks = _blessing_checks(request, the_plan, fetched)

@@ -197,6 +197,7 @@ def _mark_ready(
             holder=holder,
             unproven_policy=plan_.profile.unproven_compile,
             watcher=watcher,
+            ranks=plan_.ranks,
         )
     except OSError as exc:
         raise os_refusal(
