@@ -35,13 +35,17 @@ from tests.unit.store_helpers import make_manifest, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", 81559, 81000, 0, "GPU-aaaa")
-#: The H200 blessings of the shipped MoE and 8B profiles, as `bless show --json` recorded them on the GPU host (each
-#: proven as a copy declaring the H200, as scripts/gpu/proof-lib.sh's for_this_gpu writes it).
+#: The H200 blessings of the shipped MoE, 8B and expert-parallel profiles, as `bless show --json` recorded them on
+#: the GPU host (each proven as a copy declaring the H200, as scripts/gpu/proof-lib.sh's for_this_gpu writes it).
 TRAFFIC_EVIDENCE = REPO / "docs" / "evidence" / "vllm-0.26-h200-traffic"
 GPU_RECORDS = [
     ("vllm-0.26-qwen3-30b-a3b-dummy-local.toml", TRAFFIC_EVIDENCE / "moe-show-record.json"),
     ("vllm-0.26-qwen3-30b-a3b-fp8-dummy-local.toml", TRAFFIC_EVIDENCE / "fp8-show-record.json"),
     ("vllm-0.26-llama-3.1-8b-dummy-local.toml", TRAFFIC_EVIDENCE / "8b-show-record.json"),
+    (
+        "vllm-0.26-qwen3-30b-a3b-dummy-ep2-local.toml",
+        REPO / "docs" / "evidence" / "vllm-0.26-h200x2-parallel" / "ep-show-record.json",
+    ),
 ]
 VLLM_026 = {"vllm": "0.26.0", "torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
 
@@ -126,7 +130,7 @@ def test_every_gpu_profile_hashes_diffs_and_gates_from_a_clean_clone(runner: Cli
 
 @pytest.mark.usefixtures("cpu_runner_host")
 @pytest.mark.parametrize(("name", "record_path"), GPU_RECORDS)
-def test_the_moe_profiles_gate_against_their_recorded_gpu_blessings(
+def test_the_gpu_profiles_gate_against_their_recorded_gpu_blessings(
     runner: CliRunner, tmp_path: Path, name: str, record_path: Path
 ) -> None:
     """The declared values are the GPU host's: the hash on this runner is the one the H200 blessing recorded."""

@@ -88,7 +88,7 @@ class ReleaseRules:
     swap_ab_cite: Cite
     #: Env settings of the release that change the fused-MoE kernel selection in ways not modeled.
     moe_env_not_modeled: tuple[str, ...]
-    #: How one engine's ranks see the experts (coverage/moe.py ``moe_rank_shapes``): expert parallelism takes the
+    #: How one engine's ranks see the experts (coverage/ranks.py ``moe_rank_shapes``): expert parallelism takes the
     #: tensor-parallel size; all-to-all kernels only with data parallelism; E // EP experts a rank, one more for the
     #: first E % EP; the tuned file keyed on the rank's E and N; the block padding on the model's E.
     expert_parallel_cites: tuple[Cite, ...]

@@ -42,7 +42,7 @@ SERVE_ARGS: dict[str, _Arg] = {
     "tensor_parallel_size": _Arg("--tensor-parallel-size", "int", 1, 1024, short="-tp"),
     "pipeline_parallel_size": _Arg("--pipeline-parallel-size", "int", 1, 1024, short="-pp"),
     # The MoE layers' tensor parallelism becomes expert parallelism: each rank holds whole experts, which changes
-    # the fused-MoE shapes the coverage model plans per rank (coverage/moe.py moe_rank_shapes).
+    # the fused-MoE shapes the coverage model plans per rank (coverage/ranks.py moe_rank_shapes).
     "enable_expert_parallel": _Arg("--enable-expert-parallel", "bool", short="-ep"),
     "gpu_memory_utilization": _Arg("--gpu-memory-utilization", "float", 0.0, 1.0),
     "kv_cache_dtype": _Arg("--kv-cache-dtype", "str"),

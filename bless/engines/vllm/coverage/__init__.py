@@ -23,7 +23,6 @@ from bless.engines.vllm.coverage.base import (
 )
 from bless.engines.vllm.coverage.moe import (
     MoeQuant,
-    MoeShape,
     config_changes,
     config_file_name,
     default_config,
@@ -32,11 +31,11 @@ from bless.engines.vllm.coverage.moe import (
     fused_moe_family,
     fused_moe_key,
     fused_moe_splits,
-    moe_rank_shapes,
     moe_quantization,
     nearest_config,
     tuned_table,
 )
+from bless.engines.vllm.coverage.ranks import MoeShape, moe_rank_shapes
 from bless.engines.vllm.coverage.sampler import sampler_family
 from bless.engines.vllm.coverage.traffic import chat_family, model_runner, structured_outputs_family
 from bless.errors import InputInvalidError
@@ -56,10 +55,10 @@ __all__ = [
     "device_file_name",
     "fused_moe_key",
     "fused_moe_splits",
-    "moe_rank_shapes",
     "is_moe",
     "model_runner",
     "moe_quantization",
+    "moe_rank_shapes",
     "nearest_config",
     "read_chat_template",
     "read_model_config",
