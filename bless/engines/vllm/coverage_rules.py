@@ -108,6 +108,23 @@ class ReleaseRules:
 FP8_BLOCK_SUFFIX = ",dtype=fp8_w8a8,block_shape=[128,128]"
 _MOE = "vllm/model_executor/layers/fused_moe/"
 
+
+def _expert_parallel_cites(
+    use_ep: int, ep_size: int, all2all: int, local_experts: int, padding: int, tuned_shape: int
+) -> tuple[Cite, ...]:
+    """The lines of one release that coverage/ranks.py follows for expert parallelism, by their line numbers."""
+    return (
+        Cite(_MOE + "config.py", use_ep, "and vllm_parallel_config.enable_expert_parallel"),
+        Cite(_MOE + "config.py", ep_size, "ep_size = tp_size"),
+        Cite(_MOE + "config.py", all2all, "self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel"),
+        Cite(
+            _MOE + "expert_map_manager.py", local_experts, "local_num_experts = base_experts + 1 if ep_rank < remainder"
+        ),
+        Cite(_MOE + "moe_align_block_size.py", padding, "max_num_tokens_padded = topk_ids.numel() + num_experts"),
+        Cite(_MOE + "fused_moe.py", tuned_shape, "E, _, N = w2_shape"),
+    )
+
+
 # --- vLLM 0.26.0 -------------------------------------------------------------------------------------------------
 
 _W26_WARMUP = Cite("vllm/v1/worker/gpu/warmup.py", 231, "sampling_params = SamplingParams.for_sampler_warmup()")
@@ -215,14 +232,7 @@ RULES_026 = ReleaseRules(
     swap_ab_cite=Cite(
         "vllm/model_executor/layers/fused_moe/utils.py", 576, "def enable_swap_ab(BLOCK_SIZE_M: int, BLOCK_SIZE_N: int)"
     ),
-    expert_parallel_cites=(
-        Cite(_MOE + "config.py", 1206, "and vllm_parallel_config.enable_expert_parallel"),
-        Cite(_MOE + "config.py", 1236, "ep_size = tp_size"),
-        Cite(_MOE + "config.py", 1054, "self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel"),
-        Cite(_MOE + "expert_map_manager.py", 69, "local_num_experts = base_experts + 1 if ep_rank < remainder"),
-        Cite(_MOE + "moe_align_block_size.py", 74, "max_num_tokens_padded = topk_ids.numel() + num_experts"),
-        Cite(_MOE + "fused_moe.py", 1373, "E, _, N = w2_shape"),
-    ),
+    expert_parallel_cites=_expert_parallel_cites(1206, 1236, 1054, 69, 74, 1373),
     moe_env_not_modeled=("VLLM_TUNED_CONFIG_FOLDER", "VLLM_BATCH_INVARIANT", "VLLM_USE_FLASHINFER_MOE_FP16"),
 )
 
@@ -374,14 +384,7 @@ RULES_033 = ReleaseRules(
         "VLLM_USE_FLASHINFER_MOE_FP16",
         "VLLM_TRITON_USE_TD",
     ),
-    expert_parallel_cites=(
-        Cite(_MOE + "config.py", 1200, "and vllm_parallel_config.enable_expert_parallel"),
-        Cite(_MOE + "config.py", 1230, "ep_size = tp_size"),
-        Cite(_MOE + "config.py", 1037, "self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel"),
-        Cite(_MOE + "expert_map_manager.py", 69, "local_num_experts = base_experts + 1 if ep_rank < remainder"),
-        Cite(_MOE + "moe_align_block_size.py", 137, "max_num_tokens_padded = topk_ids.numel() + num_experts"),
-        Cite(_MOE + "fused_moe.py", 1436, "E, _, N = w2_shape"),
-    ),
+    expert_parallel_cites=_expert_parallel_cites(1200, 1230, 1037, 69, 137, 1436),
 )
 
 RELEASE_RULES: Mapping[str, ReleaseRules] = MappingProxyType({"0.26.0": RULES_026, "0.33.0": RULES_033})
