@@ -88,15 +88,19 @@ def created_since(since: float, profile_name: str) -> list[str]:
 
 
 def refused(args: list[str], profile_name: str, code: int, *texts: str, env: dict[str, str] | None = None) -> CliResult:
-    """Run serve-full, expect refusal ``code`` naming ``texts``, and prove nothing was created."""
-    before = set(our_containers())
+    """Run serve-full, expect refusal ``code`` naming ``texts``, and prove nothing was created.
+
+    Only this profile's containers count: other tests (and other users of the engine) start theirs meanwhile.
+    """
+    mine = f"org.bless.profile={profile_name}"
+    before = set(our_containers(mine))
     since = time.time()
     result = serve(*args, env=env)
     assert result.code == code, result.stderr[-3000:]
     for text in texts:
         assert text in result.stderr, f"{text!r} not in:\n{result.stderr[-3000:]}"
     assert created_since(since, profile_name) == [], "a refusal created a container"
-    new = [name for name in set(our_containers()) - before if name.startswith("bless-serve-")]
+    new = [name for name in set(our_containers(mine)) - before if name.startswith("bless-serve-")]
     assert new == [], new
     return result
 

@@ -58,6 +58,9 @@ class TrialSchedule:
                                           + (f" on {slot.label}" if slot.gpus else ""),
                                           {"candidate": candidate, "trial": trial, "of": trials,
                                            "slot": slot.index, "gpus": slot.short}))  # fmt: skip
+                        # Named before the trial can start: a Ctrl-C during its first request must not read as
+                        # an interruption of the bootstrap.
+                        self.step = _running_step([*running.values(), (trial, slot)])
                         running[pool.submit(run_trial, trial, slot)] = (trial, slot)
                     self.step = _running_step(running.values())
                     if not running:
