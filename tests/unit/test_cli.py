@@ -7,7 +7,6 @@ so ``hash`` and ``diff --profile`` resolve on any machine.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import re
 import shutil
@@ -29,6 +28,7 @@ from bless.core.profile import load_profile
 from bless.errors import EXIT_CODES, ExitCode
 from bless.flows.resolve import resolve_profile
 from bless.store import Store
+from tests.support.cli import cli_runner
 from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_factors, make_manifest, write_tree
 
@@ -81,11 +81,7 @@ def bless_profile(store: Store, profile: Path, work: Path, variant: str = "a") -
 
 @pytest.fixture
 def runner() -> CliRunner:
-    # Wide, so rich never folds a path or a hash across lines in assertions.
-    env: dict[str, str | None] = {"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_MANIFESTS_DIR": None}
-    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
-        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
-    return CliRunner(env=env)  # click >= 8.2 (and typer's own runner) keep stderr apart
+    return cli_runner()
 
 
 @pytest.fixture

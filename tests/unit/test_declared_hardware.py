@@ -8,7 +8,6 @@ machine; an incomplete one is probed, and on a machine without GPUs fails naming
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from bless.flows.resolve import resolve_profile
 from bless.probes import hardware_factor, judged_hardware
 from bless.runtime.base import Runtime
 from bless.store import Store
+from tests.support.cli import cli_runner
 from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
@@ -84,10 +84,7 @@ def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def runner() -> CliRunner:
-    env: dict[str, str | None] = {"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_MANIFESTS_DIR": None}
-    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
-        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
-    return CliRunner(env=env)
+    return cli_runner()
 
 
 # --- the rule ------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ otherwise.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import shutil
@@ -30,6 +29,7 @@ from bless.errors import EnvironmentMismatchError, ExitCode, InputInvalidError, 
 from bless.flows.resolve import HardwareRule, resolve_for_command
 from bless.flows.serve.checks import Preflight, resolve_here
 from bless.store import Store
+from tests.support.cli import cli_runner
 from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
@@ -76,10 +76,7 @@ def cpu_runner_host(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def runner() -> CliRunner:
-    env: dict[str, str | None] = {"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_MANIFESTS_DIR": None}
-    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
-        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
-    return CliRunner(env=env)
+    return cli_runner()
 
 
 def clean_clone_profiles(tmp_path: Path) -> Path:

@@ -6,7 +6,6 @@ checked through the library and through the CLI (typer's CliRunner).
 
 from __future__ import annotations
 
-import inspect
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -23,6 +22,7 @@ from bless.flows.resolve import resolve_profile
 from bless.probes import cpu_isa_level
 from bless.runtime.base import Runtime
 from bless.store import Store
+from tests.support.cli import cli_runner
 from tests.support.fakes import FakeRuntime
 from tests.unit.store_helpers import make_manifest, write_tree
 
@@ -245,16 +245,7 @@ def test_github_annotations_are_escaped() -> None:
 
 @pytest.fixture
 def runner() -> CliRunner:
-    env: dict[str, str | None] = {
-        "COLUMNS": "250",
-        "BLESS_ROOT": None,
-        "BLESS_MANIFESTS_DIR": None,
-        "GITHUB_ACTIONS": None,
-        "DOCKER_HOST": "unix:///nonexistent.sock",
-    }
-    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
-        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
-    return CliRunner(env=env)
+    return cli_runner(GITHUB_ACTIONS=None, DOCKER_HOST="unix:///nonexistent.sock")
 
 
 def test_cli_pass_json_and_junit(runner: CliRunner, store: Store, profiles: Path, tmp_path: Path) -> None:

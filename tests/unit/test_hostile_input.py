@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import io
 import json
 import os
@@ -40,6 +39,7 @@ from bless.core.schemas import SCHEMA_DIR
 from bless.core.untrusted_text import json_safe, shown
 from bless.errors import ExitCode
 from bless.store import Store
+from tests.support.cli import cli_runner
 from tests.unit.store_helpers import make_manifest, mutate_json, paths_of, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,10 +52,7 @@ FORGED = "evil\n\x1b[1;32mverified\x1b[0m all files match\x1b[2K\r"
 
 @pytest.fixture
 def runner() -> CliRunner:
-    env: dict[str, str | None] = {"COLUMNS": "250", "BLESS_ROOT": None, "BLESS_MANIFESTS_DIR": None}
-    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:  # click < 8.2
-        return CliRunner(env=env, mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
-    return CliRunner(env=env)
+    return cli_runner()
 
 
 Invoke = Callable[..., Result]
