@@ -68,12 +68,17 @@ def render_plan(console: Console, plan: Mapping[str, Any]) -> None:
             rows.append(("upper layer", str(mount["upper_dir"])))
     else:
         rows.append(("mount", "none (no cache)"))
+    if container["host_port"] is None:  # a local engine listens on the serving address itself
+        listens = f"{container['host_ip']}:{container['port']} (the engine listens there itself)"
+    else:
+        listens = f"{container['host_ip']}:{container['host_port']} -> {container['port']}"
     rows += [
         ("container", str(container["name"])),
-        ("image", str(container["image"])),
+        ("image", str(container["image"] or "- (the host's own python)")),
         ("command", " ".join(container["command"])),
         ("env", " ".join(f"{key}={value}" for key, value in container["env"].items()) or "-"),
-        ("publish", f"{container['host_ip']}:{container['host_port']} -> {container['port']}"),
+        ("python path", " ".join(container.get("python_path") or ()) or "-"),
+        ("publish", listens),
         ("preflight", " ".join(f"{key} {value:.3f}" for key, value in timings.items())),
     ]
     console.print(Text("serve-full plan", style="bold"))

@@ -193,9 +193,9 @@ class ReferenceAdapter:
         """argv + env from the hashed serve arguments and the env resolution captured (never the raw profile)."""
         profile = resolved.profile
         serve = _serve_factor(resolved)
+        python_path: tuple[str, ...] = ()
         if profile.runtime_kind == "docker":
             prefix: tuple[str, ...] = ("python3", "-m", "bless_reference", "--host", "0.0.0.0")
-            env: dict[str, str] = {}
         else:
             prefix = (
                 profile.python or "python3",
@@ -204,7 +204,9 @@ class ReferenceAdapter:
                 "--host",
                 host,
             )
-            env = {"PYTHONPATH": str(PACKAGE_ROOT)}
+            # Importing bless.engines.reference_engine imports the bless package first, and with it bless's own
+            # dependencies: the host's PYTHONPATH (where a GPU host may have installed them) must stay behind it.
+            python_path = (str(PACKAGE_ROOT),)
         command = [
             *prefix,
             "--port", str(port),
@@ -221,8 +223,8 @@ class ReferenceAdapter:
             command.append("--no-compile")
         if serve.get("shape_buckets"):
             command += ["--shape-buckets", ",".join(str(b) for b in serve["shape_buckets"])]
-        env.update({"PYTHONUNBUFFERED": "1", **resolved.engine_env()})
-        return EngineLaunch(command=tuple(command), env=env, port=port)
+        env = {"PYTHONUNBUFFERED": "1", **resolved.engine_env()}
+        return EngineLaunch(command=tuple(command), env=env, port=port, python_path=python_path)
 
     def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
         """The reference model is built from its seed: no weights to mount."""

@@ -217,8 +217,10 @@ def test_launch_local(adapter):
     assert flag(launch.command, "--cache-dir") == "/var/cache/bless-engine"
     assert flag(launch.command, "--device") == "cuda"
     repo_root = Path(bless.__file__).resolve().parent.parent
-    assert launch.env["PYTHONPATH"] == str(repo_root)
-    assert (Path(launch.env["PYTHONPATH"]) / "bless" / "engines" / "reference_engine" / "__main__.py").is_file()
+    # First on the PYTHONPATH the runtime passes through, not in place of it: a GPU host that installed bless's
+    # dependencies with PYTHONPATH must still import the bless package the engine module lives in.
+    assert launch.python_path == (str(repo_root),) and "PYTHONPATH" not in launch.env
+    assert (repo_root / "bless" / "engines" / "reference_engine" / "__main__.py").is_file()
     assert launch.env["PYTHONUNBUFFERED"] == "1"
 
 

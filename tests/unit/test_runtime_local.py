@@ -160,7 +160,7 @@ def test_python_path_goes_first_on_what_the_engine_would_have_had(
     expected = "/seal" if inherited is None else f"/seal:{inherited}"
     assert f"PP={expected}\n" in copy_rt.logs(started)
     finish(copy_rt, started)
-    # The spec's own PYTHONPATH (a local reference engine's) is kept after it too.
+    # A PYTHONPATH the spec's env sets is kept after it too.
     started = copy_rt.start(make_spec(tmp_path, code, env={"PYTHONPATH": "/repo"}, python_path=("/seal",)))
     assert wait_exit(copy_rt, started) == 0
     assert "PP=/seal:/repo\n" in copy_rt.logs(started)

@@ -909,6 +909,27 @@ def test_detached_serve_names_its_stop_command_not_docker(
     assert "docker" not in (command_line_hint(refused.value) or "")
 
 
+def test_the_plan_says_where_a_local_engine_listens_and_what_it_imports_first(
+    store: Store, tmp_path: Path, engine: tuple[int, dict[str, list[int]]]
+) -> None:
+    """A local engine publishes nothing: it listens on the serving address itself, from the host's python."""
+    from rich.console import Console
+
+    from bless.cli.serve_views import render_plan
+
+    plan, _runtime = _blessed_plan(store, tmp_path, engine[0])
+    shown = plan.to_dict()
+    docker = Console(record=True, width=300)
+    render_plan(docker, shown)
+    assert f"-> {shown['container']['port']}" in docker.export_text()
+    container = {**shown["container"], "image": None, "host_port": None, "python_path": ["/seal", "/checkout"]}
+    local = Console(record=True, width=300)
+    render_plan(local, {**shown, "container": container})
+    text = local.export_text()
+    assert f"{container['host_ip']}:{container['port']} (the engine listens there itself)" in text
+    assert "None" not in text and "/seal /checkout" in text
+
+
 def test_stop_command_names_a_non_default_root_quoted_for_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
     """The printed stop command must reach the serve's lease and serve dir: the store root is named, quoted."""
     import shlex

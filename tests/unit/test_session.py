@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 from bless.core.profile import ModelSpec, Profile
-from bless.engines.reference import ReferenceAdapter
-from bless.flows.engine_start import DEFAULT_ENGINE_PORT, engine_spec
+from bless.engines.base import ENGINE_TMP
+from bless.engines.reference import PACKAGE_ROOT, ReferenceAdapter
+from bless.flows.engine_start import DEFAULT_ENGINE_PORT, SEAL_DIR, engine_spec
+from bless.runtime.base import Mount
 from bless.runtime.docker import DockerRuntime
 from bless.runtime.local import LocalRuntime
 from tests.support.resolving import resolved_offline
@@ -57,6 +59,26 @@ def test_without_a_serving_port_the_local_engine_gets_a_free_one() -> None:
     spec = spec_for("local", None)
     assert spec.port is not None and spec.port > 0
     assert spec.host_port is None
+
+
+def test_a_sealed_local_reference_start_puts_the_seal_then_the_checkout_before_the_host_pythonpath(
+    tmp_path: Path,
+) -> None:
+    """Neither dir replaces the PYTHONPATH the local runtime passes through (where a GPU host may keep bless's
+    dependencies): the engine imports the bless package, and with it jsonschema and the rest."""
+    spec = engine_spec(
+        resolved_offline(profile("local"), ReferenceAdapter()),
+        ReferenceAdapter(),
+        LocalRuntime(use_mount_namespace=False),
+        name="bless-trial-p",
+        labels={"org.bless.owner": "bless"},
+        cache_mount=Mount("overlay", tmp_path / "tree", "/var/cache/bless-engine"),
+        image=None,
+        private_dir=tmp_path / "private",
+        seal=True,
+    )
+    assert spec.python_path == (f"{ENGINE_TMP}/{SEAL_DIR}", str(PACKAGE_ROOT))
+    assert "PYTHONPATH" not in spec.env
 
 
 def test_private_dirs_are_made_fresh_and_list_files_links_and_sockets(tmp_path: Path) -> None:

@@ -55,6 +55,8 @@ class PlanContainer(TypedDict):
     image: str | None
     command: list[str]
     env: dict[str, str]
+    #: Dirs put first on the engine's PYTHONPATH (bless's seal module, a local engine's checkout).
+    python_path: list[str]
     labels: dict[str, str]
     home: str | None
     port: int | None
@@ -241,6 +243,7 @@ class LaunchPlan:
                 "image": spec.image,
                 "command": policy.redact_command(spec.command),
                 "env": policy.redact_env(spec.env),
+                "python_path": list(spec.python_path),
                 "labels": dict(spec.labels),
                 "home": spec.home,
                 "port": spec.port,
