@@ -7,7 +7,7 @@
 # host's GPUs in reverse order, so on two GPUs rank 0 lands on GPU 1.
 #   PROFILE  the profile (default the reference engine's CUDA profile); blessed first (TRIALS, default 2) unless
 #            BLESS_ROOT already holds its blessing.
-# Writes into $OUT (default ./gpu-proof-binding): gpu.csv, run.json, forms.tsv (form, expected and actual exit),
+# Writes into $OUT (default ./gpu-proof-binding): gpu.csv, run.json (or show-record.json), forms.tsv (form, expected and actual exit),
 # one folder per form (serve stderr, ready.json, apps.csv) and binding.json (the table the summary is made of).
 # -e: a step that fails unexpectedly stops the proof; steps whose exit code IS the evidence capture it.
 set -euo pipefail
@@ -23,9 +23,14 @@ NAME=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb
 unset CUDA_VISIBLE_DEVICES
 bless() { python3 -m bless.cli.main --root "$ROOT" "$@"; }
 
-rc=0; bless run --profile "$PROFILE" --trials "${TRIALS:-2}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
-echo "run exit $rc" | tee "$OUT/run.rc"
-expect_rc "bless run" 0 "$rc"
+HASH=$(bless hash --profile "$PROFILE" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["config_hash"])')
+if bless show "$HASH" --json > "$OUT/show-record.json" 2>/dev/null; then
+  echo "$ROOT already holds blessing $HASH: serving it"
+else
+  rc=0; bless run --profile "$PROFILE" --trials "${TRIALS:-2}" --json > "$OUT/run.json" 2> "$OUT/run.stderr" || rc=$?
+  echo "run exit $rc" | tee "$OUT/run.rc"
+  expect_rc "bless run" 0 "$rc"
+fi
 
 mapfile -t INDICES < <(nvidia-smi --query-gpu=index --format=csv,noheader | tr -d ' ')
 mapfile -t UUIDS < <(nvidia-smi --query-gpu=uuid --format=csv,noheader | tr -d ' ')
@@ -50,6 +55,7 @@ while IFS=$'\t' read -r form expected; do
   if [ "$expected" != 0 ]; then
     rc=0; "${env_args[@]}" python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" --json \
       > "$dir/serve.json" 2> "$dir/serve.stderr" || rc=$?
+    expect_rc "serve-full with CUDA_VISIBLE_DEVICES=$form" "$expected" "$rc"
   else
     # Started directly (not through a function): $! must be serve-full's own pid for the signal to reach it.
     "${env_args[@]}" python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" \
@@ -60,14 +66,15 @@ while IFS=$'\t' read -r form expected; do
       kill -0 "$pid" 2>/dev/null || break
       sleep 1
     done
-    python3 -m bless.cli.serve ready "$NAME" --root "$ROOT" --json > "$dir/ready.json" 2> "$dir/ready.stderr" || true
+    ready=0; python3 -m bless.cli.serve ready "$NAME" --root "$ROOT" --json > "$dir/ready.json" 2> "$dir/ready.stderr" \
+      || ready=$?
+    expect_rc "serve-full ready under CUDA_VISIBLE_DEVICES=$form" 0 "$ready"
     nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv > "$dir/apps.csv" 2>&1 || true
     kill -TERM "$pid" 2>/dev/null || true
     rc=0; wait "$pid" || rc=$?
-    if [ "$rc" = 0 ] && ! [ -s "$dir/ready.json" ]; then rc=99; fi  # stopped before it was ever ready
+    expect_rc "serve-full with CUDA_VISIBLE_DEVICES=$form (stopped by SIGTERM)" "$expected" "$rc"
   fi
   printf '%s\t%s\t%s\n' "$form" "$expected" "$rc" | tee -a "$OUT/forms.tsv"
-  expect_rc "serve-full with CUDA_VISIBLE_DEVICES=$form" "$expected" "$rc"
 done < "$OUT/forms.wanted"
 
 # The table: per form, the ranks serve-full recorded and the GPUs nvidia-smi saw its engine processes on.
