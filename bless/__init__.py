@@ -364,6 +364,8 @@ def resolve_profile(
 
     An image given by tag is resolved to its ID through the profile's runtime (``runtime``: another one);
     a pinned ``sha256:`` ID needs none. ``offline`` forbids network lookups (model revisions must be pinned).
+    As ``bless hash``, a complete ``[hardware]`` declaration and the ``[runtime]`` and ``[model]`` ones are
+    taken as written, so a GPU profile resolves on any machine (its hash is the serving host's).
     """
     from bless.flows.resolve import RUNTIME_WHEN_NEEDED, resolve_for_command
 
@@ -371,7 +373,7 @@ def resolve_profile(
     the_runtime = _runtime(runtime)
     loaded = _profile_argument(profile)
     resolver = the_runtime.resolve_image if the_runtime is not None else RUNTIME_WHEN_NEEDED
-    return resolve_for_command(loaded, image_resolver=resolver, offline=offline).resolved
+    return resolve_for_command(loaded, image_resolver=resolver, hardware="judge", offline=offline).resolved
 
 
 def run_blessing(

@@ -1,0 +1,32 @@
+"""The public API as an outside rollout tool calls it (docs/reference/python-api.md), engine-free.
+
+Each test is a promise of that page that a call once broke: ``resolve_profile`` is ``bless hash`` (a GPU
+profile's declarations resolve on a CPU machine).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import bless
+from bless.flows.inspect.profile_hash import hash_profile
+
+REPO = Path(__file__).resolve().parents[2]
+#: Shipped GPU profiles whose [hardware], [runtime] and [model] are declared: they hash on any machine.
+DECLARED_GPU_PROFILES = [
+    REPO / "profiles" / "reference-cuda-local.toml",
+    REPO / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml",
+]
+
+
+@pytest.mark.parametrize("profile", DECLARED_GPU_PROFILES, ids=lambda path: path.stem)
+def test_resolve_profile_is_bless_hash_for_a_declared_gpu_profile(profile: Path) -> None:
+    """The table says ``resolve_profile`` is ``bless hash``: declarations taken as written, no live probe."""
+    expected = hash_profile(profile, offline=True)
+    assert expected.hardware_source == "declared"
+    by_path = bless.resolve_profile(profile, offline=True)
+    by_profile = bless.resolve_profile(bless.load_profile(profile), offline=True)
+    assert by_path.config_hash == by_profile.config_hash == expected.resolved.config_hash
+    assert by_path.factors["hardware"]["accelerator"] == "cuda"
