@@ -1,11 +1,12 @@
 """The public API as an outside rollout tool calls it (docs/reference/python-api.md), engine-free.
 
 Each test is a promise of that page that a call once broke: ``resolve_profile`` is ``bless hash`` (a GPU
-profile's declarations resolve on a CPU machine).
+profile's declarations resolve on a CPU machine), and every result has ``to_dict()``.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,14 @@ def test_resolve_profile_is_bless_hash_for_a_declared_gpu_profile(profile: Path)
     by_profile = bless.resolve_profile(bless.load_profile(profile), offline=True)
     assert by_path.config_hash == by_profile.config_hash == expected.resolved.config_hash
     assert by_path.factors["hardware"]["accelerator"] == "cuda"
+
+
+def test_init_trust_result_has_the_commands_json(tmp_path: Path) -> None:
+    """Every result has ``to_dict()``, the document the command prints with ``--json``."""
+    result = bless.init_trust(tmp_path / "trust", unencrypted=True)
+    document = result.to_dict()
+    assert json.loads(json.dumps(document)) == document
+    assert document["keys_dir"] == str(result.keys_dir)
+    assert document["root"] == str(result.metadata_dir / "root.json")
+    assert document["encrypted_keys"] is False
+    assert set(document["roles"]) == set(result.roles)
