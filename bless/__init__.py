@@ -764,7 +764,8 @@ def gate(
 
     A profile that is not blessed is a result: ``result.report.ok`` is False and ``result.failure`` is the
     :class:`GateFailedError` (24) the command exits with. ``verify`` also checks the cache files where they
-    are present; ``junit`` writes the JUnit report there.
+    are present; ``junit`` writes the JUnit report there. A manifests dir that does not exist is a
+    :class:`UsageError` (2), not "nothing is blessed".
     """
     from bless.flows.gate.outcome import gate_profiles
 
@@ -772,6 +773,13 @@ def gate(
         raise UsageError("profiles must be a list of profile paths", hint="pass profiles=['profiles/a.toml']")
     paths = [check.path("profiles[]", item) for item in profiles]
     the_store = _store(store)
+    if not the_store.manifests_dir.is_dir():  # as bless gate: a typo must not read as "nothing is blessed"
+        raise UsageError(
+            f"the manifests directory {the_store.manifests_dir} does not exist",
+            hint="open the store with the manifests directory your blessings were published to "
+            "(open_store(manifests_dir=...)), e.g. the checkout's directory of committed manifests",
+            details={"manifests_dir": str(the_store.manifests_dir)},
+        )
     return gate_profiles(
         paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
     )

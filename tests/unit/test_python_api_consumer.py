@@ -1,7 +1,8 @@
 """The public API as an outside rollout tool calls it (docs/reference/python-api.md), engine-free.
 
 Each test is a promise of that page that a call once broke: ``resolve_profile`` is ``bless hash`` (a GPU
-profile's declarations resolve on a CPU machine), and every result has ``to_dict()``.
+profile's declarations resolve on a CPU machine), every result has ``to_dict()``, and ``gate`` refuses a
+manifests dir that does not exist as the command does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ DECLARED_GPU_PROFILES = [
     REPO / "profiles" / "reference-cuda-local.toml",
     REPO / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml",
 ]
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*")) if root.exists() else []
 
 
 @pytest.mark.parametrize("profile", DECLARED_GPU_PROFILES, ids=lambda path: path.stem)
@@ -42,3 +47,16 @@ def test_init_trust_result_has_the_commands_json(tmp_path: Path) -> None:
     assert document["root"] == str(result.metadata_dir / "root.json")
     assert document["encrypted_keys"] is False
     assert set(document["roles"]) == set(result.roles)
+
+
+def test_gate_refuses_a_manifests_dir_that_does_not_exist(tmp_path: Path) -> None:
+    """``bless gate`` exits 2 for a manifests dir that is not there; the call gives the same refusal, not a
+    "not blessed" verdict, and touches nothing."""
+    missing = tmp_path / "typo"
+    store = bless.open_store(tmp_path / "root", manifests_dir=missing)
+    with pytest.raises(bless.UsageError) as refused:
+        bless.gate([DECLARED_GPU_PROFILES[0]], store=store, junit=tmp_path / "out" / "gate.xml")
+    assert refused.value.exit_code == bless.ExitCode.USAGE
+    assert str(missing) in refused.value.message
+    assert "--" not in (refused.value.hint or "")  # the hint never names a command-line flag
+    assert tree(tmp_path) == []
