@@ -491,7 +491,7 @@ def serve(
     The options come as ``options`` (a :class:`ServeOptions`) or as the keywords of the same names, not both.
     ``dry_run`` returns the plan (every check made, nothing started); ``detach`` returns once the engine
     is ready and canary-checked; otherwise the call serves until ``hooks.stop`` is set or the engine ends.
-    ``canary`` False skips the canary (``no_canary=True`` is its older spelling).
+    ``canary`` False skips the canary (``no_canary=True`` is its older spelling; not both).
     Every refusal before serving raises a :class:`BlessError` (a blessed file that differs:
     :class:`VerifyFailedError`, 21); a failure once serving began is ``result.failure``.
     ``from_reference``: pull the blessing from this registry reference first (as :func:`pull`, under
@@ -501,6 +501,11 @@ def serve(
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
     if no_canary is not None:
+        if canary is not True:
+            raise UsageError(
+                "canary and no_canary are one option in two spellings: give one of them",
+                hint="pass canary=False to skip the canary (no_canary is its older spelling)",
+            )
         warnings.warn("serve(no_canary=True) is now serve(canary=False)", DeprecationWarning, stacklevel=2)
         canary = not check.flag("no_canary", no_canary)
     keywords = ServeOptions(

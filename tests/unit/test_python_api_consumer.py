@@ -1,8 +1,9 @@
 """The public API as an outside rollout tool calls it (docs/reference/python-api.md), engine-free.
 
 Each test is a promise of that page that a call once broke: ``resolve_profile`` is ``bless hash`` (a GPU
-profile's declarations resolve on a CPU machine), every result has ``to_dict()``, and ``gate`` refuses a
-manifests dir that does not exist as the command does.
+profile's declarations resolve on a CPU machine), every result has ``to_dict()``, ``gate`` refuses a manifests
+dir that does not exist as the command does, and ``serve`` refuses an option given in both spellings before it
+touches the store.
 """
 
 from __future__ import annotations
@@ -59,4 +60,13 @@ def test_gate_refuses_a_manifests_dir_that_does_not_exist(tmp_path: Path) -> Non
     assert refused.value.exit_code == bless.ExitCode.USAGE
     assert str(missing) in refused.value.message
     assert "--" not in (refused.value.hint or "")  # the hint never names a command-line flag
+    assert tree(tmp_path) == []
+
+
+def test_serve_refuses_canary_in_both_spellings_before_the_store(tmp_path: Path) -> None:
+    """``canary=False`` and its older spelling ``no_canary`` together are a usage error, not one silently winning."""
+    root = tmp_path / "root"
+    with pytest.raises(bless.UsageError) as refused:
+        bless.serve(DECLARED_GPU_PROFILES[0], store=bless.open_store(root), canary=False, no_canary=False)
+    assert refused.value.exit_code == bless.ExitCode.USAGE
     assert tree(tmp_path) == []
