@@ -364,6 +364,8 @@ def resolve_profile(
 
     An image given by tag is resolved to its ID through the profile's runtime (``runtime``: another one);
     a pinned ``sha256:`` ID needs none. ``offline`` forbids network lookups (model revisions must be pinned).
+    As ``bless hash``, a complete ``[hardware]`` declaration and the ``[runtime]`` and ``[model]`` ones are
+    taken as written, so a GPU profile resolves on any machine (its hash is the serving host's).
     """
     from bless.flows.resolve import RUNTIME_WHEN_NEEDED, resolve_for_command
 
@@ -371,7 +373,7 @@ def resolve_profile(
     the_runtime = _runtime(runtime)
     loaded = _profile_argument(profile)
     resolver = the_runtime.resolve_image if the_runtime is not None else RUNTIME_WHEN_NEEDED
-    return resolve_for_command(loaded, image_resolver=resolver, offline=offline).resolved
+    return resolve_for_command(loaded, image_resolver=resolver, hardware="judge", offline=offline).resolved
 
 
 def run_blessing(
@@ -489,7 +491,7 @@ def serve(
     The options come as ``options`` (a :class:`ServeOptions`) or as the keywords of the same names, not both.
     ``dry_run`` returns the plan (every check made, nothing started); ``detach`` returns once the engine
     is ready and canary-checked; otherwise the call serves until ``hooks.stop`` is set or the engine ends.
-    ``canary`` False skips the canary (``no_canary=True`` is its older spelling).
+    ``canary`` False skips the canary (``no_canary=True`` is its older spelling; not both).
     Every refusal before serving raises a :class:`BlessError` (a blessed file that differs:
     :class:`VerifyFailedError`, 21); a failure once serving began is ``result.failure``.
     ``from_reference``: pull the blessing from this registry reference first (as :func:`pull`, under
@@ -499,6 +501,11 @@ def serve(
     from bless.flows.serve.serve_full import ServeRequest, serve_full
 
     if no_canary is not None:
+        if canary is not True:
+            raise UsageError(
+                "canary and no_canary are one option in two spellings: give one of them",
+                hint="pass canary=False to skip the canary (no_canary is its older spelling)",
+            )
         warnings.warn("serve(no_canary=True) is now serve(canary=False)", DeprecationWarning, stacklevel=2)
         canary = not check.flag("no_canary", no_canary)
     keywords = ServeOptions(
@@ -762,7 +769,8 @@ def gate(
 
     A profile that is not blessed is a result: ``result.report.ok`` is False and ``result.failure`` is the
     :class:`GateFailedError` (24) the command exits with. ``verify`` also checks the cache files where they
-    are present; ``junit`` writes the JUnit report there.
+    are present; ``junit`` writes the JUnit report there. A manifests dir that does not exist is a
+    :class:`UsageError` (2), not "nothing is blessed".
     """
     from bless.flows.gate.outcome import gate_profiles
 
@@ -770,6 +778,13 @@ def gate(
         raise UsageError("profiles must be a list of profile paths", hint="pass profiles=['profiles/a.toml']")
     paths = [check.path("profiles[]", item) for item in profiles]
     the_store = _store(store)
+    if not the_store.manifests_dir.is_dir():  # as bless gate: a typo must not read as "nothing is blessed"
+        raise UsageError(
+            f"the manifests directory {the_store.manifests_dir} does not exist",
+            hint="open the store with the manifests directory your blessings were published to "
+            "(open_store(manifests_dir=...)), e.g. the checkout's directory of committed manifests",
+            details={"manifests_dir": str(the_store.manifests_dir)},
+        )
     return gate_profiles(
         paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
     )

@@ -29,17 +29,8 @@ class TrustInit:
     result: InitResult
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``bless trust init --json``)."""
-        # By hand (not JsonForm): the InitResult re-shaped (``root``: the root.json path, ``encrypted_keys``).
-        result = self.result
-        return {
-            "keys_dir": str(result.keys_dir),
-            "root": str(result.metadata_dir / "root.json"),
-            "key_files": [str(path) for path in result.key_files],
-            "encrypted_keys": result.encrypted,
-            "signers": {role: list(held) for role, held in result.signers.items()},
-            "roles": {role: {"keys": spec.keys, "threshold": spec.threshold} for role, spec in result.roles.items()},
-        }
+        """The JSON form (``bless trust init --json``): the result's own."""
+        return self.result.to_dict()
 
 
 def init_trust(

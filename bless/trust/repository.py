@@ -69,12 +69,26 @@ class RoleKeys:
 
 @dataclass(frozen=True)
 class InitResult:
+    """A signing repository created (``bless trust init``): its keys, metadata, roles and signers."""
+
     keys_dir: Path
     metadata_dir: Path
     key_files: tuple[Path, ...]
     roles: Mapping[str, RoleKeys]
     signers: Mapping[str, tuple[str, ...]] = dataclass_field(default_factory=dict)
     encrypted: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``bless trust init --json``)."""
+        # By hand (not JsonForm): re-shaped (``root``: the root.json path, ``encrypted_keys``).
+        return {
+            "keys_dir": str(self.keys_dir),
+            "root": str(self.metadata_dir / "root.json"),
+            "key_files": [str(path) for path in self.key_files],
+            "encrypted_keys": self.encrypted,
+            "signers": {role: list(held) for role, held in self.signers.items()},
+            "roles": {role: {"keys": spec.keys, "threshold": spec.threshold} for role, spec in self.roles.items()},
+        }
 
 
 def _signatures_form(signatures: Mapping[str, tuple[int, int]]) -> dict[str, dict[str, int]]:
