@@ -28,7 +28,9 @@ from bless._version import __version__
 from bless.core import arguments as check
 from bless.core.arguments import BlessOptions, ServeOptions
 from bless.core.factors import ResolvedConfig
+from bless.core.manifest import CacheTree, Manifest
 from bless.core.profile import Profile
+from bless.core.verify import FileEntry, Notice, Problem, TreeCheck
 from bless.errors import (
     AlreadyBlessedError,
     ArtifactInvalidError,
@@ -88,6 +90,7 @@ from bless.errors import (
     WeakerBlessingError,
 )
 from bless.flows.events import Event, EventSink
+from bless.flows.gate.check import GateReport, GateRow
 from bless.flows.gate.outcome import GateOutcome
 from bless.flows.gc import GcOutcome
 from bless.flows.inspect import VerifyOutcome
@@ -95,18 +98,20 @@ from bless.flows.inspect.diff import BlessingDiff
 from bless.flows.inspect.listing import BlessingList
 from bless.flows.inspect.show import ShownBlessing
 from bless.flows.run import RunResult
+from bless.flows.run.results import CandidateResult, TrialResult
 from bless.flows.serve.plan import PlanContainer, PlanMount, ServePlan
 from bless.flows.serve.ready import ReadyRecord
 from bless.flows.serve.serve_full import ServeHooks, ServeOutcome
 from bless.flows.serve.stop import StopOutcome
 from bless.flows.sign import SignOutcome
-from bless.k8s.documents import K8sOptions
-from bless.k8s.documents import Rendered as K8sRendered
+from bless.k8s.documents import K8sOptions, K8sRendered
 from bless.replay.devices import GpuRank
 from bless.runtime.base import Runtime
 from bless.store import Store as _StoreImpl
-from bless.trust import SignResult as TrustSigning
-from bless.trust.repository import InitResult as TrustInitResult
+from bless.store.gc import GcAction, GcReport
+from bless.trust import TrustSigning
+from bless.trust.client import TrustVerdict
+from bless.trust.repository import RoleKeys, TrustInitResult
 
 if TYPE_CHECKING:
     import bless.flows.pull as _pull_flow
@@ -196,7 +201,9 @@ __all__ = [
     "BootstrapFailedError",
     "CacheChangedError",
     "CacheNotUsedError",
+    "CacheTree",
     "CanaryFailedError",
+    "CandidateResult",
     "ConfigError",
     "ConflictError",
     "ContainerConflictError",
@@ -209,10 +216,15 @@ __all__ = [
     "Event",
     "EventSink",
     "ExitCode",
+    "FileEntry",
     "GateFailedError",
     "GateOutcome",
+    "GateReport",
     "GateResult",
+    "GateRow",
+    "GcAction",
     "GcOutcome",
+    "GcReport",
     "GcResult",
     "GpuRank",
     "GpuSelectionError",
@@ -225,14 +237,17 @@ __all__ = [
     "K8sOptions",
     "K8sRendered",
     "LockHeldError",
+    "Manifest",
     "ManifestDuplicateError",
     "ManifestInvalidError",
     "MetadataExpiredError",
     "NoManifestError",
     "NoSpaceError",
     "NotServingError",
+    "Notice",
     "PlanContainer",
     "PlanMount",
+    "Problem",
     "Profile",
     "Progress",
     "PullResult",
@@ -242,6 +257,7 @@ __all__ = [
     "RegistryUnavailableError",
     "ResolutionError",
     "ResolvedConfig",
+    "RoleKeys",
     "RollbackError",
     "RunResult",
     "Runtime",
@@ -262,12 +278,15 @@ __all__ = [
     "StrPath",
     "TargetMismatchError",
     "TransferIncompleteError",
+    "TreeCheck",
+    "TrialResult",
     "TrialsFailedError",
     "TrustError",
     "TrustExistsError",
     "TrustInitResult",
     "TrustInvalidError",
     "TrustSigning",
+    "TrustVerdict",
     "UnknownEngineVersionError",
     "UnprovenCompileError",
     "UnsafeEnvError",

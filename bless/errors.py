@@ -240,8 +240,8 @@ class _Problem(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-class TreeCheck(Protocol):
-    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.core.verify.VerifyResult``,
+class _TreeChecked(Protocol):
+    """What :meth:`VerifyFailedError.from_result` needs of a tree check's result (``bless.TreeCheck``,
     described here so that the vocabulary imports nothing above it): its problems, each in its JSON form."""
 
     @property
@@ -257,7 +257,7 @@ class VerifyFailedError(VerificationError):
     NAMED_PROBLEMS: ClassVar[int] = 8
 
     @classmethod
-    def from_result(cls, result: TreeCheck, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
+    def from_result(cls, result: _TreeChecked, blessed_dir: Path, *, config_hash: str) -> VerifyFailedError:
         """The one refusal for a blessed tree that does not match its manifest (verify, serve-full, gate, push)."""
         problems = [problem.to_dict() for problem in result.problems]
         count = len(problems)

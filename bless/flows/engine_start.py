@@ -22,7 +22,7 @@ from bless.engines.base import ENGINE_HOME, ENGINE_TMP, EngineAdapter
 from bless.errors import EngineHttpError, NotReadyError
 from bless.evidence_types import OutsideEntry, OutsideWhere, UpperEntry, outside_kind
 from bless.replay.engine_client import EngineClient, wait_ready
-from bless.runtime.base import ContainerSpec, Mount, Runtime, Started, StopResult
+from bless.runtime.base import ContainerSpec, ContainerStop, Mount, Runtime, Started
 from bless.system.os_refusals import os_errors
 
 DEFAULT_ENGINE_PORT = 8000
@@ -239,7 +239,7 @@ class EngineSession:
     completion_fields: Mapping[str, Any] | None = None
     started: Started | None = None
     start_to_ready_s: float | None = None
-    stop_result: StopResult | None = None
+    stop_result: ContainerStop | None = None
     log: str = ""
     upper: list[UpperEntry] = field(default_factory=list)
     #: Files the engine wrote outside the blessed tree: its private HOME and temp dir, its container.
@@ -292,7 +292,7 @@ class EngineSession:
             self.client.model = served[0]
         return self.start_to_ready_s
 
-    def stop(self) -> StopResult | None:
+    def stop(self) -> ContainerStop | None:
         """Graceful stop (idempotent, thread-safe); captures the full log and the upper-layer writes."""
         with self._stop_lock:
             if self.started is None or self.stop_result is not None:

@@ -27,7 +27,7 @@ from bless.engines import get_adapter
 from bless.engines.base import EngineAdapter
 from bless.errors import BlessError, InputInvalidError, RegistryUnavailableError
 from bless.flows.resolve import resolve_as_blessed, resolve_for_command
-from bless.k8s.documents import Blessing, K8sOptions, Rendered, check_secret_env, render, require_digest
+from bless.k8s.documents import Blessing, K8sOptions, K8sRendered, check_secret_env, render, require_digest
 from bless.oci.artifact import blessing_artifact
 from bless.oci.client import Reference, RegistryClient, Transport, parse_reference
 from bless.oci.limits import DEFAULT_LIMITS, TransferLimits
@@ -51,7 +51,7 @@ def render_blessing(
     limits: TransferLimits = DEFAULT_LIMITS,
     transport: Transport | None = None,
     dry_run: bool = False,
-) -> Rendered:
+) -> K8sRendered:
     """Render ``options.artifact`` served with the profile at ``profile_path``.
 
     ``trust_dir``: a directory holding the trusted ``root.json``, rendered as the trust ConfigMap
@@ -98,7 +98,7 @@ def _dry_render(
     adapter: EngineAdapter,
     options: K8sOptions,
     secret_env: list[str],
-) -> Rendered:
+) -> K8sRendered:
     """The documents from the profile alone: its config hash and hardware as declared (no blessing read)."""
     resolution = resolve_for_command(profile, image_resolver=None, hardware="declared", offline=True, adapter=adapter)
     hardware = resolution.resolved.factors.get("hardware")

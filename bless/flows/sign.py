@@ -15,7 +15,7 @@ from typing import Any
 from bless.errors import VerifyFailedError
 from bless.flows.lookup import lookup_live
 from bless.store import LiveManifest, Store
-from bless.trust import DEFAULT_EXPIRES, KeySources, SignResult, parse_duration, sign_blessing
+from bless.trust import DEFAULT_EXPIRES, KeySources, TrustSigning, parse_duration, sign_blessing
 from bless.trust.keys import NO_KEY_OPTIONS, KeyAccess, has_encrypted_keys
 from bless.trust.modelsig import ModelSigningBundle, write_bundle
 
@@ -27,7 +27,7 @@ class SignOutcome:
     """A signed blessing: the TUF signing, and the Model Signing bundle when one was asked for."""
 
     config_hash: str
-    signing: SignResult
+    signing: TrustSigning
     model_signing: ModelSigningBundle | None
 
     def to_dict(self) -> dict[str, Any]:

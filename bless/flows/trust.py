@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bless.trust import DEFAULT_EXPIRES, DEFAULT_ROOT_EXPIRES, RoleKeys, SignResult, init_repository, rotate_role
+from bless.trust import DEFAULT_EXPIRES, DEFAULT_ROOT_EXPIRES, RoleKeys, TrustSigning, init_repository, rotate_role
 from bless.trust.keys import NO_KEY_OPTIONS, KeyAccess, has_encrypted_keys, parse_signer_option
 from bless.trust.metadata import TOP_LEVEL_ROLES
-from bless.trust.repository import InitResult, parse_duration
+from bless.trust.repository import TrustInitResult, parse_duration
 
 __all__ = ["TrustInit", "init_trust", "rotate_trust"]
 
@@ -26,7 +26,7 @@ ONE_KEY = RoleKeys()
 class TrustInit:
     """A signing repository created by ``trust init``."""
 
-    result: InitResult
+    result: TrustInitResult
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``bless trust init --json``): the result's own."""
@@ -70,7 +70,7 @@ def rotate_trust(
     new_signers: tuple[str, ...] = (),
     expires: str = f"{DEFAULT_EXPIRES.days}d",
     root_expires: str = f"{DEFAULT_ROOT_EXPIRES.days}d",
-) -> SignResult:
+) -> TrustSigning:
     """Replace ``role``'s keys in a new root version and re-sign (see :func:`bless.trust.rotate_role`).
 
     The new keys are ``new_signers`` (URIs, checked as ``--signer`` values are) or fresh file keys, for

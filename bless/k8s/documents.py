@@ -44,7 +44,7 @@ __all__ = [
     "BLESS_ROOT",
     "Blessing",
     "K8sOptions",
-    "Rendered",
+    "K8sRendered",
     "default_name",
     "gpu_product_label",
     "node_affinity",
@@ -162,7 +162,7 @@ class Blessing:
 
 
 @dataclass(frozen=True)
-class Rendered(JsonForm):
+class K8sRendered(JsonForm):
     """The documents, in apply order, and what the operator should know about them."""
 
     documents: tuple[Mapping[str, Any], ...]
@@ -369,7 +369,7 @@ def render(
     *,
     cache_path: str,
     secret_env: Sequence[str] = (),
-) -> Rendered:
+) -> K8sRendered:
     """The ConfigMaps and the Deployment that serve ``blessing`` (pulled from ``options.artifact``).
 
     ``profile_text``: the profile file as written (it becomes the profile ConfigMap, byte for byte).
@@ -395,7 +395,7 @@ def render(
         engine_env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": options.env_secret, "key": name}}})
     documents.append(_deployment(blessing, options, pod_spec))
     documents += [_service(options), _disruption_budget(options)]
-    return Rendered(documents=tuple(documents), warnings=tuple(warnings))
+    return K8sRendered(documents=tuple(documents), warnings=tuple(warnings))
 
 
 def _security_warnings(profile: Profile, options: K8sOptions) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bless.core.json_form import JsonForm
-from bless.core.verify import VerifyResult
+from bless.core.verify import TreeCheck
 from bless.evidence_types import LogSignals, OutsideVerdict, UpperVerdict
 
 
@@ -33,7 +33,7 @@ class ReuseReport(JsonForm):
 def classify_reuse(
     signals: LogSignals,
     upper: UpperVerdict | None,
-    tree_check: VerifyResult | None,
+    tree_check: TreeCheck | None,
     drift: Sequence[str] = (),
     outside: OutsideVerdict | None = None,
 ) -> ReuseReport:

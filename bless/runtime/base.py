@@ -99,7 +99,7 @@ class Started:
 
 
 @dataclass(frozen=True)
-class StopResult:
+class ContainerStop:
     """How a stop went. ``graceful`` is False when the engine had to be killed after the timeout."""
 
     exit_code: int | None
@@ -161,7 +161,7 @@ class Runtime(Protocol):
         """What the engine prints, handed out as it grows (:mod:`bless.system.log_follow`): never the whole log."""
         ...
 
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
+    def stop(self, started: Started, timeout_s: int) -> ContainerStop:
         """SIGTERM, wait up to ``timeout_s``, then kill. Never removes."""
         ...
 

@@ -56,10 +56,10 @@ from bless.runtime import upper as upper_layer
 from bless.runtime.base import (
     ContainerInfo,
     ContainerSpec,
+    ContainerStop,
     Mount,
     NameHolder,
     Started,
-    StopResult,
     rank_order_env,
 )
 from bless.system.log_follow import CHUNK_BYTES, LogChunk, LogFollower
@@ -693,7 +693,7 @@ class DockerRuntime:
 
     # -- stopping -------------------------------------------------------------------
 
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
+    def stop(self, started: Started, timeout_s: int) -> ContainerStop:
         """``docker stop -t timeout_s``: SIGTERM, then SIGKILL once the timeout expired. Never removes.
 
         ``graceful`` is True when the final state is not OOMKilled and the exit code is
@@ -708,7 +708,7 @@ class DockerRuntime:
         """
         container = self._container(started)
         if container is None:
-            return StopResult(exit_code=None, graceful=False, seconds=0.0)
+            return ContainerStop(exit_code=None, graceful=False, seconds=0.0)
         began = time.monotonic()
         docker = _docker_module()
         with _daemon(f"stopping container {started.name}"):
@@ -718,14 +718,14 @@ class DockerRuntime:
                 seconds = time.monotonic() - began
                 container.reload()
             except docker.errors.NotFound:  # removed by someone else meanwhile: vanished, not a dead daemon
-                return StopResult(exit_code=None, graceful=False, seconds=time.monotonic() - began)
+                return ContainerStop(exit_code=None, graceful=False, seconds=time.monotonic() - began)
         state = self._state(container)
         code = state.get("ExitCode")
         # A container that never ran ("created") has ExitCode 0 too: that is no clean exit.
         exited = state.get("Status") in ("exited", "dead")
         exit_code = int(code) if exited and isinstance(code, int) else None
         graceful = not state.get("OOMKilled") and exit_code is not None and exit_code != _KILLED_EXIT_CODE
-        return StopResult(exit_code=exit_code, graceful=graceful, seconds=seconds)
+        return ContainerStop(exit_code=exit_code, graceful=graceful, seconds=seconds)
 
     def remove(self, started: Started) -> None:
         """Remove the stopped container (never forced), then its overlay volumes of ours.

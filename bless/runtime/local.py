@@ -61,10 +61,10 @@ from bless.runtime import upper as upper_layer
 from bless.runtime.base import (
     ContainerInfo,
     ContainerSpec,
+    ContainerStop,
     Mount,
     NameHolder,
     Started,
-    StopResult,
     rank_order_env,
 )
 from bless.system.log_follow import FileFollower, LogFollower, TextFollower
@@ -568,7 +568,7 @@ class LocalRuntime:
 
     # -- stopping -------------------------------------------------------------------
 
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
+    def stop(self, started: Started, timeout_s: int) -> ContainerStop:
         """SIGTERM to the process group, wait ``timeout_s``, then SIGKILL the group. Never removes.
 
         ``graceful`` is True when the engine exited before the timeout (we never sent
@@ -579,7 +579,7 @@ class LocalRuntime:
         """
         proc = self._proc(started)
         if proc is None:
-            return StopResult(exit_code=None, graceful=False, seconds=0.0)
+            return ContainerStop(exit_code=None, graceful=False, seconds=0.0)
         began = time.monotonic()
         killed = False
         seconds = 0.0
@@ -599,9 +599,9 @@ class LocalRuntime:
         code = self._reap(proc)
         if not self.uses_mount_namespace:
             _collect_writes(started.spec)
-        return StopResult(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
+        return ContainerStop(exit_code=code, graceful=not killed and code != _KILLED_EXIT_CODE, seconds=seconds)
 
-    def stop_detached(self, pid: int, timeout_s: int, is_alive: Callable[[], bool]) -> StopResult:
+    def stop_detached(self, pid: int, timeout_s: int, is_alive: Callable[[], bool]) -> ContainerStop:
         """Stop an engine another process started (``serve-full --detach`` then ``serve-full stop``).
 
         The same rule as :meth:`stop` on the engine's process group (the engine leads its own
@@ -611,7 +611,7 @@ class LocalRuntime:
         """
         began = time.monotonic()
         if not is_alive():
-            return StopResult(exit_code=None, graceful=True, seconds=0.0)
+            return ContainerStop(exit_code=None, graceful=True, seconds=0.0)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
         deadline = began + timeout_s
@@ -626,7 +626,7 @@ class LocalRuntime:
             killed_by = time.monotonic() + _KILL_WAIT_S
             while is_alive() and time.monotonic() < killed_by:
                 time.sleep(_POLL_S)
-        return StopResult(exit_code=None, graceful=not killed, seconds=time.monotonic() - began)
+        return ContainerStop(exit_code=None, graceful=not killed, seconds=time.monotonic() - began)
 
     def remove(self, started: Started) -> None:
         """Forget a stopped engine; undo copies and mount-point dirs we created.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.manifest import Manifest
-from bless.core.verify import ProgressFn, VerifyResult, verify_tree
+from bless.core.verify import ProgressFn, TreeCheck, verify_tree
 from bless.errors import InputInvalidError
 from bless.store.catalog import ManifestCatalog
 from bless.store.faults import FaultHook, no_fault
@@ -158,7 +158,7 @@ class Store:
         before_hashing: Callable[[Path], None] | None = None,
         live: LiveManifest | None = None,
         workers: int | None = None,
-    ) -> VerifyResult:
+    ) -> TreeCheck:
         """The one check of a blessing (verify, gate --verify, serve-full, push): permissions, then bytes.
 
         :meth:`check_permissions` first (raising :class:`VerifyFailedError`; ``live`` as there), then

@@ -41,10 +41,10 @@ from bless.trust.target import blessing_target, config_target_prefix
 __all__ = [
     "DEFAULT_EXPIRES",
     "DEFAULT_ROOT_EXPIRES",
-    "InitResult",
     "KeySources",
     "RoleKeys",
-    "SignResult",
+    "TrustInitResult",
+    "TrustSigning",
     "init_repository",
     "parse_duration",
     "rotate_role",
@@ -68,7 +68,7 @@ class RoleKeys:
 
 
 @dataclass(frozen=True)
-class InitResult:
+class TrustInitResult:
     """A signing repository created (``bless trust init``): its keys, metadata, roles and signers."""
 
     keys_dir: Path
@@ -97,7 +97,7 @@ def _signatures_form(signatures: Mapping[str, tuple[int, int]]) -> dict[str, dic
 
 
 @dataclass(frozen=True)
-class SignResult(JsonForm):
+class TrustSigning(JsonForm):
     """A signing: the target written, the new versions, and signatures per role (count, threshold).
 
     Its JSON form is ``bless sign --json``'s and ``bless trust rotate --json``'s."""
@@ -223,9 +223,9 @@ class _Repository:
         expires: str,
         target: TargetFile | None = None,
         removed: tuple[str, ...] = (),
-    ) -> SignResult:
+    ) -> TrustSigning:
         """What a signing did: the target (if any), the new versions, the signatures per role."""
-        return SignResult(
+        return TrustSigning(
             target=target.path if target is not None else "",
             length=target.length if target is not None else 0,
             sha256=target.hashes["sha256"] if target is not None else "",
@@ -294,7 +294,7 @@ def init_repository(
     expires: timedelta = DEFAULT_EXPIRES,
     root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
     now: datetime | None = None,
-) -> InitResult:
+) -> TrustInitResult:
     """Create the four TUF roles, their keys and signed version-1 metadata in ``keys_dir``.
 
     A role named in ``sources.signers`` gets the keys of those URIs (read from their holder: an HSM, a KMS);
@@ -339,7 +339,7 @@ def init_repository(
         atomic_write_bytes(metadata_path / "1.root.json", documents[Root.type].to_bytes())
         for role in TOP_LEVEL_ROLES:
             atomic_write_bytes(metadata_path / f"{role}.json", documents[role].to_bytes())
-    return InitResult(
+    return TrustInitResult(
         keys_dir, metadata_path, key_files, chosen, dict(sources.signers), encrypted=sources.passphrase is not None
     )
 
@@ -429,7 +429,7 @@ def sign_blessing(
     expires: timedelta = DEFAULT_EXPIRES,
     keep_previous: bool = False,
     now: datetime | None = None,
-) -> SignResult:
+) -> TrustSigning:
     """List ``manifest`` (whose file bytes are ``data``) as a target; re-sign targets, snapshot and timestamp.
 
     Other versions of the same config hash are delisted unless ``keep_previous``: a superseded
@@ -459,7 +459,7 @@ def rotate_role(
     expires: timedelta = DEFAULT_EXPIRES,
     root_expires: timedelta = DEFAULT_ROOT_EXPIRES,
     now: datetime | None = None,
-) -> SignResult:
+) -> TrustSigning:
     """Replace every key of ``role`` in a new root version, then re-sign the chain.
 
     The new keys are those of ``new_signers`` (URIs: read from their holder) or, without them, as many

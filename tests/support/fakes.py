@@ -45,7 +45,7 @@ from bless.engines.reference import ReferenceAdapter
 from bless.engines.reference_engine import markers
 from bless.errors import ImageMissingError, RuntimeUnavailableError, UnknownEngineVersionError
 from bless.evidence_types import OutsideEntry, UpperEntry
-from bless.runtime.base import ContainerInfo, ContainerSpec, NameHolder, Started, StopResult
+from bless.runtime.base import ContainerInfo, ContainerSpec, ContainerStop, NameHolder, Started
 from bless.system.log_follow import LogFollower, TextFollower
 
 IMAGE = "bless-reference:0.1.0"  # the image profiles/reference-cpu.toml names
@@ -386,7 +386,7 @@ class FakeRuntime:
     def follow_log(self, started: Started) -> LogFollower:
         return TextFollower(lambda: self.container(started.name).log.encode())
 
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
+    def stop(self, started: Started, timeout_s: int) -> ContainerStop:
         self._call("stop")
         container = self.container(started.name)
         if container.running:
@@ -396,7 +396,7 @@ class FakeRuntime:
                 container.log += markers.SHUTTING_DOWN + "\n"
             container.exit_code = 0
         container.stopped = True
-        return StopResult(exit_code=container.exit_code, graceful=True, seconds=0.01)
+        return ContainerStop(exit_code=container.exit_code, graceful=True, seconds=0.01)
 
     def remove(self, started: Started) -> None:
         self._call("remove")

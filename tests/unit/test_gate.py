@@ -216,8 +216,8 @@ def _report() -> GateReport:
                 ),
             ),
         ),
-        manifests_dir="manifests",
-        root="/r",
+        manifests_dir=Path("manifests"),
+        root=Path("/r"),
         verify=False,
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bless.core.json_form import OMIT, JsonForm, as_json, json_form, rounded
-from bless.core.verify import Notice, Problem, VerifyResult
+from bless.core.verify import Notice, Problem, TreeCheck
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def test_fields_in_order_with_nested_values_made_json_ready() -> None:
 def test_a_verify_result_prints_as_it_always_did() -> None:
     """The byte-for-byte JSON of ``bless verify --json``'s result, written out by hand."""
     problem, notice = Problem("sha256", "a.bin", "expected x"), Notice("writable", ".", "mode")
-    result = VerifyResult(False, (problem,), (notice,), 2, 10, 0.5)
+    result = TreeCheck(False, (problem,), (notice,), 2, 10, 0.5)
     assert json.dumps(result.to_dict()) == (
         '{"ok": false, "problems": [{"kind": "sha256", "path": "a.bin", "detail": "expected x"}], '
         '"notices": [{"kind": "writable", "path": ".", "detail": "mode"}], "files_checked": 2, "bytes_hashed": 10, '

@@ -15,7 +15,7 @@ import pytest
 from bless.core.coverage import CoverageClass, CoverageFamily, CoveragePlan, CoverageRun, Drive
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.profile import load_profile
-from bless.core.verify import Problem, VerifyResult
+from bless.core.verify import Problem, TreeCheck
 from bless.flows.gate.check import GateReport, GateRow
 from bless.flows.inspect.diff import BlessingDiff
 from bless.flows.inspect.engines import EngineSupport
@@ -25,14 +25,14 @@ from bless.flows.run.results import CandidateResult, RunResult, TrialResult
 from bless.flows.serve.detached import WatchOutcome
 from bless.flows.serve.seal import UnprovenCompile
 from bless.flows.serve.stop import StopOutcome
-from bless.k8s.documents import Rendered
+from bless.k8s.documents import K8sRendered
 from bless.replay.canary import CanaryCheck, CanaryResult
 from bless.replay.devices import GpuSlot
 from bless.replay.engine_client import Completion
 from bless.replay.trials import CoherenceReport, Observation
-from bless.runtime.base import StopResult
+from bless.runtime.base import ContainerStop
 from bless.trust.client import TrustVerdict
-from bless.trust.repository import SignResult
+from bless.trust.repository import TrustSigning
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = REPO / "tests" / "fixtures" / "json_forms.json"
@@ -89,7 +89,7 @@ def run_results() -> list[RunResult]:
         GpuSlot(0, (GPU,)),
         CoverageRun("auto", (Drive(17, 1, (), 1),), 0.5),
     )
-    candidate = CandidateResult(0, False, {"seconds": 1.0}, (trial,), ("bad",), "/r/x", 3.14159265)
+    candidate = CandidateResult(0, False, {"seconds": 1.0}, (trial,), ("bad",), Path("/r/x"), 3.14159265)
     plain = CandidateResult(1, True, {}, (), ())
     return [
         RunResult(
@@ -125,18 +125,18 @@ def instances() -> dict[str, Any]:
     profile = dataclasses.replace(
         load_profile(REPO / "profiles" / "reference-cpu.toml"), path=Path("reference-cpu.toml")
     )
-    verify_result = VerifyResult(False, (Problem("size", "a.bin", "d"),), (), 1, 2, 0.5)
+    verify_result = TreeCheck(False, (Problem("size", "a.bin", "d"),), (), 1, 2, 0.5)
     verdict = TrustVerdict("t/x.json", {"root": 1, "targets": 2}, "2030-01-01T00:00:00Z", {"k": "v"})
     rows = gate_rows()
     return {
         "gate_row_full": rows[0],
         "gate_row_plain": rows[1],
-        "gate_report": GateReport(tuple(rows), "/m", "/root", True, ("bad.json",), 2.3456789),
-        "gate_report_empty": GateReport((), "/m", "/root", False),
+        "gate_report": GateReport(tuple(rows), Path("/m"), Path("/root"), True, ("bad.json",), 2.3456789),
+        "gate_report_empty": GateReport((), Path("/m"), Path("/root"), False),
         "stop_found": StopOutcome("p", ("c1",), ("/s/1",), 1, ("n",)),
         "stop_none": StopOutcome("p", (), (), 0),
         "watch_stopped": WatchOutcome(
-            "unproven-compile", tuple(unproven()[:1]), StopResult(0, True, 1.5), StopOutcome("p", ("c1",), (), 1)
+            "unproven-compile", tuple(unproven()[:1]), ContainerStop(0, True, 1.5), StopOutcome("p", ("c1",), (), 1)
         ),
         "watch_plain": WatchOutcome("engine-gone"),
         **{f"unproven_{i}": event for i, event in enumerate(unproven())},
@@ -155,7 +155,7 @@ def instances() -> dict[str, Any]:
         "canary_skipped": CanaryResult("skipped", reason="--no-canary"),
         "coherence": coherence(),
         "trust_verdict": verdict,
-        "sign_result": SignResult(
+        "sign_result": TrustSigning(
             "t/x.json",
             10,
             "cd" * 32,
@@ -173,7 +173,7 @@ def instances() -> dict[str, Any]:
             {"IGNORED": "1"},
             {"TOKEN": "secret"},
         ),
-        "rendered": Rendered(({"kind": "Deployment", "spec": {"replicas": 1}},), ("w",)),
+        "rendered": K8sRendered(({"kind": "Deployment", "spec": {"replicas": 1}},), ("w",)),
     }
 
 

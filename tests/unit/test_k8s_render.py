@@ -100,19 +100,19 @@ def options(**changes: Any) -> k8s.K8sOptions:
 
 def rendered(
     tmp_path: Path, *, hardware: Mapping[str, Any] = H100, text: str | None = None, **changes: Any
-) -> k8s.Rendered:
+) -> k8s.K8sRendered:
     text = text if text is not None else profile_text()
     return k8s.render(
         load(tmp_path, text), text, blessing(tmp_path, hardware), options(**changes), cache_path="/var/cache/engine"
     )
 
 
-def deployment(result: k8s.Rendered) -> Mapping[str, Any]:
+def deployment(result: k8s.K8sRendered) -> Mapping[str, Any]:
     (found,) = [doc for doc in result.documents if doc["kind"] == "Deployment"]
     return found
 
 
-def pod(result: k8s.Rendered) -> Mapping[str, Any]:
+def pod(result: k8s.K8sRendered) -> Mapping[str, Any]:
     spec: Mapping[str, Any] = deployment(result)["spec"]["template"]["spec"]
     return spec
 
@@ -228,7 +228,7 @@ TP4 = {**H100, "gpu_count": 4}
 TP4_PROFILE = profile_text(hardware_extra="gpu_count = 4") + "\n[serve]\ntensor_parallel_size = 4\n"
 
 
-def _engine(result: k8s.Rendered) -> Mapping[str, Any]:
+def _engine(result: k8s.K8sRendered) -> Mapping[str, Any]:
     (engine,) = [c for c in pod(result)["containers"] if c["name"] == "engine"]
     found: Mapping[str, Any] = engine
     return found
@@ -429,7 +429,7 @@ def test_the_flow_renders_the_blessing_it_reads_from_the_registry(tmp_path: Path
 # -- rendering without the registry -----------------------------------------------------------------
 
 
-def _pushed_and_stored(tmp_path: Path) -> tuple[Store, Path, str, k8s.Rendered]:
+def _pushed_and_stored(tmp_path: Path) -> tuple[Store, Path, str, k8s.K8sRendered]:
     """A blessing published in a store and pushed to an in-memory registry: the store, the profile, the pushed
     digest reference, and what render makes of the blessing."""
     registry = RegistrySimulator(host="registry.example.com")

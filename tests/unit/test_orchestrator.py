@@ -150,7 +150,7 @@ def _assert_rejected_one(harness: Harness, result: RunResult, needle: str) -> di
     assert not candidate.accepted
     assert any(needle in reason for reason in candidate.reasons), candidate.reasons
     (rejected,) = harness.rejected_dirs()
-    assert candidate.rejected_dir == str(rejected)
+    assert candidate.rejected_dir == rejected
     assert rejected.name == f"{result.run_id}-c1"
     summary = (rejected / "summary.md").read_text()
     assert needle in summary

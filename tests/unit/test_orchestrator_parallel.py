@@ -26,7 +26,7 @@ from bless.errors import ExitCode, GpuSelectionError, InsufficientGpuError, Inte
 from bless.flows.run import RunOptions
 from bless.flows.run.orchestrator import Orchestrator
 from bless.replay.devices import GpuSlot
-from bless.runtime.base import ContainerSpec, Started, StopResult
+from bless.runtime.base import ContainerSpec, ContainerStop, Started
 from bless.store import Store
 from tests.support.fakes import ARTIFACT, Behavior, FakeRuntime, tokens_for
 from tests.unit.run_harness import Harness, make_profile
@@ -82,7 +82,7 @@ class GpuFakeRuntime(FakeRuntime):
             self.gpu_sets[spec.name] = spec.gpu_ids
         return started
 
-    def stop(self, started: Started, timeout_s: int) -> StopResult:
+    def stop(self, started: Started, timeout_s: int) -> ContainerStop:
         result = super().stop(started, timeout_s)
         with self.lock:
             self.alive.pop(started.name, None)

@@ -46,7 +46,7 @@ from bless.evidence_types import UpperEntry
 from bless.flows import serve
 from bless.flows.events import Event
 from bless.flows.serve import Snapshot, Stamp, check_gpu_memory, describe_change
-from bless.runtime.base import ContainerSpec, Started, StopResult
+from bless.runtime.base import ContainerSpec, ContainerStop, Started
 from bless.store import Store
 from bless.system.trees import remove_tree
 from tests.support.fakes import (
@@ -982,7 +982,7 @@ def test_stop_gives_a_docker_serve_the_callers_timeout_before_cleaning_up(store:
     stops: list[int] = []
 
     class Recording(FakeRuntime):
-        def stop(self, started: Started, timeout_s: int) -> StopResult:
+        def stop(self, started: Started, timeout_s: int) -> ContainerStop:
             stops.append(timeout_s)
             return super().stop(started, timeout_s)
 

@@ -15,7 +15,7 @@ import pytest
 
 from bless.core.factors import config_hash
 from bless.core.manifest import Manifest
-from bless.core.verify import Problem, VerifyResult, verify_tree
+from bless.core.verify import Problem, TreeCheck, verify_tree
 from bless.errors import (
     AlreadyBlessedError,
     InputInvalidError,
@@ -119,7 +119,7 @@ def test_a_tree_that_changes_during_publish_is_given_back(store: Store, monkeypa
     staged = stage(store, "run1", "a")
     manifest = make_manifest(staged)
 
-    def changed_under_us(*args: object, **kwargs: object) -> VerifyResult:
+    def changed_under_us(*args: object, **kwargs: object) -> TreeCheck:
         result = verify_tree(*args, **kwargs)  # type: ignore[arg-type]
         return dataclasses.replace(result, ok=False, problems=(Problem("sha256", "artifact.bin", "changed"),))
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bless.core.profile import TrialSettings
-from bless.core.verify import Problem, VerifyResult
+from bless.core.verify import Problem, TreeCheck
 from bless.errors import BlessError, EngineHttpError, NotReadyError
 from bless.evidence_types import LogSignals, UpperVerdict
 from bless.replay.engine_client import Completion, EngineClient, wait_ready
@@ -433,13 +433,13 @@ LOADED = LogSignals(
 CLEAN_UPPER = UpperVerdict(expected_rewrites=(), new_artifacts=(), unexpected=())
 
 
-def tree_ok() -> VerifyResult:
-    return VerifyResult(ok=True, problems=(), notices=(), files_checked=2, bytes_hashed=10, elapsed_s=0.01)
+def tree_ok() -> TreeCheck:
+    return TreeCheck(ok=True, problems=(), notices=(), files_checked=2, bytes_hashed=10, elapsed_s=0.01)
 
 
-def tree_changed() -> VerifyResult:
+def tree_changed() -> TreeCheck:
     problem = Problem("sha256", "reference/k/megacache.bin", "expected sha256 aaaa, found bbbb")
-    return VerifyResult(ok=False, problems=(problem,), notices=(), files_checked=2, bytes_hashed=10, elapsed_s=0.01)
+    return TreeCheck(ok=False, problems=(problem,), notices=(), files_checked=2, bytes_hashed=10, elapsed_s=0.01)
 
 
 def test_clean_reuse_passes():

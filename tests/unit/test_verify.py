@@ -24,9 +24,9 @@ from bless.core.verify import (
     FileEntry,
     Notice,
     Problem,
+    TreeCheck,
     TreeError,
     TreeListing,
-    VerifyResult,
     hash_tree,
     verify_tree,
 )
@@ -79,11 +79,11 @@ def listing(root: Path) -> TreeListing:
     return hash_tree(root)
 
 
-def check(root: Path, listing: TreeListing, **kwargs: object) -> VerifyResult:
+def check(root: Path, listing: TreeListing, **kwargs: object) -> TreeCheck:
     return verify_tree(root, listing.files, listing.dirs, **kwargs)  # type: ignore[arg-type]
 
 
-def found(result: VerifyResult) -> set[tuple[str, str]]:
+def found(result: TreeCheck) -> set[tuple[str, str]]:
     return {(p.kind, p.path) for p in result.problems}
 
 

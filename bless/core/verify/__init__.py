@@ -27,9 +27,9 @@ from bless.core.verify.results import (
     Notice,
     Problem,
     ProblemKind,
+    TreeCheck,
     TreeError,
     TreeListing,
-    VerifyResult,
 )
 
 __all__ = [
@@ -39,9 +39,9 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "ProgressFn",
+    "TreeCheck",
     "TreeError",
     "TreeListing",
-    "VerifyResult",
     "default_workers",
     "hash_tree",
     "verify_tree",

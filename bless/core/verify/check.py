@@ -20,7 +20,7 @@ from bless.core.verify.results import (
     Notice,
     Problem,
     ProblemKind,
-    VerifyResult,
+    TreeCheck,
     sort_problems,
 )
 from bless.core.verify.walk import OpenFailure, Scan, open_root, parents, quoted, scan_tree
@@ -36,7 +36,7 @@ def verify_tree(
     workers: int | None = None,
     progress: ProgressFn | None = None,
     expect_read_only: bool = True,
-) -> VerifyResult:
+) -> TreeCheck:
     """Check the tree at ``root`` against an expected listing and report every difference.
 
     The expected directories are ``dirs`` plus every ancestor of a listed file; anything else on
@@ -63,7 +63,7 @@ def verify_tree(
             ``writable`` notice (notices never fail verification).
 
     Returns:
-        A :class:`VerifyResult`; problems sorted by (path, kind), notices by path.
+        A :class:`TreeCheck`; problems sorted by (path, kind), notices by path.
     """
     started = time.perf_counter()
     findings = _Findings()
@@ -99,8 +99,8 @@ class _Findings:
         self.problems.append(Problem(kind, path, detail))
         self.reported.add(path)
 
-    def result(self, *, files_checked: int, bytes_hashed: int, started: float) -> VerifyResult:
-        return VerifyResult(
+    def result(self, *, files_checked: int, bytes_hashed: int, started: float) -> TreeCheck:
+        return TreeCheck(
             ok=not self.problems,
             problems=sort_problems(self.problems),
             notices=tuple(sorted(self.notices, key=lambda n: n.path)),

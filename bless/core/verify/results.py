@@ -1,7 +1,7 @@
 """What recording and checking a tree produce: the listing of a tree, and the problems found in one.
 
 Plain frozen values, no I/O: the manifest holds a :class:`TreeListing`, :func:`~bless.core.verify.verify_tree`
-returns a :class:`VerifyResult`, :func:`~bless.core.verify.hash_tree` raises a :class:`TreeError`.
+returns a :class:`TreeCheck`, :func:`~bless.core.verify.hash_tree` raises a :class:`TreeError`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ __all__ = [
     "NoticeKind",
     "Problem",
     "ProblemKind",
+    "TreeCheck",
     "TreeError",
     "TreeListing",
-    "VerifyResult",
     "sort_problems",
 ]
 
@@ -107,7 +107,7 @@ class Notice(JsonForm):
 
 
 @dataclass(frozen=True)
-class VerifyResult(JsonForm):
+class TreeCheck(JsonForm):
     """The outcome of :func:`verify_tree`.
 
     ``ok`` is true exactly when there are no problems (notices do not count).

@@ -99,8 +99,8 @@ class GateReport(JsonForm):
     )
 
     rows: tuple[GateRow, ...]
-    manifests_dir: str
-    root: str
+    manifests_dir: Path
+    root: Path
     verify: bool
     invalid_manifests: tuple[str, ...] = ()
     seconds: float = field(default=0.0, metadata=as_json(to_json=rounded(4)))
@@ -327,8 +327,8 @@ def run_gate(
     )
     return GateReport(
         rows=rows,
-        manifests_dir=str(store.manifests_dir),
-        root=str(store.root),
+        manifests_dir=store.manifests_dir,
+        root=store.root,
         verify=verify,
         invalid_manifests=tuple(str(record.path) for record in index.records if record.manifest is None),
         seconds=time.perf_counter() - started,

@@ -24,7 +24,7 @@ def junit_xml(report: GateReport) -> bytes:
         time=f"{report.seconds:.3f}",
     )
     properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="manifests_dir", value=xml_safe(report.manifests_dir))
+    ET.SubElement(properties, "property", name="manifests_dir", value=xml_safe(str(report.manifests_dir)))
     for row in report.rows:
         profile = xml_safe(row.profile)  # a file name may hold what XML cannot (controls, non-UTF-8 bytes)
         case = ET.SubElement(

@@ -77,7 +77,7 @@ def diff_profile(
     """
     if profile is not None and hash_b is not None:
         raise UsageError(
-            "give either --profile P and one hash, or two hashes, not both", hint=_HOW, remedy="diff_usage"
+            "a blessing is compared with a profile or with another blessing, not both", hint=_HOW, remedy="diff_usage"
         )
     if profile is None and hash_b is None:
         raise UsageError("nothing to compare HASH_A with", hint=_HOW, remedy="diff_usage")

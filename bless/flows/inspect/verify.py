@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.json_form import JsonForm, as_json
-from bless.core.verify import Problem, VerifyResult
+from bless.core.verify import Problem, TreeCheck
 from bless.errors import VerifyFailedError
 from bless.flows.lookup import lookup_live
 from bless.flows.trust_policy import trust_verdict
@@ -33,7 +33,7 @@ class VerifyOutcome(JsonForm):
 
     config_hash: str
     blessed_dir: Path
-    result: VerifyResult
+    result: TreeCheck
     trust: TrustVerdict | None = field(metadata=as_json(to_json=trust_report))
 
     def json_extra(self) -> dict[str, Any]:

@@ -288,7 +288,7 @@ class Orchestrator:
                 reasons: tuple[str, ...] = (missing,)
                 rejected = self._keep_evidence(index, tree, evidence, bootstrap, trials, reasons, options)
                 self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
-                return CandidateResult(index, False, bootstrap, (), reasons, str(rejected))
+                return CandidateResult(index, False, bootstrap, (), reasons, rejected)
 
             def one_trial(trial: int, slot: GpuSlot) -> TrialResult:
                 return run_trial(proof, trial, slot, containers=self.containers, schedule=schedule, events=self.events)
@@ -314,7 +314,7 @@ class Orchestrator:
             reasons = tuple([*(f"trial {t.index}: {r}" for t in failed for r in t.reasons), *cross_device])
             rejected = self._keep_evidence(index, tree, evidence, bootstrap, trials, reasons, options)
             self.events(Event("candidate-end", f"candidate {index} rejected", {"candidate": index}))
-            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, str(rejected), trials_seconds)
+            return CandidateResult(index, False, bootstrap, tuple(trials), reasons, rejected, trials_seconds)
         manifest = self._manifest(index, listing, artifacts, golden, bootstrap, trials, options, allowed_unsafe)
         self._published = self.store.publish(tree, manifest)
         # The engine logs of an accepted run stay readable next to the store (not in the manifest),

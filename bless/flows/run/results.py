@@ -118,7 +118,7 @@ class CandidateResult(JsonForm):
     bootstrap: dict[str, Any]
     trials: tuple[TrialResult, ...]
     reasons: tuple[str, ...]
-    rejected_dir: str | None = None
+    rejected_dir: Path | None = None
     #: Wall time of phase 2 (all K trials, parallel ones overlapping): what --parallel shortens.
     trials_seconds: float | None = field(default=None, metadata=as_json(to_json=rounded(3)))
 
@@ -186,5 +186,5 @@ class RunResult(JsonForm):
             hint=f"read {last.rejected_dir}/summary.md; a nondeterministic engine cannot be blessed, "
             "and more candidates try fresh compiles",
             remedy="read_rejection_summary",
-            details={"rejected_dirs": [c.rejected_dir for c in self.candidates]},
+            details={"rejected_dirs": [c.rejected_dir and str(c.rejected_dir) for c in self.candidates]},
         )

@@ -17,7 +17,7 @@ from bless import container_labels as labels
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.manifest import Manifest
 from bless.core.profile import HardwareSpec, Profile
-from bless.core.verify import VerifyResult, verify_tree
+from bless.core.verify import TreeCheck, verify_tree
 from bless.engines.base import EngineAdapter
 from bless.errors import ContainerConflictError, InsufficientGpuError, VerifyFailedError
 from bless.flows.events import new_run_id
@@ -219,7 +219,7 @@ class VerifiedBlessing:
     """The live manifest served, its blessed tree verified, and the identity snapshot stamped before hashing."""
 
     live: LiveManifest
-    verification: VerifyResult
+    verification: TreeCheck
     snapshot: Snapshot
     #: What the verification noticed without refusing (mixed owners, writable entries).
     warnings: tuple[str, ...] = ()

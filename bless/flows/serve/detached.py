@@ -44,7 +44,7 @@ from bless.flows.serve.serve_dir import save_evidence
 from bless.flows.serve.start import LaunchResult
 from bless.flows.serve.stop import StopOutcome, stop_serving
 from bless.flows.serve.watch_doc import WATCH_DOC_FORMAT, WatchDoc, load_watch_doc, watch_doc
-from bless.runtime.base import Runtime, StopResult
+from bless.runtime.base import ContainerStop, Runtime
 from bless.runtime.local import LocalRuntime
 from bless.store import Store
 from bless.store.layout import StorePaths
@@ -178,7 +178,7 @@ def _not_started(doc: WatchDoc, why: str) -> NotServingError:
 # -- the watcher process's body -----------------------------------------------------------------------
 
 
-def _stopped_gracefully(stop: StopResult | None) -> bool | None:
+def _stopped_gracefully(stop: ContainerStop | None) -> bool | None:
     return None if stop is None else stop.graceful
 
 
@@ -189,7 +189,7 @@ class WatchOutcome(JsonForm):
     ended_by: EndedBy
     seen: tuple[UnprovenCompile, ...] = field(default=(), metadata=as_json(name="unproven_compile"))
     #: Under ``stop``: the engine's graceful stop (a container; None for a local engine) and the serve's end.
-    engine_stop: StopResult | None = field(
+    engine_stop: ContainerStop | None = field(
         default=None, metadata=as_json(name="engine_stopped_gracefully", to_json=_stopped_gracefully)
     )
     stopped: StopOutcome | None = field(default=None, metadata=as_json(name="stop"))
@@ -321,14 +321,14 @@ def _end_the_serve(
     docker: Callable[[], Runtime],
     local: Callable[[], LocalRuntime],
     events: EventSink,
-) -> tuple[StopResult | None, StopOutcome]:
+) -> tuple[ContainerStop | None, StopOutcome]:
     """Policy ``stop``: readiness cleared first, the engine stopped gracefully, then what serve-full stop removes.
 
     The serve dir is kept as evidence (the unproven compiles, the engine's log).
     """
     events(Event("phase", "unproven compile (unproven_compile = stop): stopping the engine gracefully"))
     clear_ready(store, doc.name)  # no probe may pass while the engine stops
-    engine_stop: StopResult | None = None
+    engine_stop: ContainerStop | None = None
     if doc.engine_holder is None:  # a container: stopped here, so that its log is kept before it is removed
         engine_stop = session.stop()
         save_evidence(doc.serve_dir, session.log)

@@ -10,14 +10,14 @@ from bless.flows.serve.plan import LaunchPlan
 from bless.flows.serve.ready import clear_ready
 from bless.flows.serve.serve_dir import discard_serve_dir, save_evidence, upper_summary
 from bless.flows.serve.start import LaunchResult
-from bless.runtime.base import Runtime, StopResult
+from bless.runtime.base import ContainerStop, Runtime
 
 
 @dataclass(frozen=True)
 class FinishResult:
     """How serving ended: the stop, and what became of the upper layer."""
 
-    stop: StopResult | None
+    stop: ContainerStop | None
     upper_kept: bool
     upper_dir: str | None
     upper_entries: tuple[UpperEntry, ...]

@@ -18,7 +18,7 @@ from bless import container_labels as labels
 from bless.core.factors import GpuInfo, ResolvedConfig
 from bless.core.manifest import Manifest
 from bless.core.profile import Profile
-from bless.core.verify import VerifyResult
+from bless.core.verify import TreeCheck
 from bless.engines.base import EngineAdapter
 from bless.flows.engine_start import EngineSession, engine_spec
 from bless.flows.serve.checks import ServeFacts, VerifiedBlessing, check_world, verify_copy
@@ -153,7 +153,7 @@ class LaunchPlan:
         return self.blessing.live.document if self.blessing is not None else None
 
     @property
-    def verification(self) -> VerifyResult | None:
+    def verification(self) -> TreeCheck | None:
         return self.blessing.verification if self.blessing is not None else None
 
     @property
