@@ -109,6 +109,7 @@ from bless.replay.devices import GpuRank
 from bless.runtime.base import Runtime
 from bless.store import Store as _StoreImpl
 from bless.store.gc import GcAction, GcReport
+from bless.store.layout import require_manifests_dir
 from bless.trust import TrustSigning
 from bless.trust.client import TrustVerdict
 from bless.trust.repository import RoleKeys, TrustInitResult
@@ -797,13 +798,7 @@ def gate(
         raise UsageError("profiles must be a list of profile paths", hint="pass profiles=['profiles/a.toml']")
     paths = [check.path("profiles[]", item) for item in profiles]
     the_store = _store(store)
-    if not the_store.manifests_dir.is_dir():  # as bless gate: a typo must not read as "nothing is blessed"
-        raise UsageError(
-            f"the manifests directory {the_store.manifests_dir} does not exist",
-            hint="open the store with the manifests directory your blessings were published to "
-            "(open_store(manifests_dir=...)), e.g. the checkout's directory of committed manifests",
-            details={"manifests_dir": str(the_store.manifests_dir)},
-        )
+    require_manifests_dir(the_store.manifests_dir)  # as bless gate: a typo must not read as "nothing is blessed"
     return gate_profiles(
         paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
     )

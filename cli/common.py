@@ -14,8 +14,8 @@ import typer
 
 import bless
 from bless._version import DISTRIBUTION
-from bless.errors import UsageError
 from bless.store import Store, default_root
+from bless.store.layout import require_manifests_dir
 
 # The promise is about stdout only: under --json, stderr carries just progress, warnings and errors,
 # and most commands have none of those on success.
@@ -118,14 +118,7 @@ def check_manifests_dir(store: Store) -> None:
     Used where the directory was named on purpose (``--manifests-dir`` or ``$BLESS_MANIFESTS_DIR``,
     or any dir ``bless gate`` is pointed at): a typo there must not read as "nothing is blessed".
     """
-    if not store.manifests_dir.is_dir():
-        raise UsageError(
-            f"the manifests directory {store.manifests_dir} does not exist",
-            hint="point --manifests-dir (or $BLESS_MANIFESTS_DIR) at the directory your blessings were "
-            "published to; to publish into a checkout: bless --manifests-dir DIR run --profile P, then commit "
-            "DIR/*.json",
-            details={"manifests_dir": str(store.manifests_dir)},
-        )
+    require_manifests_dir(store.manifests_dir)
 
 
 def reading_store(ctx: typer.Context) -> Store:

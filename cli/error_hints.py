@@ -54,6 +54,10 @@ def _last(rejected_dirs: object) -> str:
 #: remedy key -> the command-line hint for a refusal carrying it (from its details where it names values).
 COMMAND_LINE_HINTS: dict[str, Callable[[BlessError], str]] = {
     "diff_usage": lambda err: "bless diff --profile P HASH, or bless diff HASH_A HASH_B",
+    "manifests_dir": lambda err: (
+        "point --manifests-dir (or $BLESS_MANIFESTS_DIR) at the directory your blessings were published to; to "
+        "publish into a checkout: bless --manifests-dir DIR run --profile P, then commit DIR/*.json"
+    ),
     "rebless": lambda err: "use --rebless to bless again (the prior blessing is archived), or bless verify it",
     "allow_weaker": lambda err: (
         f"bless with at least --trials {err.details.get('trials_to_keep_bound', 'K')} to keep the bound, "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bless.core.factors import is_config_hash
-from bless.errors import BlessError, InputInvalidError, ManifestInvalidError
+from bless.errors import BlessError, InputInvalidError, ManifestInvalidError, UsageError
 from bless.system.durable import ensure_dir
 from bless.system.os_refusals import os_errors
 
@@ -29,6 +29,7 @@ __all__ = [
     "check_hash",
     "check_run_id",
     "is_dir_id",
+    "require_manifests_dir",
 ]
 
 _MANIFESTS = "manifests"
@@ -236,3 +237,19 @@ class StorePaths:
         except OSError:
             return False
         return real != staging and real.is_relative_to(staging)
+
+
+def require_manifests_dir(manifests_dir: Path) -> None:
+    """Refuse (:class:`UsageError`, 2) a manifests dir that does not exist, naming it.
+
+    For a dir named on purpose (a gate's, or one given explicitly): a typo there must not read as "nothing is
+    blessed". The default ``<root>/manifests`` of a store not yet used is not checked with it.
+    """
+    if not manifests_dir.is_dir():
+        raise UsageError(
+            f"the manifests directory {manifests_dir} does not exist",
+            hint="open the store with the manifests directory your blessings were published to "
+            "(open_store(manifests_dir=...)), e.g. the checkout's directory of committed manifests",
+            details={"manifests_dir": str(manifests_dir)},
+            remedy="manifests_dir",
+        )
