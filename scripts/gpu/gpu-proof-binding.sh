@@ -61,11 +61,7 @@ while IFS=$'\t' read -r form expected; do
     "${env_args[@]}" python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" \
       > "$dir/serve.stdout" 2> "$dir/serve.stderr" &
     pid=$!
-    for _ in $(seq 1 600); do
-      grep -qiE "canary (passed|failed)|refused" "$dir/serve.stderr" 2>/dev/null && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 1
-    done
+    wait_for_verdict "$dir/serve.stderr" "$pid"
     ready=0; python3 -m bless.cli.serve ready "$NAME" --root "$ROOT" --json > "$dir/ready.json" 2> "$dir/ready.stderr" \
       || ready=$?
     expect_rc "serve-full ready under CUDA_VISIBLE_DEVICES=$form" 0 "$ready"

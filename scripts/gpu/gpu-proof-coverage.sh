@@ -51,11 +51,7 @@ fi
 # STEP=serve: foreground serve-full (sealed: a compile the blessing does not hold is an event at once) in the background of this script, its upper layer and private dirs watched.
 python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" ${SERVE_ARGS:-} > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
 pid=$!
-for _ in $(seq 1 900); do
-  grep -qiE "canary (passed|failed)|refused" "$OUT/serve.stderr" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
-done
+wait_for_verdict "$OUT/serve.stderr" "$pid" 900
 grep -qi "canary passed" "$OUT/serve.stderr" || { tail -40 "$OUT/serve.stderr"; kill -TERM "$pid" 2>/dev/null; exit 1; }
 serve_dir=$(ls -dt "$ROOT"/serve/*/ | head -1)
 listing() { (cd "$serve_dir" && find . -type f -o -type l | sort); }

@@ -44,11 +44,7 @@ bless "$ROOT" show "$HASH" --json > "$OUT/show-record.json"
 # Started directly (not through the shell function): $! must be serve-full's own pid for the signal to reach it.
 python3 -m bless.cli.serve --root "$ROOT" --profile "$PROFILE" > "$OUT/serve.stdout" 2> "$OUT/serve.stderr" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -qiE "canary (passed|failed)|refused" "$OUT/serve.stderr" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
-done
+wait_for_verdict "$OUT/serve.stderr" "$pid"
 sleep 2
 t_stop=$(date +%s.%N)
 kill -"${STOP_SIGNAL:-TERM}" "$pid" 2>/dev/null || true

@@ -38,3 +38,14 @@ for_this_gpu() {
   echo "profile declares $declared, this machine has $live: proving $copy" >&2
   echo "$copy"
 }
+
+# wait_for_verdict STDERR PID [SECONDS]: wait until a background serve-full (pid PID, its stderr in STDERR) says
+# whether its canary passed, refuses, or exits; at most SECONDS (default 600). The caller reads the verdict.
+wait_for_verdict() {
+  local stderr=$1 pid=$2 _
+  for _ in $(seq 1 "${3:-600}"); do
+    grep -qiE "canary (passed|failed)|refused" "$stderr" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 1
+  done
+}

@@ -625,3 +625,18 @@ def test_auto_says_it_tries_a_pull_before_falling_back_to_offline(tmp_path: Path
     assert result.stdout == "offline\n"
     assert "trying 'docker pull python:3.11-slim' (timeout 5s; the offline path if that fails)" in result.stderr
     assert "pull python:3.11-slim" in calls.read_text()
+
+
+def test_wait_for_verdict_returns_on_the_canary_line_or_when_serve_full_exits(tmp_path: Path) -> None:
+    """The proofs read serve-full's verdict only after this returns: on the line, or at once once it exited."""
+    log = tmp_path / "serve.stderr"
+    passed = _proof(
+        f'(sleep 1; echo "canary passed: 3 prompt(s)" >> {log}; sleep 30) & pid=$!\n'
+        f'SECONDS=0; wait_for_verdict {log} "$pid" 20; echo "waited $SECONDS"; kill "$pid"'
+    )
+    assert passed.returncode == 0, passed.stderr
+    assert re.search(r"waited [1-3]\b", passed.stdout), passed.stdout
+    exited = _proof(
+        f'(sleep 1; exit 3) & pid=$!\nSECONDS=0; wait_for_verdict {tmp_path / "none"} "$pid" 20; echo "waited $SECONDS"'
+    )
+    assert re.search(r"waited [1-3]\b", exited.stdout), exited.stdout
