@@ -89,6 +89,13 @@ _ENV_NAMES = (
     "NVSHMEM_DISABLE_NVLS",
 )
 _ENV_PREFIXES = ("LC_",)
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a local engine inherits of ``environ`` (this process's env, say): the names above, nothing else."""
+    return {key: value for key, value in environ.items() if key in _ENV_NAMES or key.startswith(_ENV_PREFIXES)}
+
+
 # 128 + SIGKILL, as Docker reports a killed container.
 _KILLED_EXIT_CODE = 128 + signal.SIGKILL
 # Exit code of the mount prologue when a mount fails (its message is in the log).
@@ -270,7 +277,7 @@ class LocalRuntime:
     # -- start ----------------------------------------------------------------------
 
     def _environment(self, spec: ContainerSpec) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if key in _ENV_NAMES or key.startswith(_ENV_PREFIXES)}
+        env = inherited_env(os.environ)
         env.setdefault("PATH", os.defpath)
         # Without a pinned HOME the engine gets ours, which is at least the same every run.
         home = spec.home if spec.home is not None else os.environ.get("HOME")

@@ -52,7 +52,6 @@ CANARY_PASSED = re.compile(r"canary passed", re.IGNORECASE)
 # What bless adds to the engine's env beyond the profile's (its sealed Triton cache manager too): a plain start goes
 # without it.
 BLESS_ONLY_ENV = ("TMPDIR", "TMP", "TEMP", "TRITON_CACHE_AUTOTUNING", "VLLM_FORCE_AOT_LOAD", "TRITON_CACHE_MANAGER")
-PASSED_ON = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "LANG")
 
 
 def serve_plan(profile: str, root: str) -> dict[str, Any]:
@@ -137,7 +136,11 @@ def plain_start(
     container = plan["container"]
     # bless's compile locations point under the cache mount: a plain start keeps each library's default.
     under_cache = plan["mount"]["target"].rstrip("/") + "/"
-    env = {name: value for name, value in os.environ.items() if name in PASSED_ON}
+    from bless.runtime.local import inherited_env  # this checkout's (REPO on sys.path)
+
+    # What the local runtime passes a blessed engine of this host's env (the NVLink-multicast switches included,
+    # which a tensor-parallel start must keep), so the two starts differ only in what bless adds.
+    env = inherited_env(os.environ)
     env.update(
         {
             name: value

@@ -29,7 +29,7 @@ from bless import container_labels as labels
 from bless.errors import BlessError, ContainerConflictError, InputInvalidError, RuntimeUnavailableError
 from bless.evidence_types import UpperEntry
 from bless.runtime.base import ContainerSpec, Mount, Started
-from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime
+from bless.runtime.local import COMMAND_NOT_FOUND, MOUNT_SETUP_FAILED, LocalRuntime, inherited_env
 from bless.runtime.upper import diff_trees, normalize_modes, scan_upper
 from tests.support.runtime_helpers import make_lower, tree_digest, wait_exit, wait_log
 
@@ -130,6 +130,9 @@ def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monke
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     monkeypatch.setenv("HOME", "/root-of-the-caller")
+    switches = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
     code = "import json, os; print('ENV=' + json.dumps(dict(os.environ)), flush=True)"
     started = rt.start(
         make_spec(tmp_path, code, env={"VLLM_FOO": "bar", "HOME": "/ignored"}, home=str(tmp_path / "home"))
@@ -143,6 +146,10 @@ def test_env_is_filtered_and_home_pinned(rt: LocalRuntime, tmp_path: Path, monke
     assert "CUDA_LAUNCH_BLOCKING" not in env  # a debug switch must come through the profile, where it is checked
     assert "PATH" in env
     assert "BLESS_TEST_SECRET_TOKEN" not in env
+    # The host's NVLink-multicast switches reach a tensor-parallel engine (and a plain start of the benchmarks,
+    # which take the same names from inherited_env).
+    assert {name: env.get(name) for name in switches} == switches
+    assert inherited_env({**switches, "BLESS_TEST_SECRET_TOKEN": "x", "LC_ALL": "C"}) == {**switches, "LC_ALL": "C"}
     finish(rt, started)
 
 
