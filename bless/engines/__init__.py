@@ -1,7 +1,7 @@
 """Engine adapters (policy per serving engine) and the reference engine that runs inside images.
 
-Kept free of imports beyond the standard library: the reference engine runs as
-``python -m bless.engines.reference_engine`` on GPU hosts, where only torch is guaranteed.
+The reference engine (``reference_engine/``) imports only the standard library and torch: on a GPU host it runs
+from its directory (``reference_engine/launch.py``), importing nothing of bless, since only torch is guaranteed there.
 """
 
 from __future__ import annotations

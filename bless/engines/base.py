@@ -154,9 +154,6 @@ class EngineLaunch:
     env: Mapping[str, str]
     port: int
     workdir: str | None = None
-    #: Dirs the engine must import from, put first on its PYTHONPATH before the one the runtime passes through
-    #: (setting ``PYTHONPATH`` in ``env`` instead would hide what the host installed there).
-    python_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

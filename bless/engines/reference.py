@@ -97,8 +97,8 @@ DEBUG_ENV = {
     "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "disables every Inductor cache (forces recompiles)",
 }
 
-#: The directory that holds the bless package (a checkout, or site-packages): a local engine's PYTHONPATH.
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+#: What a local start runs: the engine package's launcher, which imports nothing of bless (see its docstring).
+LAUNCHER = Path(__file__).resolve().parent / "reference_engine" / "launch.py"
 
 
 class ReferenceAdapter:
@@ -193,20 +193,10 @@ class ReferenceAdapter:
         """argv + env from the hashed serve arguments and the env resolution captured (never the raw profile)."""
         profile = resolved.profile
         serve = _serve_factor(resolved)
-        python_path: tuple[str, ...] = ()
         if profile.runtime_kind == "docker":
             prefix: tuple[str, ...] = ("python3", "-m", "bless_reference", "--host", "0.0.0.0")
         else:
-            prefix = (
-                profile.python or "python3",
-                "-m",
-                "bless.engines.reference_engine",
-                "--host",
-                host,
-            )
-            # Importing bless.engines.reference_engine imports the bless package first, and with it bless's own
-            # dependencies: the host's PYTHONPATH (where a GPU host may have installed them) must stay behind it.
-            python_path = (str(PACKAGE_ROOT),)
+            prefix = (profile.python or "python3", str(LAUNCHER), "--host", host)
         command = [
             *prefix,
             "--port", str(port),
@@ -224,7 +214,7 @@ class ReferenceAdapter:
         if serve.get("shape_buckets"):
             command += ["--shape-buckets", ",".join(str(b) for b in serve["shape_buckets"])]
         env = {"PYTHONUNBUFFERED": "1", **resolved.engine_env()}
-        return EngineLaunch(command=tuple(command), env=env, port=port, python_path=python_path)
+        return EngineLaunch(command=tuple(command), env=env, port=port)
 
     def model_mounts(self, profile: Profile) -> tuple[ModelMount, ...]:
         """The reference model is built from its seed: no weights to mount."""

@@ -189,10 +189,10 @@ def engine_spec(
         private = tuple(Mount("private", private_dir / name, target) for _, name, target in PRIVATE_DIRS)
         # Python's tempfile (and so torch, Triton, vLLM) reads TMPDIR first; TMP/TEMP for the rest.
         env.update({"TMPDIR": ENGINE_TMP, "TMP": ENGINE_TMP, "TEMP": ENGINE_TMP})
-    python_path = launch.python_path
+    python_path: tuple[str, ...] = ()
     if seal and private_dir is not None and cache_mount is not None:
         env["TRITON_CACHE_MANAGER"] = SEAL_MANAGER
-        python_path = (f"{ENGINE_TMP}/{SEAL_DIR}", *python_path)
+        python_path = (f"{ENGINE_TMP}/{SEAL_DIR}",)
         # No bytecode written by the engine's Python (an image installed without it, uv's default, would write
         # one per module first imported by a request): a .pyc that still appears while serving is a compile.
         env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: the reference engine's cold vs blessed start, like for like, and where a start's time goes.
 
-``--engine`` (default): real engine processes (``python3 -m bless.engines.reference_engine``), timed
+``--engine`` (default): real engine processes, started as a local start does (``reference_engine/launch.py``), timed
 from spawn to the ``ready`` marker. One untimed warm-up start first (it writes the interpreter's
 bytecode for torch and fills nothing that a timed start reuses), and it saves the artifact the
 blessed starts load. Then ``--pairs`` pairs of one cold start (empty cache dir) and one blessed start
@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+#: What a local engine start runs (bless/engines/reference.py starts the same file): no bless import in the engine.
+LAUNCHER = REPO / "bless" / "engines" / "reference_engine" / "launch.py"
 READY = "bless-reference: ready on port "
 COMPILE_TIME = "bless-reference: torch.compile took "
 # The GPU profile's model (profiles/reference-cuda-local.toml); BENCH_TINY_MODEL=1: one small layer, to check
@@ -74,7 +76,7 @@ class EngineRun:
     def __init__(self, device: str, cache_dir: Path, extra_env: dict[str, str] | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bless-bench-start-")
         env = {**fresh_env(Path(self._tmp.name)), **(extra_env or {})}
-        command = [sys.executable, "-m", "bless.engines.reference_engine", "--device", device, "--port", "0",
+        command = [sys.executable, str(LAUNCHER), "--device", device, "--port", "0",
                    "--host", "127.0.0.1", "--cache-dir", str(cache_dir), *MODEL_ARGS]  # fmt: skip
         self.lines: list[str] = []
         self.ready_s: float | None = None

@@ -207,20 +207,11 @@ def test_launch_compile_false_adds_no_compile(adapter):
 def test_launch_local(adapter):
     local = profile(runtime={"kind": "local", "python": "/opt/venv/bin/python3"}, serve={"device": "cuda"})
     launch = adapter.launch(resolved_offline(local, adapter), port=9000)
-    assert launch.command[:5] == (
-        "/opt/venv/bin/python3",
-        "-m",
-        "bless.engines.reference_engine",
-        "--host",
-        "127.0.0.1",
-    )
+    launcher = Path(bless.__file__).resolve().parent / "engines" / "reference_engine" / "launch.py"
+    assert launch.command[:4] == ("/opt/venv/bin/python3", str(launcher), "--host", "127.0.0.1")
     assert flag(launch.command, "--cache-dir") == "/var/cache/bless-engine"
     assert flag(launch.command, "--device") == "cuda"
-    repo_root = Path(bless.__file__).resolve().parent.parent
-    # First on the PYTHONPATH the runtime passes through, not in place of it: a GPU host that installed bless's
-    # dependencies with PYTHONPATH must still import the bless package the engine module lives in.
-    assert launch.python_path == (str(repo_root),) and "PYTHONPATH" not in launch.env
-    assert (repo_root / "bless" / "engines" / "reference_engine" / "__main__.py").is_file()
+    assert "PYTHONPATH" not in launch.env  # the host's stays: the launcher needs nothing of it but torch
     assert launch.env["PYTHONUNBUFFERED"] == "1"
 
 

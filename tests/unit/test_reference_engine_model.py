@@ -306,3 +306,39 @@ def test_marker_strings_are_exact() -> None:
     assert markers.fatal("m") == "bless-reference: FATAL m"
     assert markers.SHUTTING_DOWN == "bless-reference: shutting down"
     assert markers.EAGER == "bless-reference: compile disabled (eager mode); cache not used"
+
+
+def test_a_local_start_runs_the_engine_from_its_directory_without_importing_bless(tmp_path: Path) -> None:
+    """What bless starts on a GPU host (the adapter's local command): the engine boots and answers as
+    ``bless_reference`` with no module of bless imported, so the profile's interpreter needs only torch."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from bless.engines.reference import LAUNCHER
+
+    command = [sys.executable, "-X", "importtime", str(LAUNCHER), "--device", "cpu", "--port", "0",
+               "--host", "127.0.0.1", "--cache-dir", str(tmp_path / "cache"), "--layers", "1", "--d-model", "64",
+               "--heads", "4", "--max-seq-len", "32", "--no-compile"]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    imports = tmp_path / "importtime.log"  # a file: torch's import lines would fill a pipe nobody reads yet
+    with imports.open("w") as stderr_file:
+        engine = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env)
+    try:
+        assert engine.stdout is not None
+        port = None
+        for line in engine.stdout:
+            if line.startswith(markers.READY):
+                port = int(line[len(markers.READY) :].split()[0])
+                break
+        assert port is not None, "the engine exited before it was ready"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as reply:
+            assert json.load(reply)["data"], "the engine answered with no model"
+    finally:
+        engine.terminate()
+        engine.communicate(timeout=60)
+    lines = imports.read_text().splitlines()
+    imported = {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
+    assert "bless_reference.server" in imported
+    assert sorted(name for name in imported if name == "bless" or name.startswith("bless.")) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bless.core.profile import ModelSpec, Profile
 from bless.engines.base import ENGINE_TMP
-from bless.engines.reference import PACKAGE_ROOT, ReferenceAdapter
+from bless.engines.reference import ReferenceAdapter
 from bless.flows.engine_start import DEFAULT_ENGINE_PORT, SEAL_DIR, engine_spec
 from bless.runtime.base import Mount
 from bless.runtime.docker import DockerRuntime
@@ -61,11 +61,8 @@ def test_without_a_serving_port_the_local_engine_gets_a_free_one() -> None:
     assert spec.host_port is None
 
 
-def test_a_sealed_local_reference_start_puts_the_seal_then_the_checkout_before_the_host_pythonpath(
-    tmp_path: Path,
-) -> None:
-    """Neither dir replaces the PYTHONPATH the local runtime passes through (where a GPU host may keep bless's
-    dependencies): the engine imports the bless package, and with it jsonschema and the rest."""
+def test_a_sealed_local_reference_start_sets_no_pythonpath_and_puts_only_the_seal_first(tmp_path: Path) -> None:
+    """The PYTHONPATH the local runtime passes through stays as it is (the host's), behind bless's seal module."""
     spec = engine_spec(
         resolved_offline(profile("local"), ReferenceAdapter()),
         ReferenceAdapter(),
@@ -77,7 +74,7 @@ def test_a_sealed_local_reference_start_puts_the_seal_then_the_checkout_before_t
         private_dir=tmp_path / "private",
         seal=True,
     )
-    assert spec.python_path == (f"{ENGINE_TMP}/{SEAL_DIR}", str(PACKAGE_ROOT))
+    assert spec.python_path == (f"{ENGINE_TMP}/{SEAL_DIR}",)
     assert "PYTHONPATH" not in spec.env
 
 

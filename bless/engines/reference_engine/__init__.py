@@ -6,9 +6,10 @@ CUDA graphs on GPU), persists the compiled artifact with PyTorch's Mega-Cache in
 directory and prints vLLM-like load/save markers (see ``markers.py`` and ``README.md``).
 
 The package runs in two places: inside a container image, copied there as the top-level package
-``bless_reference`` (``python3 -m bless_reference ...``), and on a GPU host as
-``python3 -m bless.engines.reference_engine ...``. So it uses only the standard library and torch, and
-only relative imports. Importing this package (or ``markers`` / ``knobs``) does not import torch.
+``bless_reference`` (``python3 -m bless_reference ...``), and on a GPU host from where it lies, loaded under
+the same name by ``python3 .../reference_engine/launch.py ...`` (``python3 -m bless.engines.reference_engine``
+would import the bless package, and its dependencies, first). So it uses only the standard library and torch,
+and only relative imports. Importing this package (or ``markers`` / ``knobs``) does not import torch.
 """
 
 # Bumped whenever a change alters the compiled graph or the artifact format: it is part of the

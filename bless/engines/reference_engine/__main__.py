@@ -1,4 +1,5 @@
-"""CLI: ``python3 -m bless_reference`` (in an image) or ``python3 -m bless.engines.reference_engine``.
+"""CLI: ``python3 -m bless_reference`` (in an image), ``python3 .../reference_engine/launch.py`` (a local start)
+or ``python3 -m bless.engines.reference_engine``.
 
 Boot order matters and is the reason for the lazy imports below: parse arguments and knobs, point
 ``TORCHINDUCTOR_CACHE_DIR`` at a scratch dir outside the cache dir, and only then import torch. The HTTP
