@@ -28,3 +28,42 @@ def test_serve_stop_refuses_a_hostile_name_before_it_creates_anything(tmp_path: 
     assert result.exit_code == ExitCode.INPUT_INVALID, result.output
     assert "invalid profile name" in result.stderr
     assert _everything_under(tmp_path) == before, "a refused name created files or dirs (the start lock)"
+
+
+VLLM_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml"
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "code"),
+    [
+        ('["--max_model_len", "8"]', ExitCode.INPUT_INVALID),
+        ('["--max_model_len=8"]', ExitCode.INPUT_INVALID),
+        ('["--enforce_eager"]', ExitCode.INPUT_INVALID),
+        ('["--compilation_config", "{}"]', ExitCode.INPUT_INVALID),
+        ('["--compilation_config.mode=0"]', ExitCode.INPUT_INVALID),
+    ],
+)
+def test_vllm_extra_args_refuse_a_modeled_flag_spelled_with_underscores(
+    tmp_path: Path, extra_args: str, code: ExitCode
+) -> None:
+    """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``: the underscore spelling must not smuggle
+    a modeled, managed or compile-disabling flag past the checks the dash spelling meets."""
+    from bless.cli.main import app
+
+    text = VLLM_PROFILE.read_text(encoding="utf-8")
+    start = text.index("extra_args = [")
+    end = text.index("]", start) + 1
+    profile = tmp_path / "hostile.toml"
+    profile.write_text(text[:start] + f"extra_args = {extra_args}" + text[end:], encoding="utf-8")
+    result = cli_runner().invoke(
+        app, ["--root", str(tmp_path / "root"), "hash", "--profile", str(profile), "--offline", "--json"]
+    )
+    assert result.exit_code == code, result.output + result.stderr
+
+
+@pytest.mark.parametrize("extra_args", [["--optimization_level=0"], ["--optimization_level", "0"]])
+def test_vllm_optimization_level_zero_spelled_with_underscores_is_unsafe(extra_args: list[str]) -> None:
+    from bless.engines.vllm.serve_args import unsafe_serve_settings
+
+    found = unsafe_serve_settings({"extra_args": extra_args})
+    assert [setting.name for setting in found] == ["serve.extra_args"], found
