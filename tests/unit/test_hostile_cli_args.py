@@ -67,3 +67,25 @@ def test_vllm_optimization_level_zero_spelled_with_underscores_is_unsafe(extra_a
 
     found = unsafe_serve_settings({"extra_args": extra_args})
     assert [setting.name for setting in found] == ["serve.extra_args"], found
+
+
+@pytest.mark.parametrize("command", ["verify", "show"])
+def test_a_manifest_with_a_duplicate_config_hash_key_makes_its_lookup_manifest_invalid(
+    tmp_path: Path, command: str
+) -> None:
+    """``bless list`` calls such a file invalid (22); a lookup of the hash its name gives must refuse the same way,
+    not answer that nothing is blessed (20, config drift)."""
+    from bless.cli.main import app
+    from bless.store import Store
+    from tests.unit.store_helpers import make_manifest, write_tree
+
+    store = Store(tmp_path / "root")
+    manifest = make_manifest(write_tree(tmp_path / "tree"))
+    store.publish(tmp_path / "tree", manifest)
+    path = store.manifests_dir / f"{manifest.config_hash}.json"
+    text = path.read_text(encoding="utf-8").rstrip()
+    assert text.endswith("}")
+    path.write_text(text[:-1] + ', "config_hash": "' + "0" * 64 + '"}\n', encoding="utf-8")
+    result = cli_runner().invoke(app, ["--root", str(store.root), command, manifest.config_hash, "--json"])
+    assert result.exit_code == ExitCode.MANIFEST_INVALID, result.stdout + result.stderr
+    assert "duplicate key" in result.stderr
