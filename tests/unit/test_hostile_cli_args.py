@@ -89,3 +89,19 @@ def test_a_manifest_with_a_duplicate_config_hash_key_makes_its_lookup_manifest_i
     result = cli_runner().invoke(app, ["--root", str(store.root), command, manifest.config_hash, "--json"])
     assert result.exit_code == ExitCode.MANIFEST_INVALID, result.stdout + result.stderr
     assert "duplicate key" in result.stderr
+
+
+def test_a_store_path_this_user_cannot_stat_is_not_called_writable(tmp_path: Path) -> None:
+    """``cannot stat (...)`` (permission denied for another user; here: a path below a file, which root meets
+    too) is a reader's problem: the refusal must not call the path writable nor tell them to chmod go-w."""
+    from bless.errors import VerifyFailedError
+    from bless.store.trusted_paths import refuse_untrusted_paths
+
+    plain_file = tmp_path / "file"
+    plain_file.write_bytes(b"")
+    with pytest.raises(VerifyFailedError) as refused:
+        refuse_untrusted_paths([plain_file / "blessed"], config_hash="0" * 64, root=tmp_path)
+    assert "cannot stat" in str(refused.value)
+    assert "unreadable by this user" in str(refused.value)
+    assert "writable by other users" not in str(refused.value)
+    assert "chmod go-w" not in (refused.value.hint or "")
