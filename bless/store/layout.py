@@ -55,6 +55,16 @@ _DIR_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{12}")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+def _profile_name(name: object) -> str:
+    """``name`` when it is a profile name usable as one plain file name; else InputInvalidError (shortened)."""
+    if not isinstance(name, str) or _RUN_ID.fullmatch(name) is None:
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 160 else repr(name[:160]) + "..."
+        raise InputInvalidError(
+            f"invalid profile name {shown}: use 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+        )
+    return name
+
+
 def is_dir_id(text: object) -> bool:
     """A blessed dir id: ``YYYYMMDDTHHMMSSZ-<12 hex>``, exactly."""
     return isinstance(text, str) and _DIR_ID.fullmatch(text) is not None
@@ -134,8 +144,13 @@ class StorePaths:
         return self.root / "locks"
 
     def serve_start_lock(self, name: str) -> Path:
-        """``locks/serve-<name>.lock``: one serve-full start of profile ``name`` at a time (bless.flows.serve)."""
-        return self.locks / f"serve-{name}.lock"
+        """``locks/serve-<name>.lock``: one serve-full start of profile ``name`` at a time (bless.flows.serve).
+
+        ``name`` is checked as :meth:`ready_file` checks it (InputInvalidError): ``serve-full stop NAME`` takes
+        this lock before anything else, so a name with ``/`` or ``..`` would create dirs and a lock file
+        outside the store.
+        """
+        return self.locks / f"serve-{_profile_name(name)}.lock"
 
     @property
     def runs(self) -> Path:
@@ -179,12 +194,7 @@ class StorePaths:
 
     def ready_file(self, name: str) -> Path:
         """``ready/<name>.json`` for a profile name (checked: one plain file name, InputInvalidError)."""
-        if not isinstance(name, str) or _RUN_ID.fullmatch(name) is None:
-            raise InputInvalidError(
-                f"invalid profile name {name!r}: use 1-128 letters, digits, '.', '_' or '-', "
-                "not starting with '.' or '-'"
-            )
-        return self.ready / f"{name}.json"
+        return self.ready / f"{_profile_name(name)}.json"
 
     def ready_heartbeat(self, name: str) -> Path:
         """``ready/<name>.heartbeat``: a detached serve's seal watcher, named by itself, its mtime renewed each poll.

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bless.core.factors import is_config_hash
-from bless.core.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest
+from bless.core.manifest import MAX_MANIFEST_BYTES, Manifest, read_manifest, strict_json
 from bless.core.untrusted_text import shown
 from bless.errors import ManifestInvalidError, StoreUnavailableError
 from bless.store.index import ManifestIndex, ManifestRecord, manifest_summary
@@ -54,7 +54,10 @@ class ManifestReader:
         """The ``config_hash`` a file claims, without schema validation; None when it cannot be told."""
         try:
             raw = read_bounded(path, MAX_MANIFEST_BYTES)
-            document = json.loads(raw) if raw is not None else None
+            # Strict, as the full read is: with a duplicate config_hash key, json.loads keeps the last one, and a
+            # file that read() refuses would claim another hash than its name's, so a lookup of that name's hash
+            # answered "no manifest" (20) instead of refusing it (22).
+            document = strict_json(raw) if raw is not None else None
         except (UnreadableFileError, ValueError, RecursionError):
             return None
         claimed = document.get("config_hash") if isinstance(document, dict) else None

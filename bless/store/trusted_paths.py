@@ -18,6 +18,10 @@ _SPECIAL_HINT = (
     "clear the bit (chmod u-s,g-s,-t PATH): bless makes these paths with exact modes and never sets one, so it was "
     "added since"
 )
+_UNREADABLE_HINT = (
+    "run as a user who may read the store (its owner), or let this user search its dirs (chmod a+rX PATH), "
+    "without making them writable"
+)
 _SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 _LINK_HINT = (
     "bless never makes these paths links: find out what replaced them, remove the link and pull or re-bless "
@@ -57,15 +61,18 @@ def refuse_untrusted_paths(
     if not problems and not special:
         return
     links = [problem for problem in problems if problem.endswith(" is a symlink")]
-    writable = len(links) < len(problems)
+    unreadable = [problem for problem in problems if ": cannot stat (" in problem]
+    writable = len(links) + len(unreadable) < len(problems)
     reasons = [
         *(["writable by other users"] if writable else []),
         *(["replaced by a symlink"] if links else []),
+        *(["unreadable by this user"] if unreadable else []),
         *(["given a setuid, setgid or sticky bit"] if special else []),
     ]
     hints = [
         *([_WRITABLE_HINT] if writable else []),
         *([_LINK_HINT] if links else []),
+        *([_UNREADABLE_HINT] if unreadable else []),
         *([_SPECIAL_HINT] if special else []),
     ]
     problems += special

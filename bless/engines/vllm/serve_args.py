@@ -400,8 +400,18 @@ def _normalize_speculative_config(value: Any, *, where: str) -> dict[str, Any]:
     return table
 
 
+def _vllm_spelling(token: str) -> str:
+    """``token`` as vLLM's argument parser reads it: a long flag's name (up to ``=`` or its first ``.``) with
+    ``_`` as ``-`` (``--max_model_len=8`` is ``--max-model-len=8``), so no spelling slips past the checks."""
+    if not token.startswith("--"):
+        return token
+    flag, equals, value = token.partition("=")
+    name, dot, key = flag[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + key + equals + value
+
+
 def _flag_of(token: str) -> str:
-    return token.split("=", 1)[0]
+    return _vllm_spelling(token).split("=", 1)[0]
 
 
 def _normalize_extra_args(value: Any, *, where: str) -> list[str]:
@@ -439,6 +449,7 @@ def _is_mode_none(value: Any) -> bool:
 
 def _optimization_level_zero(args: Sequence[str]) -> str | None:
     """The spelling of an optimization level 0 in ``args`` (``-O0``, ``-O 0``, ``--optimization-level=0``, ...)."""
+    args = [_vllm_spelling(token) for token in args]
     for index, token in enumerate(args):
         following = args[index + 1] if index + 1 < len(args) else ""
         if token in ("-O", "--optimization-level") and following in _NO_COMPILE_OPT_LEVELS:

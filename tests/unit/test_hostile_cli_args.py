@@ -1,0 +1,107 @@
+"""Hostile command-line values: a refusal with its documented exit code, and nothing written outside the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bless.cli.serve import stop_app
+from bless.errors import ExitCode
+from tests.support.cli import cli_runner
+
+
+def _everything_under(directory: Path) -> set[Path]:
+    return set(directory.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["x/../../escaped/evil", "../escaped", "a/b", "..", "x" * 5000],
+    ids=["traversal", "dotdot-first", "slash", "dotdot", "very-long"],
+)
+def test_serve_stop_refuses_a_hostile_name_before_it_creates_anything(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "store" / "root"
+    root.mkdir(parents=True)
+    before = _everything_under(tmp_path)
+    result = cli_runner().invoke(stop_app, [name, "--root", str(root), "--json"])
+    assert result.exit_code == ExitCode.INPUT_INVALID, result.output
+    assert "invalid profile name" in result.stderr
+    assert _everything_under(tmp_path) == before, "a refused name created files or dirs (the start lock)"
+
+
+VLLM_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "vllm-0.26-llama-3.1-8b-dummy-local.toml"
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "code"),
+    [
+        ('["--max_model_len", "8"]', ExitCode.INPUT_INVALID),
+        ('["--max_model_len=8"]', ExitCode.INPUT_INVALID),
+        ('["--enforce_eager"]', ExitCode.INPUT_INVALID),
+        ('["--compilation_config", "{}"]', ExitCode.INPUT_INVALID),
+        ('["--compilation_config.mode=0"]', ExitCode.INPUT_INVALID),
+    ],
+)
+def test_vllm_extra_args_refuse_a_modeled_flag_spelled_with_underscores(
+    tmp_path: Path, extra_args: str, code: ExitCode
+) -> None:
+    """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``: the underscore spelling must not smuggle
+    a modeled, managed or compile-disabling flag past the checks the dash spelling meets."""
+    from bless.cli.main import app
+
+    text = VLLM_PROFILE.read_text(encoding="utf-8")
+    start = text.index("extra_args = [")
+    end = text.index("]", start) + 1
+    profile = tmp_path / "hostile.toml"
+    profile.write_text(text[:start] + f"extra_args = {extra_args}" + text[end:], encoding="utf-8")
+    result = cli_runner().invoke(
+        app, ["--root", str(tmp_path / "root"), "hash", "--profile", str(profile), "--offline", "--json"]
+    )
+    assert result.exit_code == code, result.output + result.stderr
+
+
+@pytest.mark.parametrize("extra_args", [["--optimization_level=0"], ["--optimization_level", "0"]])
+def test_vllm_optimization_level_zero_spelled_with_underscores_is_unsafe(extra_args: list[str]) -> None:
+    from bless.engines.vllm.serve_args import unsafe_serve_settings
+
+    found = unsafe_serve_settings({"extra_args": extra_args})
+    assert [setting.name for setting in found] == ["serve.extra_args"], found
+
+
+@pytest.mark.parametrize("command", ["verify", "show"])
+def test_a_manifest_with_a_duplicate_config_hash_key_makes_its_lookup_manifest_invalid(
+    tmp_path: Path, command: str
+) -> None:
+    """``bless list`` calls such a file invalid (22); a lookup of the hash its name gives must refuse the same way,
+    not answer that nothing is blessed (20, config drift)."""
+    from bless.cli.main import app
+    from bless.store import Store
+    from tests.unit.store_helpers import make_manifest, write_tree
+
+    store = Store(tmp_path / "root")
+    manifest = make_manifest(write_tree(tmp_path / "tree"))
+    store.publish(tmp_path / "tree", manifest)
+    path = store.manifests_dir / f"{manifest.config_hash}.json"
+    text = path.read_text(encoding="utf-8").rstrip()
+    assert text.endswith("}")
+    path.write_text(text[:-1] + ', "config_hash": "' + "0" * 64 + '"}\n', encoding="utf-8")
+    result = cli_runner().invoke(app, ["--root", str(store.root), command, manifest.config_hash, "--json"])
+    assert result.exit_code == ExitCode.MANIFEST_INVALID, result.stdout + result.stderr
+    assert "duplicate key" in result.stderr
+
+
+def test_a_store_path_this_user_cannot_stat_is_not_called_writable(tmp_path: Path) -> None:
+    """``cannot stat (...)`` (permission denied for another user; here: a path below a file, which root meets
+    too) is a reader's problem: the refusal must not call the path writable nor tell them to chmod go-w."""
+    from bless.errors import VerifyFailedError
+    from bless.store.trusted_paths import refuse_untrusted_paths
+
+    plain_file = tmp_path / "file"
+    plain_file.write_bytes(b"")
+    with pytest.raises(VerifyFailedError) as refused:
+        refuse_untrusted_paths([plain_file / "blessed"], config_hash="0" * 64, root=tmp_path)
+    assert "cannot stat" in str(refused.value)
+    assert "unreadable by this user" in str(refused.value)
+    assert "writable by other users" not in str(refused.value)
+    assert "chmod go-w" not in (refused.value.hint or "")
