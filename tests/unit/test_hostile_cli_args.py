@@ -41,6 +41,9 @@ VLLM_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "vllm-0.26-lla
         ('["--enforce_eager"]', ExitCode.INPUT_INVALID),
         ('["--compilation_config", "{}"]', ExitCode.INPUT_INVALID),
         ('["--compilation_config.mode=0"]', ExitCode.INPUT_INVALID),
+        # vLLM pulls more flags from a YAML file named by --config: its contents would be in no factor.
+        ('["--config", "/tmp/more-flags.yaml"]', ExitCode.INPUT_INVALID),
+        ('["--config=/tmp/more-flags.yaml"]', ExitCode.INPUT_INVALID),
     ],
 )
 def test_vllm_extra_args_refuse_a_modeled_flag_spelled_with_underscores(

@@ -80,9 +80,11 @@ _CC_STR_LISTS = ("custom_ops", "splitting_ops")
 _CC_TABLES = ("inductor_compile_config", "inductor_passes", "pass_config", "dynamic_shapes_config")
 
 # Flags the adapter sets itself, or that a modeled key covers: in extra_args they would bypass the
-# canonical form and the unsafe checks (``--enforce-eager``), or leak a secret into the manifest.
+# canonical form and the unsafe checks (``--enforce-eager``), or leak a secret into the manifest. ``--config``
+# reads more flags from a YAML file (vLLM's FlexibleArgumentParser), whose contents no factor would hold.
 _MANAGED_FLAGS = frozenset(
     {"--host", "--port", "--model", "--revision", "--compilation-config", "-cc", "--api-key", "--hf-token"}
+    | {"--config"}
     | {arg.flag for arg in SERVE_ARGS.values()}
     | {"--no-" + arg.flag[2:] for arg in SERVE_ARGS.values() if arg.kind == "bool"}
     | {arg.short for arg in SERVE_ARGS.values() if arg.short}
@@ -433,6 +435,8 @@ def _normalize_extra_args(value: Any, *, where: str) -> list[str]:
                 hint = f"use the serve.{table} table instead"
             elif flag in ("--api-key", "--hf-token"):
                 hint = "secrets never go into a profile (extra_args are hashed and written to the manifest)"
+            elif flag == "--config":
+                hint = "a config file's contents are not hashed: give its options as serve keys or in extra_args"
             else:
                 hint = "bless sets it itself (model, host, port, revision)"
             raise InputInvalidError(f"{where}: {token!r} is not allowed here", hint=hint)
