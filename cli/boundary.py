@@ -38,8 +38,10 @@ from rich.text import Text
 
 try:  # typer >= 0.2x ships its own copy of click, whose exceptions are not click's
     from typer._click.exceptions import ClickException
+    from typer._click.exceptions import UsageError as ClickUsageError
 except ImportError:  # older typer runs on click itself
     from click.exceptions import ClickException  # type: ignore[assignment]
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment]
 
 from bless.cli.common import AppState
 from bless.cli.error_hints import worded_for_command_line
@@ -253,6 +255,24 @@ def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: b
     return int(ExitCode.INTERNAL)
 
 
+#: Options that name the store: click makes an empty value ``Path('')``, the current directory, so ``--root
+#: "$UNSET_VARIABLE"`` would bless, serve or lock there without a word (an empty $BLESS_ROOT already counts as unset).
+STORE_PATH_OPTIONS = ("--root", "--manifests-dir")
+
+
+def empty_store_path_option(args: list[str]) -> str | None:
+    """The first of :data:`STORE_PATH_OPTIONS` given an empty value in ``args`` (``--root ''``, ``--root=``)."""
+    for index, arg in enumerate(args):
+        if arg == "--":  # what follows are arguments, not options
+            return None
+        name, equals, value = arg.partition("=")
+        if name not in STORE_PATH_OPTIONS:
+            continue
+        if (equals and not value) or (not equals and index + 1 < len(args) and args[index + 1] == ""):
+            return name
+    return None
+
+
 def run_app(app: typer.Typer, args: list[str], *, prog_name: str, obj: object | None = None) -> NoReturn:
     """Run a typer app as a console script's entry point, and exit with its code.
 
@@ -262,6 +282,11 @@ def run_app(app: typer.Typer, args: list[str], *, prog_name: str, obj: object | 
     and, when ``--json`` is among ``args``, also written as a JSON error document.
     """
     try:
+        if (empty := empty_store_path_option(args)) is not None:
+            raise ClickUsageError(
+                f"{empty} is empty, which would name the current directory: give a directory, or leave the option "
+                "out for the default"
+            )
         code = app(args=args, prog_name=prog_name, obj=obj, standalone_mode=False)
     except ClickException as exc:
         exc.show()  # unchanged for humans: the usage line, the try-help line and the error

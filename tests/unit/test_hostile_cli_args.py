@@ -108,3 +108,42 @@ def test_a_store_path_this_user_cannot_stat_is_not_called_writable(tmp_path: Pat
     assert "unreadable by this user" in str(refused.value)
     assert "writable by other users" not in str(refused.value)
     assert "chmod go-w" not in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bless.cli.main", "--root", "", "list", "--json"],
+        ["bless.cli.main", "--manifests-dir=", "gate", "--json"],
+        ["bless.cli.serve", "stop", "demo", "--root", "", "--json"],
+    ],
+    ids=["root", "manifests-dir", "serve-full-stop"],
+)
+def test_an_empty_store_path_is_refused_not_read_as_the_current_directory(tmp_path: Path, argv: list[str]) -> None:
+    """``--root "$UNSET"``: click would make it '.', and bless would list, gate or lock in the working directory."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "BLESS_ROOT": str(tmp_path / "unused")}
+    done = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert json.loads(done.stdout)["error"]["message"].endswith(
+        "is empty, which would name the current directory: give a directory, or leave the option out for the default"
+    )
+    assert list(tmp_path.iterdir()) == [], "something was made in the working directory"
+
+
+def test_only_an_empty_value_of_a_store_option_counts() -> None:
+    from bless.cli.boundary import empty_store_path_option
+
+    assert empty_store_path_option(["--root", "", "list"]) == "--root"
+    assert empty_store_path_option(["--manifests-dir=", "gate"]) == "--manifests-dir"
+    assert empty_store_path_option(["--root", "/r", "gate", ""]) is None  # an empty positional is another matter
+    assert empty_store_path_option(["--root=/r", "--manifests-dir", "m"]) is None
+    assert empty_store_path_option(["run", "--", "--root", ""]) is None
+    assert empty_store_path_option(["--root"]) is None  # click says the value is missing
