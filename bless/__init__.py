@@ -109,7 +109,7 @@ from bless.replay.devices import GpuRank
 from bless.runtime.base import Runtime
 from bless.store import Store as _StoreImpl
 from bless.store.gc import GcAction, GcReport
-from bless.store.layout import require_manifests_dir
+from bless.store.layout import require_manifests_dir as _require_manifests_dir
 from bless.trust import TrustSigning
 from bless.trust.client import TrustVerdict
 from bless.trust.repository import RoleKeys, TrustInitResult
@@ -798,7 +798,7 @@ def gate(
         raise UsageError("profiles must be a list of profile paths", hint="pass profiles=['profiles/a.toml']")
     paths = [check.path("profiles[]", item) for item in profiles]
     the_store = _store(store)
-    require_manifests_dir(the_store.manifests_dir)  # as bless gate: a typo must not read as "nothing is blessed"
+    _require_manifests_dir(the_store.manifests_dir)  # as bless gate: a typo must not read as "nothing is blessed"
     return gate_profiles(
         paths, the_store, verify=check.flag("verify", verify), junit=check.optional_path("junit", junit)
     )
