@@ -46,6 +46,10 @@ GPU_RECORDS = [
         "vllm-0.26-qwen3-30b-a3b-dummy-ep2-local.toml",
         REPO / "docs" / "evidence" / "vllm-0.26-h200x2-parallel" / "ep-show-record.json",
     ),
+    (
+        "vllm-0.26-llama-3.1-8b-dummy-tp2-local.toml",
+        REPO / "docs" / "evidence" / "vllm-0.26-h200x2-tp2" / "show-record.json",
+    ),
 ]
 VLLM_026 = {"vllm": "0.26.0", "torch": "2.11.0", "triton": "3.6.0", "transformers": "5.17.0"}
 
