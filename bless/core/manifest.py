@@ -328,6 +328,12 @@ def load_manifest(path: Path) -> Manifest:
     return read_manifest(path)[0]
 
 
+#: What to do about a manifest file bless cannot take (a refusal names the file and what is wrong).
+_DAMAGED = "the file is truncated, corrupted or not written by bless; restore it from the store's archive or re-bless"
+_UNREADABLE = "run as a user who may read the manifests directory (its owner), or fix the file's permissions"
+_NOT_A_MANIFEST_FILE = "a manifest is a regular file: remove what stands in its place, then restore or re-bless it"
+
+
 def read_manifest(path: Path) -> tuple[Manifest, bytes]:
     """:func:`load_manifest`, and the exact bytes it parsed (what a signature covers: checked without a re-read)."""
     where = shown(str(path))  # a file name is data: messages show it escaped, on one line
@@ -335,9 +341,9 @@ def read_manifest(path: Path) -> tuple[Manifest, bytes]:
         # Never blocking (a FIFO named *.json must not hang a reader), never through a link (a manifest is never one).
         handle = open_regular(path)
     except NotRegularFileError:
-        raise ManifestInvalidError(f"{where}: not a regular file") from None
+        raise ManifestInvalidError(f"{where}: not a regular file", hint=_NOT_A_MANIFEST_FILE) from None
     except OSError as exc:
-        raise ManifestInvalidError(f"{where}: cannot open: {exc.strerror or exc}") from None
+        raise ManifestInvalidError(f"{where}: cannot open: {exc.strerror or exc}", hint=_UNREADABLE) from None
     try:
         with handle:
             info = os.fstat(handle.fileno())
@@ -345,18 +351,18 @@ def read_manifest(path: Path) -> tuple[Manifest, bytes]:
                 raise ManifestInvalidError(f"{where}: {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
-        raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}") from None
+        raise ManifestInvalidError(f"{where}: cannot read: {exc.strerror or exc}", hint=_UNREADABLE) from None
     try:
         document = strict_json(raw)
     except UnicodeDecodeError as exc:
-        raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise ManifestInvalidError(f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})", hint=_DAMAGED) from None
     except json.JSONDecodeError as exc:
         raise ManifestInvalidError(
             f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-            hint="the file is truncated or corrupted; restore it from the store's archive or re-bless",
+            hint=_DAMAGED,
         ) from None
     except RecursionError:
-        raise ManifestInvalidError(f"{where}: JSON nested too deeply") from None
+        raise ManifestInvalidError(f"{where}: JSON nested too deeply", hint=_DAMAGED) from None
     except ValueError as exc:  # from _reject_constant
-        raise ManifestInvalidError(f"{where}: not valid JSON ({exc})") from None
+        raise ManifestInvalidError(f"{where}: not valid JSON ({exc})", hint=_DAMAGED) from None
     return manifest_from_dict(document, where=where), raw

@@ -148,14 +148,18 @@ def read_profile(path: Path) -> bytes:
 
 def parse_profile(raw: bytes, path: Path) -> Profile:
     """The profile in ``raw`` (read from ``path``, which messages name), parsed and validated."""
+    fix = "fix the file at the place named (a profile is TOML: https://toml.io; profiles/ holds examples)"
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise InputInvalidError(f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise InputInvalidError(
+            f"{path}: profile is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            hint="save the profile as UTF-8 text (TOML files are UTF-8)",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputInvalidError(f"{path}: not valid TOML: {_toml_problem(exc)}") from None
+        raise InputInvalidError(f"{path}: not valid TOML: {_toml_problem(exc)}", hint=fix) from None
     except RecursionError:
-        raise InputInvalidError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+        raise InputInvalidError(f"{path}: not valid TOML: arrays or tables nested too deeply", hint=fix) from None
     return profile_from_dict(document, source=path)
 
 
@@ -231,7 +235,10 @@ def _check_values(where: str, document: Mapping[str, Any]) -> None:
                 hint="remove the NUL character (written \\u0000 in TOML) from the name or value",
             )
         if isinstance(value, float) and not math.isfinite(value):
-            raise InputInvalidError(f"{where}: {name}: {value!r} is not a finite number")
+            raise InputInvalidError(
+                f"{where}: {name}: {value!r} is not a finite number",
+                hint="give a finite number (TOML's nan and inf name no value a factor can hold)",
+            )
         if isinstance(value, Mapping):
             pending += [(f"{name}.{key}", item) for key, item in value.items()]
         elif isinstance(value, list):

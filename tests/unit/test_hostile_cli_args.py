@@ -147,3 +147,40 @@ def test_only_an_empty_value_of_a_store_option_counts() -> None:
     assert empty_store_path_option(["--root=/r", "--manifests-dir", "m"]) is None
     assert empty_store_path_option(["run", "--", "--root", ""]) is None
     assert empty_store_path_option(["--root"]) is None  # click says the value is missing
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe{}", b"[" * 100_000 + b"]" * 100_000, b'{"config_hash": "a", "config_hash": "b"}', b'{"x": NaN}', b"{"],
+    ids=["not-utf8", "nested", "duplicate-key", "nan", "truncated"],
+)
+def test_every_refusal_of_a_manifest_file_says_what_to_do(tmp_path: Path, content: bytes) -> None:
+    from bless.core.manifest import read_manifest
+    from bless.errors import ManifestInvalidError
+
+    path = tmp_path / ("a" * 64 + ".json")
+    path.write_bytes(content)
+    with pytest.raises(ManifestInvalidError) as refused:
+        read_manifest(path)
+    assert refused.value.hint
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff name = 1",
+        b"name = ",
+        b"a = " + b"[" * 5000 + b"]" * 5000,
+        (Path(__file__).resolve().parents[2] / "profiles" / "reference-cpu.toml")
+        .read_bytes()
+        .replace(b"seed = 0", b"seed = nan"),
+    ],
+    ids=["not-utf8", "not-toml", "nested", "nan"],
+)
+def test_every_refusal_of_a_profile_file_says_what_to_do(tmp_path: Path, content: bytes) -> None:
+    from bless.core.profile import parse_profile
+    from bless.errors import InputInvalidError
+
+    with pytest.raises(InputInvalidError) as refused:
+        parse_profile(content, tmp_path / "p.toml")
+    assert refused.value.hint

@@ -166,3 +166,22 @@ def test_ready_without_a_record_names_the_other_root_that_serves_it_as_stop_does
     # Without Docker, or with nothing serving it anywhere, the plain refusal stays.
     assert _reason(store).details["reason"] == "no_record"
     assert _reason(store, docker=lambda: FakeRuntime()).details["reason"] == "no_record"
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [({"name": None}, "no 'name' field"), ({"port": "eighty"}, "invalid literal for int()")],
+)
+def test_a_malformed_record_is_described_in_words_not_python_reprs(change: dict[str, object], said: str) -> None:
+    """A hand-written or damaged record: the refusal names the field, not ``KeyError('name')``."""
+    from bless.flows.serve.ready import ReadyRecord
+
+    record = {
+        "name": "p", "config_hash": "a" * 64, "host": "127.0.0.1", "port": 8000, "canary": "passed",
+        "holder": {}, "since": "2026-11-28T00:00:00Z", "watcher": None,
+    }  # fmt: skip
+    record.update(change)
+    document = {key: value for key, value in record.items() if value is not None or key == "watcher"}
+    with pytest.raises(ValueError, match="malformed readiness record") as refused:
+        ReadyRecord.from_dict(document)
+    assert said in str(refused.value) and "Error(" not in str(refused.value)

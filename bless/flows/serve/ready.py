@@ -145,8 +145,10 @@ class ReadyRecord:
                 watcher=_watcher_from(data["watcher"]),
                 ranks=tuple(GpuRank.from_dict(rank) for rank in data.get("ranks") or ()),
             )
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"malformed readiness record: {_short(repr(exc))}") from None
+        except KeyError as exc:
+            raise ValueError(f"malformed readiness record: no {_short(str(exc))} field") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"malformed readiness record: {_short(str(exc))}") from None
         if record.canary not in ("passed", "skipped") or not 0 < record.port < 65536:
             raise ValueError("malformed readiness record: canary or port out of range")
         if record.unproven_policy not in ("refuse", "record", "stop"):
