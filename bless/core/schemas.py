@@ -39,8 +39,18 @@ def _anchored(pattern: str) -> str:
     return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
 
 
-#: Draft 2020-12 with ``pattern`` anchored as the schemas mean it (see ``_whole_pattern``).
-_Validator = jsonschema.validators.extend(Draft202012Validator, {"pattern": _whole_pattern})
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    """An ``integer`` is an int, not a float that happens to be whole: ``gpu_count = 1.0`` is refused, not read as
+    1 here and printed as ``1.0`` there."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: Draft 2020-12 with ``pattern`` anchored as the schemas mean it (see ``_whole_pattern``), and strict integers.
+_Validator = jsonschema.validators.extend(
+    Draft202012Validator,
+    {"pattern": _whole_pattern},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
 
 
 @cache
@@ -180,7 +190,7 @@ def listing_conforms(files: Any, dirs: Any) -> bool | None:
         size, digest = entry["size"], entry["sha256"]
         if (
             isinstance(size, bool)
-            or not (isinstance(size, int) or (isinstance(size, float) and size.is_integer()))
+            or not isinstance(size, int)  # a whole float is no integer either (_strict_integer)
             or size < 0
         ):
             return False

@@ -184,3 +184,14 @@ def test_every_refusal_of_a_profile_file_says_what_to_do(tmp_path: Path, content
     with pytest.raises(InputInvalidError) as refused:
         parse_profile(content, tmp_path / "p.toml")
     assert refused.value.hint
+
+
+def test_a_whole_float_is_not_an_integer_of_a_profile(tmp_path: Path) -> None:
+    """``gpu_count = 1.0`` was taken as 1 for the hash and shown as "needs 1.0 GPU(s)"; a count is an integer."""
+    from bless.core.profile import parse_profile
+    from bless.errors import InputInvalidError
+
+    text = (Path(__file__).resolve().parents[2] / "profiles" / "reference-cuda-local.toml").read_bytes()
+    assert b"gpu_count = 1\n" in text
+    with pytest.raises(InputInvalidError, match=r"hardware\.gpu_count: 1\.0 is not of type 'integer'"):
+        parse_profile(text.replace(b"gpu_count = 1\n", b"gpu_count = 1.0\n"), tmp_path / "p.toml")
