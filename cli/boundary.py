@@ -43,7 +43,7 @@ except ImportError:  # older typer runs on click itself
     from click.exceptions import ClickException  # type: ignore[assignment]
     from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment]
 
-from bless.cli.common import AppState
+from bless.cli.common import MANIFESTS_DIR_FLAG, ROOT_FLAG, AppState
 from bless.cli.error_hints import worded_for_command_line
 from bless.cli.render import err_console
 from bless.core.untrusted_text import json_safe, shown
@@ -257,7 +257,7 @@ def _internal(console: Console, exc: Exception, *, json_output: bool, verbose: b
 
 #: Options that name the store: click makes an empty value ``Path('')``, the current directory, so ``--root
 #: "$UNSET_VARIABLE"`` would bless, serve or lock there without a word (an empty $BLESS_ROOT already counts as unset).
-STORE_PATH_OPTIONS = ("--root", "--manifests-dir")
+STORE_PATH_OPTIONS = (ROOT_FLAG, MANIFESTS_DIR_FLAG)
 
 
 def empty_store_path_option(args: list[str]) -> str | None:

@@ -30,16 +30,18 @@ JsonOption = Annotated[
 # No dir_okay=False: a directory is refused by load_profile as INPUT_INVALID (3), like a missing file,
 # not by click as a usage error (2).
 ProfileOption = Annotated[Path, typer.Option("--profile", "-p", help="Profile TOML file.")]
+#: The options that name the store (the command line refuses an empty one: cli.boundary).
+ROOT_FLAG, MANIFESTS_DIR_FLAG = "--root", "--manifests-dir"
 RootOption = Annotated[
     Path | None,
     typer.Option(
-        "--root", envvar="BLESS_ROOT", help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).", file_okay=False
+        ROOT_FLAG, envvar="BLESS_ROOT", help="Store root (default: $BLESS_ROOT, else ~/.cache/bless).", file_okay=False
     ),
 ]
 ManifestsDirOption = Annotated[
     Path | None,
     typer.Option(
-        "--manifests-dir",
+        MANIFESTS_DIR_FLAG,
         envvar="BLESS_MANIFESTS_DIR",
         help="Directory of live manifests (default: <root>/manifests), e.g. a git checkout.",
         file_okay=False,

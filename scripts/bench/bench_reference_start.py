@@ -23,8 +23,12 @@ start writes into those dirs (what a read-only mount would have to take).
 ``--concurrent ROUNDS``: blessed starts alone vs two spawned together (what parallel trials do on one
 host), with the shipped env and with Inductor's compile worker pool off, next to a cold start per round.
 
+``--launch ROUNDS``: what importing bless costs a start: ``python3 -m bless.engines.reference_engine`` (the
+bless package, and its dependencies, imported first) against the launcher a local start runs, both with
+``--no-compile`` (no artifact), alternating, after one untimed start of each.
+
     python3 scripts/bench/bench_reference_start.py [--device cuda] [--pairs 3] [--breakdown] [--dirs 3]
-        [--concurrent 3] [--json]
+        [--concurrent 3] [--launch 5] [--json]
 """
 
 from __future__ import annotations
@@ -73,11 +77,19 @@ def fresh_env(scratch: Path) -> dict[str, str]:
 class EngineRun:
     """One engine process, spawned at once; its output is read on a thread, so every line is timed when printed."""
 
-    def __init__(self, device: str, cache_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        device: str,
+        cache_dir: Path,
+        extra_env: dict[str, str] | None = None,
+        *,
+        entry: Sequence[str] = (str(LAUNCHER),),
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bless-bench-start-")
         env = {**fresh_env(Path(self._tmp.name)), **(extra_env or {})}
-        command = [sys.executable, str(LAUNCHER), "--device", device, "--port", "0",
-                   "--host", "127.0.0.1", "--cache-dir", str(cache_dir), *MODEL_ARGS]  # fmt: skip
+        command = [sys.executable, *entry, "--device", device, "--port", "0",
+                   "--host", "127.0.0.1", "--cache-dir", str(cache_dir), *MODEL_ARGS, *extra_args]  # fmt: skip
         self.lines: list[str] = []
         self.ready_s: float | None = None
         self.ready = threading.Event()
@@ -172,6 +184,36 @@ def bench_engine(device: str, pairs: int) -> dict[str, Any]:
         "blessed_compile_s": spread([r["blessed"]["compile_s"] for r in rows]),
         "ratio_of_medians": round(statistics.median(blessed) / statistics.median(cold), 3),
         "pair_ratios": spread([r["ratio"] for r in rows]),
+    }
+
+
+# --- what importing bless costs a start ---------------------------------------------------------------------
+
+#: How the engine is started: as ``-m`` of bless's subpackage, and as a local start does (the launcher).
+ENTRIES: dict[str, tuple[str, ...]] = {"module": ("-m", "bless.engines.reference_engine"), "launcher": (str(LAUNCHER),)}
+
+
+def bench_launch(device: str, rounds: int) -> dict[str, Any]:
+    """Per entry: spawn -> ready of ``--no-compile`` starts, alternating which goes first, after one untimed each."""
+
+    def start(name: str) -> float:
+        with tempfile.TemporaryDirectory(prefix="bless-bench-launch-") as cache:
+            return float(
+                EngineRun(device, Path(cache), entry=ENTRIES[name], extra_args=["--no-compile"]).finish()["ready_s"]
+            )
+
+    for name in ENTRIES:
+        start(name)  # untimed: bytecode, driver
+    seconds: dict[str, list[float]] = {name: [] for name in ENTRIES}
+    for index in range(rounds):
+        for name in list(ENTRIES) if index % 2 == 0 else list(ENTRIES)[::-1]:
+            seconds[name].append(start(name))
+            print(f"round {index + 1}/{rounds}: {name} {seconds[name][-1]} s", file=sys.stderr)
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    return {
+        **{name: spread(values) for name, values in seconds.items()},
+        "seconds": seconds,
+        "launcher_saves_s": round(medians["module"] - medians["launcher"], 3),
     }
 
 
@@ -417,6 +459,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--concurrent", type=int, metavar="ROUNDS", default=0,
         help="also: blessed starts alone vs two at once, per env variant, ROUNDS rounds",
     )  # fmt: skip
+    parser.add_argument(
+        "--launch", type=int, metavar="ROUNDS", default=0,
+        help="also: -m bless.engines.reference_engine vs the local launcher (--no-compile), ROUNDS rounds",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--artifact", type=Path, help=argparse.SUPPRESS)
@@ -438,6 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["breakdown"] = bench_breakdown(args.device, args.breakdown_repeats)
     if args.dirs:
         summary["dirs"] = bench_dirs(args.device, args.dirs)
+    if args.launch:
+        summary["launch"] = bench_launch(args.device, args.launch)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -449,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: {json.dumps(summary['concurrent'][name])}")
     for row in [*summary.get("breakdown", []), *summary.get("dirs", [])]:
         print(json.dumps(row))
+    if "launch" in summary:
+        print(f"launch: {json.dumps(summary['launch'])}")
     return 0
 
 

@@ -18,7 +18,8 @@ mkdir -p "$OUT"
 source scripts/gpu/gpu-host-env.sh
 PROFILE=${PROFILE:-profiles/reference-cuda-local.toml}
 PROFILE=$(for_this_gpu "$PROFILE" "$OUT")
-ROOT=${BLESS_ROOT:-/tmp/bless-binding-root}
+# A store of this run alone unless BLESS_ROOT names one: two people proving on one host must not share it.
+ROOT=${BLESS_ROOT:-$(mktemp -d /tmp/bless-binding-root.XXXXXX)}
 NAME=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' "$PROFILE")
 unset CUDA_VISIBLE_DEVICES
 bless() { python3 -m bless.cli.main --root "$ROOT" "$@"; }

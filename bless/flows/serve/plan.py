@@ -55,7 +55,7 @@ class PlanContainer(TypedDict):
     image: str | None
     command: list[str]
     env: dict[str, str]
-    #: Dirs put first on the engine's PYTHONPATH (bless's seal module, a local engine's checkout).
+    #: Dirs put first on the engine's PYTHONPATH (bless's seal module, in a sealed start).
     python_path: list[str]
     labels: dict[str, str]
     home: str | None
